@@ -1,0 +1,148 @@
+"""`hybrid-vla`: verify, info, run, export (and the benchmarks and ROS bringup added by later modules)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+from .engine.placement import Placement, parse_dtype
+from .engine.stages import PrefixStage, SuffixStage, check_partition, partition_report
+from .engine.verify import verify_partitions
+from .errors import HybridVLAError
+from .model.checkpoint import save_checkpoint
+from .model.inputs import synthetic_frame
+from .model.load import load_vla
+from .model.spec import PRESETS
+
+
+def add_model_args(parser: argparse.ArgumentParser, default_preset: str | None = "tiny") -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--preset", default=None, help=f"named preset, one of {sorted(PRESETS)} (default {default_preset})")
+    group.add_argument("--checkpoint", default=None, help="local checkpoint directory (hybrid_vla.json + model.safetensors)")
+    parser.set_defaults(default_preset=default_preset)
+
+
+def add_placement_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--prefix-device", default="auto", help="auto (cuda if available), cuda, or cpu")
+    parser.add_argument("--dtype", default="fp32", help="prefix dtype: fp32, bf16, fp16")
+    parser.add_argument("--suffix-dtype", default=None, help="CPU suffix dtype (default: same as --dtype)")
+
+
+def model_from_args(args, shapes_only: bool = False):
+    preset = args.preset if args.preset or args.checkpoint else args.default_preset
+    return load_vla(preset=preset, checkpoint=args.checkpoint, shapes_only=shapes_only)
+
+
+def placement_from_args(args) -> Placement:
+    return Placement.create(args.prefix_device, args.dtype, args.suffix_dtype or args.dtype)
+
+
+def emit(result: dict, as_json: bool, text_lines) -> None:
+    if as_json:
+        print(json.dumps(result, indent=2))
+    else:
+        for line in text_lines(result):
+            print(line)
+
+
+def cmd_verify(args) -> int:
+    model = model_from_args(args)
+    result = verify_partitions(model, placement_from_args(args), frames=args.frames)
+    emit(result, args.json, lambda r: [f"{r['preset']} ({r['family']}, {r['num_blocks']} blocks, {r['dtype']})"] +
+         [f"  p={x['partition']:3d}  max_abs_diff={x['max_abs_diff']:.3e}" for x in r["results"]])
+    return 0 if result["max_abs_diff"] <= args.tolerance else 1
+
+
+def cmd_info(args) -> int:
+    model = model_from_args(args, shapes_only=True)
+    dtype = parse_dtype(args.dtype or ("fp16" if model.spec.shape_only else "fp32"))
+    model = model.to(dtype)
+    partition = check_partition(args.partition if args.partition is not None else model.num_blocks // 2,
+                                model.num_blocks, "--partition")
+    result = partition_report(model, partition)
+    gib = 1024 ** 3
+    emit(result, args.json, lambda r: [
+        f"{r['preset']} ({r['family']}), {r['num_blocks']} blocks, partition {r['partition']}, {r['dtype']}",
+        f"  prefix: {r['prefix_blocks']} blocks + vision + embeddings  {r['prefix_params']:,} params  {r['prefix_bytes'] / gib:.3f} GiB",
+        f"  suffix: {r['suffix_blocks']} blocks + norm + head          {r['suffix_params']:,} params  {r['suffix_bytes'] / gib:.3f} GiB",
+        f"  total:  {r['total_params']:,} params  {r['total_bytes'] / gib:.3f} GiB"])
+    return 0
+
+
+def cmd_run(args) -> int:
+    model = model_from_args(args)
+    placement = placement_from_args(args)
+    partition = check_partition(args.partition if args.partition is not None else model.num_blocks // 2,
+                                model.num_blocks, "--partition")
+    prefix, suffix = PrefixStage(model, partition, placement), SuffixStage(model, partition, placement)
+    torch.set_num_threads(args.threads) if args.threads else None
+    print(f"# {model.spec.name}: {model.num_blocks} blocks, partition {partition}, {placement.describe()}")
+    totals = []
+    for seq in range(args.frames):
+        t0 = time.perf_counter()
+        state = prefix.run(synthetic_frame(model.spec, seq))
+        traj = suffix.run(state)
+        total = (time.perf_counter() - t0) * 1e3
+        totals.append(total)
+        last = traj.waypoints[-1]
+        print(f"frame {seq:4d}  prefix {state.timings['prefix_ms']:8.2f} ms  suffix {state.timings['suffix_ms']:8.2f} ms  "
+              f"total {total:8.2f} ms  last waypoint x={last.x:+.3f} y={last.y:+.3f} t={last.time_from_start:.1f}s")
+    print(f"# median total {statistics.median(totals):.2f} ms over {len(totals)} frames")
+    return 0
+
+
+def cmd_export(args) -> int:
+    model = model_from_args(args)
+    path = save_checkpoint(model, args.out)
+    print(f"wrote checkpoint of '{model.spec.name}' to {path}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hybrid-vla", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("verify", help="split vs unsplit output for every partition point")
+    add_model_args(p); add_placement_args(p)
+    p.add_argument("--frames", type=int, default=2)
+    p.add_argument("--tolerance", type=float, default=1e-6, help="exit 1 if any difference exceeds this")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("info", help="blocks, parameters and bytes on each side of a partition")
+    add_model_args(p)
+    p.add_argument("--partition", type=int, default=None)
+    p.add_argument("--dtype", default=None, help="dtype to size the weights in (default fp16 for shape-only presets)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("run", help="stream synthetic frames through prefix then suffix (serial)")
+    add_model_args(p); add_placement_args(p)
+    p.add_argument("--partition", type=int, default=None)
+    p.add_argument("--frames", type=int, default=5)
+    p.add_argument("--threads", type=int, default=0)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("export", help="write a preset's weights as a local safetensors checkpoint")
+    add_model_args(p)
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_export)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except HybridVLAError as exc:
+        print(f"hybrid-vla {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

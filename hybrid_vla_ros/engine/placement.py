@@ -1,0 +1,93 @@
+"""Every device and dtype decision of the engine, in one place.
+
+The prefix device is `cuda` when available (pinned host buffers, non-blocking copies) or the CPU; the
+suffix is always the CPU. Code elsewhere calls these helpers instead of `.to(...)` so that the same code
+runs unchanged on a machine with a GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import ConfigError, expect
+
+DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+          "fp16": torch.float16, "float16": torch.float16}
+DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+CPU = torch.device("cpu")
+
+
+def parse_dtype(name: str | torch.dtype, where: str = "dtype") -> torch.dtype:
+    if isinstance(name, torch.dtype):
+        expect(name in DTYPE_NAMES, ConfigError, f"{where}: {name} is not one of {sorted(set(DTYPE_NAMES.values()))}")
+        return name
+    expect(name in DTYPES, ConfigError, f"{where}: '{name}' is not one of {sorted(DTYPES)}")
+    return DTYPES[name]
+
+
+def resolve_prefix_device(name: str = "auto") -> torch.device:
+    """'auto' -> cuda if available else cpu; 'cuda[:i]' must be available; 'cpu' always works."""
+    if name == "auto":
+        return torch.device("cuda") if torch.cuda.is_available() else CPU
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise ConfigError(f"prefix device '{name}' is not a torch device ({exc})") from exc
+    expect(device.type in ("cpu", "cuda"), ConfigError, f"prefix device '{name}': expected 'auto', 'cpu' or 'cuda'")
+    expect(device.type != "cuda" or torch.cuda.is_available(), ConfigError,
+           f"prefix device '{name}' requested but torch.cuda.is_available() is False on this machine")
+    return device
+
+
+@dataclass(frozen=True)
+class Placement:
+    prefix_device: torch.device = CPU
+    prefix_dtype: torch.dtype = torch.float32
+    suffix_dtype: torch.dtype = torch.float32
+    suffix_device: torch.device = CPU
+
+    @classmethod
+    def create(cls, prefix_device: str = "auto", prefix_dtype: str = "fp32", suffix_dtype: str = "fp32") -> "Placement":
+        return cls(resolve_prefix_device(prefix_device), parse_dtype(prefix_dtype, "prefix dtype"),
+                   parse_dtype(suffix_dtype, "suffix dtype"))
+
+    @property
+    def uses_cuda(self) -> bool:
+        return self.prefix_device.type == "cuda"
+
+    def describe(self) -> dict:
+        return {"prefix_device": str(self.prefix_device), "prefix_dtype": DTYPE_NAMES[self.prefix_dtype],
+                "suffix_device": str(self.suffix_device), "suffix_dtype": DTYPE_NAMES[self.suffix_dtype]}
+
+    # ---- modules -------------------------------------------------------------------------------------
+    def place_prefix_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        return module.to(device=self.prefix_device, dtype=self.prefix_dtype)
+
+    def place_suffix_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        return module.to(device=self.suffix_device, dtype=self.suffix_dtype)
+
+    # ---- tensors -------------------------------------------------------------------------------------
+    def to_prefix(self, tensor: torch.Tensor) -> torch.Tensor:
+        if self.uses_cuda and tensor.device.type == "cpu" and not tensor.is_pinned():
+            tensor = tensor.pin_memory()
+        return tensor.to(self.prefix_device, non_blocking=self.uses_cuda)
+
+    def host_buffer(self, shape, dtype: torch.dtype) -> torch.Tensor:
+        """A host buffer for boundary states: pinned when a GPU copies into it."""
+        return torch.empty(shape, dtype=dtype, pin_memory=self.uses_cuda)
+
+    def to_host(self, tensor: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Device -> host. With `out` (preallocated, pinned on CUDA) copies into it; syncs before returning."""
+        if tensor.device.type == "cpu":
+            return tensor if out is None else out.copy_(tensor)
+        if out is None:
+            out = self.host_buffer(tensor.shape, tensor.dtype)
+        out.copy_(tensor, non_blocking=True)
+        torch.cuda.current_stream(tensor.device).synchronize()
+        return out
+
+    def synchronize(self) -> None:
+        if self.uses_cuda:
+            torch.cuda.synchronize(self.prefix_device)

@@ -1,0 +1,191 @@
+"""Block partitioning: the prefix stage (vision + embeddings + blocks [0, p)) and the suffix stage
+(blocks [p, L) + final norm + action head). Only a BoundaryState crosses between them."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from transformers.masking_utils import create_causal_mask
+
+from ..errors import ConfigError, InputError, expect
+from ..model.inputs import encode_frame
+from ..model.tokens import IMAGE_TOKEN, sequence_length
+from ..model.vla import VLAModel, waypoints_from_head
+from .placement import DTYPE_NAMES, Placement
+from .types import BoundaryState, Frame, Trajectory
+
+
+def check_partition(partition, num_blocks: int, where: str = "partition") -> int:
+    expect(isinstance(partition, int) and not isinstance(partition, bool), ConfigError,
+           f"{where}: {partition!r} is not an integer")
+    expect(0 <= partition <= num_blocks, ConfigError,
+           f"{where}: {partition} is outside 0..{num_blocks} (the model has {num_blocks} blocks)")
+    return partition
+
+
+def run_blocks(decoder, hidden: torch.Tensor, position_ids: torch.Tensor, attention_mask: torch.Tensor,
+               blocks: range) -> torch.Tensor:
+    """Run decoder.layers[blocks] on hidden (B, S, H). Mask and rotary cos/sin are rebuilt from the
+    2-D mask and the position ids, so either side of the cut can call this with the same inputs."""
+    if len(blocks) == 0:
+        return hidden
+    mask = create_causal_mask(config=decoder.config, inputs_embeds=hidden, attention_mask=attention_mask,
+                              cache=None, position_ids=None)
+    position_embeddings = decoder.rotary_emb(hidden, position_ids)  # cos, sin: (B, S, head_dim)
+    for index in blocks:
+        hidden = decoder.layers[index](hidden, attention_mask=mask, position_embeddings=position_embeddings,
+                                       position_ids=None)
+    return hidden
+
+
+def prefix_modules(model: VLAModel, partition: int) -> list[torch.nn.Module]:
+    """What the prefix device holds: everything but the suffix's blocks, the final norm and the head."""
+    decoder = model.decoder
+    suffix = set(map(id, suffix_modules(model, partition)))
+    owned = [m for name, m in model.backbone.named_children() if m is not decoder]
+    owned += [m for name, m in decoder.named_children() if name not in ("layers", "norm")]
+    owned += [layer for layer in decoder.layers[:partition]]
+    return [m for m in owned if id(m) not in suffix]
+
+
+def suffix_modules(model: VLAModel, partition: int) -> list[torch.nn.Module]:
+    return list(model.decoder.layers[partition:]) + [model.decoder.norm, model.action_head]
+
+
+def module_bytes(modules) -> tuple[int, int]:
+    """(parameter count, bytes of parameters + buffers); works on meta tensors too."""
+    params = sum(p.numel() for m in modules for p in m.parameters())
+    nbytes = sum(t.numel() * t.element_size() for m in modules for t in list(m.parameters()) + list(m.buffers()))
+    return params, nbytes
+
+
+def partition_report(model: VLAModel, partition: int) -> dict:
+    check_partition(partition, model.num_blocks)
+    prefix_params, prefix_bytes = module_bytes(prefix_modules(model, partition))
+    suffix_params, suffix_bytes = module_bytes(suffix_modules(model, partition))
+    total_params, total_bytes = module_bytes([model])
+    return {"preset": model.spec.name, "family": model.spec.family, "num_blocks": model.num_blocks,
+            "partition": partition, "prefix_blocks": partition, "suffix_blocks": model.num_blocks - partition,
+            "prefix_params": prefix_params, "suffix_params": suffix_params, "total_params": total_params,
+            "prefix_bytes": prefix_bytes, "suffix_bytes": suffix_bytes, "total_bytes": total_bytes,
+            "dtype": DTYPE_NAMES.get(next(model.parameters()).dtype, str(next(model.parameters()).dtype))}
+
+
+class PrefixStage:
+    """Vision encoder + embeddings + blocks [0, p) on the prefix device."""
+
+    def __init__(self, model: VLAModel, partition: int, placement: Placement = Placement()):
+        self.model, self.placement = model, placement
+        self.partition = check_partition(partition, model.num_blocks, "prefix partition")
+        for module in prefix_modules(model, self.partition):
+            placement.place_prefix_module(module)
+        self.seq_len = sequence_length(model.spec.num_cameras, model.family.image_tokens_per_camera(model.spec),
+                                       model.spec.text_tokens)
+
+    def set_partition(self, partition: int) -> None:
+        """Only valid for blocks already resident here (see the dynamic zone); never copies weights."""
+        check_partition(partition, self.model.num_blocks, "prefix partition")
+        for layer in self.model.decoder.layers[:partition]:
+            param = next(layer.parameters())
+            expect(param.device == self.placement.prefix_device and param.dtype == self.placement.prefix_dtype,
+                   ConfigError, f"prefix partition {partition}: block weights are not resident on the prefix device")
+        self.partition = partition
+
+    @torch.inference_mode()
+    def run(self, frame: Frame) -> BoundaryState:
+        t0 = time.perf_counter()
+        model, place = self.model, self.placement
+        encoded = encode_frame(frame, model.spec, model.family)
+        input_ids = place.to_prefix(encoded.input_ids)                                 # (1, S)
+        pixels = {k: place.to_prefix(v) for k, v in encoded.pixels.items()}
+        if "pixel_values" in pixels:
+            pixels["pixel_values"] = pixels["pixel_values"].to(place.prefix_dtype)
+        decoder = model.decoder
+        embeds = decoder.embed_tokens(input_ids)                                       # (1, S, H)
+        features = model.family.image_features(model.backbone, pixels).to(embeds.dtype)  # (n_img, H)
+        image_mask = (input_ids == IMAGE_TOKEN).unsqueeze(-1)                          # (1, S, 1)
+        embeds = embeds.masked_scatter(image_mask, features)
+        position_ids = model.family.position_ids(model.backbone, input_ids, place.to_prefix(encoded.mm_token_type_ids),
+                                                 pixels)                               # (3, 1, S) or (1, S)
+        attention_mask = torch.ones_like(input_ids)                                    # (1, S)
+        hidden = run_blocks(decoder, embeds, position_ids, attention_mask, range(0, self.partition))
+        place.synchronize()
+        return BoundaryState(hidden=hidden, position_ids=position_ids, attention_mask=attention_mask,
+                             partition=self.partition, seq=frame.seq, stamp_ns=frame.stamp_ns,
+                             query_index=input_ids.shape[1] - 1,
+                             timings={"prefix_ms": (time.perf_counter() - t0) * 1e3})
+
+
+class SuffixStage:
+    """Blocks [p, L) + final norm + action head on the CPU."""
+
+    def __init__(self, model: VLAModel, partition: int, placement: Placement = Placement()):
+        self.model, self.placement = model, placement
+        self.partition = check_partition(partition, model.num_blocks, "suffix partition")
+        for module in suffix_modules(model, self.partition):
+            placement.place_suffix_module(module)
+        spec = model.spec
+        self.seq_len = sequence_length(spec.num_cameras, model.family.image_tokens_per_camera(spec), spec.text_tokens)
+        self.position_rows = 3 if spec.family.startswith("qwen") else 0
+
+    def set_partition(self, partition: int) -> None:
+        check_partition(partition, self.model.num_blocks, "suffix partition")
+        for layer in self.model.decoder.layers[partition:]:
+            param = next(layer.parameters())
+            expect(param.device == self.placement.suffix_device, ConfigError,
+                   f"suffix partition {partition}: block weights are not resident on the suffix device")
+        self.partition = partition
+
+    def expected_hidden_shape(self) -> tuple[int, int, int]:
+        return (1, self.seq_len, self.model.spec.hidden_size)
+
+    def validate(self, state: BoundaryState) -> None:
+        where = f"boundary state of frame {state.seq}"
+        expect(state.partition == self.partition, InputError,
+               f"{where}: computed at partition {state.partition}, this suffix runs from block {self.partition}")
+        expect(tuple(state.hidden.shape) == self.expected_hidden_shape(), InputError,
+               f"{where}: hidden shape {tuple(state.hidden.shape)}, expected {self.expected_hidden_shape()} "
+               f"(batch, tokens, hidden of model '{self.model.spec.name}')")
+        expect(state.hidden.dtype == self.placement.prefix_dtype, InputError,
+               f"{where}: hidden dtype {state.hidden.dtype}, expected {self.placement.prefix_dtype} (the prefix dtype)")
+        pos_shape = (3, 1, self.seq_len) if self.position_rows else (1, self.seq_len)
+        expect(tuple(state.position_ids.shape) == pos_shape, InputError,
+               f"{where}: position_ids shape {tuple(state.position_ids.shape)}, expected {pos_shape}")
+        expect(tuple(state.attention_mask.shape) == (1, self.seq_len), InputError,
+               f"{where}: attention_mask shape {tuple(state.attention_mask.shape)}, expected {(1, self.seq_len)}")
+        expect(-self.seq_len <= state.query_index < self.seq_len, InputError,
+               f"{where}: query_index {state.query_index} outside the {self.seq_len} tokens")
+
+    def run(self, state: BoundaryState) -> Trajectory:
+        return self.forward(state)[1]
+
+    @torch.inference_mode()
+    def forward(self, state: BoundaryState) -> tuple[torch.Tensor, Trajectory]:
+        """-> (final normed hidden state (1, S, H), trajectory)."""
+        self.validate(state)
+        t0 = time.perf_counter()
+        model, place = self.model, self.placement
+        hidden = state.hidden.to(place.suffix_device, place.suffix_dtype)               # (1, S, H)
+        position_ids = state.position_ids.to(place.suffix_device)
+        attention_mask = state.attention_mask.to(place.suffix_device)
+        hidden = run_blocks(model.decoder, hidden, position_ids, attention_mask,
+                            range(self.partition, model.num_blocks))
+        hidden = model.decoder.norm(hidden)                                            # (1, S, H)
+        raw = model.action_head(hidden[:, state.query_index])                          # (1, N, 4)
+        points = waypoints_from_head(raw.float(), model.spec.waypoint_dt_s)            # (1, N, 5)
+        state.timings["suffix_ms"] = (time.perf_counter() - t0) * 1e3
+        return hidden, Trajectory(points=points[0].cpu().numpy(), seq=state.seq, stamp_ns=state.stamp_ns,
+                                  partition=state.partition)
+
+
+@torch.inference_mode()
+def reference_forward(model: VLAModel, frame: Frame) -> tuple[torch.Tensor, Trajectory]:
+    """The unsplit model through HF's own forward: (final hidden state (1, S, H), trajectory)."""
+    encoded = encode_frame(frame, model.spec, model.family)
+    kwargs = model.family.reference_kwargs(encoded.pixels, encoded.mm_token_type_ids)
+    out = model.backbone(input_ids=encoded.input_ids, attention_mask=torch.ones_like(encoded.input_ids), **kwargs)
+    hidden = out.last_hidden_state                                                     # (1, S, H), normed
+    points = waypoints_from_head(model.action_head(hidden[:, -1]).float(), model.spec.waypoint_dt_s)
+    return hidden, Trajectory(points=points[0].numpy(), seq=frame.seq, stamp_ns=frame.stamp_ns,
+                              partition=model.num_blocks)

@@ -1,0 +1,70 @@
+"""Plain data that flows through the engine: a camera frame in, a boundary state between stages,
+a trajectory out. No ROS types here; ros/convert.py translates."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+TRAJECTORY_COLUMNS = ("x", "y", "heading", "speed", "time_from_start")
+
+
+@dataclass
+class EgoState:
+    speed_mps: float = 0.0
+    yaw_rate_rps: float = 0.0
+
+
+@dataclass
+class Frame:
+    """One time step of camera input. images: one (H, W, 3) uint8 RGB array per camera."""
+    images: list[np.ndarray]
+    seq: int = 0
+    stamp_ns: int = 0
+    ego: EgoState | None = None
+    instruction: str = "drive safely to the goal"
+
+
+@dataclass
+class Waypoint:
+    x: float
+    y: float
+    heading: float
+    speed: float
+    time_from_start: float
+
+
+@dataclass
+class Trajectory:
+    """N future waypoints in the ego frame. points: (N, 5) float64, columns TRAJECTORY_COLUMNS."""
+    points: np.ndarray
+    seq: int
+    stamp_ns: int
+    partition: int
+
+    @property
+    def waypoints(self) -> list[Waypoint]:
+        return [Waypoint(*map(float, row)) for row in self.points]
+
+
+@dataclass
+class BoundaryState:
+    """Everything the suffix needs to run blocks [partition, L) for one frame.
+
+    hidden:         (B, S, H)  hidden state after block partition-1 (the embeddings when partition == 0)
+    position_ids:   (3, B, S) for M-RoPE (Qwen-VL) or (B, S) for 1-D RoPE (LLaMA); int64
+    attention_mask: (B, S)     1 = attend, 0 = padding; int64
+    """
+    hidden: torch.Tensor
+    position_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    partition: int
+    seq: int = 0
+    stamp_ns: int = 0
+    query_index: int = -1  # position of the planning query token the head reads
+    timings: dict = field(default_factory=dict)
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.hidden, self.position_ids, self.attention_mask))

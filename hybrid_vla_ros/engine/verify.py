@@ -1,0 +1,28 @@
+"""Proof that the cut changes nothing: split output vs HF's unsplit forward, for every partition point."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..model.inputs import synthetic_frame
+from ..model.vla import VLAModel
+from .placement import DTYPE_NAMES, Placement
+from .stages import PrefixStage, SuffixStage, reference_forward
+
+
+def verify_partitions(model: VLAModel, placement: Placement = Placement(), frames: int = 2) -> dict:
+    samples = [synthetic_frame(model.spec, seq) for seq in range(frames)]
+    references = [reference_forward(model, frame) for frame in samples]
+    results = []
+    for partition in range(model.num_blocks + 1):
+        prefix, suffix = PrefixStage(model, partition, placement), SuffixStage(model, partition, placement)
+        hidden_diff = traj_diff = 0.0
+        for frame, (ref_hidden, ref_traj) in zip(samples, references):
+            hidden, traj = suffix.forward(prefix.run(frame))
+            hidden_diff = max(hidden_diff, (hidden.float().cpu() - ref_hidden.float()).abs().max().item())
+            traj_diff = max(traj_diff, float(np.abs(traj.points - ref_traj.points).max()))
+        results.append({"partition": partition, "max_abs_diff": max(hidden_diff, traj_diff),
+                        "hidden_max_abs_diff": hidden_diff, "trajectory_max_abs_diff": traj_diff})
+    return {"preset": model.spec.name, "family": model.spec.family, "num_blocks": model.num_blocks,
+            "dtype": DTYPE_NAMES[placement.prefix_dtype], "placement": placement.describe(), "frames": frames,
+            "results": results, "max_abs_diff": max(r["max_abs_diff"] for r in results)}

@@ -1,0 +1,120 @@
+"""A VLA's shape as one plain dataclass, and the table of named presets.
+
+A VLA here = an HF transformers vision-language model (the backbone) + a small action head that reads
+the final hidden state at the planning query token. The spec fixes every shape, so one spec (plus a seed
+or a safetensors file) fully defines a model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from ..errors import ConfigError, expect
+
+FAMILIES = ("qwen2_vl", "qwen2_5_vl", "llava")
+
+
+@dataclass(frozen=True)
+class VLASpec:
+    name: str
+    family: str  # one of FAMILIES: selects the HF backbone classes and the token layout
+    # Language model (the part that gets partitioned).
+    num_blocks: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    intermediate_size: int
+    vocab_size: int = 512  # byte tokens (256) + specials; real checkpoints bring their own
+    # Vision encoder (always on the prefix device).
+    vision_depth: int = 2
+    vision_hidden: int = 64
+    vision_heads: int = 4
+    vision_intermediate: int = 128
+    patch_size: int = 14
+    image_height: int = 56
+    image_width: int = 56
+    num_cameras: int = 1  # ORION and MindDrive take six surround cameras
+    # Prompt: instruction bytes are padded/truncated to a fixed count so every frame has the same
+    # sequence length (lets the pipeline reuse preallocated boundary buffers).
+    text_tokens: int = 16
+    # Action head.
+    num_waypoints: int = 8
+    waypoint_dt_s: float = 0.5
+    head_hidden: int = 64
+    # Shape-only presets are never materialised (meta device); they answer memory questions.
+    shape_only: bool = False
+    seed: int = 0
+    notes: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        expect(self.family in FAMILIES, ConfigError,
+               f"spec '{self.name}': family '{self.family}' is not one of {FAMILIES}")
+        for name in ("num_blocks", "hidden_size", "num_heads", "num_kv_heads", "num_cameras",
+                     "num_waypoints", "text_tokens", "image_height", "image_width"):
+            value = getattr(self, name)
+            expect(isinstance(value, int) and value > 0, ConfigError,
+                   f"spec '{self.name}': {name}={value!r}, expected a positive integer")
+        expect(self.hidden_size % self.num_heads == 0, ConfigError,
+               f"spec '{self.name}': hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        expect(self.waypoint_dt_s > 0, ConfigError,
+               f"spec '{self.name}': waypoint_dt_s={self.waypoint_dt_s}, expected > 0")
+        step = self.patch_size * (2 if self.family.startswith("qwen") else 1)  # Qwen merges 2x2 patches
+        for side in ("image_height", "image_width"):
+            expect(getattr(self, side) % step == 0, ConfigError,
+                   f"spec '{self.name}': {side}={getattr(self, side)} must be a multiple of {step} for {self.family}")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str) -> "VLASpec":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        expect(not unknown, ConfigError, f"{source}: unknown spec fields {unknown}; known: {sorted(known)}")
+        try:
+            return cls(**data)
+        except TypeError as exc:  # missing required fields
+            raise ConfigError(f"{source}: {exc}") from exc
+
+
+_TINY = dict(num_blocks=4, hidden_size=64, num_heads=4, num_kv_heads=2, intermediate_size=128,
+             vision_depth=2, vision_hidden=32, vision_heads=2, vision_intermediate=64,
+             image_height=56, image_width=56, num_cameras=2, text_tokens=12, head_hidden=32)
+
+# bench: one frame costs a few hundred ms on one core here (see docs/BENCHMARKS.md).
+_BENCH = dict(num_blocks=8, hidden_size=768, num_heads=12, num_kv_heads=4, intermediate_size=2048,
+              vision_depth=2, vision_hidden=192, vision_heads=3, vision_intermediate=384,
+              image_height=112, image_width=112, num_cameras=6, text_tokens=32, head_hidden=256)
+
+PRESETS: dict[str, VLASpec] = {
+    "tiny": VLASpec(name="tiny", family="qwen2_vl", **_TINY,
+                    notes="Qwen2-VL family (M-RoPE), unit-test size"),
+    "tiny-qwen2.5": VLASpec(name="tiny-qwen2.5", family="qwen2_5_vl", **_TINY,
+                            notes="Qwen2.5-VL family (MindDrive backbone family), unit-test size"),
+    "tiny-llava": VLASpec(name="tiny-llava", family="llava", **{**_TINY, "image_height": 28, "image_width": 28},
+                          notes="LLaVA family (CLIP + Llama, ORION backbone family), unit-test size"),
+    "bench": VLASpec(name="bench", family="qwen2_vl", **_BENCH,
+                     notes="Qwen2-VL family, six cameras; a few hundred ms per frame on one core"),
+    "bench-llava": VLASpec(name="bench-llava", family="llava",
+                           **{**_BENCH, "image_height": 56, "image_width": 56},
+                           notes="LLaVA family at bench size"),
+    # Shape-only: never materialised; answer memory questions (`hybrid-vla info`).
+    "orion-like": VLASpec(name="orion-like", family="llava", num_blocks=32, hidden_size=4096, num_heads=32,
+                          num_kv_heads=32, intermediate_size=11008, vocab_size=32064, vision_depth=24,
+                          vision_hidden=1024, vision_heads=16, vision_intermediate=4096,
+                          image_height=336, image_width=336, num_cameras=6, text_tokens=32,
+                          head_hidden=1024, num_waypoints=6, shape_only=True,
+                          notes="LLaVA-7B shapes (CLIP ViT-L/14-336 + 32 x 4096 Llama blocks), like ORION"),
+    "minddrive-like": VLASpec(name="minddrive-like", family="qwen2_5_vl", num_blocks=36, hidden_size=2048,
+                              num_heads=16, num_kv_heads=2, intermediate_size=11008, vocab_size=151936,
+                              vision_depth=32, vision_hidden=1280, vision_heads=16, vision_intermediate=3420,
+                              image_height=224, image_width=392, num_cameras=6, text_tokens=32,
+                              head_hidden=1024, num_waypoints=6, shape_only=True,
+                              notes="Qwen2.5-VL-3B shapes, like MindDrive's larger backbone"),
+}
+
+
+def get_preset(name: str) -> VLASpec:
+    expect(name in PRESETS, ConfigError, f"unknown preset '{name}'; known presets: {sorted(PRESETS)}")
+    return PRESETS[name]

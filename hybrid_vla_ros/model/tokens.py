@@ -1,0 +1,46 @@
+"""The token layout of one frame, and a byte-level tokenizer (offline, no vocabulary file).
+
+    [BOS] ([VISION_START] [IMAGE] * n [VISION_END]) * cameras  text(instruction) text(ego)  [PLAN]
+
+The instruction is padded/truncated to a fixed byte count and the ego state is printed in a fixed-width
+format, so every frame of a model has the same sequence length. The action head reads the final hidden
+state at the last position, the [PLAN] query token.
+"""
+
+from __future__ import annotations
+
+import torch
+
+PAD, BOS, IMAGE_TOKEN, VISION_START, VISION_END, PLAN, VIDEO_TOKEN = 0, 1, 2, 3, 4, 5, 6
+BYTE_OFFSET = 8  # byte b -> token BYTE_OFFSET + b
+MIN_VOCAB = BYTE_OFFSET + 256
+EGO_FORMAT = "v{:+07.2f}w{:+06.3f}"  # speed m/s, yaw rate rad/s: always 16 bytes
+EGO_BYTES = 16
+
+
+def byte_tokens(text: str, length: int) -> list[int]:
+    data = text.encode("utf-8")[:length].ljust(length, b" ")
+    return [BYTE_OFFSET + b for b in data]
+
+
+def ego_text(speed_mps: float, yaw_rate_rps: float) -> str:
+    speed = max(-999.99, min(9999.99, speed_mps))
+    yaw = max(-9.999, min(99.999, yaw_rate_rps))
+    return EGO_FORMAT.format(speed, yaw)[:EGO_BYTES].ljust(EGO_BYTES)
+
+
+def build_prompt(num_cameras: int, image_tokens: int, instruction: str, text_tokens: int,
+                 speed_mps: float, yaw_rate_rps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns input_ids (1, S) and mm_token_type_ids (1, S) (1 on image tokens, 0 elsewhere)."""
+    ids = [BOS]
+    for _ in range(num_cameras):
+        ids += [VISION_START] + [IMAGE_TOKEN] * image_tokens + [VISION_END]
+    ids += byte_tokens(instruction, text_tokens)
+    ids += byte_tokens(ego_text(speed_mps, yaw_rate_rps), EGO_BYTES)
+    ids.append(PLAN)
+    input_ids = torch.tensor([ids], dtype=torch.long)
+    return input_ids, (input_ids == IMAGE_TOKEN).to(torch.int32)
+
+
+def sequence_length(num_cameras: int, image_tokens: int, text_tokens: int) -> int:
+    return 1 + num_cameras * (image_tokens + 2) + text_tokens + EGO_BYTES + 1

@@ -1,0 +1,20 @@
+import os
+
+import pytest
+
+# DDS stays on loopback in every test; each test module gets its own domain (see ros tests).
+os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def tiny_models():
+    """One instance per family, built once (a few tens of ms each)."""
+    from hybrid_vla_ros.model.load import load_vla
+    return {name: load_vla(preset=name) for name in ("tiny", "tiny-qwen2.5", "tiny-llava")}
+
+
+def fresh_model(name="tiny"):
+    from hybrid_vla_ros.model.load import load_vla
+    return load_vla(preset=name)

@@ -1,0 +1,169 @@
+"""Bad input raises an error that names the value, what was expected and where it came from."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from hybrid_vla_ros.engine.placement import Placement
+from hybrid_vla_ros.engine.stages import PrefixStage, SuffixStage
+from hybrid_vla_ros.engine.types import EgoState
+from hybrid_vla_ros.errors import ConfigError, InputError
+from hybrid_vla_ros.model.checkpoint import SPEC_FILE, WEIGHTS_FILE, load_checkpoint, save_checkpoint
+from hybrid_vla_ros.model.inputs import synthetic_frame
+from hybrid_vla_ros.model.load import load_vla
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_vla(preset="tiny")
+
+
+@pytest.mark.parametrize("partition", [-1, 5, 99])
+def test_partition_outside_range_is_refused(tiny, partition):
+    with pytest.raises(ConfigError, match=rf"{partition} is outside 0\.\.4"):
+        PrefixStage(tiny, partition)
+    with pytest.raises(ConfigError, match=rf"{partition} is outside 0\.\.4"):
+        SuffixStage(tiny, partition)
+
+
+def test_non_integer_partition_is_refused(tiny):
+    with pytest.raises(ConfigError, match="'2' is not an integer"):
+        SuffixStage(tiny, "2")
+
+
+def test_unknown_preset_names_the_known_ones():
+    with pytest.raises(ConfigError, match=r"unknown preset 'huge'.*tiny"):
+        load_vla(preset="huge")
+
+
+def test_wrong_image_size_names_camera_and_expected_size(tiny):
+    frame = synthetic_frame(tiny.spec, 7)
+    frame.images[1] = np.zeros((40, 56, 3), np.uint8)
+    with pytest.raises(InputError, match=r"frame 7 camera 1: image size 56x40, model 'tiny' expects 56x56"):
+        PrefixStage(tiny, 2).run(frame)
+
+
+def test_wrong_channel_count_is_refused(tiny):
+    frame = synthetic_frame(tiny.spec, 0)
+    frame.images[0] = np.zeros((56, 56, 4), np.uint8)
+    with pytest.raises(InputError, match=r"camera 0: image shape \(56, 56, 4\), expected 3 channels"):
+        PrefixStage(tiny, 2).run(frame)
+
+
+def test_wrong_camera_count_and_dtype_are_refused(tiny):
+    frame = synthetic_frame(tiny.spec, 0)
+    frame.images = frame.images[:1]
+    with pytest.raises(InputError, match="1 camera images, model 'tiny' expects 2"):
+        PrefixStage(tiny, 2).run(frame)
+    frame = synthetic_frame(tiny.spec, 0)
+    frame.images[0] = frame.images[0].astype(np.float32)
+    with pytest.raises(InputError, match="dtype float32, expected uint8"):
+        PrefixStage(tiny, 2).run(frame)
+
+
+def test_non_finite_ego_state_is_refused(tiny):
+    frame = synthetic_frame(tiny.spec, 3)
+    frame.ego = EgoState(speed_mps=float("nan"))
+    with pytest.raises(InputError, match="frame 3: ego speed_mps=nan"):
+        PrefixStage(tiny, 2).run(frame)
+
+
+def _state(tiny, partition=2):
+    return PrefixStage(tiny, partition).run(synthetic_frame(tiny.spec, 0))
+
+
+def test_boundary_state_from_another_partition_is_refused(tiny):
+    with pytest.raises(InputError, match="computed at partition 1, this suffix runs from block 2"):
+        SuffixStage(tiny, 2).run(_state(tiny, 1))
+
+
+def test_boundary_state_with_wrong_shape_is_refused(tiny):
+    state = _state(tiny)
+    state.hidden = state.hidden[:, :-3]
+    with pytest.raises(InputError, match=r"hidden shape \(1, 39, 64\), expected \(1, 42, 64\)"):
+        SuffixStage(tiny, 2).run(state)
+
+
+def test_boundary_state_with_wrong_dtype_is_refused(tiny):
+    state = _state(tiny)
+    state.hidden = state.hidden.to(torch.float16)
+    with pytest.raises(InputError, match="hidden dtype torch.float16, expected torch.float32"):
+        SuffixStage(tiny, 2).run(state)
+
+
+def test_boundary_state_with_wrong_positions_is_refused(tiny):
+    state = _state(tiny)
+    state.position_ids = state.position_ids[0]
+    with pytest.raises(InputError, match=r"position_ids shape \(1, 42\), expected \(3, 1, 42\)"):
+        SuffixStage(tiny, 2).run(state)
+
+
+def test_suffix_serves_the_next_good_state_after_a_rejection(tiny):
+    suffix = SuffixStage(tiny, 2)
+    bad = _state(tiny)
+    bad.hidden = bad.hidden[:, :5]
+    with pytest.raises(InputError):
+        suffix.run(bad)
+    assert suffix.run(_state(tiny)).points.shape == (tiny.spec.num_waypoints, 5)
+
+
+def test_unavailable_cuda_and_unknown_dtype_are_refused():
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="'cuda' requested but torch.cuda.is_available\\(\\) is False"):
+            Placement.create(prefix_device="cuda")
+    with pytest.raises(ConfigError, match="'int8' is not one of"):
+        Placement.create(prefix_dtype="int8")
+
+
+# ---- checkpoints ---------------------------------------------------------------------------------------
+
+def test_checkpoint_round_trip_gives_identical_outputs(tmp_path, tiny):
+    save_checkpoint(tiny, tmp_path / "ckpt")
+    loaded = load_checkpoint(tmp_path / "ckpt")
+    frame = synthetic_frame(tiny.spec, 1)
+    a = SuffixStage(tiny, 2).run(PrefixStage(tiny, 2).run(frame))
+    b = SuffixStage(loaded, 2).run(PrefixStage(loaded, 2).run(frame))
+    np.testing.assert_array_equal(a.points, b.points)
+
+
+def test_missing_checkpoint_directory_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="no such directory"):
+        load_checkpoint(tmp_path / "nope")
+
+
+def test_checkpoint_without_safetensors_is_refused(tmp_path, tiny):
+    save_checkpoint(tiny, tmp_path)
+    (tmp_path / WEIGHTS_FILE).unlink()
+    (tmp_path / "pytorch_model.bin").write_bytes(b"pickle")
+    with pytest.raises(ConfigError, match="missing model.safetensors \\(only safetensors are loaded, never pickle\\)"):
+        load_checkpoint(tmp_path)
+
+
+def test_corrupt_safetensors_is_refused(tmp_path, tiny):
+    save_checkpoint(tiny, tmp_path)
+    data = (tmp_path / WEIGHTS_FILE).read_bytes()
+    (tmp_path / WEIGHTS_FILE).write_bytes(data[: len(data) // 2])
+    with pytest.raises(ConfigError, match="model.safetensors is corrupt or unreadable"):
+        load_checkpoint(tmp_path)
+
+
+def test_checkpoint_whose_weights_do_not_match_the_spec_is_refused(tmp_path, tiny):
+    save_checkpoint(tiny, tmp_path)
+    spec = json.loads((tmp_path / SPEC_FILE).read_text())
+    spec["num_blocks"] = 5
+    (tmp_path / SPEC_FILE).write_text(json.dumps(spec))
+    with pytest.raises(ConfigError, match=r"weights do not match spec 'tiny' \(missing \['backbone.language_model.layers.4"):
+        load_checkpoint(tmp_path)
+
+
+def test_checkpoint_with_malformed_spec_is_refused(tmp_path, tiny):
+    save_checkpoint(tiny, tmp_path)
+    (tmp_path / SPEC_FILE).write_text("{not json")
+    with pytest.raises(ConfigError, match="hybrid_vla.json is not valid JSON"):
+        load_checkpoint(tmp_path)
+    (tmp_path / SPEC_FILE).write_text(json.dumps({**dataclasses.asdict(tiny.spec), "bogus": 1}))
+    with pytest.raises(ConfigError, match=r"unknown spec fields \['bogus'\]"):
+        load_checkpoint(tmp_path)

@@ -1,0 +1,82 @@
+"""The cut changes nothing: split == HF's unsplit forward at every partition, for every family."""
+
+import numpy as np
+import pytest
+import torch
+
+from hybrid_vla_ros.engine.stages import PrefixStage, SuffixStage, partition_report, reference_forward
+from hybrid_vla_ros.engine.verify import verify_partitions
+from hybrid_vla_ros.model.inputs import synthetic_frame
+from hybrid_vla_ros.model.load import load_vla
+from hybrid_vla_ros.model.tokens import sequence_length
+
+
+@pytest.mark.parametrize("preset", ["tiny", "tiny-qwen2.5", "tiny-llava"])
+def test_split_matches_unsplit_forward_at_every_partition_in_fp32(preset):
+    model = load_vla(preset=preset)
+    report = verify_partitions(model, frames=2)
+    assert report["num_blocks"] == model.num_blocks
+    assert [r["partition"] for r in report["results"]] == list(range(model.num_blocks + 1))
+    for row in report["results"]:
+        assert row["max_abs_diff"] <= 1e-6, row
+
+
+def test_verify_detects_a_broken_suffix(tiny_models):
+    """verify is not a tautology: perturbing one suffix block shows up in the difference."""
+    model = load_vla(preset="tiny")
+    frame = synthetic_frame(model.spec, 0)
+    _, ref = reference_forward(model, frame)
+    prefix, suffix = PrefixStage(model, 2), SuffixStage(model, 2)
+    state = prefix.run(frame)
+    with torch.no_grad():
+        model.decoder.layers[3].mlp.down_proj.weight.add_(0.5)
+    assert np.abs(suffix.run(state).points - ref.points).max() > 1e-4
+
+
+def test_qwen_boundary_carries_three_row_mrope_positions(tiny_models):
+    model = tiny_models["tiny"]
+    state = PrefixStage(model, 1).run(synthetic_frame(model.spec, 0))
+    seq = sequence_length(model.spec.num_cameras, model.family.image_tokens_per_camera(model.spec), model.spec.text_tokens)
+    assert state.position_ids.shape == (3, 1, seq)
+    # image tokens have 2-D positions: height and width rows differ inside an image
+    assert not torch.equal(state.position_ids[1], state.position_ids[2])
+    assert state.partition == 1 and state.query_index == seq - 1
+
+
+def test_llava_boundary_carries_one_dimensional_positions(tiny_models):
+    model = tiny_models["tiny-llava"]
+    state = PrefixStage(model, 2).run(synthetic_frame(model.spec, 5, stamp_ns=123))
+    assert state.position_ids.shape == (1, state.hidden.shape[1])
+    assert (state.seq, state.stamp_ns) == (5, 123)
+
+
+def test_trajectory_has_configured_waypoints_and_time_step(tiny_models):
+    model = tiny_models["tiny"]
+    traj = SuffixStage(model, 2).run(PrefixStage(model, 2).run(synthetic_frame(model.spec, 0)))
+    assert traj.points.shape == (model.spec.num_waypoints, 5)
+    times = [w.time_from_start for w in traj.waypoints]
+    assert times == pytest.approx([model.spec.waypoint_dt_s * (i + 1) for i in range(model.spec.num_waypoints)])
+    assert traj.partition == 2
+
+
+@pytest.mark.parametrize("preset,partition", [("orion-like", 16), ("minddrive-like", 18), ("tiny", 0), ("tiny", 4)])
+def test_stage_bytes_add_up(preset, partition):
+    model = load_vla(preset=preset, shapes_only=True)
+    report = partition_report(model, partition)
+    assert report["prefix_bytes"] + report["suffix_bytes"] == report["total_bytes"]
+    assert report["prefix_bytes"] > 0 and report["suffix_bytes"] > 0
+    assert report["prefix_params"] + report["suffix_params"] == report["total_params"]
+
+
+def test_shape_only_presets_are_never_materialised():
+    model = load_vla(preset="orion-like")
+    assert all(p.device.type == "meta" for p in model.parameters())
+    assert partition_report(model, 16)["total_params"] > 6e9  # a 7B-class model
+
+
+def test_orion_like_split_at_16_moves_about_half_the_llm_off_the_prefix():
+    model = load_vla(preset="orion-like").to(torch.float16)
+    small, mid = partition_report(model, 32), partition_report(model, 16)
+    assert mid["prefix_bytes"] < small["prefix_bytes"]
+    block_bytes = (small["prefix_bytes"] - mid["prefix_bytes"]) / 16
+    assert 350e6 < block_bytes < 450e6  # a 4096-wide Llama block in fp16 is ~405 MB
