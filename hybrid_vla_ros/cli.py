@@ -96,6 +96,19 @@ def cmd_run(args) -> int:
     return 0
 
 
+def cmd_bench(args) -> int:
+    from .engine.bench import headline, plot_bench, run_bench, write_report
+    model = model_from_args(args)
+    transports = tuple(t for t in args.transports.split(",") if t)
+    report = run_bench(model, placement_from_args(args), num_frames=args.frames, partition=args.partition,
+                       transports=transports, max_in_flight=args.max_in_flight, warmup=args.warmup)
+    write_report(report, args.json)
+    if args.plot:
+        plot_bench(report, args.plot)
+    print(json.dumps(headline(report), indent=2))
+    return 0
+
+
 def cmd_export(args) -> int:
     model = model_from_args(args)
     path = save_checkpoint(model, args.out)
@@ -127,6 +140,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--frames", type=int, default=5)
     p.add_argument("--threads", type=int, default=0)
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("bench", help="native vs serial vs pipelined (each transport), one run, JSON + plot")
+    add_model_args(p, default_preset="bench"); add_placement_args(p)
+    p.add_argument("--partition", type=int, default=None, help="default: balanced from a quick profile")
+    p.add_argument("--frames", type=int, default=24)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--max-in-flight", type=int, default=2)
+    p.add_argument("--transports", default="inproc,shm,serialized")
+    p.add_argument("--json", default=None, help="write the full report (with per-frame timelines) here")
+    p.add_argument("--plot", default=None, help="write the timeline/period PNG here")
+    p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("export", help="write a preset's weights as a local safetensors checkpoint")
     add_model_args(p)

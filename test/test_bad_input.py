@@ -76,7 +76,7 @@ def _state(tiny, partition=2):
 
 
 def test_boundary_state_from_another_partition_is_refused(tiny):
-    with pytest.raises(InputError, match="computed at partition 1, this suffix runs from block 2"):
+    with pytest.raises(InputError, match=r"computed at partition 1, this suffix runs from block 2 \(dynamic zone \[2, 2\]\)"):
         SuffixStage(tiny, 2).run(_state(tiny, 1))
 
 

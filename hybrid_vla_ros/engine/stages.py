@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import time
 
 import torch
@@ -24,29 +25,36 @@ def check_partition(partition, num_blocks: int, where: str = "partition") -> int
     return partition
 
 
-def run_blocks(decoder, hidden: torch.Tensor, position_ids: torch.Tensor, attention_mask: torch.Tensor,
-               blocks: range) -> torch.Tensor:
-    """Run decoder.layers[blocks] on hidden (B, S, H). Mask and rotary cos/sin are rebuilt from the
+def run_blocks(decoder, blocks, hidden: torch.Tensor, position_ids: torch.Tensor,
+               attention_mask: torch.Tensor) -> torch.Tensor:
+    """Run the given decoder blocks on hidden (B, S, H). Mask and rotary cos/sin are rebuilt from the
     2-D mask and the position ids, so either side of the cut can call this with the same inputs."""
     if len(blocks) == 0:
         return hidden
     mask = create_causal_mask(config=decoder.config, inputs_embeds=hidden, attention_mask=attention_mask,
                               cache=None, position_ids=None)
     position_embeddings = decoder.rotary_emb(hidden, position_ids)  # cos, sin: (B, S, head_dim)
-    for index in blocks:
-        hidden = decoder.layers[index](hidden, attention_mask=mask, position_embeddings=position_embeddings,
-                                       position_ids=None)
+    for block in blocks:
+        hidden = block(hidden, attention_mask=mask, position_embeddings=position_embeddings, position_ids=None)
     return hidden
 
 
+def check_zone(zone, partition: int, num_blocks: int) -> tuple[int, int]:
+    """The dynamic zone [lo, hi]: blocks lo..hi-1 are resident on both sides; partition must lie inside."""
+    lo, hi = zone if zone is not None else (partition, partition)
+    check_partition(lo, num_blocks, "dynamic zone start")
+    check_partition(hi, num_blocks, "dynamic zone end")
+    expect(lo <= hi, ConfigError, f"dynamic zone [{lo}, {hi}]: start must not exceed end")
+    expect(lo <= partition <= hi, ConfigError, f"partition {partition} lies outside the dynamic zone [{lo}, {hi}]")
+    return lo, hi
+
+
 def prefix_modules(model: VLAModel, partition: int) -> list[torch.nn.Module]:
-    """What the prefix device holds: everything but the suffix's blocks, the final norm and the head."""
+    """What the prefix device holds: vision, embeddings, rotary tables and blocks [0, partition)."""
     decoder = model.decoder
-    suffix = set(map(id, suffix_modules(model, partition)))
     owned = [m for name, m in model.backbone.named_children() if m is not decoder]
     owned += [m for name, m in decoder.named_children() if name not in ("layers", "norm")]
-    owned += [layer for layer in decoder.layers[:partition]]
-    return [m for m in owned if id(m) not in suffix]
+    return owned + list(decoder.layers[:partition])
 
 
 def suffix_modules(model: VLAModel, partition: int) -> list[torch.nn.Module]:
@@ -75,21 +83,21 @@ def partition_report(model: VLAModel, partition: int) -> dict:
 class PrefixStage:
     """Vision encoder + embeddings + blocks [0, p) on the prefix device."""
 
-    def __init__(self, model: VLAModel, partition: int, placement: Placement = Placement()):
+    def __init__(self, model: VLAModel, partition: int, placement: Placement = Placement(),
+                 zone: tuple[int, int] | None = None):
         self.model, self.placement = model, placement
         self.partition = check_partition(partition, model.num_blocks, "prefix partition")
-        for module in prefix_modules(model, self.partition):
+        self.zone = check_zone(zone, self.partition, model.num_blocks)
+        for module in prefix_modules(model, self.zone[1]):  # blocks [0, zone end) resident here
             placement.place_prefix_module(module)
-        self.seq_len = sequence_length(model.spec.num_cameras, model.family.image_tokens_per_camera(model.spec),
-                                       model.spec.text_tokens)
+        self.blocks = list(model.decoder.layers[:self.zone[1]])
 
     def set_partition(self, partition: int) -> None:
-        """Only valid for blocks already resident here (see the dynamic zone); never copies weights."""
+        """Move the cut inside the dynamic zone: an index change, never a weight copy."""
         check_partition(partition, self.model.num_blocks, "prefix partition")
-        for layer in self.model.decoder.layers[:partition]:
-            param = next(layer.parameters())
-            expect(param.device == self.placement.prefix_device and param.dtype == self.placement.prefix_dtype,
-                   ConfigError, f"prefix partition {partition}: block weights are not resident on the prefix device")
+        lo, hi = self.zone
+        expect(lo <= partition <= hi, ConfigError,
+               f"partition {partition} lies outside the dynamic zone [{lo}, {hi}] resident on the prefix device")
         self.partition = partition
 
     @torch.inference_mode()
@@ -109,10 +117,11 @@ class PrefixStage:
         position_ids = model.family.position_ids(model.backbone, input_ids, place.to_prefix(encoded.mm_token_type_ids),
                                                  pixels)                               # (3, 1, S) or (1, S)
         attention_mask = torch.ones_like(input_ids)                                    # (1, S)
-        hidden = run_blocks(decoder, embeds, position_ids, attention_mask, range(0, self.partition))
+        partition = self.partition  # read once: a concurrent set_partition applies from the next frame
+        hidden = run_blocks(decoder, self.blocks[:partition], embeds, position_ids, attention_mask)
         place.synchronize()
         return BoundaryState(hidden=hidden, position_ids=position_ids, attention_mask=attention_mask,
-                             partition=self.partition, seq=frame.seq, stamp_ns=frame.stamp_ns,
+                             partition=partition, seq=frame.seq, stamp_ns=frame.stamp_ns,
                              query_index=input_ids.shape[1] - 1,
                              timings={"prefix_ms": (time.perf_counter() - t0) * 1e3})
 
@@ -120,30 +129,45 @@ class PrefixStage:
 class SuffixStage:
     """Blocks [p, L) + final norm + action head on the CPU."""
 
-    def __init__(self, model: VLAModel, partition: int, placement: Placement = Placement()):
+    def __init__(self, model: VLAModel, partition: int, placement: Placement = Placement(),
+                 zone: tuple[int, int] | None = None):
         self.model, self.placement = model, placement
         self.partition = check_partition(partition, model.num_blocks, "suffix partition")
-        for module in suffix_modules(model, self.partition):
+        self.zone = lo, hi = check_zone(zone, self.partition, model.num_blocks)
+        layers = model.decoder.layers
+        shared_with_prefix = placement.prefix_device != placement.suffix_device or \
+            placement.prefix_dtype != placement.suffix_dtype
+        # Zone blocks [lo, hi) are resident on both sides: the suffix keeps its own copy when the prefix
+        # places them elsewhere (other device or dtype); on one device in one dtype they are shared.
+        self.blocks = {i: copy.deepcopy(layers[i]) if (i < hi and shared_with_prefix) else layers[i]
+                       for i in range(lo, model.num_blocks)}
+        for module in list(self.blocks.values()) + [model.decoder.norm, model.action_head]:
             placement.place_suffix_module(module)
         spec = model.spec
         self.seq_len = sequence_length(spec.num_cameras, model.family.image_tokens_per_camera(spec), spec.text_tokens)
         self.position_rows = 3 if spec.family.startswith("qwen") else 0
 
     def set_partition(self, partition: int) -> None:
+        """The partition the suffix expects by default; each state still runs from its own partition."""
         check_partition(partition, self.model.num_blocks, "suffix partition")
-        for layer in self.model.decoder.layers[partition:]:
-            param = next(layer.parameters())
-            expect(param.device == self.placement.suffix_device, ConfigError,
-                   f"suffix partition {partition}: block weights are not resident on the suffix device")
+        lo, hi = self.zone
+        expect(lo <= partition <= hi, ConfigError,
+               f"partition {partition} lies outside the dynamic zone [{lo}, {hi}] resident on the suffix")
         self.partition = partition
+
+    def resident_bytes(self) -> int:
+        modules = list(self.blocks.values()) + [self.model.decoder.norm, self.model.action_head]
+        return module_bytes(modules)[1]
 
     def expected_hidden_shape(self) -> tuple[int, int, int]:
         return (1, self.seq_len, self.model.spec.hidden_size)
 
     def validate(self, state: BoundaryState) -> None:
         where = f"boundary state of frame {state.seq}"
-        expect(state.partition == self.partition, InputError,
-               f"{where}: computed at partition {state.partition}, this suffix runs from block {self.partition}")
+        lo, hi = self.zone
+        expect(isinstance(state.partition, int) and lo <= state.partition <= hi, InputError,
+               f"{where}: computed at partition {state.partition}, this suffix runs from block "
+               f"{lo if lo == hi else f'{lo}..{hi}'} (dynamic zone [{lo}, {hi}])")
         expect(tuple(state.hidden.shape) == self.expected_hidden_shape(), InputError,
                f"{where}: hidden shape {tuple(state.hidden.shape)}, expected {self.expected_hidden_shape()} "
                f"(batch, tokens, hidden of model '{self.model.spec.name}')")
@@ -169,8 +193,8 @@ class SuffixStage:
         hidden = state.hidden.to(place.suffix_device, place.suffix_dtype)               # (1, S, H)
         position_ids = state.position_ids.to(place.suffix_device)
         attention_mask = state.attention_mask.to(place.suffix_device)
-        hidden = run_blocks(model.decoder, hidden, position_ids, attention_mask,
-                            range(self.partition, model.num_blocks))
+        blocks = [self.blocks[i] for i in range(state.partition, model.num_blocks)]  # exactly what the prefix skipped
+        hidden = run_blocks(model.decoder, blocks, hidden, position_ids, attention_mask)
         hidden = model.decoder.norm(hidden)                                            # (1, S, H)
         raw = model.action_head(hidden[:, state.query_index])                          # (1, N, 4)
         points = waypoints_from_head(raw.float(), model.spec.waypoint_dt_s)            # (1, N, 5)

@@ -83,7 +83,7 @@ _TINY = dict(num_blocks=4, hidden_size=64, num_heads=4, num_kv_heads=2, intermed
              image_height=56, image_width=56, num_cameras=2, text_tokens=12, head_hidden=32)
 
 # bench: one frame costs a few hundred ms on one core here (see docs/BENCHMARKS.md).
-_BENCH = dict(num_blocks=8, hidden_size=768, num_heads=12, num_kv_heads=4, intermediate_size=2048,
+_BENCH = dict(num_blocks=16, hidden_size=576, num_heads=9, num_kv_heads=3, intermediate_size=1536,
               vision_depth=2, vision_hidden=192, vision_heads=3, vision_intermediate=384,
               image_height=112, image_width=112, num_cameras=6, text_tokens=32, head_hidden=256)
 

@@ -1,0 +1,197 @@
+"""Boundary transports and the wire format: round trips, and every decoder check."""
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from hybrid_vla_ros.engine import codec
+from hybrid_vla_ros.engine.transport import (SHM_DIR, InProcessTransport, SharedMemoryRing, SharedMemoryTransport,
+                                              SlotDescriptor, choose_transport, reclaim_stale_segments)
+from hybrid_vla_ros.engine.types import BoundaryState
+from hybrid_vla_ros.errors import InputError
+
+
+def make_state(seq=0, partition=3, dtype=torch.float32, tokens=10, hidden=8):
+    return BoundaryState(hidden=torch.randn(1, tokens, hidden).to(dtype),
+                         position_ids=torch.arange(3 * tokens).view(3, 1, tokens),
+                         attention_mask=torch.ones(1, tokens, dtype=torch.long), partition=partition, seq=seq,
+                         stamp_ns=1_700_000_000_000_000_000 + seq, query_index=tokens - 1)
+
+
+def assert_same(a, b):
+    assert torch.equal(a.hidden, b.hidden) and a.hidden.dtype == b.hidden.dtype
+    assert torch.equal(a.position_ids, b.position_ids) and torch.equal(a.attention_mask, b.attention_mask)
+    assert (a.partition, a.seq, a.stamp_ns, a.query_index) == (b.partition, b.seq, b.stamp_ns, b.query_index)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_codec_round_trip_keeps_dtype_shape_and_metadata(dtype):
+    state = make_state(dtype=dtype)
+    data = codec.encode(state)
+    assert len(data) == codec.encoded_size(state)
+    assert_same(state, codec.decode(data))
+
+
+def test_codec_rejects_foreign_bytes_and_other_versions():
+    data = bytearray(codec.encode(make_state()))
+    with pytest.raises(InputError, match=r"magic b'XXXX', expected b'HVLB'"):
+        codec.decode(b"XXXX" + bytes(data[4:]))
+    data[4] = 9
+    with pytest.raises(InputError, match="version 9, this decoder reads version 1"):
+        codec.decode(bytes(data))
+    with pytest.raises(InputError, match="shorter than the"):
+        codec.decode(b"HV")
+
+
+def test_codec_rejects_truncated_and_padded_payloads():
+    data = codec.encode(make_state())
+    with pytest.raises(InputError, match="truncated"):
+        codec.decode(data[:-5])
+    with pytest.raises(InputError, match="3 trailing bytes"):
+        codec.decode(data + b"abc")
+
+
+def test_codec_rejects_unknown_dtype_and_size_mismatch():
+    data = bytearray(codec.encode(make_state()))
+    first_tensor = codec.HEADER.size
+    bad = bytearray(data)
+    bad[first_tensor] = 99
+    with pytest.raises(InputError, match="tensor 'hidden' has unknown dtype code 99"):
+        codec.decode(bytes(bad))
+    bad = bytearray(data)
+    bad[first_tensor + 2] = 11  # first dim 1 -> 11: shape no longer matches the declared byte count
+    with pytest.raises(InputError, match=r"tensor 'hidden' declares 320 bytes, shape \(11, 10, 8\)"):
+        codec.decode(bytes(bad))
+
+
+def test_in_process_transport_hands_over_the_same_object():
+    transport = InProcessTransport()
+    state = make_state()
+    handle = transport.send(state)
+    assert isinstance(handle, int)
+    assert transport.receive(handle) is state
+    with pytest.raises(InputError, match=f"handle {handle}: unknown or already taken"):
+        transport.receive(handle)
+
+
+def test_shm_ring_round_trip_permissions_and_cleanup():
+    transport = SharedMemoryTransport(slots=2)
+    for seq in range(5):
+        state = make_state(seq=seq, dtype=torch.bfloat16)
+        assert_same(state, transport.receive(transport.send(state)))
+    path = transport.ring.path
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert path.name.startswith(f"hvla_{os.getpid()}_")
+    transport.close()
+    assert not path.exists()
+
+
+def test_shm_ring_back_pressure_when_the_reader_stalls():
+    ring = SharedMemoryRing.create("bp", slots=2, slot_capacity=codec.encoded_size(make_state()))
+    try:
+        ring.write(make_state(0)), ring.write(make_state(1))
+        assert ring.free_slots() == 0
+        with pytest.raises(TimeoutError, match="no free slot within 0.1 s"):
+            ring.write(make_state(2), timeout_s=0.1)
+    finally:
+        ring.close()
+
+
+def test_shm_ring_rejects_foreign_and_mismatched_descriptors():
+    ring = SharedMemoryRing.create("foreign", slots=2, slot_capacity=codec.encoded_size(make_state()))
+    try:
+        desc = ring.write(make_state(seq=4))
+        foreign = SlotDescriptor(desc.segment, desc.ring_id + 1, desc.slot, desc.epoch, desc.seq, desc.length)
+        with pytest.raises(InputError, match="foreign slot"):
+            ring.read(foreign)
+        stale = SlotDescriptor(desc.segment, desc.ring_id, desc.slot, desc.epoch, 3, desc.length)
+        with pytest.raises(InputError, match="holds frame 4 partition 3 .* descriptor says frame 3"):
+            ring.read(stale)
+        assert ring.read(desc).seq == 4  # the rejected descriptors did not consume the real frame
+        with pytest.raises(InputError, match="slot descriptor: magic"):
+            SlotDescriptor.unpack(desc.segment, b"\0" * 40)
+    finally:
+        ring.close()
+
+
+def test_shm_ring_rejects_a_corrupted_slot_and_frees_it():
+    ring = SharedMemoryRing.create("corrupt", slots=1, slot_capacity=codec.encoded_size(make_state()))
+    try:
+        desc = ring.write(make_state(seq=1))
+        payload = 64 + 64  # ring header + slot header
+        ring._mm[payload:payload + 4] = b"JUNK"
+        with pytest.raises(InputError, match="magic b'JUNK'"):
+            ring.read(desc)
+        assert ring.free_slots() == 1
+        assert ring.read(ring.write(make_state(seq=2))).seq == 2
+    finally:
+        ring.close()
+
+
+def test_attach_to_missing_or_foreign_segment_is_refused(tmp_path):
+    with pytest.raises(InputError, match="does not exist"):
+        SharedMemoryRing.attach("hvla_1_nothing_here")
+    with pytest.raises(InputError, match="not a hybrid_vla_ros ring name"):
+        SharedMemoryRing.attach("../etc/passwd")
+
+
+CHILD = textwrap.dedent("""
+    import sys, time, torch
+    from hybrid_vla_ros.engine.transport import SharedMemoryTransport
+    from hybrid_vla_ros.engine.types import BoundaryState
+    t = SharedMemoryTransport(slots=2)
+    state = BoundaryState(hidden=torch.full((1, 4, 8), 7.0), position_ids=torch.arange(4).view(1, 4),
+                          attention_mask=torch.ones(1, 4, dtype=torch.long), partition=2, seq=42)
+    segment, packed = t.send(state)
+    print(segment, packed.hex(), flush=True)
+    if sys.argv[1] == "hang":
+        time.sleep(60)
+    sys.stdin.readline()  # wait until the parent has read the slot
+""")
+
+
+def spawn_writer(mode):
+    return subprocess.Popen([sys.executable, "-c", CHILD, mode], stdout=subprocess.PIPE, stdin=subprocess.PIPE,
+                            text=True)
+
+
+def read_from_child(child):
+    segment, packed = child.stdout.readline().split()
+    reader = SharedMemoryRing.attach(segment)
+    try:
+        state = reader.read(SlotDescriptor.unpack(segment, bytes.fromhex(packed)))
+    finally:
+        reader.close()
+    return segment, state
+
+
+def test_cross_process_handover_and_removal_on_normal_exit():
+    child = spawn_writer("exit")
+    segment, state = read_from_child(child)
+    assert state.seq == 42 and state.partition == 2 and torch.all(state.hidden == 7.0)
+    child.communicate("done\n", timeout=30)
+    assert child.returncode == 0
+    assert not (SHM_DIR / segment).exists()
+
+
+def test_segments_of_a_killed_writer_are_reclaimed():
+    child = spawn_writer("hang")
+    segment, state = read_from_child(child)
+    assert state.seq == 42
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=30)
+    assert (SHM_DIR / segment).exists()  # a SIGKILL leaves it behind ...
+    assert segment in reclaim_stale_segments()  # ... and the next ring (or this call) reclaims it
+    assert not (SHM_DIR / segment).exists()
+
+
+def test_transport_choice_follows_where_the_peer_runs():
+    assert choose_transport(same_process=True, same_host=True) == "inproc"
+    assert choose_transport(same_process=False, same_host=True) == "shm"
+    assert choose_transport(same_process=False, same_host=False) == "serialized"
