@@ -16,7 +16,7 @@ setup(
         (f"share/{PACKAGE}/launch", glob("launch/*.py")),
         (f"share/{PACKAGE}/config", glob("config/*.yaml") + glob("config/*.json")),
     ],
-    package_data={PACKAGE: ["data/*", "schema/*.json"]},
+    package_data={PACKAGE: ["data/sample_drive/*"]},
     include_package_data=True,
     install_requires=["setuptools", "numpy", "pyyaml", "safetensors", "transformers>=5.0", "torch",
                       "matplotlib", "rosbags", "jsonschema", "psutil"],
@@ -29,6 +29,9 @@ setup(
     entry_points={
         "console_scripts": [
             "hybrid-vla = hybrid_vla_ros.cli:main",
+            "hybrid_vla_prefix = hybrid_vla_ros.ros.bringup:prefix_main",
+            "hybrid_vla_suffix = hybrid_vla_ros.ros.bringup:suffix_main",
+            "hybrid_vla_scheduler = hybrid_vla_ros.ros.bringup:scheduler_main",
         ],
     },
 )

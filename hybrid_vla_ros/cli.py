@@ -7,6 +7,7 @@ import json
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -75,6 +76,11 @@ def cmd_info(args) -> int:
 
 
 def cmd_run(args) -> int:
+    if args.config or args.graph:
+        from .ros.bringup import graph_params, run_in_process, run_processes
+        if args.processes:
+            return run_processes(args.config)
+        return run_in_process(graph_params(args.config))
     model = model_from_args(args)
     placement = placement_from_args(args)
     partition = check_partition(args.partition if args.partition is not None else model.num_blocks // 2,
@@ -109,6 +115,87 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_demo(args) -> int:
+    from .ros.demo import SAMPLE_DRIVE, run_demo
+    summary = run_demo(args.out, bag=args.bag or SAMPLE_DRIVE, config=args.config, rate=args.rate,
+                       storage=args.storage, processes=args.processes)
+    shown = {k: v for k, v in summary.items() if k != "partition_over_time"}
+    shown["partition_changes"] = [pt for i, pt in enumerate(summary["partition_over_time"])
+                                  if i == 0 or pt[1] != summary["partition_over_time"][i - 1][1]]
+    print(json.dumps(shown, indent=2))
+    return 0 if summary["trajectories"] > 0 else 1
+
+
+def _with_node(fn):
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.node import Node
+    rclpy.init()
+    node = Node("hybrid_vla_bag")
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    try:
+        return fn(node, lambda t: executor.spin_once(timeout_sec=t))
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+
+
+def cmd_record(args) -> int:
+    from .ros.bag import Recorder
+    topics = dict(t.split(":", 1) for t in args.topics)
+
+    def record(node, spin):
+        recorder = Recorder(node, args.out, topics, args.storage)
+        end = time.monotonic() + args.duration
+        try:
+            while time.monotonic() < end:
+                spin(0.05)
+        finally:
+            print(json.dumps({"bag": args.out, "messages": recorder.close()}))
+        return 0
+    return _with_node(record)
+
+
+def cmd_replay(args) -> int:
+    from .ros.bag import Replayer
+
+    def replay(node, spin):
+        replayer = Replayer(node, args.bag)
+        replayer.wait_for_subscribers(5.0, spin)
+        frames = replayer.run(spin, answered=lambda: 0, rate=args.rate) if args.rate > 0 else \
+            replayer.run(spin, answered=lambda: 1 << 30, rate=0.0)
+        print(json.dumps({"bag": args.bag, "frames": frames, "topics": replayer.topics()}))
+        return 0
+    return _with_node(replay)
+
+
+def cmd_make_sample_drive(args) -> int:
+    import yaml
+    from .ros.bringup import config_dir
+    from .ros.demo import write_sample_drive
+    topics = yaml.safe_load((config_dir() / "hybrid_vla_prefix.param.yaml").read_text())["/**"]["ros__parameters"]["camera_topics"]
+    spec = PRESETS[args.preset]
+    topics = topics if len(topics) == spec.num_cameras else [f"/sensing/camera/camera{i}/image_rect_color/compressed"
+                                                            for i in range(spec.num_cameras)]
+    path = write_sample_drive(args.out, args.preset, topics, args.frames, args.rate_hz, args.storage)
+    print(f"wrote {args.frames} frames x {spec.num_cameras} cameras to {path}")
+    return 0
+
+
+def cmd_schema(args) -> int:
+    from .ros.params import NODE_PARAMS, node_schema
+    for node in NODE_PARAMS:
+        text = json.dumps(node_schema(node), indent=2) + "\n"
+        if args.out:
+            Path(args.out, f"{node}.schema.json").write_text(text)
+        else:
+            print(text)
+    return 0
+
+
 def cmd_export(args) -> int:
     model = model_from_args(args)
     path = save_checkpoint(model, args.out)
@@ -139,7 +226,43 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--partition", type=int, default=None)
     p.add_argument("--frames", type=int, default=5)
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--config", default=None, help="start the ROS graph from this params YAML (keys = node names)")
+    p.add_argument("--graph", action="store_true", help="start the ROS graph from the package's config/ files")
+    p.add_argument("--processes", action="store_true", help="graph as separate processes (suffix pinned)")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("demo", help="graph + sample drive replay + trajectory bag + summary + PNG report")
+    p.add_argument("--out", default="out/demo")
+    p.add_argument("--bag", default=None, help="rosbag2 folder to replay (default: the shipped sample drive)")
+    p.add_argument("--config", default=None)
+    p.add_argument("--rate", type=float, default=0.0, help="0: as fast as the graph takes it; 1: recorded rate")
+    p.add_argument("--storage", default="mcap", choices=("mcap", "sqlite3"))
+    p.add_argument("--processes", action="store_true")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("record", help="record topics to a rosbag2 folder")
+    p.add_argument("--out", required=True)
+    p.add_argument("--topics", nargs="+", required=True, help="TOPIC:TYPE, e.g. /a:nav_msgs/msg/Path")
+    p.add_argument("--duration", type=float, default=10.0)
+    p.add_argument("--storage", default="mcap", choices=("mcap", "sqlite3"))
+    p.set_defaults(func=cmd_record)
+
+    p = sub.add_parser("replay", help="publish a rosbag2 folder")
+    p.add_argument("bag")
+    p.add_argument("--rate", type=float, default=1.0, help="1: recorded rate, 2: twice as fast, ...")
+    p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("make-sample-drive", help="write a synthetic drive bag for a preset")
+    p.add_argument("--preset", default="bench")
+    p.add_argument("--out", required=True)
+    p.add_argument("--frames", type=int, default=40)
+    p.add_argument("--rate-hz", type=float, default=10.0)
+    p.add_argument("--storage", default="mcap", choices=("mcap", "sqlite3"))
+    p.set_defaults(func=cmd_make_sample_drive)
+
+    p = sub.add_parser("schema", help="write the JSON schema of each node's parameters")
+    p.add_argument("--out", default=None, help="directory (default: print)")
+    p.set_defaults(func=cmd_schema)
 
     p = sub.add_parser("bench", help="native vs serial vs pipelined (each transport), one run, JSON + plot")
     add_model_args(p, default_preset="bench"); add_placement_args(p)

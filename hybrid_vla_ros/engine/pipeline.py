@@ -101,7 +101,7 @@ def _ema(previous: float, sample: float, weight: float = 0.3) -> float:
     return sample if previous == 0.0 else (1 - weight) * previous + weight * sample
 
 
-class _Mailbox:
+class Mailbox:
     """The input buffer. latest: capacity 1, newest wins. lossless: bounded FIFO, put blocks."""
 
     def __init__(self, policy: str, capacity: int):
@@ -148,7 +148,7 @@ class Pipeline:
         self.prefix, self.suffix, self.config, self.source = prefix, suffix, config, source
         self.transport = make_transport(config.transport, slots=config.max_in_flight)
         self.stats = PipelineStats()
-        self._inbox = _Mailbox(config.policy, config.max_in_flight)
+        self._inbox = Mailbox(config.policy, config.max_in_flight)
         self._handover: queue.Queue = queue.Queue()
         self._results: queue.Queue = queue.Queue()
         self._in_flight = threading.BoundedSemaphore(config.max_in_flight)

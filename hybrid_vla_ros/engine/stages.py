@@ -135,11 +135,19 @@ class SuffixStage:
         self.partition = check_partition(partition, model.num_blocks, "suffix partition")
         self.zone = lo, hi = check_zone(zone, self.partition, model.num_blocks)
         layers = model.decoder.layers
-        shared_with_prefix = placement.prefix_device != placement.suffix_device or \
+        placed_apart = placement.prefix_device != placement.suffix_device or \
             placement.prefix_dtype != placement.suffix_dtype
-        # Zone blocks [lo, hi) are resident on both sides: the suffix keeps its own copy when the prefix
-        # places them elsewhere (other device or dtype); on one device in one dtype they are shared.
-        self.blocks = {i: copy.deepcopy(layers[i]) if (i < hi and shared_with_prefix) else layers[i]
+
+        def needs_own_copy(i: int) -> bool:
+            # Zone blocks [lo, hi) are resident on both sides: the suffix keeps its own copy when the prefix
+            # places them elsewhere (other device or dtype); on one device in one dtype they are shared.
+            if i >= hi:
+                return False
+            weight = next(layers[i].parameters())
+            moved = weight.device != placement.suffix_device or weight.dtype != placement.suffix_dtype
+            return placed_apart or moved
+
+        self.blocks = {i: copy.deepcopy(layers[i]) if needs_own_copy(i) else layers[i]
                        for i in range(lo, model.num_blocks)}
         for module in list(self.blocks.values()) + [model.decoder.norm, model.action_head]:
             placement.place_suffix_module(module)

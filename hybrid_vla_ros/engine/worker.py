@@ -1,0 +1,122 @@
+"""A stage worker: one pinned thread applying a handler to items from a mailbox (ROS-free).
+
+The ROS nodes use it so that subscription callbacks only enqueue, while the compute runs on the stage's own
+cores; `latest` drops (and counts) a waiting item when a newer one arrives, `lossless` queues.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+from .cpu import pin_current_thread
+from .pipeline import _STOP, Mailbox
+
+OK, WARN, ERROR = 0, 1, 2
+LEVEL_NAMES = {OK: "OK", WARN: "WARN", ERROR: "ERROR"}
+
+
+@dataclass
+class StageHealth:
+    """Counters and levels behind a node's /diagnostics: stage time, period, backlog, drops, rejections."""
+    warn_ms: float = 500.0
+    error_after: int = 10
+    processed: int = 0
+    dropped: int = 0
+    failed: int = 0
+    rejected: Counter = field(default_factory=Counter)
+    times_ms: deque = field(default_factory=lambda: deque(maxlen=100))
+    ends: deque = field(default_factory=lambda: deque(maxlen=100))
+    consecutive_slow: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record(self, ms: float) -> None:
+        with self.lock:
+            self.processed += 1
+            self.times_ms.append(ms)
+            self.ends.append(time.monotonic())
+            self.consecutive_slow = self.consecutive_slow + 1 if ms > self.warn_ms else 0
+
+    def reject(self, reason: str) -> None:
+        with self.lock:
+            self.rejected[reason] += 1
+
+    def stage_ms(self) -> float:
+        with self.lock:
+            return sorted(self.times_ms)[len(self.times_ms) // 2] if self.times_ms else 0.0
+
+    def period_ms(self) -> float:
+        with self.lock:
+            ends = list(self.ends)
+        gaps = sorted(b - a for a, b in zip(ends, ends[1:]))
+        return gaps[len(gaps) // 2] * 1e3 if gaps else 0.0
+
+    def time_level(self) -> int:
+        if self.consecutive_slow >= self.error_after:
+            return ERROR
+        return WARN if self.consecutive_slow > 0 else OK
+
+    def checks(self, backlog: int) -> list[tuple[str, int, str, dict]]:
+        """(check name, level, message, key values) for each diagnostic status."""
+        stage, period = self.stage_ms(), self.period_ms()
+        level = self.time_level()
+        with self.lock:
+            rejected = dict(self.rejected)
+            counts = {"processed": self.processed, "dropped": self.dropped, "failed": self.failed}
+        time_msg = {OK: "within threshold", WARN: f"above {self.warn_ms} ms",
+                    ERROR: f"above {self.warn_ms} ms for {self.consecutive_slow} frames"}[level]
+        return [
+            ("processing_time", level, time_msg, {"stage_time_ms": f"{stage:.3f}", "warn_ms": f"{self.warn_ms}"}),
+            ("period", OK, "median interval between outputs", {"period_ms": f"{period:.3f}"}),
+            ("backlog", OK if backlog <= 1 else WARN, f"{backlog} waiting", {"backlog": str(backlog)}),
+            ("drops", OK if not counts["dropped"] else WARN, f"{counts['dropped']} dropped",
+             {k: str(v) for k, v in counts.items()}),
+            ("rejected_inputs", OK if not rejected else WARN, f"{sum(rejected.values())} rejected",
+             {"rejected": str(sum(rejected.values())), **{f"rejected.{k}": str(v) for k, v in rejected.items()}}),
+        ]
+
+
+class StageWorker:
+    def __init__(self, name: str, handler, policy: str = "lossless", capacity: int = 16,
+                 cores: list[int] | None = None, threads: int | None = None, health: StageHealth | None = None):
+        self.name, self.handler = name, handler
+        self.cores, self.threads = cores, threads
+        self.health = health or StageHealth()
+        self._mailbox = Mailbox(policy, capacity)
+        self._thread = threading.Thread(target=self._loop, name=f"hvla-{name}", daemon=True)
+        self.busy = False
+
+    def start(self) -> "StageWorker":
+        self._thread.start()
+        return self
+
+    def submit(self, item, timeout_s: float = 30.0) -> bool:
+        """False when the item displaced a waiting one (which is counted as dropped)."""
+        displaced = self._mailbox.put(item, timeout_s)
+        if displaced is not None:
+            with self.health.lock:
+                self.health.dropped += 1
+            return False
+        return True
+
+    def backlog(self) -> int:
+        with self._mailbox.cond:
+            return len(self._mailbox.items) + (1 if self.busy else 0)
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        self._mailbox.close()
+        self._thread.join(timeout_s)
+
+    def _loop(self) -> None:
+        pin_current_thread(self.cores, self.threads)
+        while True:
+            item = self._mailbox.take()
+            if item is _STOP:
+                return
+            self.busy = True
+            try:
+                self.handler(item)
+            finally:
+                self.busy = False

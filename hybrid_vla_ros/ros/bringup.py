@@ -1,0 +1,255 @@
+"""Start the three nodes without `ros2 launch`: in one process (one executor, zero-copy handover) or as
+separate processes (the suffix process pinned to its cores). Also the `ros2 run` entry points."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..engine.cpu import allowed_cores, split_cores
+from ..errors import ConfigError, expect
+from .params import NODE_PARAMS, load_node_params
+
+NODES = ("hybrid_vla_prefix", "hybrid_vla_suffix", "hybrid_vla_scheduler")
+SHORT = {"prefix": "hybrid_vla_prefix", "suffix": "hybrid_vla_suffix", "scheduler": "hybrid_vla_scheduler"}
+BOUNDARY_TOPIC = "/hybrid_vla/boundary_state"
+PARTITION_TOPIC = "/hybrid_vla/partition_point"
+TRAJECTORY_TOPIC = "/planning/hybrid_vla/trajectory"
+KINEMATIC_TOPIC = "/localization/kinematic_state"
+REMAPS = {
+    "hybrid_vla_prefix": {"~/output/boundary_state": BOUNDARY_TOPIC, "~/input/partition_point": PARTITION_TOPIC,
+                          "~/input/kinematic_state": KINEMATIC_TOPIC},
+    "hybrid_vla_suffix": {"~/input/boundary_state": BOUNDARY_TOPIC, "~/output/trajectory": TRAJECTORY_TOPIC},
+    "hybrid_vla_scheduler": {"~/output/partition_point": PARTITION_TOPIC},
+}
+
+
+GIL_SWITCH_INTERVAL_S = 0.0005
+
+
+def tune_interpreter() -> None:
+    """Stage workers need the GIL back quickly between torch ops while executor threads run Python: with
+    the default 5 ms switch interval a busy executor stretched a 130 ms prefix to 0.5-2.2 s here."""
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+
+
+def config_dir() -> Path:
+    """The package's config/: the ament share directory on a ROS install, else the source tree."""
+    try:
+        from ament_index_python.packages import PackageNotFoundError, get_package_share_directory
+        try:
+            shared = Path(get_package_share_directory("hybrid_vla_ros")) / "config"
+            if shared.is_dir():
+                return shared
+        except (PackageNotFoundError, OSError):  # OSError: no AMENT_PREFIX_PATH (pip install)
+            pass
+    except ImportError:
+        pass
+    return Path(__file__).resolve().parents[2] / "config"
+
+
+def graph_params(config: str | None = None, overrides: dict | None = None) -> dict[str, dict]:
+    """node -> flat parameter values, from a combined YAML (keys = node names) or the per-node files."""
+    params = {}
+    for node in NODES:
+        source = config or str(config_dir() / f"{node}.param.yaml")
+        params[node] = load_node_params(source, node)
+        params[node].update((overrides or {}).get(node, {}))
+    prefix, suffix = params["hybrid_vla_prefix"], params["hybrid_vla_suffix"]
+    if not prefix["cores"] and not suffix["cores"] and suffix["numa_node"] < 0 and len(allowed_cores()) >= 2:
+        # Disjoint core sets by default: without a GPU this is the stand-in for "GPU + CPU".
+        prefix["cores"], suffix["cores"] = split_cores(allowed_cores(), 2)
+    return params
+
+
+def to_ros_parameters(node: str, values: dict):
+    from rclpy.parameter import Parameter
+    from .common import PARAM_TYPES
+    specs = {p.name: p for p in NODE_PARAMS[node]}
+    return [Parameter(name, PARAM_TYPES[specs[name].type], value) for name, value in values.items()]
+
+
+def remap_args(node: str) -> list[str]:
+    args = ["--ros-args"]
+    for src, dst in REMAPS[node].items():
+        args += ["-r", f"{src}:={dst}"]
+    return args
+
+
+def make_node(node: str, values: dict, context=None):
+    from .prefix_node import PrefixNode
+    from .scheduler_node import SchedulerNode
+    from .suffix_node import SuffixNode
+    cls = {"hybrid_vla_prefix": PrefixNode, "hybrid_vla_suffix": SuffixNode, "hybrid_vla_scheduler": SchedulerNode}[node]
+    return cls(context=context, cli_args=remap_args(node), parameter_overrides=to_ros_parameters(node, values))
+
+
+class InProcessGraph:
+    """The three nodes in one process on one multi-threaded executor (stage compute runs on the nodes'
+    own pinned worker threads; the executor threads only move messages)."""
+
+    def __init__(self, params: dict[str, dict], context=None, activate_scheduler: bool = True):
+        import rclpy
+        from rclpy.executors import MultiThreadedExecutor
+        tune_interpreter()
+        self.context = context
+        self.nodes = {}
+        for node in NODES:  # prefix first: it places shared blocks before the suffix decides on copies
+            self.nodes[node] = make_node(node, params[node], context)
+        self.executor = MultiThreadedExecutor(num_threads=4, context=context)
+        for n in self.nodes.values():
+            self.executor.add_node(n)
+        if activate_scheduler:
+            scheduler = self.nodes["hybrid_vla_scheduler"]
+            scheduler.trigger_configure()
+            scheduler.trigger_activate()
+        self._rclpy = rclpy
+
+    def spin_once(self, timeout_sec: float = 0.05) -> None:
+        self.executor.spin_once(timeout_sec=timeout_sec)
+
+    def shutdown(self) -> None:
+        for n in self.nodes.values():
+            self.executor.remove_node(n)
+            n.destroy_node()
+        self.executor.shutdown()
+
+
+def run_in_process(params: dict[str, dict]) -> int:
+    import rclpy
+    rclpy.init()
+    graph = InProcessGraph(params)
+    try:
+        graph.executor.spin()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        graph.shutdown()
+        if rclpy.ok():
+            rclpy.shutdown()
+    return 0
+
+
+def spawn_processes(config: str | None, env: dict | None = None) -> list[subprocess.Popen]:
+    """One OS process per node; the suffix process is pinned to the suffix cores before it starts."""
+    params = graph_params(config)
+    procs = []
+    for node in NODES:
+        cmd = [sys.executable, "-m", "hybrid_vla_ros.ros.bringup", "--node", node]
+        if config:
+            cmd += ["--config", config]
+        cores = params[node].get("cores") if node != "hybrid_vla_scheduler" else None
+        if cores:
+            cmd += ["--pin", ",".join(map(str, cores))]
+        procs.append(subprocess.Popen(cmd, env={**os.environ, **(env or {})}))
+    return procs
+
+
+def stop_processes(procs: list[subprocess.Popen], timeout_s: float = 10.0) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+    deadline = time.monotonic() + timeout_s
+    for proc in procs:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def run_processes(config: str | None) -> int:
+    procs = spawn_processes(config)
+    try:
+        while all(p.poll() is None for p in procs):
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop_processes(procs)
+    return max((p.returncode or 0) for p in procs)
+
+
+def run_single_node(node: str, config: str | None, pin: list[int] | None) -> int:
+    """Child of `--processes`: one node, its own process. SIGINT stops it cleanly."""
+    import rclpy
+    from rclpy.executors import MultiThreadedExecutor
+    tune_interpreter()
+    if pin:
+        os.sched_setaffinity(0, set(pin))
+    params = graph_params(config)[node]
+    expect(node != "hybrid_vla_prefix" or params["boundary_transport"] != "inproc", ConfigError,
+           "boundary_transport=inproc cannot cross processes; use auto, shm or inline")
+    rclpy.init()
+    n = make_node(node, params)
+    executor = MultiThreadedExecutor(num_threads=2)
+    executor.add_node(n)
+    if node == "hybrid_vla_scheduler":
+        n.trigger_configure()
+        n.trigger_activate()
+    try:
+        executor.spin()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        executor.remove_node(n)
+        n.destroy_node()
+        executor.shutdown()
+        if rclpy.ok():
+            rclpy.shutdown()
+    return 0
+
+
+def _ros2_run(node: str) -> int:
+    """`ros2 run hybrid_vla_ros <node> --ros-args --params-file ...`: plain rclpy arguments."""
+    import rclpy
+    from rclpy.executors import MultiThreadedExecutor
+    tune_interpreter()
+    rclpy.init(args=sys.argv)
+    from .prefix_node import PrefixNode
+    from .scheduler_node import SchedulerNode
+    from .suffix_node import SuffixNode
+    n = {"hybrid_vla_prefix": PrefixNode, "hybrid_vla_suffix": SuffixNode, "hybrid_vla_scheduler": SchedulerNode}[node]()
+    executor = MultiThreadedExecutor(num_threads=2)
+    executor.add_node(n)
+    try:
+        executor.spin()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        n.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()
+    return 0
+
+
+def prefix_main() -> int:
+    return _ros2_run("hybrid_vla_prefix")
+
+
+def suffix_main() -> int:
+    return _ros2_run("hybrid_vla_suffix")
+
+
+def scheduler_main() -> int:
+    return _ros2_run("hybrid_vla_scheduler")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="run one hybrid_vla_ros node (child of --processes)")
+    parser.add_argument("--node", required=True, choices=NODES)
+    parser.add_argument("--config", default=None)
+    parser.add_argument("--pin", default="")
+    args = parser.parse_args(argv)
+    pin = [int(c) for c in args.pin.split(",") if c]
+    expect(all(c in allowed_cores() for c in pin), ConfigError, f"--pin {pin}: not all cores are allowed here")
+    return run_single_node(args.node, args.config, pin)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""Shared by the three nodes: typed parameter declaration from the table, run-time validation,
+/diagnostics publishing, and one model per process (prefix and suffix in one process share weights)."""
+
+from __future__ import annotations
+
+import threading
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor, SetParametersResult
+from rclpy.parameter import Parameter
+from std_msgs.msg import Float64
+
+from ..engine.worker import StageHealth
+from ..errors import ConfigError, HybridVLAError, expect
+from ..model.load import load_vla
+from .params import NODE_PARAMS
+
+PARAM_TYPES = {"int": Parameter.Type.INTEGER, "double": Parameter.Type.DOUBLE, "bool": Parameter.Type.BOOL,
+               "string": Parameter.Type.STRING, "int_array": Parameter.Type.INTEGER_ARRAY,
+               "string_array": Parameter.Type.STRING_ARRAY}
+
+_MODELS: dict = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def shared_model(preset: str, checkpoint: str):
+    """One VLAModel per (preset, checkpoint) per process: nodes in one process share its weights."""
+    key = (preset, checkpoint)
+    with _MODELS_LOCK:
+        if key not in _MODELS:
+            _MODELS[key] = load_vla(preset=None if checkpoint else preset, checkpoint=checkpoint or None)
+        return _MODELS[key]
+
+
+def descriptor(spec) -> ParameterDescriptor:
+    d = ParameterDescriptor(type=int(PARAM_TYPES[spec.type]), description=spec.description,
+                            read_only=not spec.dynamic)
+    if spec.choices:
+        d.additional_constraints = f"one of {list(spec.choices)}"
+    if spec.minimum is not None and spec.maximum is not None:
+        if spec.type.startswith("int"):
+            d.integer_range = [IntegerRange(from_value=int(spec.minimum), to_value=int(spec.maximum), step=0)]
+        elif spec.type == "double":
+            d.floating_point_range = [FloatingPointRange(from_value=float(spec.minimum),
+                                                         to_value=float(spec.maximum), step=0.0)]
+    return d
+
+
+class ParameterTable:
+    """Declares a node's parameters (typed, no defaults in code) and validates run-time changes."""
+
+    def __init__(self, node, node_name: str, extra_check=None, on_change=None, health: StageHealth | None = None):
+        self.node, self.specs = node, {p.name: p for p in NODE_PARAMS[node_name]}
+        self.extra_check, self.on_change, self.health = extra_check, on_change, health
+        for spec in self.specs.values():
+            node.declare_parameter(spec.name, PARAM_TYPES[spec.type], descriptor(spec))
+        missing = [n for n in self.specs if node.get_parameter(n).type_ == Parameter.Type.NOT_SET]
+        expect(not missing, ConfigError,
+               f"{node_name}: parameters {missing} have no value; pass the node's param file (no hidden defaults)")
+        self.values = {}
+        for name, spec in self.specs.items():
+            value = node.get_parameter(name).value
+            self.values[name] = spec.check(list(value) if spec.type.endswith("array") else value,
+                                           f"{node_name} parameter")
+        node.add_on_set_parameters_callback(self._validate)
+        node.add_post_set_parameters_callback(self._apply)
+
+    def __getitem__(self, name: str):
+        return self.values[name]
+
+    def _validate(self, params) -> SetParametersResult:
+        try:
+            for param in params:
+                spec = self.specs.get(param.name)
+                expect(spec is not None, ConfigError, f"unknown parameter '{param.name}'")
+                value = list(param.value) if spec.type.endswith("array") else param.value
+                spec.check(value, "parameter")
+                if self.extra_check:
+                    self.extra_check(param.name, value)
+        except HybridVLAError as exc:
+            if self.health:
+                self.health.reject("parameter")
+            self.node.get_logger().warning(f"parameter change refused: {exc}")
+            return SetParametersResult(successful=False, reason=str(exc))
+        return SetParametersResult(successful=True)
+
+    def _apply(self, params) -> None:
+        for param in params:
+            self.values[param.name] = param.value
+            if self.on_change:
+                self.on_change(param.name, param.value)
+
+
+class DiagnosticsPublisher:
+    """/diagnostics (status names "<node>: <check>") and ~/debug/processing_time_ms."""
+
+    LEVELS = {0: DiagnosticStatus.OK, 1: DiagnosticStatus.WARN, 2: DiagnosticStatus.ERROR}
+
+    def __init__(self, node, health: StageHealth, backlog, extra=None):
+        self.node, self.health, self.backlog, self.extra = node, health, backlog, extra
+        self.pub = node.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.time_pub = node.create_publisher(Float64, "~/debug/processing_time_ms", 10)
+
+    def publish_time(self, ms: float) -> None:
+        self.time_pub.publish(Float64(data=float(ms)))
+
+    def publish(self) -> None:
+        msg = DiagnosticArray()
+        msg.header.stamp = self.node.get_clock().now().to_msg()
+        checks = self.health.checks(self.backlog())
+        if self.extra:
+            checks += self.extra()
+        for check, level, message, values in checks:
+            msg.status.append(DiagnosticStatus(
+                level=self.LEVELS[level], name=f"{self.node.get_name()}: {check}", message=message,
+                hardware_id="hybrid_vla_ros", values=[KeyValue(key=k, value=str(v)) for k, v in values.items()]))
+        self.pub.publish(msg)

@@ -1,0 +1,200 @@
+"""The main job: the graph on the built-in model, fed by the sample drive, trajectories recorded to a bag,
+a summary printed and a PNG report written. Also writes sample drives."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ConfigError, expect
+from ..model.inputs import synthetic_frame
+from ..model.spec import get_preset
+from . import convert
+from .bag import BagWriter, Recorder, Replayer
+from .bringup import (KINEMATIC_TOPIC, TRAJECTORY_TOPIC, InProcessGraph, graph_params, spawn_processes,
+                      stop_processes)
+
+SAMPLE_DRIVE = Path(__file__).resolve().parents[1] / "data" / "sample_drive"
+INFO_TOPIC = "/hybrid_vla_suffix/debug/trajectory_info"
+
+
+def write_sample_drive(path: str | Path, preset: str, camera_topics: list[str], frames: int = 40,
+                       rate_hz: float = 10.0, storage: str = "mcap", compressed: bool = True, seed: int = 7) -> Path:
+    """Synthetic camera frames (+ kinematic state) for `preset`'s cameras, one frame per time step."""
+    from nav_msgs.msg import Odometry
+    from rclpy.serialization import serialize_message
+    from sensor_msgs.msg import CompressedImage, Image
+    spec = get_preset(preset)
+    expect(len(camera_topics) == spec.num_cameras, ConfigError,
+           f"sample drive: {len(camera_topics)} camera topics for a {spec.num_cameras}-camera model")
+    writer = BagWriter(path, storage)
+    start_ns = 1_700_000_000_000_000_000
+    try:
+        for seq in range(frames):
+            stamp = start_ns + int(seq * 1e9 / rate_hz)
+            frame = synthetic_frame(spec, seq, stamp_ns=stamp, seed=seed)
+            for index, topic in enumerate(camera_topics):
+                msg = convert.array_to_compressed(frame.images[index], CompressedImage()) if compressed \
+                    else convert.array_to_image(frame.images[index], Image())
+                convert.ns_to_stamp(stamp, msg.header.stamp)
+                msg.header.frame_id = f"camera{index}/camera_optical_link"
+                writer.write(topic, "sensor_msgs/msg/CompressedImage" if compressed else "sensor_msgs/msg/Image",
+                             stamp, serialize_message(msg))
+            odom = Odometry()
+            convert.ns_to_stamp(stamp, odom.header.stamp)
+            odom.header.frame_id, odom.child_frame_id = "map", "base_link"
+            odom.twist.twist.linear.x, odom.twist.twist.angular.z = frame.ego.speed_mps, frame.ego.yaw_rate_rps
+            writer.write(KINEMATIC_TOPIC, "nav_msgs/msg/Odometry", stamp, serialize_message(odom))
+    finally:
+        writer.close()
+    return Path(path)
+
+
+class Driver:
+    """A node that replays a bag into the graph, records the outputs and collects what the summary needs."""
+
+    def __init__(self, context, bag: str | Path, record_to: str | Path | None, storage: str = "mcap"):
+        from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+        from rclpy.node import Node
+        self.node = Node("hybrid_vla_demo_driver", context=context)
+        self.replayer = Replayer(self.node, bag)
+        self.infos: list[dict] = []
+        self.trajectories: dict[int, np.ndarray] = {}
+        self.rejections: dict[str, dict] = {}
+        self.recorder = Recorder(self.node, record_to, {TRAJECTORY_TOPIC: self._trajectory_type(),
+                                                        INFO_TOPIC: "diagnostic_msgs/msg/DiagnosticStatus"},
+                                 storage) if record_to else None
+        self.node.create_subscription(DiagnosticStatus, INFO_TOPIC, self._on_info, 50)
+        self.node.create_subscription(message_class_of(self._trajectory_type()), TRAJECTORY_TOPIC,
+                                      self._on_trajectory, 50)
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 50)
+
+    @staticmethod
+    def _trajectory_type() -> str:
+        _, kind, _ = convert.resolve_trajectory_type("auto")
+        return {"autoware": "autoware_planning_msgs/msg/Trajectory",
+                "autoware_auto": "autoware_auto_planning_msgs/msg/Trajectory", "path": "nav_msgs/msg/Path"}[kind]
+
+    def _on_info(self, msg) -> None:
+        values = {kv.key: kv.value for kv in msg.values}
+        values["received"] = time.perf_counter()
+        self.infos.append(values)
+
+    def _on_trajectory(self, msg) -> None:
+        poses = getattr(msg, "poses", None) or getattr(msg, "points", [])
+        xy = np.array([[p.pose.position.x, p.pose.position.y] for p in poses])
+        self.trajectories[convert.stamp_to_ns(msg.header.stamp)] = xy
+
+    def _on_diagnostics(self, msg) -> None:
+        for status in msg.status:
+            if status.name.endswith(": rejected_inputs"):
+                self.rejections[status.name.split(":")[0]] = {kv.key: kv.value for kv in status.values}
+
+    def close(self) -> dict:
+        counts = self.recorder.close() if self.recorder else {}
+        self.node.destroy_node()
+        return counts
+
+
+def message_class_of(msgtype: str):
+    from .bag import message_class
+    return message_class(msgtype)
+
+
+def summarise(driver: Driver, published: int, wall_s: float) -> dict:
+    sent = {stamp: wall for stamp, wall in driver.replayer.published_frames}
+    infos = sorted(driver.infos, key=lambda i: i["received"])
+    latencies = [(i["received"] - sent[int(i["stamp_ns"])]) * 1e3 for i in infos if int(i["stamp_ns"]) in sent]
+    received = [i["received"] for i in infos]
+    periods = [(b - a) * 1e3 for a, b in zip(received, received[1:])]
+    return {
+        "frames_published": published, "trajectories": len(infos), "dropped": published - len(infos),
+        "wall_s": wall_s,
+        "period_ms": {"p50": statistics.median(periods) if periods else None,
+                      "p99": float(np.percentile(periods, 99)) if periods else None},
+        "latency_ms": {"p50": statistics.median(latencies) if latencies else None,
+                       "p99": float(np.percentile(latencies, 99)) if latencies else None},
+        "partition_over_time": [[round(i["received"] - received[0], 3), int(i["partition"])] for i in infos],
+        "transports": sorted({i["transport"] for i in infos}),
+        "rejected": driver.rejections,
+    }
+
+
+def drive_graph(bag: str | Path, params: dict, record_to: str | Path | None = None, processes: bool = False,
+                rate: float = 0.0, window: int = 2, storage: str = "mcap", config: str | None = None,
+                settle_s: float = 30.0) -> tuple[dict, dict]:
+    """Run the graph (one process, or separate processes) on a bag. -> (summary, trajectories by stamp)."""
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    graph, procs = None, []
+    try:
+        if processes:
+            procs = spawn_processes(config)
+            executor = SingleThreadedExecutor(context=context)
+        else:
+            graph = InProcessGraph(params, context=context)
+            executor = graph.executor
+        driver = Driver(context, bag, record_to, storage)
+        executor.add_node(driver.node)
+        spin = lambda t: executor.spin_once(timeout_sec=t)  # noqa: E731
+        expect(driver.replayer.wait_for_subscribers(120.0 if processes else 10.0, spin), ConfigError,
+               f"nobody subscribes to the bag's topics {sorted(driver.replayer.topics())}")
+        start = time.perf_counter()
+        published = driver.replayer.run(spin, lambda: len(driver.infos), rate=rate, window=window)
+        deadline = time.monotonic() + settle_s
+        while len(driver.infos) < published and time.monotonic() < deadline:
+            spin(0.02)
+        end = time.monotonic() + 0.5  # late diagnostics
+        while time.monotonic() < end:
+            spin(0.02)
+        summary = summarise(driver, published, time.perf_counter() - start)
+        executor.remove_node(driver.node)
+        summary["recorded"] = driver.close()
+        return summary, driver.trajectories
+    finally:
+        if graph:
+            graph.shutdown()
+        stop_processes(procs)
+        rclpy.shutdown(context=context)
+
+
+def plot_demo(summary: dict, path: str | Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True)
+    series = summary["partition_over_time"]
+    t = [s[0] for s in series]
+    gaps = [0.0] + [(b - a) * 1e3 for a, b in zip(t, t[1:])]
+    axes[0].plot(t, gaps, ".-")
+    axes[0].set_ylabel("interval between\ntrajectories (ms)")
+    axes[0].set_title(f"demo: {summary['trajectories']}/{summary['frames_published']} frames, period p50 "
+                      f"{summary['period_ms']['p50'] or 0:.1f} ms, latency p50 {summary['latency_ms']['p50'] or 0:.1f} ms, "
+                      f"dropped {summary['dropped']}", fontsize=9)
+    axes[1].step(t, [s[1] for s in series], where="post")
+    axes[1].set_ylabel("partition p")
+    axes[1].set_xlabel("s since first trajectory")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run_demo(out_dir: str | Path = "out/demo", bag: str | Path = SAMPLE_DRIVE, config: str | None = None,
+             rate: float = 0.0, storage: str = "mcap", processes: bool = False) -> dict:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    record_to = out / f"trajectories_{time.strftime('%Y%m%d_%H%M%S')}"
+    params = graph_params(config)
+    summary, _ = drive_graph(bag, params, record_to, processes=processes, rate=rate, storage=storage, config=config)
+    summary.update(bag=str(bag), trajectory_bag=str(record_to), model=params["hybrid_vla_prefix"]["model.preset"],
+                   mode="separate processes" if processes else "one process")
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    plot_demo(summary, out / "report.png")
+    summary["report_png"] = str(out / "report.png")
+    return summary

@@ -1,0 +1,189 @@
+"""The parameters of each node, in one table: types, bounds, descriptions. ROS-free.
+
+From this table the nodes declare typed parameters with descriptors (ranges), validate run-time changes,
+and `hybrid-vla schema` writes the draft-07 JSON schema that CI checks the shipped YAML against.
+Parameters are declared without defaults in code (Autoware convention): the YAML provides every value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from ..errors import ConfigError, expect
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    name: str
+    type: str                      # "int", "double", "bool", "string", "int_array", "string_array"
+    description: str
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] = ()
+    dynamic: bool = False          # may change at run time (ros2 param set)
+
+    def check(self, value, where: str = "parameter"):
+        """Raises ConfigError naming the parameter, the value and what is allowed."""
+        label = f"{where} '{self.name}'"
+        python = {"int": int, "double": (int, float), "bool": bool, "string": str}
+        if self.type in python:
+            expect(isinstance(value, python[self.type]) and (self.type == "bool" or not isinstance(value, bool)),
+                   ConfigError, f"{label}={value!r}: expected {self.type}")
+            self._check_range(value, label)
+        else:
+            item = int if self.type == "int_array" else str
+            expect(isinstance(value, (list, tuple)) and all(isinstance(v, item) and not isinstance(v, bool)
+                                                            for v in value),
+                   ConfigError, f"{label}={value!r}: expected a list of {item.__name__}")
+            for v in value:
+                self._check_range(v, label)
+        return value
+
+    def _check_range(self, value, label: str) -> None:
+        if self.choices:
+            expect(value in self.choices, ConfigError, f"{label}={value!r}: expected one of {list(self.choices)}")
+        if self.minimum is not None:
+            expect(value >= self.minimum, ConfigError, f"{label}={value!r}: below the minimum {self.minimum}")
+        if self.maximum is not None:
+            expect(value <= self.maximum, ConfigError, f"{label}={value!r}: above the maximum {self.maximum}")
+
+    def json_schema(self) -> dict:
+        scalar = {"int": "integer", "double": "number", "bool": "boolean", "string": "string"}
+        if self.type in scalar:
+            schema = {"type": scalar[self.type]}
+            target = schema
+        else:
+            target = {"type": "integer" if self.type == "int_array" else "string"}
+            schema = {"type": "array", "items": target}
+        if self.choices:
+            target["enum"] = list(self.choices)
+        if self.minimum is not None:
+            target["minimum"] = self.minimum
+        if self.maximum is not None:
+            target["maximum"] = self.maximum
+        schema["description"] = self.description
+        return schema
+
+
+def _common_model() -> list[ParamSpec]:
+    return [
+        ParamSpec("model.preset", "string", "named preset (used when model.checkpoint is empty)"),
+        ParamSpec("model.checkpoint", "string", "local checkpoint directory; empty = use model.preset"),
+        ParamSpec("dynamic_zone_min", "int", "first partition of the dynamic zone; -1 = the partition point", -1, 1024),
+        ParamSpec("dynamic_zone_max", "int", "last partition of the dynamic zone; -1 = the partition point", -1, 1024),
+        ParamSpec("processing_time_warn_ms", "double", "diagnostics WARN above this stage time", 0.0, 1e6),
+        ParamSpec("error_after_frames", "int", "diagnostics ERROR when WARN persists this many frames", 1, 10000),
+        ParamSpec("diagnostics_period_s", "double", "period of /diagnostics", 0.05, 60.0),
+        ParamSpec("cores", "int_array", "CPU cores for the stage worker; empty = default placement", 0, 4095),
+        ParamSpec("threads", "int", "torch intra-op threads of the stage worker; 0 = one per core", 0, 1024),
+    ]
+
+
+PREFIX_PARAMS = _common_model() + [
+    ParamSpec("device", "string", "prefix device", choices=("auto", "cuda", "cpu")),
+    ParamSpec("dtype", "string", "prefix compute dtype (also the boundary dtype)", choices=("fp32", "bf16", "fp16")),
+    ParamSpec("partition_point", "int", "blocks [0, p) run here; must lie in the dynamic zone", 0, 1024,
+              dynamic=True),
+    ParamSpec("camera_topics", "string_array", "camera topics synchronised by stamp; empty = ~/input/image"),
+    ParamSpec("image_transport", "string", "raw sensor_msgs/Image or sensor_msgs/CompressedImage",
+              choices=("raw", "compressed")),
+    ParamSpec("sync_skew_ms", "double", "largest stamp difference between cameras of one frame", 0.0, 10000.0),
+    ParamSpec("use_kinematic_state", "bool", "read ego speed and yaw rate from ~/input/kinematic_state"),
+    ParamSpec("instruction", "string", "text instruction given to the model", dynamic=True),
+    ParamSpec("input_policy", "string", "latest: newest frame wins, drops counted; lossless: queue (replay)",
+              choices=("latest", "lossless")),
+    ParamSpec("max_in_flight", "int", "frames handed to the suffix and not yet finished (ring slots)", 1, 64),
+    ParamSpec("boundary_transport", "string", "auto: in-process when the suffix shares the process, else "
+              "shared memory; inline: serialised payload on the topic (remote hosts, recording)",
+              choices=("auto", "inproc", "shm", "inline")),
+    ParamSpec("stale_after_ms", "double", "drop a frame whose stamp is older than this when taken; 0 = never",
+              0.0, 1e7),
+]
+
+SUFFIX_PARAMS = _common_model() + [
+    ParamSpec("dtype", "string", "CPU suffix compute dtype", choices=("fp32", "bf16", "fp16")),
+    ParamSpec("boundary_dtype", "string", "dtype of incoming boundary states (the prefix dtype)",
+              choices=("fp32", "bf16", "fp16")),
+    ParamSpec("partition_point", "int", "expected partition; each state runs from its own within the zone",
+              0, 1024, dynamic=True),
+    ParamSpec("numa_node", "int", "pin the worker to this NUMA node's cores; -1 = no NUMA pinning", -1, 63),
+    ParamSpec("output_type", "string", "trajectory message type; auto = Autoware when importable, else Path",
+              choices=("auto", "autoware", "autoware_auto", "path")),
+    ParamSpec("frame_id", "string", "frame of the output trajectory"),
+]
+
+SCHEDULER_PARAMS = [
+    ParamSpec("model.preset", "string", "preset whose block count bounds the partition"),
+    ParamSpec("model.checkpoint", "string", "checkpoint whose block count bounds the partition; empty = preset"),
+    ParamSpec("initial_partition", "int", "partition published on activation", 0, 1024),
+    ParamSpec("dynamic_zone_min", "int", "lowest partition the scheduler may choose; -1 = 0", -1, 1024),
+    ParamSpec("dynamic_zone_max", "int", "highest partition the scheduler may choose; -1 = L", -1, 1024),
+    ParamSpec("update_period_s", "double", "how often the policy runs", 0.01, 60.0),
+    ParamSpec("hysteresis", "double", "relative stage-time imbalance needed to move p", 0.0, 10.0, dynamic=True),
+    ParamSpec("cooldown_s", "double", "minimum time between two moves", 0.0, 3600.0, dynamic=True),
+    ParamSpec("backlog_threshold", "int", "suffix backlog that triggers an immediate move", 1, 1000, dynamic=True),
+]
+
+NODE_PARAMS = {"hybrid_vla_prefix": PREFIX_PARAMS, "hybrid_vla_suffix": SUFFIX_PARAMS,
+               "hybrid_vla_scheduler": SCHEDULER_PARAMS}
+
+
+def node_schema(node: str) -> dict:
+    params = NODE_PARAMS[node]
+    properties = {p.name: p.json_schema() for p in params}
+    return {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "title": f"Parameters for {node}",
+        "type": "object",
+        "definitions": {node: {"type": "object", "properties": properties,
+                               "required": [p.name for p in params], "additionalProperties": False}},
+        "properties": {"/**": {"type": "object", "properties": {
+            "ros__parameters": {"$ref": f"#/definitions/{node}"}}, "required": ["ros__parameters"]}},
+        "required": ["/**"],
+    }
+
+
+def flatten(params: dict, prefix: str = "") -> dict:
+    """{'model': {'preset': 'x'}} -> {'model.preset': 'x'} (ROS nested parameter names)."""
+    flat = {}
+    for key, value in params.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def load_node_params(path: str | Path, node: str) -> dict:
+    """Flat parameters of `node` from a ROS params YAML: a per-node file (`/**:`) or a combined file keyed
+    by node name. Every value is checked against the table."""
+    path = Path(path)
+    expect(path.is_file(), ConfigError, f"parameter file '{path}' does not exist")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"parameter file '{path}': not valid YAML ({exc})") from exc
+    section = None
+    for key in (node, f"/{node}", f"/**/{node}", "/**"):
+        if isinstance(data.get(key), dict) and "ros__parameters" in data[key]:
+            section = data[key]["ros__parameters"]
+            break
+    expect(section is not None, ConfigError, f"parameter file '{path}': no ros__parameters for node '{node}'")
+    return check_node_params(node, flatten(section), str(path))
+
+
+def check_node_params(node: str, values: dict, source: str) -> dict:
+    specs = {p.name: p for p in NODE_PARAMS[node]}
+    unknown = sorted(set(values) - set(specs))
+    expect(not unknown, ConfigError, f"{source}: unknown parameters {unknown} for {node}")
+    missing = sorted(set(specs) - set(values))
+    expect(not missing, ConfigError, f"{source}: {node} needs values for {missing} (no hidden defaults)")
+    for name, value in values.items():
+        if specs[name].type == "double" and isinstance(value, int) and not isinstance(value, bool):
+            values[name] = float(value)
+        specs[name].check(values[name], f"{source}: {node} parameter")
+    return values

@@ -1,0 +1,171 @@
+"""hybrid_vla_prefix: cameras (+ kinematic state) in; vision + blocks [0, p); boundary state out."""
+
+from __future__ import annotations
+
+import time
+
+from nav_msgs.msg import Odometry
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, qos_profile_sensor_data
+from sensor_msgs.msg import CompressedImage, Image
+from std_msgs.msg import Int32, MultiArrayDimension, UInt8MultiArray
+
+from ..engine.placement import Placement
+from ..engine.stages import PrefixStage, check_partition
+from ..engine.sync import CameraSync
+from ..engine.transport import SharedMemoryTransport
+from ..engine.types import EgoState, Frame
+from ..engine.worker import StageHealth, StageWorker
+from ..errors import ConfigError, HybridVLAError, expect
+from . import convert
+from .common import DiagnosticsPublisher, ParameterTable, shared_model
+
+NODE_NAME = "hybrid_vla_prefix"
+BOUNDARY_QOS = QoSProfile(depth=10)  # reliable, keep last 10
+LOCAL_SUFFIXES: set = set()          # suffix nodes living in this process (for boundary_transport=auto)
+
+
+def resolve_zone(lo: int, hi: int, partition: int, num_blocks: int) -> tuple[int, int]:
+    lo = partition if lo < 0 else lo
+    hi = partition if hi < 0 else hi
+    check_partition(lo, num_blocks, "dynamic_zone_min")
+    check_partition(hi, num_blocks, "dynamic_zone_max")
+    expect(lo <= partition <= hi, ConfigError,
+           f"partition_point {partition} lies outside the dynamic zone [{lo}, {hi}]")
+    return lo, hi
+
+
+class PrefixNode(Node):
+    def __init__(self, node_name: str = NODE_NAME, **kwargs):
+        super().__init__(node_name, **kwargs)
+        self.health = StageHealth()
+        self.params = p = ParameterTable(self, NODE_NAME, self._check_param, self._on_param, self.health)
+        self.health.warn_ms, self.health.error_after = p["processing_time_warn_ms"], p["error_after_frames"]
+        self.model = shared_model(p["model.preset"], p["model.checkpoint"])
+        self.zone = resolve_zone(p["dynamic_zone_min"], p["dynamic_zone_max"], p["partition_point"],
+                                 self.model.num_blocks)
+        self.placement = Placement.create(p["device"], p["dtype"], p["dtype"])
+        self.stage = PrefixStage(self.model, p["partition_point"], self.placement, self.zone)
+        self.shm = SharedMemoryTransport(slots=p["max_in_flight"], name=f"{node_name}") \
+            if p["boundary_transport"] in ("auto", "shm") else None
+        self.seq = 0
+        self.last_stamp_ns = -1
+        self.ego = EgoState()
+        self.pub = self.create_publisher(UInt8MultiArray, "~/output/boundary_state", BOUNDARY_QOS)
+        self._subscribe_cameras()
+        if p["use_kinematic_state"]:
+            self.create_subscription(Odometry, "~/input/kinematic_state", self._on_odometry, 10)
+        self.create_subscription(Int32, "~/input/partition_point", self._on_partition_topic, 10)
+        self.worker = StageWorker("prefix", self._process, policy=p["input_policy"], capacity=p["max_in_flight"],
+                                  cores=p["cores"] or None, threads=p["threads"] or None, health=self.health).start()
+        self.diagnostics = DiagnosticsPublisher(self, self.health, self.worker.backlog, self._extra_checks)
+        self.create_timer(p["diagnostics_period_s"], self.diagnostics.publish)
+        self.get_logger().info(
+            f"prefix: model '{self.model.spec.name}' ({self.model.num_blocks} blocks), partition "
+            f"{self.stage.partition}, zone {list(self.zone)}, {self.placement.describe()}, cameras "
+            f"{self.camera_topics}, input policy {p['input_policy']}, boundary transport {p['boundary_transport']}")
+
+    # ---- inputs ----------------------------------------------------------------------------------------
+    def _subscribe_cameras(self) -> None:
+        topics = self.params["camera_topics"] or ["~/input/image"]
+        self.camera_topics = topics
+        expect(len(topics) == self.model.spec.num_cameras, ConfigError,
+               f"camera_topics: {len(topics)} topics, model '{self.model.spec.name}' takes "
+               f"{self.model.spec.num_cameras} cameras")
+        self.sync = CameraSync(len(topics), int(self.params["sync_skew_ms"] * 1e6))
+        compressed = self.params["image_transport"] == "compressed"
+        msg_type = CompressedImage if compressed else Image
+        for index, topic in enumerate(topics):
+            self.create_subscription(msg_type, topic, lambda msg, i=index: self._on_image(i, msg, compressed),
+                                     qos_profile_sensor_data)
+
+    def _on_image(self, camera: int, msg, compressed: bool) -> None:
+        where = f"camera {camera} ({self.camera_topics[camera]})"
+        try:
+            image = convert.compressed_to_array(msg, where) if compressed else convert.image_to_array(msg, where)
+        except HybridVLAError as exc:
+            self._reject("invalid_image", exc)
+            return
+        ready = self.sync.add(camera, convert.stamp_to_ns(msg.header.stamp), image)
+        if ready is not None:
+            images, stamp_ns = ready
+            frame = Frame(images=images, seq=self.seq, stamp_ns=stamp_ns, ego=self.ego,
+                          instruction=self.params["instruction"])
+            self.seq += 1
+            self.worker.submit(frame)
+
+    def _on_odometry(self, msg: Odometry) -> None:
+        self.ego = convert.odometry_to_ego(msg)
+
+    def _on_partition_topic(self, msg: Int32) -> None:
+        try:
+            self._check_param("partition_point", int(msg.data))
+        except HybridVLAError as exc:
+            self._reject("partition", exc)
+            return
+        self.stage.set_partition(int(msg.data))
+
+    # ---- parameters ------------------------------------------------------------------------------------
+    def _check_param(self, name: str, value) -> None:
+        if name == "partition_point":
+            check_partition(value, self.model.num_blocks, "partition_point")
+            lo, hi = self.zone
+            expect(lo <= value <= hi, ConfigError,
+                   f"partition_point {value} lies outside the dynamic zone [{lo}, {hi}] (blocks outside it are "
+                   f"not resident on both sides; widen dynamic_zone_min/max and restart)")
+
+    def _on_param(self, name: str, value) -> None:
+        if name == "partition_point":
+            self.stage.set_partition(value)  # read once per frame by the stage: applies at a frame boundary
+
+    # ---- compute ---------------------------------------------------------------------------------------
+    def _reject(self, reason: str, exc: Exception) -> None:
+        self.health.reject(reason)
+        self.get_logger().warning(f"rejected ({reason}): {exc}", throttle_duration_sec=1.0)
+
+    def _transport_kind(self) -> str:
+        kind = self.params["boundary_transport"]
+        if kind == "auto":
+            return "inproc" if LOCAL_SUFFIXES else "shm"
+        return kind
+
+    def _process(self, frame: Frame) -> None:
+        if frame.stamp_ns <= self.last_stamp_ns:
+            self._reject("out_of_order", ConfigError(
+                f"frame stamp {frame.stamp_ns} is not newer than the last processed {self.last_stamp_ns}"))
+            return
+        stale_ms = self.params["stale_after_ms"]
+        age_ms = (self.get_clock().now().nanoseconds - frame.stamp_ns) / 1e6
+        if stale_ms > 0 and age_ms > stale_ms:
+            self._reject("stale", ConfigError(f"frame {frame.seq} is {age_ms:.1f} ms old (stale_after_ms {stale_ms})"))
+            return
+        t0 = time.perf_counter()
+        try:
+            state = self.stage.run(frame)
+        except HybridVLAError as exc:
+            self._reject("invalid_input", exc)
+            return
+        self.last_stamp_ns = frame.stamp_ns
+        try:
+            data = convert.encode_boundary(state, self._transport_kind(), self.shm.send if self.shm else None)
+        except (HybridVLAError, TimeoutError) as exc:
+            self._reject("handover", exc)
+            return
+        msg = UInt8MultiArray()
+        msg.layout.dim = [MultiArrayDimension(label=convert.BOUNDARY_LABEL, size=len(data), stride=len(data))]
+        msg.data = data
+        self.pub.publish(msg)
+        ms = (time.perf_counter() - t0) * 1e3
+        self.health.record(ms)
+        self.diagnostics.publish_time(ms)
+
+    def _extra_checks(self):
+        return [("partition", 0, f"p={self.stage.partition}",
+                 {"partition": str(self.stage.partition), "zone_min": str(self.zone[0]), "zone_max": str(self.zone[1]),
+                  "num_blocks": str(self.model.num_blocks), "camera_sync_discarded": str(self.sync.discarded)})]
+
+    def destroy_node(self):
+        self.worker.close()
+        if self.shm:
+            self.shm.close()
+        return super().destroy_node()

@@ -1,0 +1,109 @@
+"""hybrid_vla_suffix: boundary states in; blocks [p, L) + head on NUMA-pinned CPU cores; trajectory out."""
+
+from __future__ import annotations
+
+import time
+
+from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
+from rclpy.node import Node
+from std_msgs.msg import UInt8MultiArray
+
+from ..engine.cpu import cores_of_numa_node
+from ..engine.placement import CPU, Placement, parse_dtype
+from ..engine.stages import SuffixStage
+from ..engine.worker import StageHealth, StageWorker
+from ..errors import ConfigError, HybridVLAError
+from . import convert
+from .common import DiagnosticsPublisher, ParameterTable, shared_model
+from .prefix_node import BOUNDARY_QOS, LOCAL_SUFFIXES, resolve_zone
+
+NODE_NAME = "hybrid_vla_suffix"
+
+
+class SuffixNode(Node):
+    def __init__(self, node_name: str = NODE_NAME, **kwargs):
+        super().__init__(node_name, **kwargs)
+        self.health = StageHealth()
+        self.params = p = ParameterTable(self, NODE_NAME, self._check_param, self._on_param, self.health)
+        self.health.warn_ms, self.health.error_after = p["processing_time_warn_ms"], p["error_after_frames"]
+        self.model = shared_model(p["model.preset"], p["model.checkpoint"])
+        self.zone = resolve_zone(p["dynamic_zone_min"], p["dynamic_zone_max"], p["partition_point"],
+                                 self.model.num_blocks)
+        placement = Placement(prefix_device=CPU, prefix_dtype=parse_dtype(p["boundary_dtype"], "boundary_dtype"),
+                              suffix_dtype=parse_dtype(p["dtype"], "dtype"))
+        self.stage = SuffixStage(self.model, p["partition_point"], placement, self.zone)
+        self.cores = p["cores"] or (cores_of_numa_node(p["numa_node"]) if p["numa_node"] >= 0 else None)
+        self.msg_cls, self.output_kind, reason = convert.resolve_trajectory_type(p["output_type"])
+        self.decoder = convert.BoundaryDecoder()
+        self.last_stamp_ns = -1
+        self.pub = self.create_publisher(self.msg_cls, "~/output/trajectory", 10)
+        self.info_pub = self.create_publisher(DiagnosticStatus, "~/debug/trajectory_info", 10)
+        self.worker = StageWorker("suffix", self._process, policy="lossless", capacity=64, cores=self.cores,
+                                  threads=p["threads"] or None, health=self.health).start()
+        self.create_subscription(UInt8MultiArray, "~/input/boundary_state", self._on_boundary, BOUNDARY_QOS)
+        self.diagnostics = DiagnosticsPublisher(self, self.health, self.worker.backlog, self._extra_checks)
+        self.create_timer(p["diagnostics_period_s"], self.diagnostics.publish)
+        LOCAL_SUFFIXES.add(id(self))
+        self.get_logger().info(
+            f"suffix: publishing {self.msg_cls.__module__.split('.')[0]}/{self.msg_cls.__name__} on "
+            f"~/output/trajectory ({reason}); blocks from zone {list(self.zone)}, dtype {p['dtype']}, "
+            f"worker cores {self.cores or 'unpinned'}"
+            + (f" (NUMA node {p['numa_node']})" if p["numa_node"] >= 0 and not p["cores"] else ""))
+
+    def _check_param(self, name: str, value) -> None:
+        if name == "partition_point":
+            lo, hi = self.zone
+            if not lo <= value <= hi:
+                raise ConfigError(f"partition_point {value} lies outside the dynamic zone [{lo}, {hi}]")
+
+    def _on_param(self, name: str, value) -> None:
+        if name == "partition_point":
+            self.stage.set_partition(value)
+
+    def _on_boundary(self, msg: UInt8MultiArray) -> None:
+        self.worker.submit((bytes(msg.data), time.perf_counter()))
+
+    def _reject(self, reason: str, exc: Exception) -> None:
+        self.health.reject(reason)
+        self.get_logger().warning(f"rejected ({reason}): {exc}", throttle_duration_sec=1.0)
+
+    def _process(self, item) -> None:
+        data, received = item
+        t0 = time.perf_counter()
+        try:
+            state, transport = self.decoder.decode(data)
+        except HybridVLAError as exc:
+            self._reject("invalid_boundary", exc)
+            return
+        if state.stamp_ns <= self.last_stamp_ns:
+            self._reject("out_of_order", ConfigError(
+                f"boundary state of frame {state.seq} has stamp {state.stamp_ns}, not newer than {self.last_stamp_ns}"))
+            return
+        try:
+            trajectory = self.stage.run(state)
+        except HybridVLAError as exc:
+            self._reject("invalid_boundary", exc)
+            return
+        self.last_stamp_ns = state.stamp_ns
+        self.pub.publish(convert.trajectory_to_msg(trajectory, self.msg_cls, self.output_kind,
+                                                   self.params["frame_id"]))
+        ms = (time.perf_counter() - t0) * 1e3
+        self.info_pub.publish(DiagnosticStatus(name=f"{self.get_name()}: trajectory", values=[
+            KeyValue(key=k, value=str(v)) for k, v in {
+                "stamp_ns": trajectory.stamp_ns, "seq": trajectory.seq, "partition": trajectory.partition,
+                "suffix_ms": f"{ms:.3f}", "queue_ms": f"{(t0 - received) * 1e3:.3f}", "transport": transport}.items()]))
+        self.health.record(ms)
+        self.diagnostics.publish_time(ms)
+
+    def _extra_checks(self):
+        import psutil
+        loads = psutil.cpu_percent(percpu=True)
+        cores = self.cores or list(range(len(loads)))
+        load = sum(loads[c] for c in cores if c < len(loads)) / max(1, len(cores))
+        return [("cpu_load", 0, f"{load:.0f}% on cores {cores}", {"cpu_load_percent": f"{load:.1f}"})]
+
+    def destroy_node(self):
+        LOCAL_SUFFIXES.discard(id(self))
+        self.worker.close()
+        self.decoder.close()
+        return super().destroy_node()
