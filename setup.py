@@ -32,6 +32,7 @@ setup(
             "hybrid_vla_prefix = hybrid_vla_ros.ros.bringup:prefix_main",
             "hybrid_vla_suffix = hybrid_vla_ros.ros.bringup:suffix_main",
             "hybrid_vla_scheduler = hybrid_vla_ros.ros.bringup:scheduler_main",
+            "hybrid_vla_graph = hybrid_vla_ros.ros.bringup:graph_main",
         ],
     },
 )

@@ -110,6 +110,29 @@ class Replayer:
             self.publishers[topic].publish(raw)
         self.published_frames.append((group[0][0], time.perf_counter()))
 
+    def probe(self, spin, answered, timeout_s: float = 60.0, every_s: float = 1.0) -> bool:
+        """Readiness probe: publish the first frame, stamped 1 s before the bag starts, until the graph answers
+        (DDS matching is asymmetric: the first messages after start-up can be lost before both sides match)."""
+        from rclpy.serialization import deserialize_message, serialize_message
+        group = frame_groups(self.messages)[0]
+        shifted = []
+        for stamp, topic, msgtype, raw in group:
+            msg = deserialize_message(raw, message_class(msgtype))
+            if hasattr(msg, "header"):
+                ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec - 1_000_000_000
+                msg.header.stamp.sec, msg.header.stamp.nanosec = ns // 1_000_000_000, ns % 1_000_000_000
+            shifted.append((stamp, topic, msgtype, serialize_message(msg)))
+        start, deadline = answered(), time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for _, topic, _, raw in shifted:
+                self.publishers[topic].publish(raw)
+            until = time.monotonic() + every_s
+            while time.monotonic() < until:
+                if answered() > start:
+                    return True
+                spin(0.02)
+        return False
+
     def run(self, spin, answered, rate: float = 0.0, window: int = 2, timeout_s: float = 30.0) -> int:
         """spin(timeout) runs the executor; answered() counts outputs so far. Returns frames published."""
         groups = frame_groups(self.messages)

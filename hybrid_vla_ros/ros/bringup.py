@@ -53,11 +53,13 @@ def config_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "config"
 
 
-def graph_params(config: str | None = None, overrides: dict | None = None) -> dict[str, dict]:
-    """node -> flat parameter values, from a combined YAML (keys = node names) or the per-node files."""
+def graph_params(config: str | None = None, overrides: dict | None = None,
+                 node_files: dict[str, str] | None = None) -> dict[str, dict]:
+    """node -> flat parameter values, from a combined YAML (keys = node names), or per-node files
+    (`node_files`, default: the package's config/<node>.param.yaml)."""
     params = {}
     for node in NODES:
-        source = config or str(config_dir() / f"{node}.param.yaml")
+        source = config or (node_files or {}).get(node) or str(config_dir() / f"{node}.param.yaml")
         params[node] = load_node_params(source, node)
         params[node].update((overrides or {}).get(node, {}))
     prefix, suffix = params["hybrid_vla_prefix"], params["hybrid_vla_suffix"]
@@ -65,6 +67,23 @@ def graph_params(config: str | None = None, overrides: dict | None = None) -> di
         # Disjoint core sets by default: without a GPU this is the stand-in for "GPU + CPU".
         prefix["cores"], suffix["cores"] = split_cores(allowed_cores(), 2)
     return params
+
+
+def write_combined_config(params: dict[str, dict], path: str | Path) -> Path:
+    """node -> flat values  ->  one ROS params YAML keyed by node name (nested dotted names)."""
+    import yaml
+    doc = {}
+    for node, values in params.items():
+        nested: dict = {}
+        for name, value in values.items():
+            target = nested
+            *heads, last = name.split(".")
+            for head in heads:
+                target = target.setdefault(head, {})
+            target[last] = value
+        doc[node] = {"ros__parameters": nested}
+    Path(path).write_text(yaml.safe_dump(doc, sort_keys=False))
+    return Path(path)
 
 
 def to_ros_parameters(node: str, values: dict):
@@ -175,7 +194,7 @@ def run_processes(config: str | None) -> int:
     return max((p.returncode or 0) for p in procs)
 
 
-def run_single_node(node: str, config: str | None, pin: list[int] | None) -> int:
+def run_single_node(node: str, config: str | None, pin: list[int] | None, autostart: bool = True) -> int:
     """Child of `--processes`: one node, its own process. SIGINT stops it cleanly."""
     import rclpy
     from rclpy.executors import MultiThreadedExecutor
@@ -189,7 +208,7 @@ def run_single_node(node: str, config: str | None, pin: list[int] | None) -> int
     n = make_node(node, params)
     executor = MultiThreadedExecutor(num_threads=2)
     executor.add_node(n)
-    if node == "hybrid_vla_scheduler":
+    if node == "hybrid_vla_scheduler" and autostart:
         n.trigger_configure()
         n.trigger_activate()
     try:
@@ -228,6 +247,17 @@ def _ros2_run(node: str) -> int:
     return 0
 
 
+def graph_main(argv=None) -> int:
+    """`ros2 run hybrid_vla_ros hybrid_vla_graph --prefix-params F --suffix-params F --scheduler-params F`:
+    the three nodes in one process (zero-copy handover). Used by the launch file's single_process mode."""
+    parser = argparse.ArgumentParser(description="hybrid_vla_ros: all three nodes in one process")
+    for short in SHORT:
+        parser.add_argument(f"--{short}-params", default=None)
+    args, _ros_args = parser.parse_known_args(argv)
+    files = {SHORT[s]: getattr(args, f"{s}_params") for s in SHORT if getattr(args, f"{s}_params")}
+    return run_in_process(graph_params(node_files=files))
+
+
 def prefix_main() -> int:
     return _ros2_run("hybrid_vla_prefix")
 
@@ -245,10 +275,11 @@ def main(argv=None) -> int:
     parser.add_argument("--node", required=True, choices=NODES)
     parser.add_argument("--config", default=None)
     parser.add_argument("--pin", default="")
+    parser.add_argument("--no-autostart", action="store_true", help="leave the scheduler unconfigured")
     args = parser.parse_args(argv)
     pin = [int(c) for c in args.pin.split(",") if c]
     expect(all(c in allowed_cores() for c in pin), ConfigError, f"--pin {pin}: not all cores are allowed here")
-    return run_single_node(args.node, args.config, pin)
+    return run_single_node(args.node, args.config, pin, autostart=not args.no_autostart)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from ..model.inputs import synthetic_frame
 from ..model.spec import get_preset
 from . import convert
 from .bag import BagWriter, Recorder, Replayer
-from .bringup import (KINEMATIC_TOPIC, TRAJECTORY_TOPIC, InProcessGraph, graph_params, spawn_processes,
+from .bringup import (BOUNDARY_TOPIC, KINEMATIC_TOPIC, TRAJECTORY_TOPIC, InProcessGraph, graph_params, spawn_processes,
                       stop_processes)
 
 SAMPLE_DRIVE = Path(__file__).resolve().parents[1] / "data" / "sample_drive"
@@ -65,13 +65,17 @@ class Driver:
         self.infos: list[dict] = []
         self.trajectories: dict[int, np.ndarray] = {}
         self.rejections: dict[str, dict] = {}
-        self.recorder = Recorder(self.node, record_to, {TRAJECTORY_TOPIC: self._trajectory_type(),
-                                                        INFO_TOPIC: "diagnostic_msgs/msg/DiagnosticStatus"},
-                                 storage) if record_to else None
+        self.record_to, self.storage, self.recorder = record_to, storage, None
         self.node.create_subscription(DiagnosticStatus, INFO_TOPIC, self._on_info, 50)
         self.node.create_subscription(message_class_of(self._trajectory_type()), TRAJECTORY_TOPIC,
                                       self._on_trajectory, 50)
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 50)
+
+    def start_recording(self) -> None:
+        if self.record_to:
+            self.recorder = Recorder(self.node, self.record_to, {
+                TRAJECTORY_TOPIC: self._trajectory_type(), INFO_TOPIC: "diagnostic_msgs/msg/DiagnosticStatus"},
+                self.storage)
 
     @staticmethod
     def _trajectory_type() -> str:
@@ -145,6 +149,19 @@ def drive_graph(bag: str | Path, params: dict, record_to: str | Path | None = No
         spin = lambda t: executor.spin_once(timeout_sec=t)  # noqa: E731
         expect(driver.replayer.wait_for_subscribers(120.0 if processes else 10.0, spin), ConfigError,
                f"nobody subscribes to the bag's topics {sorted(driver.replayer.topics())}")
+        connected = lambda: (driver.node.count_subscribers(BOUNDARY_TOPIC) > 0 and  # noqa: E731
+                             driver.node.count_publishers(BOUNDARY_TOPIC) > 0 and
+                             driver.node.count_publishers(INFO_TOPIC) > 0)
+        deadline = time.monotonic() + (120.0 if processes else 10.0)
+        while not connected() and time.monotonic() < deadline:
+            spin(0.05)
+        expect(connected(), ConfigError, "the prefix -> suffix boundary topic never connected")
+        expect(driver.replayer.probe(spin, lambda: len(driver.infos), 120.0 if processes else 20.0), ConfigError,
+               "the graph never answered the readiness probe frame")
+        spin(0.2)
+        driver.infos.clear()
+        driver.trajectories.clear()
+        driver.start_recording()
         start = time.perf_counter()
         published = driver.replayer.run(spin, lambda: len(driver.infos), rate=rate, window=window)
         deadline = time.monotonic() + settle_s

@@ -131,15 +131,30 @@ NODE_PARAMS = {"hybrid_vla_prefix": PREFIX_PARAMS, "hybrid_vla_suffix": SUFFIX_P
                "hybrid_vla_scheduler": SCHEDULER_PARAMS}
 
 
+def _nest(params) -> dict:
+    """Dotted names become nested objects, as ROS YAML writes them: model.preset -> model: {preset: ...}."""
+    obj = {"type": "object", "properties": {}, "required": [], "additionalProperties": False}
+    groups: dict[str, list] = {}
+    for p in params:
+        head, _, rest = p.name.partition(".")
+        if rest:
+            groups.setdefault(head, []).append(ParamSpec(rest, p.type, p.description, p.minimum, p.maximum,
+                                                         p.choices, p.dynamic))
+        else:
+            obj["properties"][head] = p.json_schema()
+        if head not in obj["required"]:
+            obj["required"].append(head)
+    for head, members in groups.items():
+        obj["properties"][head] = _nest(members)
+    return obj
+
+
 def node_schema(node: str) -> dict:
-    params = NODE_PARAMS[node]
-    properties = {p.name: p.json_schema() for p in params}
     return {
         "$schema": "http://json-schema.org/draft-07/schema#",
         "title": f"Parameters for {node}",
         "type": "object",
-        "definitions": {node: {"type": "object", "properties": properties,
-                               "required": [p.name for p in params], "additionalProperties": False}},
+        "definitions": {node: _nest(NODE_PARAMS[node])},
         "properties": {"/**": {"type": "object", "properties": {
             "ros__parameters": {"$ref": f"#/definitions/{node}"}}, "required": ["ros__parameters"]}},
         "required": ["/**"],

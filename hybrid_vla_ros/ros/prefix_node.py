@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import deque
 
 from nav_msgs.msg import Odometry
 from rclpy.node import Node
-from rclpy.qos import QoSProfile, qos_profile_sensor_data
+from rclpy.qos import DurabilityPolicy, QoSProfile, qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Int32, MultiArrayDimension, UInt8MultiArray
 
@@ -21,8 +23,11 @@ from . import convert
 from .common import DiagnosticsPublisher, ParameterTable, shared_model
 
 NODE_NAME = "hybrid_vla_prefix"
-BOUNDARY_QOS = QoSProfile(depth=10)  # reliable, keep last 10
+# Reliable, keep last 10, transient local: a suffix that starts after the prefix still gets the latest states
+# (stale ones are then rejected and counted, never silently lost).
+BOUNDARY_QOS = QoSProfile(depth=10, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 LOCAL_SUFFIXES: set = set()          # suffix nodes living in this process (for boundary_transport=auto)
+KINEMATIC_WAIT_S = 0.1               # longest wait for the kinematic state matching a frame
 
 
 def resolve_zone(lo: int, hi: int, partition: int, num_blocks: int) -> tuple[int, int]:
@@ -50,7 +55,8 @@ class PrefixNode(Node):
             if p["boundary_transport"] in ("auto", "shm") else None
         self.seq = 0
         self.last_stamp_ns = -1
-        self.ego = EgoState()
+        self.ego_history: deque = deque(maxlen=200)  # (stamp_ns, EgoState), matched to frames by stamp
+        self.ego_arrived = threading.Condition()
         self.pub = self.create_publisher(UInt8MultiArray, "~/output/boundary_state", BOUNDARY_QOS)
         self._subscribe_cameras()
         if p["use_kinematic_state"]:
@@ -89,13 +95,35 @@ class PrefixNode(Node):
         ready = self.sync.add(camera, convert.stamp_to_ns(msg.header.stamp), image)
         if ready is not None:
             images, stamp_ns = ready
-            frame = Frame(images=images, seq=self.seq, stamp_ns=stamp_ns, ego=self.ego,
+            frame = Frame(images=images, seq=self.seq, stamp_ns=stamp_ns, ego=None,
                           instruction=self.params["instruction"])
             self.seq += 1
             self.worker.submit(frame)
 
     def _on_odometry(self, msg: Odometry) -> None:
-        self.ego = convert.odometry_to_ego(msg)
+        with self.ego_arrived:
+            self.ego_history.append((convert.stamp_to_ns(msg.header.stamp), convert.odometry_to_ego(msg)))
+            self.ego_arrived.notify_all()
+
+    def ego_at(self, stamp_ns: int) -> EgoState:
+        """The kinematic state for a frame: the newest one stamped within the camera skew of the frame, waiting
+        up to KINEMATIC_WAIT_S for it (callbacks of one step may run in any order); else the newest older one,
+        counted as 'kinematic_state_late'."""
+        skew = int(self.params["sync_skew_ms"] * 1e6)
+
+        def newest_within():
+            matches = [(stamp, ego) for stamp, ego in self.ego_history if stamp <= stamp_ns + skew]
+            return max(matches, key=lambda m: m[0]) if matches else None
+
+        with self.ego_arrived:
+            self.ego_arrived.wait_for(lambda: (best := newest_within()) is not None and best[0] >= stamp_ns - skew,
+                                      KINEMATIC_WAIT_S if self.params["use_kinematic_state"] else 0)
+            best = newest_within()
+        if best is None or best[0] < stamp_ns - skew:
+            if self.params["use_kinematic_state"]:
+                self.health.reject("kinematic_state_late")
+            return best[1] if best else EgoState()
+        return best[1]
 
     def _on_partition_topic(self, msg: Int32) -> None:
         try:
@@ -140,6 +168,7 @@ class PrefixNode(Node):
             self._reject("stale", ConfigError(f"frame {frame.seq} is {age_ms:.1f} ms old (stale_after_ms {stale_ms})"))
             return
         t0 = time.perf_counter()
+        frame.ego = self.ego_at(frame.stamp_ns)  # at processing time: the matching odometry has arrived
         try:
             state = self.stage.run(frame)
         except HybridVLAError as exc:

@@ -1,0 +1,103 @@
+"""Test harness: the real graph (rclpy over loopback DDS) on the tiny model, plus a driver node."""
+
+import os
+import time
+
+import numpy as np
+
+from hybrid_vla_ros.model.inputs import synthetic_frame
+from hybrid_vla_ros.model.spec import get_preset
+
+CAMERAS = ["/test/cam0/image", "/test/cam1/image"]
+ZONE = {"model.preset": "tiny", "partition_point": 2, "dynamic_zone_min": 1, "dynamic_zone_max": 3}
+TINY_OVERRIDES = {
+    "hybrid_vla_prefix": {**ZONE, "camera_topics": CAMERAS, "image_transport": "raw", "input_policy": "lossless",
+                          "use_kinematic_state": False,
+                          "diagnostics_period_s": 0.2, "max_in_flight": 2},
+    "hybrid_vla_suffix": {**ZONE, "diagnostics_period_s": 0.2},
+    "hybrid_vla_scheduler": {"model.preset": "tiny", "initial_partition": 2, "dynamic_zone_min": 1,
+                             "dynamic_zone_max": 3, "hysteresis": 10.0, "update_period_s": 0.2},
+}
+
+
+def domain_id(offset: int) -> int:
+    return 100 + (os.getpid() * 7 + offset) % 100
+
+
+def wait_until(predicate, spin, timeout_s=20.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        spin(0.02)
+    return predicate()
+
+
+class Harness:
+    def __init__(self, overrides=None, activate_scheduler=False):
+        import rclpy
+        from diagnostic_msgs.msg import DiagnosticStatus
+        from nav_msgs.msg import Path
+        from rclpy.node import Node
+        from sensor_msgs.msg import Image
+        from std_msgs.msg import UInt8MultiArray
+        from hybrid_vla_ros.ros.bringup import BOUNDARY_TOPIC, TRAJECTORY_TOPIC, InProcessGraph, graph_params
+        merged = {k: {**v, **(overrides or {}).get(k, {})} for k, v in TINY_OVERRIDES.items()}
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context)
+        self.graph = InProcessGraph(graph_params(overrides=merged), context=self.context,
+                                    activate_scheduler=activate_scheduler)
+        self.spec = get_preset("tiny")
+        self.node = Node("test_driver", context=self.context)
+        self.image_pubs = [self.node.create_publisher(Image, topic, 10) for topic in CAMERAS]
+        from hybrid_vla_ros.ros.prefix_node import BOUNDARY_QOS
+        self.boundary_pub = self.node.create_publisher(UInt8MultiArray, BOUNDARY_TOPIC, BOUNDARY_QOS)
+        self.infos, self.paths = [], []
+        self.node.create_subscription(DiagnosticStatus, "/hybrid_vla_suffix/debug/trajectory_info",
+                                      lambda m: self.infos.append({kv.key: kv.value for kv in m.values}), 50)
+        self.node.create_subscription(Path, TRAJECTORY_TOPIC, self.paths.append, 50)
+        self.graph.executor.add_node(self.node)
+        wait_until(lambda: all(p.get_subscription_count() for p in self.image_pubs), self.spin, 10)
+
+    @property
+    def prefix(self):
+        return self.graph.nodes["hybrid_vla_prefix"]
+
+    @property
+    def suffix(self):
+        return self.graph.nodes["hybrid_vla_suffix"]
+
+    def spin(self, timeout=0.02):
+        self.graph.spin_once(timeout)
+
+    def frame(self, seq):
+        return synthetic_frame(self.spec, seq, stamp_ns=(seq + 1) * 100_000_000)
+
+    def publish_images(self, images, stamp_ns, encoding="rgb8"):
+        from sensor_msgs.msg import Image
+        from hybrid_vla_ros.ros import convert
+        for pub, image in zip(self.image_pubs, images):
+            msg = convert.array_to_image(np.ascontiguousarray(image), Image())
+            msg.encoding = encoding
+            convert.ns_to_stamp(stamp_ns, msg.header.stamp)
+            pub.publish(msg)
+
+    def send_frame(self, seq, wait=True):
+        frame = self.frame(seq)
+        before = len(self.infos)
+        self.publish_images(frame.images, frame.stamp_ns)
+        if wait:
+            assert wait_until(lambda: len(self.infos) > before, self.spin), f"no trajectory for frame {seq}"
+        return frame
+
+    def settle(self, seconds=0.5):
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            self.spin(0.02)
+
+    def close(self):
+        import rclpy
+        self.graph.executor.remove_node(self.node)
+        self.node.destroy_node()
+        self.graph.shutdown()
+        rclpy.shutdown(context=self.context)

@@ -1,0 +1,88 @@
+"""Shipped configuration: YAML valid against each node's schema, schemas in sync with the parameter table,
+the launch file parses and names only installed executables and existing config files."""
+
+import ast
+import json
+import re
+from pathlib import Path
+from xml.etree import ElementTree
+
+import jsonschema
+import pytest
+import yaml
+
+from hybrid_vla_ros.errors import ConfigError
+from hybrid_vla_ros.ros.params import NODE_PARAMS, load_node_params, node_schema
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("node", sorted(NODE_PARAMS))
+def test_shipped_yaml_validates_against_the_node_schema(node):
+    schema = json.loads((ROOT / "config" / f"{node}.schema.json").read_text())
+    jsonschema.Draft7Validator.check_schema(schema)
+    jsonschema.validate(yaml.safe_load((ROOT / "config" / f"{node}.param.yaml").read_text()), schema)
+
+
+@pytest.mark.parametrize("node", sorted(NODE_PARAMS))
+def test_shipped_schema_matches_the_parameter_table(node):
+    assert json.loads((ROOT / "config" / f"{node}.schema.json").read_text()) == node_schema(node), \
+        "regenerate with: hybrid-vla schema --out config"
+
+
+def test_schema_rejects_out_of_range_and_unknown_values():
+    schema = node_schema("hybrid_vla_prefix")
+    data = yaml.safe_load((ROOT / "config" / "hybrid_vla_prefix.param.yaml").read_text())
+    data["/**"]["ros__parameters"]["max_in_flight"] = 0
+    with pytest.raises(jsonschema.ValidationError, match="0 is less than the minimum of 1"):
+        jsonschema.validate(data, schema)
+    data["/**"]["ros__parameters"]["max_in_flight"] = 2
+    data["/**"]["ros__parameters"]["bogus"] = 1
+    with pytest.raises(jsonschema.ValidationError, match="Additional properties"):
+        jsonschema.validate(data, schema)
+
+
+def test_param_loader_refuses_missing_and_out_of_range_values(tmp_path):
+    data = yaml.safe_load((ROOT / "config" / "hybrid_vla_suffix.param.yaml").read_text())
+    del data["/**"]["ros__parameters"]["numa_node"]
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=r"needs values for \['numa_node'\] \(no hidden defaults\)"):
+        load_node_params(tmp_path / "a.yaml", "hybrid_vla_suffix")
+    data["/**"]["ros__parameters"]["numa_node"] = 99
+    (tmp_path / "b.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match="'numa_node'=99: above the maximum 63"):
+        load_node_params(tmp_path / "b.yaml", "hybrid_vla_suffix")
+
+
+def console_scripts():
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    scripts = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and " = hybrid_vla_ros." in node.value:
+            scripts.add(node.value.split(" = ")[0])
+    return scripts
+
+
+def test_launch_file_parses_and_names_installed_executables_and_existing_configs():
+    source = (ROOT / "launch" / "hybrid_vla.launch.py").read_text()
+    tree = ast.parse(source)
+    executables = {node.value.value for node in ast.walk(tree) if isinstance(node, ast.keyword)
+                   and node.arg == "executable" and isinstance(node.value, ast.Constant)}
+    assert executables == {"hybrid_vla_prefix", "hybrid_vla_suffix", "hybrid_vla_scheduler", "hybrid_vla_graph"}
+    assert executables <= console_scripts()
+    configs = set(re.findall(r'"(hybrid_vla_\w+\.param\.yaml)"', source))
+    assert configs == {f"{n}.param.yaml" for n in NODE_PARAMS}
+    assert all((ROOT / "config" / c).is_file() for c in configs)
+    assert any(isinstance(n, ast.FunctionDef) and n.name == "generate_launch_description" for n in tree.body)
+    imported = {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert imported <= {"launch", "launch_ros"}
+
+
+def test_package_xml_is_format_3_ament_python_with_dependencies():
+    root = ElementTree.parse(ROOT / "package.xml").getroot()
+    assert root.get("format") == "3" and root.findtext("name") == "hybrid_vla_ros"
+    assert root.find("export/build_type").text == "ament_python"
+    deps = {e.text for e in root if e.tag.endswith("depend")}
+    assert {"rclpy", "sensor_msgs", "nav_msgs", "diagnostic_msgs", "lifecycle_msgs", "std_msgs",
+            "launch_ros", "python3-pytest"} <= deps
+    assert (ROOT / "resource" / "hybrid_vla_ros").is_file()

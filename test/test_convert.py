@@ -1,0 +1,150 @@
+"""Message conversion: images in (every supported encoding, every way they can be malformed), trajectories
+out, boundary envelopes."""
+
+import types
+
+import numpy as np
+import pytest
+import torch
+from geometry_msgs.msg import Pose
+from nav_msgs.msg import Odometry, Path
+from sensor_msgs.msg import CompressedImage, Image
+
+from hybrid_vla_ros.engine.types import BoundaryState, Trajectory
+from hybrid_vla_ros.errors import InputError
+from hybrid_vla_ros.ros import convert
+
+
+def rgb(h=4, w=5):
+    return np.arange(h * w * 3, dtype=np.uint8).reshape(h, w, 3)
+
+
+def test_rgb8_round_trip():
+    image = rgb()
+    np.testing.assert_array_equal(convert.image_to_array(convert.array_to_image(image, Image()), "t"), image)
+
+
+def test_bgr_rgba_mono_and_row_padding_are_converted_to_rgb():
+    image = rgb()
+    msg = Image(height=4, width=5, encoding="bgr8", step=16)  # 1 byte of row padding
+    rows = np.zeros((4, 16), np.uint8)
+    rows[:, :15] = image[..., ::-1].reshape(4, 15)
+    msg.data = rows.tobytes()
+    np.testing.assert_array_equal(convert.image_to_array(msg, "t"), image)
+    rgba = np.concatenate([image, np.full((4, 5, 1), 255, np.uint8)], axis=2)
+    msg = Image(height=4, width=5, encoding="rgba8", step=20, data=rgba.tobytes())
+    np.testing.assert_array_equal(convert.image_to_array(msg, "t"), image)
+    mono = Image(height=4, width=5, encoding="mono8", step=5, data=bytes(range(20)))
+    assert convert.image_to_array(mono, "t").shape == (4, 5, 3)
+
+
+def test_unknown_encoding_is_rejected_with_the_supported_list():
+    msg = Image(height=4, width=5, encoding="yuv422", step=10, data=bytes(40))
+    with pytest.raises(InputError, match=r"cam0: image encoding 'yuv422' is not supported; expected one of"):
+        convert.image_to_array(msg, "cam0")
+
+
+def test_truncated_image_data_is_rejected():
+    msg = convert.array_to_image(rgb(), Image())
+    msg.data = bytes(msg.data)[:-7]
+    with pytest.raises(InputError, match=r"53 data bytes, expected step 15 x height 4 = 60 \(truncated image\?\)"):
+        convert.image_to_array(msg, "cam")
+
+
+def test_compressed_jpeg_and_png_decode_and_garbage_is_rejected():
+    image = np.full((16, 16, 3), 128, np.uint8)
+    for fmt in ("jpeg", "png"):
+        out = convert.compressed_to_array(convert.array_to_compressed(image, CompressedImage(), fmt), "t")
+        assert out.shape == (16, 16, 3) and abs(int(out.mean()) - 128) <= 2
+    with pytest.raises(InputError, match="compressed image could not be decoded"):
+        convert.compressed_to_array(CompressedImage(format="jpeg", data=b"not a jpeg"), "cam2")
+    with pytest.raises(InputError, match="compressed format 'theora' is not supported"):
+        convert.compressed_to_array(CompressedImage(format="theora", data=b"x"), "cam2")
+
+
+def test_odometry_gives_speed_and_yaw_rate():
+    odom = Odometry()
+    odom.twist.twist.linear.x, odom.twist.twist.angular.z = 4.5, -0.2
+    ego = convert.odometry_to_ego(odom)
+    assert (ego.speed_mps, ego.yaw_rate_rps) == (4.5, -0.2)
+
+
+def trajectory():
+    points = np.array([[1.0, 0.1, 0.0, 5.0, 0.5], [2.0, 0.3, np.pi / 2, 5.5, 1.0]])
+    return Trajectory(points=points, seq=3, stamp_ns=1_500_000_000, partition=7)
+
+
+def test_trajectory_to_path_keeps_positions_heading_and_stamp():
+    msg = convert.trajectory_to_msg(trajectory(), Path, "path", "base_link")
+    assert msg.header.frame_id == "base_link" and (msg.header.stamp.sec, msg.header.stamp.nanosec) == (1, 500_000_000)
+    assert [(p.pose.position.x, p.pose.position.y) for p in msg.poses] == [(1.0, 0.1), (2.0, 0.3)]
+    q = msg.poses[1].pose.orientation
+    assert q.z == pytest.approx(np.sin(np.pi / 4)) and q.w == pytest.approx(np.cos(np.pi / 4))
+
+
+def test_trajectory_to_autoware_layout():
+    """Autoware messages are not installable here: a stand-in module with the same field layout
+    (autoware_planning_msgs/Trajectory, TrajectoryPoint) checks the conversion."""
+    from builtin_interfaces.msg import Duration
+    from std_msgs.msg import Header
+
+    class TrajectoryPoint:
+        def __init__(self):
+            self.time_from_start, self.pose = Duration(), Pose()
+            self.longitudinal_velocity_mps = 0.0
+
+    class Trajectory_:
+        def __init__(self):
+            self.header, self.points = Header(), []
+
+    module = types.ModuleType("fake_autoware_planning_msgs.msg._trajectory")
+    module.TrajectoryPoint = TrajectoryPoint
+    import sys
+    sys.modules["fake_autoware_planning_msgs.msg"] = module
+    Trajectory_.__module__ = "fake_autoware_planning_msgs.msg._trajectory"
+    msg = convert.trajectory_to_msg(trajectory(), Trajectory_, "autoware", "base_link")
+    assert [p.longitudinal_velocity_mps for p in msg.points] == [5.0, 5.5]
+    assert [(p.time_from_start.sec, p.time_from_start.nanosec) for p in msg.points] == [(0, 500_000_000), (1, 0)]
+    assert msg.points[1].pose.position.x == 2.0
+
+
+def test_output_type_falls_back_to_path_and_says_why():
+    cls, kind, reason = convert.resolve_trajectory_type("auto")
+    try:
+        import autoware_planning_msgs  # noqa: F401
+        assert kind == "autoware"
+    except ImportError:
+        assert (cls, kind) == (Path, "path") and "autoware_planning_msgs not importable" in reason
+    with pytest.raises(InputError, match="no trajectory message type importable"):
+        try:
+            import autoware_auto_planning_msgs  # noqa: F401
+            raise InputError("no trajectory message type importable (installed here)")
+        except ImportError:
+            convert.resolve_trajectory_type("autoware_auto")
+
+
+def boundary():
+    return BoundaryState(hidden=torch.randn(1, 6, 4), position_ids=torch.arange(6).view(1, 6),
+                         attention_mask=torch.ones(1, 6, dtype=torch.long), partition=2, seq=9, stamp_ns=77)
+
+
+@pytest.mark.parametrize("kind", ["inproc", "inline"])
+def test_boundary_envelope_round_trip(kind):
+    state = boundary()
+    out, transport = convert.BoundaryDecoder().decode(convert.encode_boundary(state, kind))
+    assert transport == kind and torch.equal(out.hidden, state.hidden) and out.seq == 9
+    if kind == "inproc":
+        assert out is state
+
+
+def test_boundary_envelope_rejects_foreign_process_handles_and_bad_headers():
+    data = bytearray(convert.encode_boundary(boundary(), "inproc"))
+    data[8:12] = (1).to_bytes(4, "little")  # pretend another process sent it
+    with pytest.raises(InputError, match="in-process handle from process 1"):
+        convert.BoundaryDecoder().decode(bytes(data))
+    with pytest.raises(InputError, match="magic b'NOPE'"):
+        convert.BoundaryDecoder().decode(b"NOPE" + bytes(40))
+    good = bytearray(convert.encode_boundary(boundary(), "inline"))
+    good[4] = 7
+    with pytest.raises(InputError, match="envelope version 7"):
+        convert.BoundaryDecoder().decode(bytes(good))

@@ -1,0 +1,264 @@
+"""The ROS 2 graph with real rclpy over loopback DDS: replay, one process vs processes, lifecycle over
+services, partition changes, parameter services, and every kind of bad input."""
+
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from hybrid_vla_ros.engine import codec
+from hybrid_vla_ros.engine.stages import reference_forward
+from hybrid_vla_ros.engine.types import EgoState
+from hybrid_vla_ros.model.load import load_vla
+from hybrid_vla_ros.ros import convert
+
+from ros_harness import CAMERAS, TINY_OVERRIDES, Harness, domain_id, wait_until
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def domain(monkeypatch, request):
+    monkeypatch.setenv("ROS_DOMAIN_ID", str(domain_id(hash(request.node.name) % 50)))
+    monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+
+
+@pytest.fixture
+def harness(domain):
+    h = Harness()
+    yield h
+    h.close()
+
+
+def reference_points(seq):
+    model = load_vla(preset="tiny")
+    from hybrid_vla_ros.model.inputs import synthetic_frame
+    frame = synthetic_frame(model.spec, seq, stamp_ns=(seq + 1) * 100_000_000)
+    frame.ego = EgoState()
+    return reference_forward(model, frame)[1].points
+
+
+def test_frames_in_give_one_trajectory_each_in_order(harness):
+    for seq in range(4):
+        harness.send_frame(seq)
+    assert [int(i["seq"]) for i in harness.infos] == [0, 1, 2, 3]
+    assert [int(i["stamp_ns"]) for i in harness.infos] == [(s + 1) * 100_000_000 for s in range(4)]
+    assert {i["transport"] for i in harness.infos} == {"inproc"}  # zero-copy handle in one process
+    wait_until(lambda: len(harness.paths) == 4, harness.spin)
+    xy = np.array([[p.pose.position.x, p.pose.position.y] for p in harness.paths[2].poses])
+    np.testing.assert_allclose(xy, reference_points(2)[:, :2], atol=1e-5)
+
+
+def test_partition_change_mid_stream_takes_effect_at_a_frame_boundary(harness):
+    from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
+    from rcl_interfaces.srv import SetParameters
+    client = harness.node.create_client(SetParameters, "/hybrid_vla_prefix/set_parameters")
+    for seq in range(3):
+        harness.send_frame(seq)
+    request = SetParameters.Request(parameters=[Parameter(
+        name="partition_point", value=ParameterValue(type=ParameterType.PARAMETER_INTEGER, integer_value=3))])
+    future = client.call_async(request)
+    assert wait_until(future.done, harness.spin)
+    assert future.result().results[0].successful
+    for seq in range(3, 6):
+        harness.send_frame(seq)
+    assert [int(i["seq"]) for i in harness.infos] == list(range(6))
+    assert [int(i["partition"]) for i in harness.infos] == [2, 2, 2, 3, 3, 3]
+    wait_until(lambda: len(harness.paths) == 6, harness.spin)
+    for seq in (2, 3):  # either side of the change: each frame equals the unsplit model
+        xy = np.array([[p.pose.position.x, p.pose.position.y] for p in harness.paths[seq].poses])
+        np.testing.assert_allclose(xy, reference_points(seq)[:, :2], atol=1e-5)
+
+
+def set_param(harness, node, name, value):
+    from rclpy.parameter import Parameter
+    from rcl_interfaces.srv import SetParameters
+    client = harness.node.create_client(SetParameters, f"/{node}/set_parameters")
+    assert wait_until(lambda: client.service_is_ready(), harness.spin, 10)
+    future = client.call_async(SetParameters.Request(parameters=[Parameter(name, value=value).to_parameter_msg()]))
+    assert wait_until(future.done, harness.spin)
+    return future.result().results[0]
+
+
+def test_parameter_services_apply_valid_changes_and_refuse_invalid_ones_with_a_reason(harness):
+    ok = set_param(harness, "hybrid_vla_prefix", "partition_point", 1)
+    assert ok.successful and harness.prefix.stage.partition == 1
+    assert set_param(harness, "hybrid_vla_prefix", "instruction", "turn left").successful
+    assert harness.prefix.params["instruction"] == "turn left"
+    out_of_zone = set_param(harness, "hybrid_vla_prefix", "partition_point", 4)
+    assert not out_of_zone.successful and "outside the dynamic zone [1, 3]" in out_of_zone.reason
+    out_of_range = set_param(harness, "hybrid_vla_prefix", "partition_point", 2000)
+    assert not out_of_range.successful
+    wrong_type = set_param(harness, "hybrid_vla_prefix", "partition_point", "two")
+    assert not wrong_type.successful
+    read_only = set_param(harness, "hybrid_vla_prefix", "device", "cuda")
+    assert not read_only.successful and "read-only" in read_only.reason.lower()
+    assert harness.prefix.stage.partition == 1
+    assert harness.prefix.health.rejected["parameter"] >= 1
+    harness.send_frame(0)
+    assert int(harness.infos[-1]["partition"]) == 1
+
+
+def test_bad_images_are_rejected_counted_and_the_next_frame_is_served(harness):
+    frame = harness.frame(0)
+    harness.publish_images(frame.images, frame.stamp_ns, encoding="yuv422")       # unknown encoding
+    harness.publish_images([img[:20] for img in frame.images], frame.stamp_ns + 1)  # wrong size
+    harness.settle(0.5)
+    from sensor_msgs.msg import Image
+    msg = convert.array_to_image(frame.images[0], Image())
+    msg.data = bytes(msg.data)[:-10]                                                  # truncated
+    harness.image_pubs[0].publish(msg)
+    harness.settle(0.5)
+    assert harness.infos == []
+    rejected = harness.prefix.health.rejected
+    assert rejected["invalid_image"] >= 3 and rejected["invalid_input"] == 1, dict(rejected)
+    harness.send_frame(1)
+    assert [int(i["seq"]) for i in harness.infos] == [1]
+
+
+def test_out_of_order_and_stale_frames_are_rejected(harness):
+    harness.send_frame(3)
+    old = harness.frame(1)
+    harness.publish_images(old.images, old.stamp_ns)  # older stamp than the last served frame
+    harness.settle(0.7)
+    assert harness.prefix.health.rejected["out_of_order"] == 1 and len(harness.infos) == 1
+    harness.prefix.params.values["stale_after_ms"] = 1000.0  # a real-time node: 1 s old is stale
+    stale = harness.frame(5)
+    harness.publish_images(stale.images, stale.stamp_ns)  # stamp in 1970: far too old
+    harness.settle(0.7)
+    assert harness.prefix.health.rejected["stale"] == 1 and len(harness.infos) == 1
+
+
+def test_bad_boundary_states_are_rejected_counted_and_the_next_frame_is_served(harness):
+    from std_msgs.msg import UInt8MultiArray
+    harness.send_frame(0)
+    good = harness.prefix.stage.run(harness.frame(1))
+
+    def publish(state=None, raw=None):
+        data = raw if raw is not None else convert.encode_boundary(state, "inline")
+        harness.boundary_pub.publish(UInt8MultiArray(data=data))
+
+    def variant(**changes):
+        state = harness.prefix.stage.run(harness.frame(1))
+        for k, v in changes.items():
+            setattr(state, k, v)
+        return state
+
+    publish(variant(hidden=good.hidden[:, :5]))                    # wrong shape
+    publish(variant(hidden=good.hidden.to(torch.bfloat16)))        # wrong dtype
+    publish(variant(partition=0))                                  # partition outside the suffix's zone
+    bad_version = bytearray(convert.encode_boundary(good, "inline"))
+    bad_version[convert.ENVELOPE.size + 4] = 9                     # codec version 9
+    publish(raw=bytes(bad_version))
+    publish(raw=b"garbage")
+    harness.settle(1.0)
+    assert len(harness.infos) == 1
+    assert harness.suffix.health.rejected["invalid_boundary"] == 5, dict(harness.suffix.health.rejected)
+    harness.send_frame(2)
+    assert [int(i["seq"]) for i in harness.infos] == [0, 1]  # prefix numbers frames it serves: 0, then 1
+
+
+def test_diagnostics_report_stage_time_backlog_drops_and_rejections(harness):
+    from diagnostic_msgs.msg import DiagnosticArray
+    seen = {}
+    harness.node.create_subscription(DiagnosticArray, "/diagnostics",
+                                     lambda m: seen.update({s.name: s for s in m.status}), 20)
+    harness.send_frame(0)
+    assert wait_until(lambda: "hybrid_vla_suffix: rejected_inputs" in seen and
+                      "hybrid_vla_prefix: processing_time" in seen, harness.spin, 5)
+    for node in ("hybrid_vla_prefix", "hybrid_vla_suffix"):
+        for check in ("processing_time", "period", "backlog", "drops", "rejected_inputs"):
+            assert f"{node}: {check}" in seen
+    values = {kv.key: kv.value for kv in seen["hybrid_vla_prefix: processing_time"].values}
+    assert float(values["stage_time_ms"]) > 0
+
+
+def test_processing_time_warns_then_errors_when_it_persists(harness):
+    health = harness.prefix.health
+    health.warn_ms, health.error_after = 0.0, 2
+    harness.send_frame(0)
+    assert health.time_level() == 1
+    harness.send_frame(1)
+    assert health.time_level() == 2
+
+
+def test_scheduler_lifecycle_over_services_from_another_process(domain, tmp_path):
+    """The scheduler runs in its own process; this process drives it through lifecycle services."""
+    import rclpy
+    from lifecycle_msgs.msg import State, Transition
+    from lifecycle_msgs.srv import ChangeState, GetState
+    from rclpy.node import Node
+    from rclpy.qos import DurabilityPolicy, QoSProfile
+    from std_msgs.msg import Int32
+    from hybrid_vla_ros.ros.bringup import PARTITION_TOPIC, graph_params, write_combined_config
+    config = write_combined_config(graph_params(overrides=TINY_OVERRIDES), tmp_path / "graph.yaml")
+    proc = subprocess.Popen([sys.executable, "-m", "hybrid_vla_ros.ros.bringup", "--node", "hybrid_vla_scheduler",
+                             "--config", str(config), "--no-autostart"])
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    from rclpy.executors import SingleThreadedExecutor
+    node = Node("lifecycle_tester", context=context)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    spin = lambda t: executor.spin_once(timeout_sec=t)  # noqa: E731
+    try:
+        get = node.create_client(GetState, "/hybrid_vla_scheduler/get_state")
+        change = node.create_client(ChangeState, "/hybrid_vla_scheduler/change_state")
+        partitions = []
+        node.create_subscription(Int32, PARTITION_TOPIC, lambda m: partitions.append(m.data),
+                                 QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL))
+        assert change.wait_for_service(timeout_sec=60)
+
+        def call(client, request):
+            future = client.call_async(request)
+            assert wait_until(future.done, spin, 20)
+            return future.result()
+
+        def state():
+            return call(get, GetState.Request()).current_state.id
+
+        def transition(tid):
+            return call(change, ChangeState.Request(transition=Transition(id=tid))).success
+
+        assert state() == State.PRIMARY_STATE_UNCONFIGURED
+        assert transition(Transition.TRANSITION_CONFIGURE) and state() == State.PRIMARY_STATE_INACTIVE
+        wait_until(lambda: False, spin, 0.5)
+        assert partitions == []  # inactive: nothing published
+        assert transition(Transition.TRANSITION_ACTIVATE) and state() == State.PRIMARY_STATE_ACTIVE
+        assert wait_until(lambda: partitions == [2], spin, 10)
+        assert transition(Transition.TRANSITION_DEACTIVATE) and state() == State.PRIMARY_STATE_INACTIVE
+        assert transition(Transition.TRANSITION_CLEANUP) and state() == State.PRIMARY_STATE_UNCONFIGURED
+        assert not transition(Transition.TRANSITION_ACTIVATE)  # cannot activate what is not configured
+        assert transition(Transition.TRANSITION_UNCONFIGURED_SHUTDOWN) and state() == State.PRIMARY_STATE_FINALIZED
+    finally:
+        executor.remove_node(node)
+        node.destroy_node()
+        executor.shutdown()
+        rclpy.shutdown(context=context)
+        proc.send_signal(2)
+        proc.wait(20)
+
+
+def test_sample_drive_gives_the_same_trajectories_in_one_process_and_in_separate_processes(domain, tmp_path):
+    from hybrid_vla_ros.ros.bringup import graph_params, write_combined_config
+    from hybrid_vla_ros.ros.demo import drive_graph, write_sample_drive
+    overrides = {k: dict(v) for k, v in TINY_OVERRIDES.items()}
+    overrides["hybrid_vla_prefix"].update(image_transport="compressed", input_policy="latest", use_kinematic_state=True,
+                                          camera_topics=[f"{c}/compressed" for c in CAMERAS])
+    bag = write_sample_drive(tmp_path / "drive", "tiny", [f"{c}/compressed" for c in CAMERAS], frames=8)
+    params = graph_params(overrides=overrides)
+    config = write_combined_config(params, tmp_path / "graph.yaml")
+    one, traj_one = drive_graph(bag, params, record_to=tmp_path / "out_one", settle_s=20)
+    assert one["frames_published"] == 8
+    assert one["trajectories"] + one["dropped"] == 8 and one["trajectories"] >= 7
+    assert one["transports"] == ["inproc"] and one["recorded"]["/planning/hybrid_vla/trajectory"] == one["trajectories"]
+    many, traj_many = drive_graph(bag, params, processes=True, config=str(config), settle_s=60)
+    assert many["transports"] == ["shm"]
+    common = sorted(set(traj_one) & set(traj_many))
+    assert len(common) >= 7
+    for stamp in common:
+        np.testing.assert_allclose(traj_one[stamp], traj_many[stamp], atol=1e-5)
