@@ -196,6 +196,17 @@ def cmd_schema(args) -> int:
     return 0
 
 
+def cmd_profile(args) -> int:
+    from .engine.profile import profile_report
+    report = profile_report(model_from_args(args), placement_from_args(args), frames=args.frames)
+    text = json.dumps(report, indent=2)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(text)
+    print(text)
+    return 0
+
+
 def cmd_export(args) -> int:
     model = model_from_args(args)
     path = save_checkpoint(model, args.out)
@@ -274,6 +285,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", default=None, help="write the full report (with per-frame timelines) here")
     p.add_argument("--plot", default=None, help="write the timeline/period PNG here")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("profile", help="per-block times per device, handover cost, bf16 suffix speed and accuracy")
+    add_model_args(p, default_preset="bench"); add_placement_args(p)
+    p.add_argument("--frames", type=int, default=3)
+    p.add_argument("--json", default=None)
+    p.set_defaults(func=cmd_profile)
 
     p = sub.add_parser("export", help="write a preset's weights as a local safetensors checkpoint")
     add_model_args(p)

@@ -73,3 +73,61 @@ def pin_current_thread(cores: list[int] | None, threads: int | None = None) -> N
 
 def thread_affinity() -> list[int]:
     return sorted(os.sched_getaffinity(0))
+
+
+# ---- CPU suffix backend -----------------------------------------------------------------------------------
+
+def cpu_flags() -> set[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def cpu_backend_report(dtype: torch.dtype) -> dict:
+    """What the CPU suffix runs on, said once at start-up: IPEX if importable, else stock PyTorch/oneDNN,
+    and which bf16 instructions the CPU offers."""
+    flags = cpu_flags()
+    try:
+        import intel_extension_for_pytorch as ipex  # noqa: F401
+        ipex_version = ipex.__version__
+    except ImportError:
+        ipex_version = None
+    isa = "amx_bf16" if "amx_bf16" in flags else "avx512_bf16" if "avx512_bf16" in flags else \
+        "avx512f" if "avx512f" in flags else "avx2" if "avx2" in flags else "generic"
+    backend = f"ipex {ipex_version}" if ipex_version else f"stock torch {torch.__version__} (oneDNN)"
+    return {"backend": backend, "ipex": ipex_version, "dtype": str(dtype).replace("torch.", ""), "isa": isa,
+            "onednn": torch.backends.mkldnn.is_available(), "bf16_native": isa in ("amx_bf16", "avx512_bf16")}
+
+
+def optimise_for_cpu(modules, dtype: torch.dtype) -> str:
+    """IPEX's optimize() on the suffix modules when importable; stock PyTorch otherwise. Returns what ran."""
+    try:
+        import intel_extension_for_pytorch as ipex
+    except ImportError:
+        return "stock"
+    for module in modules:
+        ipex.optimize(module.eval(), dtype=dtype, inplace=True)
+    return "ipex"
+
+
+MPOL_BIND = 2
+SYS_SET_MEMPOLICY = {"x86_64": 238, "aarch64": 237}
+
+
+def bind_memory_to_node(node: int) -> str:
+    """Bind this thread's future allocations to one NUMA node (set_mempolicy MPOL_BIND). Returns 'bound'
+    or the reason it was not (not Linux, unknown architecture, or the kernel refused)."""
+    import ctypes
+    import platform
+    number = SYS_SET_MEMPOLICY.get(platform.machine())
+    if number is None or not Path("/proc").is_dir():
+        return f"not bound: set_mempolicy unknown on {platform.machine()}"
+    libc = ctypes.CDLL(None, use_errno=True)
+    mask = ctypes.c_ulong(1 << node)
+    if libc.syscall(number, MPOL_BIND, ctypes.byref(mask), ctypes.c_ulong(64)) != 0:
+        return f"not bound: set_mempolicy failed ({os.strerror(ctypes.get_errno())})"
+    return "bound"

@@ -50,3 +50,53 @@ def balanced_partition(profile: dict, handover_ms: float = 0.0) -> int:
     def period(p: int) -> float:
         return max(profile["embed_ms"] + sum(blocks[:p]), handover_ms + sum(blocks[p:]) + profile["head_ms"])
     return min(range(len(blocks) + 1), key=period)
+
+
+def profile_report(model: VLAModel, placement: Placement, frames: int = 3) -> dict:
+    """Per-block times on each device, the handover cost, and the CPU suffix's bf16 speed-up and accuracy.
+    The prefix is profiled on the prefix's cores in the prefix dtype; the suffix on the suffix's cores in
+    fp32 and in bf16 (on copies of the model, so `model` keeps its dtype)."""
+    import copy
+
+    import numpy as np
+
+    from .bench import core_plan, handover_microbench
+    from .cpu import allowed_cores, cpu_backend_report, pin_current_thread
+    from .stages import reference_forward
+    prefix_cores, suffix_cores, devices = core_plan(placement)
+    try:
+        pin_current_thread(prefix_cores)
+        prefix = profile_blocks(copy.deepcopy(model), Placement(placement.prefix_device, placement.prefix_dtype,
+                                                                placement.prefix_dtype), frames)
+        pin_current_thread(suffix_cores)
+        suffix = {name: profile_blocks(copy.deepcopy(model), Placement(prefix_dtype=dtype, suffix_dtype=dtype), frames)
+                  for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
+    finally:
+        pin_current_thread(allowed_cores())
+    state = PrefixStage(copy.deepcopy(model), model.num_blocks // 2).run(synthetic_frame(model.spec, 0))
+    handover = handover_microbench(tokens=state.hidden.shape[1], hidden=state.hidden.shape[2], repeats=20)
+    # Accuracy cost of the bf16 suffix: the same frames, unsplit fp32 vs suffix in bf16 at the middle cut.
+    bf16_model, p = copy.deepcopy(model), model.num_blocks // 2
+    pre, suf = PrefixStage(bf16_model, p), SuffixStage(bf16_model, p, Placement(suffix_dtype=torch.bfloat16))
+    diffs = []
+    for seq in range(frames):
+        frame = synthetic_frame(model.spec, seq)
+        _, ref = reference_forward(model, frame)
+        diffs.append(float(np.abs(suf.run(pre.run(frame)).points - ref.points).max()))
+    fp32_ms, bf16_ms = sum(suffix["fp32"]["block_ms"]), sum(suffix["bf16"]["block_ms"])
+    return {"preset": model.spec.name, "num_blocks": model.num_blocks, "tokens": state.hidden.shape[1],
+            "devices": devices, "prefix": prefix, "suffix": suffix,
+            "handover": {"boundary_bytes": handover["bytes"], **{k: v for k, v in handover.items() if k != "bytes"}},
+            "cpu_backend": cpu_backend_report(torch.bfloat16),
+            "suffix_bf16_speedup_vs_fp32": fp32_ms / bf16_ms,
+            "bf16_trajectory_max_abs_diff": max(diffs),
+            "balanced_partition": {"fp32_suffix": mixed_balanced_partition(prefix, suffix["fp32"]),
+                                   "bf16_suffix": mixed_balanced_partition(prefix, suffix["bf16"])}}
+
+
+def mixed_balanced_partition(prefix: dict, suffix: dict, handover_ms: float = 0.0) -> int:
+    """Balanced p when the two sides have different per-block costs."""
+    def period(p: int) -> float:
+        return max(prefix["embed_ms"] + sum(prefix["block_ms"][:p]),
+                   handover_ms + sum(suffix["block_ms"][p:]) + suffix["head_ms"])
+    return min(range(len(prefix["block_ms"]) + 1), key=period)

@@ -111,21 +111,21 @@ class Replayer:
         self.published_frames.append((group[0][0], time.perf_counter()))
 
     def probe(self, spin, answered, timeout_s: float = 60.0, every_s: float = 1.0) -> bool:
-        """Readiness probe: publish the first frame, stamped 1 s before the bag starts, until the graph answers
-        (DDS matching is asymmetric: the first messages after start-up can be lost before both sides match)."""
+        """Readiness probe: publish the first frame, stamped before the bag starts, until the graph answers
+        (DDS matching is asymmetric: the first messages after start-up can be lost before both sides match).
+        Each attempt carries a newer stamp (10 s before the bag, +10 ms per attempt) so the graph does not
+        reject a retry as out of order."""
         from rclpy.serialization import deserialize_message, serialize_message
         group = frame_groups(self.messages)[0]
-        shifted = []
-        for stamp, topic, msgtype, raw in group:
-            msg = deserialize_message(raw, message_class(msgtype))
-            if hasattr(msg, "header"):
-                ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec - 1_000_000_000
-                msg.header.stamp.sec, msg.header.stamp.nanosec = ns // 1_000_000_000, ns % 1_000_000_000
-            shifted.append((stamp, topic, msgtype, serialize_message(msg)))
-        start, deadline = answered(), time.monotonic() + timeout_s
+        decoded = [(topic, deserialize_message(raw, message_class(msgtype))) for _, topic, msgtype, raw in group]
+        start, deadline, attempt = answered(), time.monotonic() + timeout_s, 0
         while time.monotonic() < deadline:
-            for _, topic, _, raw in shifted:
-                self.publishers[topic].publish(raw)
+            for topic, msg in decoded:
+                if hasattr(msg, "header"):
+                    ns = group[0][0] - 10_000_000_000 + attempt * 10_000_000
+                    msg.header.stamp.sec, msg.header.stamp.nanosec = ns // 1_000_000_000, ns % 1_000_000_000
+                self.publishers[topic].publish(serialize_message(msg))
+            attempt += 1
             until = time.monotonic() + every_s
             while time.monotonic() < until:
                 if answered() > start:

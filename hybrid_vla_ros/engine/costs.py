@@ -1,0 +1,120 @@
+"""Online cost model and the partition policy built on it (ROS-free).
+
+Costs per block and per device, in ms at a reference token count, seeded by a profile (`hybrid-vla profile`)
+and scaled linearly with tokens. Observed stage times keep one multiplicative scale per stage up to date
+(an exponential moving average of observed / predicted), so a competing load on either side shows up at once.
+The policy picks the p that minimises the pipelined period max(prefix, handover + suffix) inside the dynamic
+zone and under the prefix-device memory budget, with hysteresis and a cool-down, and moves at once when the
+suffix backlog grows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import ConfigError, expect
+
+
+@dataclass
+class CostModel:
+    embed_ms: float                 # prefix: vision + embeddings (+ positions)
+    prefix_block_ms: list[float]    # per block on the prefix device
+    suffix_block_ms: list[float]    # per block on the suffix device (its dtype)
+    head_ms: float                  # suffix: final norm + action head
+    handover_ms: float = 0.0
+    tokens_ref: int = 1
+    prefix_scale: float = 1.0       # observed / predicted, EMA
+    suffix_scale: float = 1.0
+    alpha: float = 0.5              # EMA weight of a new observation
+
+    def __post_init__(self) -> None:
+        expect(len(self.prefix_block_ms) == len(self.suffix_block_ms) > 0, ConfigError,
+               f"cost model: {len(self.prefix_block_ms)} prefix and {len(self.suffix_block_ms)} suffix block costs")
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.prefix_block_ms)
+
+    @classmethod
+    def from_profiles(cls, prefix_profile: dict, suffix_profile: dict, handover_ms: float, tokens: int) -> "CostModel":
+        return cls(prefix_profile["embed_ms"], list(prefix_profile["block_ms"]), list(suffix_profile["block_ms"]),
+                   suffix_profile["head_ms"], handover_ms, tokens)
+
+    def prefix_ms(self, p: int, tokens: int | None = None) -> float:
+        scale = (tokens or self.tokens_ref) / self.tokens_ref
+        return self.prefix_scale * scale * (self.embed_ms + sum(self.prefix_block_ms[:p]))
+
+    def suffix_ms(self, p: int, tokens: int | None = None) -> float:
+        scale = (tokens or self.tokens_ref) / self.tokens_ref
+        return self.suffix_scale * scale * (sum(self.suffix_block_ms[p:]) + self.head_ms)
+
+    def period_ms(self, p: int, tokens: int | None = None) -> float:
+        return max(self.prefix_ms(p, tokens), self.handover_ms + self.suffix_ms(p, tokens))
+
+    def observe(self, p: int, prefix_ms: float, suffix_ms: float, tokens: int | None = None) -> None:
+        """Fold one frame's measured stage times (compute only) into the two scales."""
+        for attr, observed, predicted in (("prefix_scale", prefix_ms, self.prefix_ms(p, tokens) / self.prefix_scale),
+                                          ("suffix_scale", suffix_ms, self.suffix_ms(p, tokens) / self.suffix_scale)):
+            if observed > 0 and predicted > 0:
+                setattr(self, attr, (1 - self.alpha) * getattr(self, attr) + self.alpha * observed / predicted)
+
+
+@dataclass
+class CostPolicy:
+    model: CostModel
+    zone_min: int
+    zone_max: int
+    partition: int
+    prefix_bytes: list[int] | None = None   # resident prefix-device bytes if the prefix held blocks [0, p)
+    budget_bytes: int | None = None         # prefix-device memory budget (room left for Autoware)
+    hysteresis: float = 0.05                # move only if the predicted period improves by this fraction
+    cooldown_frames: int = 3                # frames between two moves (backlog overrides)
+    backlog_threshold: int = 2
+    frames_since_move: int = 1 << 30
+    moves: list[tuple[int, int, int]] = field(default_factory=list)  # (frame, from, to)
+
+    def __post_init__(self) -> None:
+        L = self.model.num_blocks
+        expect(0 <= self.zone_min <= self.zone_max <= L, ConfigError,
+               f"dynamic zone [{self.zone_min}, {self.zone_max}] must lie in 0..{L}")
+        expect(self.zone_min <= self.partition <= self.zone_max, ConfigError,
+               f"partition {self.partition} lies outside the dynamic zone [{self.zone_min}, {self.zone_max}]")
+        expect(0 <= self.hysteresis < 1 and self.cooldown_frames >= 0 and self.backlog_threshold >= 1, ConfigError,
+               f"hysteresis {self.hysteresis} (0..1), cooldown {self.cooldown_frames} (>= 0), backlog threshold "
+               f"{self.backlog_threshold} (>= 1)")
+        if self.budget_bytes is not None:
+            expect(self.prefix_bytes is not None and len(self.prefix_bytes) == L + 1, ConfigError,
+                   "a memory budget needs the prefix bytes of every partition 0..L")
+            expect(self.budget_bytes > 0, ConfigError, f"memory budget {self.budget_bytes} B: expected > 0")
+            need = self.prefix_bytes[self.zone_max]  # the whole zone is resident on the prefix device
+            expect(need <= self.budget_bytes, ConfigError,
+                   f"dynamic zone [{self.zone_min}, {self.zone_max}] keeps {need / 2**20:.1f} MiB on the prefix "
+                   f"device, over the budget of {self.budget_bytes / 2**20:.1f} MiB; lower dynamic_zone_max")
+
+    def candidates(self) -> list[int]:
+        ps = range(self.zone_min, self.zone_max + 1)
+        if self.budget_bytes is not None:
+            ps = [p for p in ps if self.prefix_bytes[p] <= self.budget_bytes]
+        return list(ps)
+
+    def best(self, tokens: int | None = None) -> int:
+        return min(self.candidates(), key=lambda p: (self.model.period_ms(p, tokens), abs(p - self.partition)))
+
+    def update(self, frame: int, prefix_ms: float, suffix_ms: float, backlog: int = 0,
+               tokens: int | None = None) -> int:
+        """Feed one finished frame (run at self.partition); returns the partition for the next frames."""
+        self.model.observe(self.partition, prefix_ms, suffix_ms, tokens)
+        self.frames_since_move += 1
+        target = self.best(tokens)
+        if backlog >= self.backlog_threshold and self.partition < self.zone_max:
+            target = max(target, self.partition + 1)  # suffix falling behind: relieve it now
+        elif self.frames_since_move <= self.cooldown_frames:
+            return self.partition
+        elif target != self.partition:
+            now, then = self.model.period_ms(self.partition, tokens), self.model.period_ms(target, tokens)
+            if then > now * (1 - self.hysteresis):
+                return self.partition
+        if target in self.candidates() and target != self.partition:
+            self.moves.append((frame, self.partition, target))
+            self.partition, self.frames_since_move = target, 0
+        return self.partition
