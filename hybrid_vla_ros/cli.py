@@ -105,6 +105,8 @@ def cmd_run(args) -> int:
 def cmd_bench(args) -> int:
     from .engine.bench import headline, plot_bench, run_bench, write_report
     model = model_from_args(args)
+    if args.scenario == "load-step":
+        return bench_load_step(args, model)
     transports = tuple(t for t in args.transports.split(",") if t)
     report = run_bench(model, placement_from_args(args), num_frames=args.frames, partition=args.partition,
                        transports=transports, max_in_flight=args.max_in_flight, warmup=args.warmup)
@@ -207,6 +209,21 @@ def cmd_profile(args) -> int:
     return 0
 
 
+def bench_load_step(args, model) -> int:
+    from .engine.bench import write_report
+    from .engine.scenario import plot_load_step, run_load_step
+    zone = tuple(int(x) for x in args.zone.split(",")) if args.zone else None
+    budget = int(args.prefix_budget_mb * 2**20) if args.prefix_budget_mb else None
+    report = run_load_step(model, placement_from_args(args), frames=args.frames, step_on=args.step_on,
+                           step_off=args.step_off if args.step_off > 0 else None, zone=zone, budget_bytes=budget,
+                           sweep_frames=args.sweep_frames)
+    write_report(report, args.json)
+    if args.plot:
+        plot_load_step(report, args.plot)
+    print(json.dumps({k: v for k, v in report.items() if k != "timeline"}, indent=2))
+    return 0
+
+
 def cmd_export(args) -> int:
     model = model_from_args(args)
     path = save_checkpoint(model, args.out)
@@ -284,6 +301,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--transports", default="inproc,shm,serialized")
     p.add_argument("--json", default=None, help="write the full report (with per-frame timelines) here")
     p.add_argument("--plot", default=None, help="write the timeline/period PNG here")
+    p.add_argument("--scenario", default="modes", choices=("modes", "load-step"),
+                   help="modes: native/serial/pipelined side by side; load-step: scheduler under a competing load")
+    p.add_argument("--step-on", type=int, default=25, help="load-step: frame at which the load starts")
+    p.add_argument("--step-off", type=int, default=55, help="load-step: frame at which it stops (0: never)")
+    p.add_argument("--zone", default=None, help="load-step: dynamic zone 'lo,hi' (default 0,L)")
+    p.add_argument("--prefix-budget-mb", type=float, default=0.0, help="load-step: prefix memory budget (0: none)")
+    p.add_argument("--sweep-frames", type=int, default=8, help="load-step: frames per static p in the sweep")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("profile", help="per-block times per device, handover cost, bf16 suffix speed and accuracy")

@@ -25,7 +25,7 @@ class CostModel:
     tokens_ref: int = 1
     prefix_scale: float = 1.0       # observed / predicted, EMA
     suffix_scale: float = 1.0
-    alpha: float = 0.5              # EMA weight of a new observation
+    alpha: float = 0.3              # EMA weight of a new observation
 
     def __post_init__(self) -> None:
         expect(len(self.prefix_block_ms) == len(self.suffix_block_ms) > 0, ConfigError,
@@ -67,10 +67,12 @@ class CostPolicy:
     partition: int
     prefix_bytes: list[int] | None = None   # resident prefix-device bytes if the prefix held blocks [0, p)
     budget_bytes: int | None = None         # prefix-device memory budget (room left for Autoware)
-    hysteresis: float = 0.05                # move only if the predicted period improves by this fraction
+    hysteresis: float = 0.08                # move only if the predicted period improves by this fraction
+    confirm_frames: int = 2                 # ... and the same better target was seen this many frames running
     cooldown_frames: int = 3                # frames between two moves (backlog overrides)
     backlog_threshold: int = 2
     frames_since_move: int = 1 << 30
+    _candidate: tuple[int, int] = (-1, 0)   # (target, consecutive frames it was preferred)
     moves: list[tuple[int, int, int]] = field(default_factory=list)  # (frame, from, to)
 
     def __post_init__(self) -> None:
@@ -113,8 +115,13 @@ class CostPolicy:
         elif target != self.partition:
             now, then = self.model.period_ms(self.partition, tokens), self.model.period_ms(target, tokens)
             if then > now * (1 - self.hysteresis):
+                self._candidate = (-1, 0)
+                return self.partition
+            seen = self._candidate[1] + 1 if self._candidate[0] == target else 1
+            self._candidate = (target, seen)
+            if seen < self.confirm_frames:
                 return self.partition
         if target in self.candidates() and target != self.partition:
             self.moves.append((frame, self.partition, target))
-            self.partition, self.frames_since_move = target, 0
+            self.partition, self.frames_since_move, self._candidate = target, 0, (-1, 0)
         return self.partition

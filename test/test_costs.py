@@ -1,0 +1,78 @@
+"""The scheduling policy: balanced p from costs, memory budget, zone, no flapping, backlog, bad settings."""
+
+import random
+
+import pytest
+
+from hybrid_vla_ros.engine.costs import CostModel, CostPolicy
+from hybrid_vla_ros.errors import ConfigError
+
+
+def model(prefix_block=10.0, suffix_block=10.0, blocks=8, embed=10.0, head=0.0, handover=0.0):
+    return CostModel(embed, [prefix_block] * blocks, [suffix_block] * blocks, head, handover)
+
+
+def test_picks_the_partition_that_minimises_the_pipelined_period():
+    costs = model(prefix_block=5.0, suffix_block=20.0, blocks=10, embed=25.0)
+    policy = CostPolicy(costs, 0, 10, partition=0)
+    best = policy.best()
+    periods = {p: costs.period_ms(p) for p in range(11)}
+    assert periods[best] == min(periods.values())
+    assert best == 7  # prefix 25 + 7*5 = 60, suffix 3*20 = 60; p=8: 65 vs 40, p=6: 55 vs 80
+
+
+def test_handover_cost_counts_on_the_suffix_side():
+    assert CostPolicy(model(handover=25.0), 0, 8, partition=0).best() > CostPolicy(model(), 0, 8, partition=0).best()
+
+
+def test_memory_budget_caps_the_partition_and_a_zone_over_budget_is_refused():
+    costs = model(prefix_block=1.0, suffix_block=50.0, blocks=8)  # the GPU is fast: it would take every block
+    prefix_bytes = [100 + 10 * p for p in range(9)]
+    policy = CostPolicy(costs, 0, 5, partition=2, prefix_bytes=prefix_bytes, budget_bytes=150)
+    assert policy.best() == 5 and max(policy.candidates()) == 5
+    with pytest.raises(ConfigError, match=r"dynamic zone \[0, 8\] keeps .* over the budget .* lower dynamic_zone_max"):
+        CostPolicy(costs, 0, 8, partition=2, prefix_bytes=prefix_bytes, budget_bytes=150)
+
+
+def test_the_zone_bounds_the_choice():
+    costs = model(prefix_block=1.0, suffix_block=50.0)
+    assert CostPolicy(costs, 2, 4, partition=3).best() == 4
+
+
+def test_no_flapping_under_noisy_observations():
+    rng = random.Random(0)
+    costs = model()
+    policy = CostPolicy(costs, 0, 8, partition=4, hysteresis=0.05, cooldown_frames=3)
+    for frame in range(300):
+        p = policy.partition
+        policy.update(frame, costs.prefix_ms(p) / costs.prefix_scale * rng.uniform(0.93, 1.07),
+                      costs.suffix_ms(p) / costs.suffix_scale * rng.uniform(0.93, 1.07))
+    assert len(policy.moves) <= 2, policy.moves
+
+
+def test_a_slower_suffix_moves_the_partition_up_within_a_few_frames():
+    policy = CostPolicy(model(), 0, 8, partition=4, cooldown_frames=3)
+    for frame in range(10):  # the suffix's cores now run at half speed (a competing load)
+        p = policy.partition
+        policy.update(frame, 10 + 10 * p, 2 * 10 * (8 - p))
+    assert policy.partition == 5 and policy.moves[0][0] <= 4  # max(10 + 10p, 20 (8 - p)) is least at p = 5
+
+
+def test_backlog_moves_at_once_even_during_cool_down():
+    policy = CostPolicy(model(), 0, 8, partition=4, cooldown_frames=100)
+    policy.frames_since_move = 0
+    assert policy.update(0, 50.0, 40.0, backlog=1) == 4
+    assert policy.update(1, 50.0, 40.0, backlog=3) == 5
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(zone_min=5, zone_max=3, partition=4), r"dynamic zone \[5, 3\]"),
+    (dict(zone_min=0, zone_max=9, partition=4), r"dynamic zone \[0, 9\] must lie in 0\.\.8"),
+    (dict(zone_min=0, zone_max=8, partition=9), "partition 9 lies outside"),
+    (dict(zone_min=0, zone_max=8, partition=4, hysteresis=1.5), "hysteresis 1.5"),
+    (dict(zone_min=0, zone_max=8, partition=4, budget_bytes=-1, prefix_bytes=[1] * 9), "budget -1 B"),
+    (dict(zone_min=0, zone_max=8, partition=4, budget_bytes=100), "needs the prefix bytes"),
+])
+def test_invalid_zones_and_budgets_are_refused_with_a_reason(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        CostPolicy(model(), **kwargs)
