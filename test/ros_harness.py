@@ -16,7 +16,8 @@ TINY_OVERRIDES = {
                           "diagnostics_period_s": 0.2, "max_in_flight": 2},
     "hybrid_vla_suffix": {**ZONE, "diagnostics_period_s": 0.2},
     "hybrid_vla_scheduler": {"model.preset": "tiny", "initial_partition": 2, "dynamic_zone_min": 1,
-                             "dynamic_zone_max": 3, "hysteresis": 10.0, "update_period_s": 0.2},
+                             "dynamic_zone_max": 3, "hysteresis": 10.0, "update_period_s": 0.2,
+                             "policy": "simple"},
 }
 
 

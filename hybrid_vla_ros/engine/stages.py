@@ -13,6 +13,7 @@ from ..errors import ConfigError, InputError, expect
 from ..model.inputs import encode_frame
 from ..model.tokens import IMAGE_TOKEN, sequence_length
 from ..model.vla import VLAModel, waypoints_from_head
+from .cpu import optimise_for_cpu
 from .placement import DTYPE_NAMES, Placement
 from .types import BoundaryState, Frame, Trajectory
 
@@ -151,6 +152,8 @@ class SuffixStage:
                        for i in range(lo, model.num_blocks)}
         for module in list(self.blocks.values()) + [model.decoder.norm, model.action_head]:
             placement.place_suffix_module(module)
+        own = [b for i, b in self.blocks.items() if i >= hi or b is not layers[i]]  # not shared with the prefix
+        self.cpu_backend = optimise_for_cpu(own, placement.suffix_dtype)
         spec = model.spec
         self.seq_len = sequence_length(spec.num_cameras, model.family.image_tokens_per_camera(spec), spec.text_tokens)
         self.position_rows = 3 if spec.family.startswith("qwen") else 0
@@ -162,6 +165,15 @@ class SuffixStage:
         expect(lo <= partition <= hi, ConfigError,
                f"partition {partition} lies outside the dynamic zone [{lo}, {hi}] resident on the suffix")
         self.partition = partition
+
+    def rematerialise(self) -> None:
+        """Copy the suffix's own block weights anew from the calling thread, so that after a NUMA memory
+        binding their pages live on the bound node."""
+        layers = self.model.decoder.layers
+        for i, block in self.blocks.items():
+            if i >= self.zone[1] or block is not layers[i]:
+                for param in block.parameters():
+                    param.data = param.data.clone()
 
     def resident_bytes(self) -> int:
         modules = list(self.blocks.values()) + [self.model.decoder.norm, self.model.action_head]

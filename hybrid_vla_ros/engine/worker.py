@@ -43,9 +43,11 @@ class StageHealth:
         with self.lock:
             self.rejected[reason] += 1
 
-    def stage_ms(self) -> float:
+    def stage_ms(self, recent: int = 5) -> float:
+        """Median of the last `recent` stage times (recent, so a partition change shows up quickly)."""
         with self.lock:
-            return sorted(self.times_ms)[len(self.times_ms) // 2] if self.times_ms else 0.0
+            last = sorted(list(self.times_ms)[-recent:])
+        return last[len(last) // 2] if last else 0.0
 
     def period_ms(self) -> float:
         with self.lock:
@@ -68,7 +70,8 @@ class StageHealth:
         time_msg = {OK: "within threshold", WARN: f"above {self.warn_ms} ms",
                     ERROR: f"above {self.warn_ms} ms for {self.consecutive_slow} frames"}[level]
         return [
-            ("processing_time", level, time_msg, {"stage_time_ms": f"{stage:.3f}", "warn_ms": f"{self.warn_ms}"}),
+            ("processing_time", level, time_msg, {"stage_time_ms": f"{stage:.3f}", "warn_ms": f"{self.warn_ms}",
+                                                  "processed": str(counts["processed"])}),
             ("period", OK, "median interval between outputs", {"period_ms": f"{period:.3f}"}),
             ("backlog", OK if backlog <= 1 else WARN, f"{backlog} waiting", {"backlog": str(backlog)}),
             ("drops", OK if not counts["dropped"] else WARN, f"{counts['dropped']} dropped",
@@ -80,8 +83,9 @@ class StageHealth:
 
 class StageWorker:
     def __init__(self, name: str, handler, policy: str = "lossless", capacity: int = 16,
-                 cores: list[int] | None = None, threads: int | None = None, health: StageHealth | None = None):
-        self.name, self.handler = name, handler
+                 cores: list[int] | None = None, threads: int | None = None, health: StageHealth | None = None,
+                 on_start=None):
+        self.name, self.handler, self.on_start = name, handler, on_start
         self.cores, self.threads = cores, threads
         self.health = health or StageHealth()
         self._mailbox = Mailbox(policy, capacity)
@@ -111,6 +115,8 @@ class StageWorker:
 
     def _loop(self) -> None:
         pin_current_thread(self.cores, self.threads)
+        if self.on_start is not None:
+            self.on_start()
         while True:
             item = self._mailbox.take()
             if item is _STOP:

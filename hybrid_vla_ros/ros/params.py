@@ -125,6 +125,12 @@ SCHEDULER_PARAMS = [
     ParamSpec("hysteresis", "double", "relative stage-time imbalance needed to move p", 0.0, 10.0, dynamic=True),
     ParamSpec("cooldown_s", "double", "minimum time between two moves", 0.0, 3600.0, dynamic=True),
     ParamSpec("backlog_threshold", "int", "suffix backlog that triggers an immediate move", 1, 1000, dynamic=True),
+    ParamSpec("policy", "string", "cost: online cost model (period-minimising p under the memory budget); "
+              "simple: one block at a time towards balance", choices=("cost", "simple")),
+    ParamSpec("profile_json", "string", "a `hybrid-vla profile` report seeding the cost model; empty = uniform "
+              "block costs, calibrated online"),
+    ParamSpec("prefix_memory_budget_mb", "double", "prefix-device memory the model may hold; 0 = no budget",
+              0.0, 1e7),
 ]
 
 NODE_PARAMS = {"hybrid_vla_prefix": PREFIX_PARAMS, "hybrid_vla_suffix": SUFFIX_PARAMS,

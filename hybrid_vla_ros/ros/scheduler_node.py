@@ -8,15 +8,18 @@ cleanup: destroy what configure created.  shutdown: the same, from any state.
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import DurabilityPolicy, QoSProfile
 from std_msgs.msg import Int32
 
+from ..engine.costs import CostModel, CostPolicy
 from ..engine.scheduler import SimplePolicy, StageLoad
-from ..errors import HybridVLAError
+from ..errors import ConfigError, HybridVLAError, expect
 from .common import ParameterTable, shared_model
 from .prefix_node import resolve_zone
 
@@ -26,11 +29,14 @@ PARTITION_QOS = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
 class SchedulerNode(LifecycleNode):
     def __init__(self, node_name: str = NODE_NAME, **kwargs):
-        self.policy: SimplePolicy | None = None
+        self.policy: SimplePolicy | CostPolicy | None = None
         self.publisher = None
         self.subscription = None
         self.timer = None
         self.load = StageLoad(0.0, 0.0, 0)
+        self.prefix_processed = 0
+        self.seen_processed = 0
+        self.ticks = 0
         self.history: list[tuple[float, int]] = []
         self.active = False
         super().__init__(node_name, **kwargs)
@@ -45,7 +51,8 @@ class SchedulerNode(LifecycleNode):
             hi = num_blocks if p["dynamic_zone_max"] < 0 else p["dynamic_zone_max"]
             resolve_zone(lo, hi, p["initial_partition"], num_blocks)
             self.policy = SimplePolicy(lo, hi, p["initial_partition"], p["hysteresis"], p["cooldown_s"],
-                                       p["backlog_threshold"])
+                                       p["backlog_threshold"]) if p["policy"] == "simple" else \
+                self._cost_policy(num_blocks, lo, hi)
         except HybridVLAError as exc:
             self.get_logger().error(f"configure failed: {exc}")
             return TransitionCallbackReturn.FAILURE
@@ -54,6 +61,31 @@ class SchedulerNode(LifecycleNode):
         self.timer = self.create_timer(p["update_period_s"], self._tick)
         self.get_logger().info(f"configured: zone [{lo}, {hi}] of {num_blocks} blocks, initial p={self.policy.partition}")
         return TransitionCallbackReturn.SUCCESS
+
+    def _cost_policy(self, num_blocks: int, lo: int, hi: int) -> CostPolicy:
+        p = self.params
+        if p["profile_json"]:
+            try:
+                report = json.loads(Path(p["profile_json"]).read_text())
+                suffix = report["suffix"].get("bf16") or report["suffix"]["fp32"]
+                costs = CostModel.from_profiles(report["prefix"], suffix, report["handover"]["shm_ms"]["p50"], 1)
+            except (OSError, KeyError, ValueError) as exc:
+                raise ConfigError(f"profile_json '{p['profile_json']}': not a usable profile report ({exc})") from exc
+            expect(costs.num_blocks == num_blocks, ConfigError,
+                   f"profile_json has {costs.num_blocks} blocks, the model {num_blocks}")
+        else:
+            costs = CostModel(0.0, [1.0] * num_blocks, [1.0] * num_blocks, 0.0)  # calibrated online
+        budget = p["prefix_memory_budget_mb"]
+        prefix_bytes = None
+        if budget > 0:
+            from ..engine.stages import partition_report
+            from ..model.load import load_vla
+            shapes = load_vla(preset=p["model.preset"], shapes_only=True) if not p["model.checkpoint"] else \
+                shared_model(p["model.preset"], p["model.checkpoint"])
+            prefix_bytes = [partition_report(shapes, q)["prefix_bytes"] for q in range(num_blocks + 1)]
+        return CostPolicy(costs, lo, hi, p["initial_partition"], prefix_bytes,
+                          int(budget * 2**20) if budget > 0 else None, hysteresis=min(p["hysteresis"], 0.9),
+                          backlog_threshold=p["backlog_threshold"])
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         result = super().on_activate(state)  # activates the lifecycle publisher
@@ -84,7 +116,11 @@ class SchedulerNode(LifecycleNode):
         self.timer = self.subscription = self.publisher = self.policy = None
 
     def _on_param(self, name: str, value) -> None:
-        if self.policy is not None and name in ("hysteresis", "cooldown_s", "backlog_threshold"):
+        if self.policy is None or not hasattr(self.policy, name):
+            return
+        if name == "hysteresis" and isinstance(self.policy, CostPolicy):
+            value = min(value, 0.9)  # the cost policy's hysteresis is a fraction of the predicted period
+        if name in ("hysteresis", "cooldown_s", "backlog_threshold"):
             setattr(self.policy, name, value)
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
@@ -93,6 +129,7 @@ class SchedulerNode(LifecycleNode):
             try:
                 if status.name.endswith(": processing_time") and "prefix" in status.name:
                     self.load.prefix_ms = float(values["stage_time_ms"])
+                    self.prefix_processed = int(values.get("processed", 0))
                 elif status.name.endswith(": processing_time") and "suffix" in status.name:
                     self.load.suffix_ms = float(values["stage_time_ms"])
                 elif status.name.endswith(": backlog") and "suffix" in status.name:
@@ -104,7 +141,15 @@ class SchedulerNode(LifecycleNode):
         if not self.active or self.policy is None:
             return
         before = self.policy.partition
-        if self.policy.update(self.load, time.monotonic()) != before:
+        if isinstance(self.policy, CostPolicy):
+            if self.prefix_processed == self.seen_processed or not (self.load.prefix_ms and self.load.suffix_ms):
+                return  # no new frames since the last decision
+            self.seen_processed = self.prefix_processed
+            self.ticks += 1
+            after = self.policy.update(self.ticks, self.load.prefix_ms, self.load.suffix_ms, self.load.suffix_backlog)
+        else:
+            after = self.policy.update(self.load, time.monotonic())
+        if after != before:
             self.get_logger().info(f"partition {before} -> {self.policy.partition} (prefix {self.load.prefix_ms:.1f} ms, "
                                    f"suffix {self.load.suffix_ms:.1f} ms, backlog {self.load.suffix_backlog})")
             self._publish()

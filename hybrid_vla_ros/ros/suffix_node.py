@@ -8,7 +8,7 @@ from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
 from rclpy.node import Node
 from std_msgs.msg import UInt8MultiArray
 
-from ..engine.cpu import cores_of_numa_node
+from ..engine.cpu import bind_memory_to_node, cores_of_numa_node, cpu_backend_report
 from ..engine.placement import CPU, Placement, parse_dtype
 from ..engine.stages import SuffixStage
 from ..engine.worker import StageHealth, StageWorker
@@ -38,8 +38,10 @@ class SuffixNode(Node):
         self.last_stamp_ns = -1
         self.pub = self.create_publisher(self.msg_cls, "~/output/trajectory", 10)
         self.info_pub = self.create_publisher(DiagnosticStatus, "~/debug/trajectory_info", 10)
+        self.memory_binding = "not requested (numa_node = -1)"
         self.worker = StageWorker("suffix", self._process, policy="lossless", capacity=64, cores=self.cores,
-                                  threads=p["threads"] or None, health=self.health).start()
+                                  threads=p["threads"] or None, health=self.health, on_start=self._bind_memory).start()
+        backend = cpu_backend_report(placement.suffix_dtype)
         self.create_subscription(UInt8MultiArray, "~/input/boundary_state", self._on_boundary, BOUNDARY_QOS)
         self.diagnostics = DiagnosticsPublisher(self, self.health, self.worker.backlog, self._extra_checks)
         self.create_timer(p["diagnostics_period_s"], self.diagnostics.publish)
@@ -48,7 +50,20 @@ class SuffixNode(Node):
             f"suffix: publishing {self.msg_cls.__module__.split('.')[0]}/{self.msg_cls.__name__} on "
             f"~/output/trajectory ({reason}); blocks from zone {list(self.zone)}, dtype {p['dtype']}, "
             f"worker cores {self.cores or 'unpinned'}"
-            + (f" (NUMA node {p['numa_node']})" if p["numa_node"] >= 0 and not p["cores"] else ""))
+            + (f" (NUMA node {p['numa_node']})" if p["numa_node"] >= 0 and not p["cores"] else "")
+            + f"; CPU backend: {self.stage.cpu_backend} ({backend['backend']}, isa {backend['isa']}, "
+              f"bf16 native: {backend['bf16_native']})")
+
+    def _bind_memory(self) -> None:
+        """Runs on the pinned worker thread: bind its allocations to the NUMA node, then re-copy the suffix's
+        own weights so they live there."""
+        node = self.params["numa_node"]
+        if node < 0:
+            return
+        self.memory_binding = bind_memory_to_node(node)
+        if self.memory_binding == "bound":
+            self.stage.rematerialise()
+        self.get_logger().info(f"suffix memory on NUMA node {node}: {self.memory_binding}")
 
     def _check_param(self, name: str, value) -> None:
         if name == "partition_point":
