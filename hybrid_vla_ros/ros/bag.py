@@ -94,9 +94,12 @@ class Replayer:
         return {self.remap.get(topic, topic): t for topic, t in self.types.items()}
 
     def wait_for_subscribers(self, timeout_s: float = 10.0, spin=None) -> bool:
+        """Every camera topic has a subscriber (other topics, e.g. a kinematic state nobody reads, may not)."""
+        cameras = [p for topic, p in self.publishers.items() if "Image" in self.types[topic]] or \
+            list(self.publishers.values())
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if all(p.get_subscription_count() > 0 for p in self.publishers.values()):
+            if all(p.get_subscription_count() > 0 for p in cameras):
                 return True
             spin(0.05) if spin else time.sleep(0.05)
         return False
