@@ -65,13 +65,16 @@ def cmd_info(args) -> int:
     model = model.to(dtype)
     partition = check_partition(args.partition if args.partition is not None else model.num_blocks // 2,
                                 model.num_blocks, "--partition")
-    result = partition_report(model, partition)
+    zone = tuple(int(x) for x in args.zone.split(",")) if args.zone else None
+    result = partition_report(model, partition, zone)
     gib = 1024 ** 3
     emit(result, args.json, lambda r: [
         f"{r['preset']} ({r['family']}), {r['num_blocks']} blocks, partition {r['partition']}, {r['dtype']}",
         f"  prefix: {r['prefix_blocks']} blocks + vision + embeddings  {r['prefix_params']:,} params  {r['prefix_bytes'] / gib:.3f} GiB",
         f"  suffix: {r['suffix_blocks']} blocks + norm + head          {r['suffix_params']:,} params  {r['suffix_bytes'] / gib:.3f} GiB",
-        f"  total:  {r['total_params']:,} params  {r['total_bytes'] / gib:.3f} GiB"])
+        f"  total:  {r['total_params']:,} params  {r['total_bytes'] / gib:.3f} GiB",
+        f"  dynamic zone {r['zone']}: {r['zone_bytes'] / gib:.3f} GiB resident on both sides -> prefix device holds "
+        f"{r['prefix_resident_bytes'] / gib:.3f} GiB, CPU {r['suffix_resident_bytes'] / gib:.3f} GiB"])
     return 0
 
 
@@ -246,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_args(p)
     p.add_argument("--partition", type=int, default=None)
     p.add_argument("--dtype", default=None, help="dtype to size the weights in (default fp16 for shape-only presets)")
+    p.add_argument("--zone", default=None, help="dynamic zone 'lo,hi': report the memory its residency costs")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_info)
 

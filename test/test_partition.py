@@ -80,3 +80,13 @@ def test_orion_like_split_at_16_moves_about_half_the_llm_off_the_prefix():
     assert mid["prefix_bytes"] < small["prefix_bytes"]
     block_bytes = (small["prefix_bytes"] - mid["prefix_bytes"]) / 16
     assert 350e6 < block_bytes < 450e6  # a 4096-wide Llama block in fp16 is ~405 MB
+
+
+def test_dynamic_zone_residency_cost_is_reported():
+    model = load_vla(preset="orion-like").to(torch.float16)
+    plain, zoned = partition_report(model, 16), partition_report(model, 16, (12, 20))
+    assert plain["zone_bytes"] == 0 and plain["prefix_resident_bytes"] == plain["prefix_bytes"]
+    block = (partition_report(model, 15)["suffix_bytes"] - plain["suffix_bytes"])
+    assert zoned["zone_bytes"] == 8 * block
+    assert zoned["prefix_resident_bytes"] == plain["prefix_bytes"] + 4 * block
+    assert zoned["suffix_resident_bytes"] == plain["suffix_bytes"] + 4 * block

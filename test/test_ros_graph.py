@@ -294,3 +294,54 @@ def test_kinematic_state_is_matched_to_frames_by_stamp(domain):
         assert h.prefix.health.rejected["kinematic_state_late"] == 0
     finally:
         h.close()
+
+
+@pytest.mark.parametrize("processes", [False, True])
+def test_bringup_starts_the_graph_and_ctrl_c_stops_everything(domain, tmp_path, processes):
+    import signal
+    from hybrid_vla_ros.ros.bringup import graph_params, write_combined_config
+    config = write_combined_config(graph_params(overrides=TINY_OVERRIDES), tmp_path / "graph.yaml")
+    cmd = [sys.executable, "-m", "hybrid_vla_ros.cli", "run", "--config", str(config)] + (["--processes"] * processes)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.node import Node
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    node = Node("bringup_probe", context=context)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    try:
+        wanted = {"hybrid_vla_prefix", "hybrid_vla_suffix", "hybrid_vla_scheduler"}
+        assert wait_until(lambda: wanted <= set(node.get_node_names()), lambda t: executor.spin_once(timeout_sec=t),
+                          90), node.get_node_names()
+    finally:
+        executor.remove_node(node)
+        node.destroy_node()
+        executor.shutdown()
+        rclpy.shutdown(context=context)
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole process group, as in a terminal
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out[-2000:]
+    leftover = subprocess.run(["pgrep", "-f", f"--config {config}"], capture_output=True, text=True).stdout
+    assert leftover.strip() == "", leftover
+
+
+def test_recorded_trajectory_bag_reads_back_in_mcap_and_sqlite3(domain, tmp_path):
+    from hybrid_vla_ros.ros.bag import read_bag
+    from hybrid_vla_ros.ros.bringup import TRAJECTORY_TOPIC, graph_params
+    from hybrid_vla_ros.ros.demo import drive_graph, write_sample_drive
+    overrides = {k: dict(v) for k, v in TINY_OVERRIDES.items()}
+    overrides["hybrid_vla_prefix"].update(image_transport="compressed", camera_topics=[f"{c}/compressed" for c in CAMERAS])
+    for storage in ("mcap", "sqlite3"):
+        bag = write_sample_drive(tmp_path / f"drive_{storage}", "tiny", [f"{c}/compressed" for c in CAMERAS],
+                                 frames=4, storage=storage)
+        summary, _ = drive_graph(bag, graph_params(overrides=overrides), record_to=tmp_path / f"out_{storage}",
+                                 storage=storage)
+        messages, types = read_bag(tmp_path / f"out_{storage}")
+        assert types[TRAJECTORY_TOPIC] == "nav_msgs/msg/Path"
+        assert sum(1 for m in messages if m[1] == TRAJECTORY_TOPIC) == summary["trajectories"] == 4
+        from nav_msgs.msg import Path
+        from rclpy.serialization import deserialize_message
+        path = deserialize_message(next(m[3] for m in messages if m[1] == TRAJECTORY_TOPIC), Path)
+        assert len(path.poses) == 8

@@ -69,8 +69,11 @@ def module_bytes(modules) -> tuple[int, int]:
     return params, nbytes
 
 
-def partition_report(model: VLAModel, partition: int) -> dict:
+def partition_report(model: VLAModel, partition: int, zone: tuple[int, int] | None = None) -> dict:
+    """Blocks, parameters and bytes on each side of the cut. With a dynamic zone [lo, hi], blocks lo..hi-1
+    are resident on both sides: `zone_bytes` is what that residency costs (once more on each device)."""
     check_partition(partition, model.num_blocks)
+    lo, hi = check_zone(zone, partition, model.num_blocks)
     prefix_params, prefix_bytes = module_bytes(prefix_modules(model, partition))
     suffix_params, suffix_bytes = module_bytes(suffix_modules(model, partition))
     total_params, total_bytes = module_bytes([model])
@@ -78,6 +81,9 @@ def partition_report(model: VLAModel, partition: int) -> dict:
             "partition": partition, "prefix_blocks": partition, "suffix_blocks": model.num_blocks - partition,
             "prefix_params": prefix_params, "suffix_params": suffix_params, "total_params": total_params,
             "prefix_bytes": prefix_bytes, "suffix_bytes": suffix_bytes, "total_bytes": total_bytes,
+            "zone": [lo, hi], "zone_bytes": module_bytes(model.decoder.layers[lo:hi])[1],
+            "prefix_resident_bytes": module_bytes(prefix_modules(model, hi))[1],
+            "suffix_resident_bytes": module_bytes(suffix_modules(model, lo))[1],
             "dtype": DTYPE_NAMES.get(next(model.parameters()).dtype, str(next(model.parameters()).dtype))}
 
 

@@ -8,6 +8,7 @@ record subscribes with raw=True, so nothing is converted on the way. Bags writte
 from __future__ import annotations
 
 import importlib
+import queue
 import threading
 import time
 from collections import defaultdict
@@ -28,28 +29,48 @@ def message_class(msgtype: str):
 
 
 class BagWriter:
-    """Thread-safe rosbag2 writer for raw CDR messages."""
+    """rosbag2 writer for raw CDR messages, safe to call from any thread: one thread owns the storage
+    (sqlite3 connections are bound to the thread that made them) and drains a queue."""
 
     def __init__(self, path: str | Path, storage: str = "mcap"):
         expect(storage in STORAGE, ConfigError, f"storage '{storage}' is not one of {sorted(STORAGE)}")
         self.path = Path(path)
         expect(not self.path.exists(), ConfigError, f"bag '{self.path}' already exists; rosbag2 will not overwrite it")
-        self.writer = Writer(self.path, version=BAG_VERSION, storage_plugin=STORAGE[storage])
-        self.writer.open()
-        self.connections = {}
+        self.storage = storage
         self.count = defaultdict(int)
-        self.lock = threading.Lock()
+        self.queue: queue.Queue = queue.Queue()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._drain, name="hvla-bag-writer", daemon=True)
+        self.thread.start()
+
+    def _drain(self) -> None:
+        connections = {}
+        try:
+            writer = Writer(self.path, version=BAG_VERSION, storage_plugin=STORAGE[self.storage])
+            writer.open()
+        except BaseException as exc:  # reported by close()
+            self.error = exc
+            return
+        try:
+            while (item := self.queue.get()) is not None:
+                topic, msgtype, stamp_ns, data = item
+                if topic not in connections:
+                    connections[topic] = writer.add_connection(topic, msgtype, typestore=_typestore())
+                writer.write(connections[topic], stamp_ns, data)
+                self.count[topic] += 1
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            writer.close()
 
     def write(self, topic: str, msgtype: str, stamp_ns: int, data: bytes) -> None:
-        with self.lock:
-            if topic not in self.connections:
-                self.connections[topic] = self.writer.add_connection(topic, msgtype, typestore=_typestore())
-            self.writer.write(self.connections[topic], stamp_ns, data)
-            self.count[topic] += 1
+        self.queue.put((topic, msgtype, stamp_ns, bytes(data)))
 
     def close(self) -> None:
-        with self.lock:
-            self.writer.close()
+        self.queue.put(None)
+        self.thread.join(60)
+        if self.error is not None:
+            raise ConfigError(f"bag '{self.path}': writing failed ({self.error})") from self.error
 
 
 def _typestore():
