@@ -4,13 +4,11 @@ services, partition changes, parameter services, and every kind of bad input."""
 import os
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 import torch
 
-from hybrid_vla_ros.engine import codec
 from hybrid_vla_ros.engine.stages import reference_forward
 from hybrid_vla_ros.engine.types import EgoState
 from hybrid_vla_ros.model.load import load_vla

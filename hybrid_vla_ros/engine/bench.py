@@ -157,7 +157,6 @@ def run_accelerate_peer(model: VLAModel, partition: int, frames: list, warmup: i
         from accelerate import dispatch_model
     except ImportError:
         return {"skipped": "accelerate is not installed"}
-    from .stages import reference_forward
     peer = copy.deepcopy(model).to("cpu", torch.float16)
     names = [n for n, _ in peer.backbone.named_children()]
     device_map = {f"backbone.{n}": 0 for n in names if n != "language_model"}

@@ -7,9 +7,11 @@ import threading
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor, SetParametersResult
+from rclpy.node import Node
 from rclpy.parameter import Parameter
 from std_msgs.msg import Float64
 
+from ..engine.stages import check_partition
 from ..engine.worker import StageHealth
 from ..errors import ConfigError, HybridVLAError, expect
 from ..model.load import load_vla
@@ -115,3 +117,45 @@ class DiagnosticsPublisher:
                 level=self.LEVELS[level], name=f"{self.node.get_name()}: {check}", message=message,
                 hardware_id="hybrid_vla_ros", values=[KeyValue(key=k, value=str(v)) for k, v in values.items()]))
         self.pub.publish(msg)
+
+
+def resolve_zone(lo: int, hi: int, partition: int, num_blocks: int) -> tuple[int, int]:
+    """The dynamic zone from parameters (-1 = the partition point itself), checked against the model."""
+    lo = partition if lo < 0 else lo
+    hi = partition if hi < 0 else hi
+    check_partition(lo, num_blocks, "dynamic_zone_min")
+    check_partition(hi, num_blocks, "dynamic_zone_max")
+    expect(lo <= partition <= hi, ConfigError,
+           f"partition_point {partition} lies outside the dynamic zone [{lo}, {hi}]")
+    return lo, hi
+
+
+class StageNode(Node):
+    """What the prefix and suffix nodes share: typed parameters, health counters, the process-wide model,
+    the dynamic zone, partition_point validation, and rejections that are logged and counted."""
+
+    def __init__(self, node_name: str, table: str, **kwargs):
+        super().__init__(node_name, **kwargs)
+        self.health = StageHealth()
+        self.params = p = ParameterTable(self, table, self._check_param, self._on_param, self.health)
+        self.health.warn_ms, self.health.error_after = p["processing_time_warn_ms"], p["error_after_frames"]
+        self.model = shared_model(p["model.preset"], p["model.checkpoint"])
+        self.zone = resolve_zone(p["dynamic_zone_min"], p["dynamic_zone_max"], p["partition_point"],
+                                 self.model.num_blocks)
+        self.stage = None  # set by the subclass
+
+    def _check_param(self, name: str, value) -> None:
+        if name == "partition_point":
+            check_partition(value, self.model.num_blocks, "partition_point")
+            lo, hi = self.zone
+            expect(lo <= value <= hi, ConfigError,
+                   f"partition_point {value} lies outside the dynamic zone [{lo}, {hi}] (blocks outside it are "
+                   f"not resident on both sides; widen dynamic_zone_min/max and restart)")
+
+    def _on_param(self, name: str, value) -> None:
+        if name == "partition_point":
+            self.stage.set_partition(value)  # read once per frame by the stage: applies at a frame boundary
+
+    def _reject(self, reason: str, exc: Exception) -> None:
+        self.health.reject(reason)
+        self.get_logger().warning(f"rejected ({reason}): {exc}", throttle_duration_sec=1.0)

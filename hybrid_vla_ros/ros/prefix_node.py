@@ -7,20 +7,19 @@ import time
 from collections import deque
 
 from nav_msgs.msg import Odometry
-from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Int32, MultiArrayDimension, UInt8MultiArray
 
 from ..engine.placement import Placement
-from ..engine.stages import PrefixStage, check_partition
+from ..engine.stages import PrefixStage
 from ..engine.sync import CameraSync
 from ..engine.transport import SharedMemoryTransport
 from ..engine.types import EgoState, Frame
-from ..engine.worker import StageHealth, StageWorker
+from ..engine.worker import StageWorker
 from ..errors import ConfigError, HybridVLAError, expect
 from . import convert
-from .common import DiagnosticsPublisher, ParameterTable, shared_model
+from .common import DiagnosticsPublisher, StageNode
 
 NODE_NAME = "hybrid_vla_prefix"
 # Reliable, keep last 10, transient local: a suffix that starts after the prefix still gets the latest states
@@ -30,25 +29,10 @@ LOCAL_SUFFIXES: set = set()          # suffix nodes living in this process (for 
 KINEMATIC_WAIT_S = 0.1               # longest wait for the kinematic state matching a frame
 
 
-def resolve_zone(lo: int, hi: int, partition: int, num_blocks: int) -> tuple[int, int]:
-    lo = partition if lo < 0 else lo
-    hi = partition if hi < 0 else hi
-    check_partition(lo, num_blocks, "dynamic_zone_min")
-    check_partition(hi, num_blocks, "dynamic_zone_max")
-    expect(lo <= partition <= hi, ConfigError,
-           f"partition_point {partition} lies outside the dynamic zone [{lo}, {hi}]")
-    return lo, hi
-
-
-class PrefixNode(Node):
+class PrefixNode(StageNode):
     def __init__(self, node_name: str = NODE_NAME, **kwargs):
-        super().__init__(node_name, **kwargs)
-        self.health = StageHealth()
-        self.params = p = ParameterTable(self, NODE_NAME, self._check_param, self._on_param, self.health)
-        self.health.warn_ms, self.health.error_after = p["processing_time_warn_ms"], p["error_after_frames"]
-        self.model = shared_model(p["model.preset"], p["model.checkpoint"])
-        self.zone = resolve_zone(p["dynamic_zone_min"], p["dynamic_zone_max"], p["partition_point"],
-                                 self.model.num_blocks)
+        super().__init__(node_name, NODE_NAME, **kwargs)
+        p = self.params
         self.placement = Placement.create(p["device"], p["dtype"], p["dtype"])
         self.stage = PrefixStage(self.model, p["partition_point"], self.placement, self.zone)
         self.shm = SharedMemoryTransport(slots=p["max_in_flight"], name=f"{node_name}") \
@@ -133,24 +117,7 @@ class PrefixNode(Node):
             return
         self.stage.set_partition(int(msg.data))
 
-    # ---- parameters ------------------------------------------------------------------------------------
-    def _check_param(self, name: str, value) -> None:
-        if name == "partition_point":
-            check_partition(value, self.model.num_blocks, "partition_point")
-            lo, hi = self.zone
-            expect(lo <= value <= hi, ConfigError,
-                   f"partition_point {value} lies outside the dynamic zone [{lo}, {hi}] (blocks outside it are "
-                   f"not resident on both sides; widen dynamic_zone_min/max and restart)")
-
-    def _on_param(self, name: str, value) -> None:
-        if name == "partition_point":
-            self.stage.set_partition(value)  # read once per frame by the stage: applies at a frame boundary
-
     # ---- compute ---------------------------------------------------------------------------------------
-    def _reject(self, reason: str, exc: Exception) -> None:
-        self.health.reject(reason)
-        self.get_logger().warning(f"rejected ({reason}): {exc}", throttle_duration_sec=1.0)
-
     def _transport_kind(self) -> str:
         kind = self.params["boundary_transport"]
         if kind == "auto":

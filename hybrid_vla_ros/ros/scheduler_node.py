@@ -20,8 +20,7 @@ from std_msgs.msg import Int32
 from ..engine.costs import CostModel, CostPolicy
 from ..engine.scheduler import SimplePolicy, StageLoad
 from ..errors import ConfigError, HybridVLAError, expect
-from .common import ParameterTable, shared_model
-from .prefix_node import resolve_zone
+from .common import ParameterTable, resolve_zone, shared_model
 
 NODE_NAME = "hybrid_vla_scheduler"
 PARTITION_QOS = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)  # late joiners get the current p

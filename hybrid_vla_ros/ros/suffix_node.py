@@ -5,30 +5,24 @@ from __future__ import annotations
 import time
 
 from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
-from rclpy.node import Node
 from std_msgs.msg import UInt8MultiArray
 
 from ..engine.cpu import bind_memory_to_node, cores_of_numa_node, cpu_backend_report
 from ..engine.placement import CPU, Placement, parse_dtype
 from ..engine.stages import SuffixStage
-from ..engine.worker import StageHealth, StageWorker
+from ..engine.worker import StageWorker
 from ..errors import ConfigError, HybridVLAError
 from . import convert
-from .common import DiagnosticsPublisher, ParameterTable, shared_model
-from .prefix_node import BOUNDARY_QOS, LOCAL_SUFFIXES, resolve_zone
+from .common import DiagnosticsPublisher, StageNode
+from .prefix_node import BOUNDARY_QOS, LOCAL_SUFFIXES
 
 NODE_NAME = "hybrid_vla_suffix"
 
 
-class SuffixNode(Node):
+class SuffixNode(StageNode):
     def __init__(self, node_name: str = NODE_NAME, **kwargs):
-        super().__init__(node_name, **kwargs)
-        self.health = StageHealth()
-        self.params = p = ParameterTable(self, NODE_NAME, self._check_param, self._on_param, self.health)
-        self.health.warn_ms, self.health.error_after = p["processing_time_warn_ms"], p["error_after_frames"]
-        self.model = shared_model(p["model.preset"], p["model.checkpoint"])
-        self.zone = resolve_zone(p["dynamic_zone_min"], p["dynamic_zone_max"], p["partition_point"],
-                                 self.model.num_blocks)
+        super().__init__(node_name, NODE_NAME, **kwargs)
+        p = self.params
         placement = Placement(prefix_device=CPU, prefix_dtype=parse_dtype(p["boundary_dtype"], "boundary_dtype"),
                               suffix_dtype=parse_dtype(p["dtype"], "dtype"))
         self.stage = SuffixStage(self.model, p["partition_point"], placement, self.zone)
@@ -65,22 +59,8 @@ class SuffixNode(Node):
             self.stage.rematerialise()
         self.get_logger().info(f"suffix memory on NUMA node {node}: {self.memory_binding}")
 
-    def _check_param(self, name: str, value) -> None:
-        if name == "partition_point":
-            lo, hi = self.zone
-            if not lo <= value <= hi:
-                raise ConfigError(f"partition_point {value} lies outside the dynamic zone [{lo}, {hi}]")
-
-    def _on_param(self, name: str, value) -> None:
-        if name == "partition_point":
-            self.stage.set_partition(value)
-
     def _on_boundary(self, msg: UInt8MultiArray) -> None:
         self.worker.submit((bytes(msg.data), time.perf_counter()))
-
-    def _reject(self, reason: str, exc: Exception) -> None:
-        self.health.reject(reason)
-        self.get_logger().warning(f"rejected ({reason}): {exc}", throttle_duration_sec=1.0)
 
     def _process(self, item) -> None:
         data, received = item
