@@ -121,6 +121,9 @@ def cmd_bench(args) -> int:
 
 
 def cmd_demo(args) -> int:
+    import os
+    # A self-contained showcase: keep DDS discovery on this machine unless the user's environment says otherwise.
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     from .ros.demo import SAMPLE_DRIVE, run_demo
     summary = run_demo(args.out, bag=args.bag or SAMPLE_DRIVE, config=args.config, rate=args.rate,
                        storage=args.storage, processes=args.processes)
