@@ -343,3 +343,20 @@ def test_recorded_trajectory_bag_reads_back_in_mcap_and_sqlite3(domain, tmp_path
         from rclpy.serialization import deserialize_message
         path = deserialize_message(next(m[3] for m in messages if m[1] == TRAJECTORY_TOPIC), Path)
         assert len(path.poses) == 8
+
+
+def test_bf16_suffix_pinned_to_a_numa_node_serves_close_to_fp32(domain):
+    from hybrid_vla_ros.engine.cpu import numa_nodes
+    node = min(numa_nodes())
+    h = Harness({"hybrid_vla_suffix": {"dtype": "bf16", "numa_node": node}})
+    try:
+        h.send_frame(0)
+        assert wait_until(lambda: len(h.paths) == 1, h.spin)
+        assert h.suffix.cores == numa_nodes()[node]
+        assert h.suffix.memory_binding == "bound"
+        assert all(b.self_attn.q_proj.weight.dtype == torch.bfloat16 for b in h.suffix.stage.blocks.values())
+        xy = np.array([[p.pose.position.x, p.pose.position.y] for p in h.paths[0].poses])
+        diff = np.abs(xy - reference_points(0)[:, :2]).max()
+        assert 0 < diff < 0.1  # bf16 changes the numbers a little, not the plan
+    finally:
+        h.close()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..engine.cpu import allowed_cores, split_cores
 from ..errors import ConfigError, expect
-from .params import NODE_PARAMS, load_node_params
+from .params import NODE_PARAMS, chosen_cores, load_node_params
 
 NODES = ("hybrid_vla_prefix", "hybrid_vla_suffix", "hybrid_vla_scheduler")
 SHORT = {"prefix": "hybrid_vla_prefix", "suffix": "hybrid_vla_suffix", "scheduler": "hybrid_vla_scheduler"}
@@ -63,7 +63,8 @@ def graph_params(config: str | None = None, overrides: dict | None = None,
         params[node] = load_node_params(source, node)
         params[node].update((overrides or {}).get(node, {}))
     prefix, suffix = params["hybrid_vla_prefix"], params["hybrid_vla_suffix"]
-    if not prefix["cores"] and not suffix["cores"] and suffix["numa_node"] < 0 and len(allowed_cores()) >= 2:
+    if not chosen_cores(prefix["cores"]) and not chosen_cores(suffix["cores"]) and suffix["numa_node"] < 0 \
+            and len(allowed_cores()) >= 2:
         # Disjoint core sets by default: without a GPU this is the stand-in for "GPU + CPU".
         prefix["cores"], suffix["cores"] = split_cores(allowed_cores(), 2)
     return params
@@ -162,7 +163,7 @@ def spawn_processes(config: str | None, env: dict | None = None) -> list[subproc
         cmd = [sys.executable, "-m", "hybrid_vla_ros.ros.bringup", "--node", node]
         if config:
             cmd += ["--config", config]
-        cores = params[node].get("cores") if node != "hybrid_vla_scheduler" else None
+        cores = chosen_cores(params[node].get("cores", []))
         if cores:
             cmd += ["--pin", ",".join(map(str, cores))]
         procs.append(subprocess.Popen(cmd, env={**os.environ, **(env or {})}))

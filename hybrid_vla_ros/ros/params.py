@@ -77,7 +77,8 @@ def _common_model() -> list[ParamSpec]:
         ParamSpec("processing_time_warn_ms", "double", "diagnostics WARN above this stage time", 0.0, 1e6),
         ParamSpec("error_after_frames", "int", "diagnostics ERROR when WARN persists this many frames", 1, 10000),
         ParamSpec("diagnostics_period_s", "double", "period of /diagnostics", 0.05, 60.0),
-        ParamSpec("cores", "int_array", "CPU cores for the stage worker; empty = default placement", 0, 4095),
+        ParamSpec("cores", "int_array", "CPU cores for the stage worker; [-1] = default placement (ROS parameter "
+                  "files cannot carry an empty typed array)", -1, 4095),
         ParamSpec("threads", "int", "torch intra-op threads of the stage worker; 0 = one per core", 0, 1024),
     ]
 
@@ -87,7 +88,8 @@ PREFIX_PARAMS = _common_model() + [
     ParamSpec("dtype", "string", "prefix compute dtype (also the boundary dtype)", choices=("fp32", "bf16", "fp16")),
     ParamSpec("partition_point", "int", "blocks [0, p) run here; must lie in the dynamic zone", 0, 1024,
               dynamic=True),
-    ParamSpec("camera_topics", "string_array", "camera topics synchronised by stamp; empty = ~/input/image"),
+    ParamSpec("camera_topics", "string_array", "camera topics synchronised by stamp, one per model camera "
+              "(a single camera: [~/input/image])"),
     ParamSpec("image_transport", "string", "raw sensor_msgs/Image or sensor_msgs/CompressedImage",
               choices=("raw", "compressed")),
     ParamSpec("sync_skew_ms", "double", "largest stamp difference between cameras of one frame", 0.0, 10000.0),
@@ -165,6 +167,11 @@ def node_schema(node: str) -> dict:
             "ros__parameters": {"$ref": f"#/definitions/{node}"}}, "required": ["ros__parameters"]}},
         "required": ["/**"],
     }
+
+
+def chosen_cores(values: list[int]) -> list[int]:
+    """The `cores` parameter without its [-1] 'unset' marker."""
+    return [c for c in values if c >= 0]
 
 
 def flatten(params: dict, prefix: str = "") -> dict:

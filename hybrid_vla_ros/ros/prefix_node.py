@@ -20,6 +20,7 @@ from ..engine.worker import StageWorker
 from ..errors import ConfigError, HybridVLAError, expect
 from . import convert
 from .common import DiagnosticsPublisher, StageNode
+from .params import chosen_cores
 
 NODE_NAME = "hybrid_vla_prefix"
 # Reliable, keep last 10, transient local: a suffix that starts after the prefix still gets the latest states
@@ -47,7 +48,7 @@ class PrefixNode(StageNode):
             self.create_subscription(Odometry, "~/input/kinematic_state", self._on_odometry, 10)
         self.create_subscription(Int32, "~/input/partition_point", self._on_partition_topic, 10)
         self.worker = StageWorker("prefix", self._process, policy=p["input_policy"], capacity=p["max_in_flight"],
-                                  cores=p["cores"] or None, threads=p["threads"] or None, health=self.health).start()
+                                  cores=chosen_cores(p["cores"]) or None, threads=p["threads"] or None, health=self.health).start()
         self.diagnostics = DiagnosticsPublisher(self, self.health, self.worker.backlog, self._extra_checks)
         self.create_timer(p["diagnostics_period_s"], self.diagnostics.publish)
         self.get_logger().info(
@@ -57,7 +58,7 @@ class PrefixNode(StageNode):
 
     # ---- inputs ----------------------------------------------------------------------------------------
     def _subscribe_cameras(self) -> None:
-        topics = self.params["camera_topics"] or ["~/input/image"]
+        topics = self.params["camera_topics"]
         self.camera_topics = topics
         expect(len(topics) == self.model.spec.num_cameras, ConfigError,
                f"camera_topics: {len(topics)} topics, model '{self.model.spec.name}' takes "

@@ -14,6 +14,7 @@ from ..engine.worker import StageWorker
 from ..errors import ConfigError, HybridVLAError
 from . import convert
 from .common import DiagnosticsPublisher, StageNode
+from .params import chosen_cores
 from .prefix_node import BOUNDARY_QOS, LOCAL_SUFFIXES
 
 NODE_NAME = "hybrid_vla_suffix"
@@ -26,7 +27,7 @@ class SuffixNode(StageNode):
         placement = Placement(prefix_device=CPU, prefix_dtype=parse_dtype(p["boundary_dtype"], "boundary_dtype"),
                               suffix_dtype=parse_dtype(p["dtype"], "dtype"))
         self.stage = SuffixStage(self.model, p["partition_point"], placement, self.zone)
-        self.cores = p["cores"] or (cores_of_numa_node(p["numa_node"]) if p["numa_node"] >= 0 else None)
+        self.cores = chosen_cores(p["cores"]) or (cores_of_numa_node(p["numa_node"]) if p["numa_node"] >= 0 else None)
         self.msg_cls, self.output_kind, reason = convert.resolve_trajectory_type(p["output_type"])
         self.decoder = convert.BoundaryDecoder()
         self.last_stamp_ns = -1
@@ -44,7 +45,7 @@ class SuffixNode(StageNode):
             f"suffix: publishing {self.msg_cls.__module__.split('.')[0]}/{self.msg_cls.__name__} on "
             f"~/output/trajectory ({reason}); blocks from zone {list(self.zone)}, dtype {p['dtype']}, "
             f"worker cores {self.cores or 'unpinned'}"
-            + (f" (NUMA node {p['numa_node']})" if p["numa_node"] >= 0 and not p["cores"] else "")
+            + (f" (NUMA node {p['numa_node']})" if p["numa_node"] >= 0 and not chosen_cores(p["cores"]) else "")
             + f"; CPU backend: {self.stage.cpu_backend} ({backend['backend']}, isa {backend['isa']}, "
               f"bf16 native: {backend['bf16_native']})")
 

@@ -1,0 +1,53 @@
+"""CPU topology, pinning and the suffix backend: NUMA nodes from sysfs, disjoint core sets, memory binding."""
+
+import os
+import threading
+
+import pytest
+import torch
+
+from hybrid_vla_ros.engine.cpu import (allowed_cores, bind_memory_to_node, cores_of_numa_node, cpu_backend_report,
+                                       numa_nodes, parse_cpulist, split_cores)
+from hybrid_vla_ros.errors import ConfigError
+
+
+def test_cpulist_parsing():
+    assert parse_cpulist("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
+    assert parse_cpulist("") == []
+
+
+def test_numa_nodes_come_from_sysfs_and_keep_only_allowed_cores(tmp_path):
+    allowed = allowed_cores()
+    for node, cores in ((0, allowed[:1]), (1, allowed[1:])):
+        (tmp_path / f"node{node}").mkdir()
+        (tmp_path / f"node{node}" / "cpulist").write_text(",".join(map(str, cores + [4095])))
+    nodes = numa_nodes(tmp_path)
+    assert nodes[0] == allowed[:1] and nodes.get(1, []) == allowed[1:]
+    with pytest.raises(ConfigError, match="NUMA node 7 not found"):
+        cores_of_numa_node(7, tmp_path)
+
+
+def test_machine_without_numa_sysfs_is_one_node(tmp_path):
+    assert numa_nodes(tmp_path / "missing") == {0: allowed_cores()}
+
+
+def test_core_sets_are_disjoint_and_refused_when_too_few():
+    assert split_cores([0, 1, 2, 3, 4], 2) == [[0, 1, 2], [3, 4]]
+    with pytest.raises(ConfigError, match="only 1 cores allowed"):
+        split_cores([0], 2)
+
+
+def test_memory_binding_to_this_machines_node_succeeds_on_linux():
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(status=bind_memory_to_node(min(numa_nodes()))))
+    thread.start()
+    thread.join()
+    assert result["status"] == "bound" or result["status"].startswith("not bound:")
+    if os.uname().sysname == "Linux" and os.uname().machine in ("x86_64", "aarch64"):
+        assert result["status"] == "bound"
+
+
+def test_backend_report_says_what_the_suffix_runs_on():
+    report = cpu_backend_report(torch.bfloat16)
+    assert report["dtype"] == "bfloat16" and report["backend"]
+    assert report["ipex"] is None or report["backend"].startswith("ipex")
