@@ -86,3 +86,11 @@ def test_package_xml_is_format_3_ament_python_with_dependencies():
     assert {"rclpy", "sensor_msgs", "nav_msgs", "diagnostic_msgs", "lifecycle_msgs", "std_msgs",
             "launch_ros", "python3-pytest"} <= deps
     assert (ROOT / "resource" / "hybrid_vla_ros").is_file()
+
+
+def test_interfaces_doc_lists_every_parameter():
+    doc = (ROOT / "docs" / "INTERFACES.md").read_text()
+    for node, params in NODE_PARAMS.items():
+        assert f"## Parameters of `{node}`" in doc
+        for p in params:
+            assert f"| `{p.name}` | {p.type} |" in doc, f"{node}.{p.name} missing from docs/INTERFACES.md"
