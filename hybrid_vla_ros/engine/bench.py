@@ -14,10 +14,10 @@ import torch
 
 from ..model.inputs import synthetic_frame
 from ..model.vla import VLAModel
-from .cpu import allowed_cores, pin_current_thread, split_cores
+from .cpu import allowed_cores, split_cores
 from .pipeline import FrameResult, Pipeline, PipelineConfig
 from .placement import Placement
-from .profile import balanced_partition, profile_blocks
+from .profile import seed_cost_model
 from .stages import PrefixStage, SuffixStage
 
 
@@ -84,10 +84,9 @@ def run_mode(model: VLAModel, placement: Placement, partition: int, max_in_fligh
 def run_bench(model: VLAModel, placement: Placement, num_frames: int = 24, partition: int | None = None,
               transports=("inproc", "shm", "serialized"), max_in_flight: int = 2, warmup: int = 3) -> dict:
     prefix_cores, suffix_cores, devices = core_plan(placement)
-    if partition is None:  # balanced for these stage devices: profile on the prefix's cores
-        pin_current_thread(prefix_cores)
-        partition = balanced_partition(profile_blocks(model, placement))
-        pin_current_thread(allowed_cores())
+    if partition is None:  # balanced for these stage devices: each side profiled on its cores in its dtype
+        costs = seed_cost_model(model, placement, prefix_cores, suffix_cores)
+        partition = min(range(model.num_blocks + 1), key=costs.period_ms)
     frames = [synthetic_frame(model.spec, seq) for seq in range(num_frames + warmup)]
     L = model.num_blocks
     plan = [("native", L, 1, "inproc"), ("serial", partition, 1, "inproc")]

@@ -9,6 +9,8 @@ import torch
 
 from ..model.inputs import synthetic_frame
 from ..model.vla import VLAModel
+from .costs import CostModel
+from .cpu import allowed_cores, pin_current_thread
 from .placement import Placement
 from .stages import PrefixStage, SuffixStage
 
@@ -44,6 +46,21 @@ def profile_blocks(model: VLAModel, placement: Placement = Placement(), frames: 
             "head_ms": statistics.median(head), "threads": torch.get_num_threads()}
 
 
+def seed_cost_model(model: VLAModel, placement: Placement, prefix_cores, suffix_cores, frames: int = 2) -> CostModel:
+    """Profile the prefix on its cores and the suffix on its cores (a `hybrid-vla profile` in miniature)."""
+    import copy
+    try:
+        pin_current_thread(prefix_cores)
+        prefix = profile_blocks(copy.deepcopy(model), Placement(placement.prefix_device, placement.prefix_dtype,
+                                                                placement.prefix_dtype), frames)
+        pin_current_thread(suffix_cores)
+        suffix = profile_blocks(copy.deepcopy(model), Placement(prefix_dtype=placement.suffix_dtype,
+                                                                suffix_dtype=placement.suffix_dtype), frames)
+    finally:
+        pin_current_thread(allowed_cores())
+    return CostModel.from_profiles(prefix, suffix, handover_ms=0.0, tokens=1)
+
+
 def balanced_partition(profile: dict, handover_ms: float = 0.0) -> int:
     """The p minimising the pipelined period max(prefix, handover + suffix) for these costs."""
     blocks = profile["block_ms"]
@@ -61,7 +78,7 @@ def profile_report(model: VLAModel, placement: Placement, frames: int = 3) -> di
     import numpy as np
 
     from .bench import core_plan, handover_microbench
-    from .cpu import allowed_cores, cpu_backend_report, pin_current_thread
+    from .cpu import cpu_backend_report
     from .stages import reference_forward
     prefix_cores, suffix_cores, devices = core_plan(placement)
     try:

@@ -15,11 +15,10 @@ import numpy as np
 from ..model.inputs import synthetic_frame
 from ..model.vla import VLAModel
 from .bench import core_plan, percentiles
-from .costs import CostModel, CostPolicy
-from .cpu import allowed_cores, pin_current_thread
+from .costs import CostPolicy
 from .pipeline import Pipeline, PipelineConfig
 from .placement import Placement
-from .profile import profile_blocks
+from .profile import seed_cost_model
 from .stages import PrefixStage, SuffixStage, partition_report
 
 
@@ -45,21 +44,6 @@ class CompetingLoad:
             self.proc.terminate()
             self.proc.join(5)
             self.proc = None
-
-
-def seed_cost_model(model: VLAModel, placement: Placement, prefix_cores, suffix_cores, frames: int = 2) -> CostModel:
-    """Profile the prefix on its cores and the suffix on its cores (a `hybrid-vla profile` in miniature)."""
-    import copy
-    try:
-        pin_current_thread(prefix_cores)
-        prefix = profile_blocks(copy.deepcopy(model), Placement(placement.prefix_device, placement.prefix_dtype,
-                                                                placement.prefix_dtype), frames)
-        pin_current_thread(suffix_cores)
-        suffix = profile_blocks(copy.deepcopy(model), Placement(prefix_dtype=placement.suffix_dtype,
-                                                                suffix_dtype=placement.suffix_dtype), frames)
-    finally:
-        pin_current_thread(allowed_cores())
-    return CostModel.from_profiles(prefix, suffix, handover_ms=0.0, tokens=1)
 
 
 def run_static(model, placement, partition, frames, prefix_cores, suffix_cores, warmup=2) -> float:
