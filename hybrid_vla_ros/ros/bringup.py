@@ -115,13 +115,13 @@ class InProcessGraph:
 
     def __init__(self, params: dict[str, dict], context=None, activate_scheduler: bool = True):
         import rclpy
-        from rclpy.executors import MultiThreadedExecutor
+        from rclpy.executors import SingleThreadedExecutor
         tune_interpreter()
         self.context = context
         self.nodes = {}
         for node in NODES:  # prefix first: it places shared blocks before the suffix decides on copies
             self.nodes[node] = make_node(node, params[node], context)
-        self.executor = MultiThreadedExecutor(num_threads=4, context=context)
+        self.executor = SingleThreadedExecutor(context=context)
         for n in self.nodes.values():
             self.executor.add_node(n)
         if activate_scheduler:
@@ -156,13 +156,14 @@ def run_in_process(params: dict[str, dict]) -> int:
 
 
 def spawn_processes(config: str | None, env: dict | None = None) -> list[subprocess.Popen]:
-    """One OS process per node; the suffix process is pinned to the suffix cores before it starts."""
+    """One OS process per node, each pinned to its cores before it starts. The parent resolves the
+    parameters once (default core split included) and hands every child the same resolved file."""
+    import tempfile
     params = graph_params(config)
+    resolved = write_combined_config(params, Path(tempfile.mkdtemp(prefix="hvla_")) / "graph.param.yaml")
     procs = []
     for node in NODES:
-        cmd = [sys.executable, "-m", "hybrid_vla_ros.ros.bringup", "--node", node]
-        if config:
-            cmd += ["--config", config]
+        cmd = [sys.executable, "-m", "hybrid_vla_ros.ros.bringup", "--node", node, "--config", str(resolved)]
         cores = chosen_cores(params[node].get("cores", []))
         if cores:
             cmd += ["--pin", ",".join(map(str, cores))]
@@ -198,16 +199,16 @@ def run_processes(config: str | None) -> int:
 def run_single_node(node: str, config: str | None, pin: list[int] | None, autostart: bool = True) -> int:
     """Child of `--processes`: one node, its own process. SIGINT stops it cleanly."""
     import rclpy
-    from rclpy.executors import MultiThreadedExecutor
+    from rclpy.executors import SingleThreadedExecutor
     tune_interpreter()
+    params = graph_params(config)[node]  # before pinning: the default core split looks at every core
     if pin:
         os.sched_setaffinity(0, set(pin))
-    params = graph_params(config)[node]
     expect(node != "hybrid_vla_prefix" or params["boundary_transport"] != "inproc", ConfigError,
            "boundary_transport=inproc cannot cross processes; use auto, shm or inline")
     rclpy.init()
     n = make_node(node, params)
-    executor = MultiThreadedExecutor(num_threads=2)
+    executor = SingleThreadedExecutor()
     executor.add_node(n)
     if node == "hybrid_vla_scheduler" and autostart:
         n.trigger_configure()
@@ -228,14 +229,14 @@ def run_single_node(node: str, config: str | None, pin: list[int] | None, autost
 def _ros2_run(node: str) -> int:
     """`ros2 run hybrid_vla_ros <node> --ros-args --params-file ...`: plain rclpy arguments."""
     import rclpy
-    from rclpy.executors import MultiThreadedExecutor
+    from rclpy.executors import SingleThreadedExecutor
     tune_interpreter()
     rclpy.init(args=sys.argv)
     from .prefix_node import PrefixNode
     from .scheduler_node import SchedulerNode
     from .suffix_node import SuffixNode
     n = {"hybrid_vla_prefix": PrefixNode, "hybrid_vla_suffix": SuffixNode, "hybrid_vla_scheduler": SchedulerNode}[node]()
-    executor = MultiThreadedExecutor(num_threads=2)
+    executor = SingleThreadedExecutor()
     executor.add_node(n)
     try:
         executor.spin()
