@@ -51,3 +51,36 @@ def test_backend_report_says_what_the_suffix_runs_on():
     report = cpu_backend_report(torch.bfloat16)
     assert report["dtype"] == "bfloat16" and report["backend"]
     assert report["ipex"] is None or report["backend"].startswith("ipex")
+
+
+def test_a_pinned_worker_never_runs_more_torch_threads_than_its_cores():
+    from hybrid_vla_ros.engine.cpu import pin_current_thread
+    seen = {}
+
+    def worker():
+        os.sched_setaffinity(0, {allowed_cores()[0]})  # e.g. a process pinned by --pin
+        pin_current_thread(None)                        # no explicit cores: still one thread per allowed core
+        seen["unset"] = torch.get_num_threads()
+        pin_current_thread(allowed_cores()[:1], threads=None)
+        seen["pinned"] = torch.get_num_threads()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert seen == {"unset": 1, "pinned": 1}
+
+
+def test_separate_processes_get_the_parents_resolved_core_split(tmp_path, monkeypatch):
+    import subprocess
+    from hybrid_vla_ros.ros import bringup
+    launched = []
+    monkeypatch.setattr(subprocess, "Popen", lambda cmd, env=None: launched.append(cmd))
+    bringup.spawn_processes(None)
+    by_node = {cmd[cmd.index("--node") + 1]: cmd for cmd in launched}
+    config = by_node["hybrid_vla_suffix"][by_node["hybrid_vla_suffix"].index("--config") + 1]
+    assert all(cmd[cmd.index("--config") + 1] == config for cmd in launched)
+    resolved = bringup.graph_params(config)
+    if len(allowed_cores()) >= 2:
+        prefix, suffix = resolved["hybrid_vla_prefix"]["cores"], resolved["hybrid_vla_suffix"]["cores"]
+        assert prefix and suffix and not set(prefix) & set(suffix)
+        assert by_node["hybrid_vla_suffix"][-2:] == ["--pin", ",".join(map(str, suffix))]
