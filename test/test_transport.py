@@ -195,3 +195,12 @@ def test_transport_choice_follows_where_the_peer_runs():
     assert choose_transport(same_process=True, same_host=True) == "inproc"
     assert choose_transport(same_process=False, same_host=True) == "shm"
     assert choose_transport(same_process=False, same_host=False) == "serialized"
+
+
+def test_in_process_registry_is_bounded_and_counts_evictions():
+    transport = InProcessTransport(max_pending=2)
+    handles = [transport.send(make_state(seq=i)) for i in range(4)]
+    assert transport.pending() == 2 and transport.evicted == 2
+    with pytest.raises(InputError, match="unknown or already taken"):
+        transport.receive(handles[0])
+    assert transport.receive(handles[3]).seq == 3

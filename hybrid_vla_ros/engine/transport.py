@@ -43,16 +43,23 @@ class InProcessTransport:
 
     name = "inproc"
 
-    def __init__(self):
+    def __init__(self, max_pending: int | None = None):
+        """max_pending bounds the states waiting to be taken (a handle whose message never arrives must not
+        hold its tensor forever): beyond it the oldest is evicted and counted in `evicted`."""
         self._states: dict[int, BoundaryState] = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self.owner_pid = os.getpid()
+        self.max_pending = max_pending
+        self.evicted = 0
 
     def send(self, state: BoundaryState) -> int:
         with self._lock:
             handle = next(self._ids)
             self._states[handle] = state
+            while self.max_pending is not None and len(self._states) > self.max_pending:
+                self._states.pop(next(iter(self._states)))
+                self.evicted += 1
         return handle
 
     def receive(self, handle: int) -> BoundaryState:

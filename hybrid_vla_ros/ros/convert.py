@@ -44,7 +44,7 @@ def host_id() -> int:
 
 
 HOST_ID = host_id()
-PROCESS_REGISTRY = InProcessTransport()  # states handed over by handle inside this process
+PROCESS_REGISTRY = InProcessTransport(max_pending=64)  # states handed over by handle inside this process
 
 
 # ---- time ------------------------------------------------------------------------------------------------

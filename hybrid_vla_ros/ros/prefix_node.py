@@ -159,7 +159,8 @@ class PrefixNode(StageNode):
     def _extra_checks(self):
         return [("partition", 0, f"p={self.stage.partition}",
                  {"partition": str(self.stage.partition), "zone_min": str(self.zone[0]), "zone_max": str(self.zone[1]),
-                  "num_blocks": str(self.model.num_blocks), "camera_sync_discarded": str(self.sync.discarded)})]
+                  "num_blocks": str(self.model.num_blocks), "camera_sync_discarded": str(self.sync.discarded),
+                  "inproc_handles_evicted": str(convert.PROCESS_REGISTRY.evicted)})]
 
     def destroy_node(self):
         self.worker.close()
