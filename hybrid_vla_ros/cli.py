@@ -1,4 +1,5 @@
-"""`hybrid-vla`: verify, info, run, export (and the benchmarks and ROS bringup added by later modules)."""
+"""`hybrid-vla`: the engine (verify, info, run, export, profile, bench), the ROS graph (run --graph/--config,
+demo) and rosbag2 tools (record, replay, make-sample-drive), plus the parameter schemas (schema)."""
 
 from __future__ import annotations
 
@@ -173,8 +174,8 @@ def cmd_replay(args) -> int:
     def replay(node, spin):
         replayer = Replayer(node, args.bag)
         replayer.wait_for_subscribers(5.0, spin)
-        frames = replayer.run(spin, answered=lambda: 0, rate=args.rate) if args.rate > 0 else \
-            replayer.run(spin, answered=lambda: 1 << 30, rate=0.0)
+        # open loop: nothing answers a plain replay, so rate 0 means "publish as fast as possible"
+        frames = replayer.run(spin, answered=lambda: 1 << 30, rate=args.rate)
         print(json.dumps({"bag": args.bag, "frames": frames, "topics": replayer.topics()}))
         return 0
     return _with_node(replay)
@@ -284,7 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("replay", help="publish a rosbag2 folder")
     p.add_argument("bag")
-    p.add_argument("--rate", type=float, default=1.0, help="1: recorded rate, 2: twice as fast, ...")
+    p.add_argument("--rate", type=float, default=1.0, help="1: recorded rate, 2: twice as fast, 0: as fast as possible")
     p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("make-sample-drive", help="write a synthetic drive bag for a preset")
