@@ -134,11 +134,14 @@ class Replayer:
             self.publishers[topic].publish(raw)
         self.published_frames.append((group[0][0], time.perf_counter()))
 
-    def probe(self, spin, answered, timeout_s: float = 60.0, every_s: float = 1.0) -> bool:
+    def first_stamp(self) -> int:
+        return frame_groups(self.messages)[0][0][0]
+
+    def probe(self, spin, answered, timeout_s: float = 60.0, every_s: float = 3.0) -> int:
         """Readiness probe: publish the first frame, stamped before the bag starts, until the graph answers
         (DDS matching is asymmetric: the first messages after start-up can be lost before both sides match).
         Each attempt carries a newer stamp (10 s before the bag, +10 ms per attempt) so the graph does not
-        reject a retry as out of order."""
+        reject a retry as out of order. Returns the number of attempts sent once answered, 0 on timeout."""
         from rclpy.serialization import deserialize_message, serialize_message
         group = frame_groups(self.messages)[0]
         decoded = [(topic, deserialize_message(raw, message_class(msgtype))) for _, topic, msgtype, raw in group]
@@ -153,9 +156,9 @@ class Replayer:
             until = time.monotonic() + every_s
             while time.monotonic() < until:
                 if answered() > start:
-                    return True
+                    return attempt
                 spin(0.02)
-        return False
+        return 0
 
     def run(self, spin, answered, rate: float = 0.0, window: int = 2, timeout_s: float = 30.0) -> int:
         """spin(timeout) runs the executor; answered() counts outputs so far. Returns frames published."""

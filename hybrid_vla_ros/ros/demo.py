@@ -65,11 +65,18 @@ class Driver:
         self.infos: list[dict] = []
         self.trajectories: dict[int, np.ndarray] = {}
         self.rejections: dict[str, dict] = {}
+        self.graph_drops: dict[str, int] = {}
+        self.sync_discarded = 0
         self.record_to, self.storage, self.recorder = record_to, storage, None
         self.node.create_subscription(DiagnosticStatus, INFO_TOPIC, self._on_info, 50)
         self.node.create_subscription(message_class_of(self._trajectory_type()), TRAJECTORY_TOPIC,
                                       self._on_trajectory, 50)
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 50)
+
+    def keep_from(self, first_stamp: int) -> None:
+        """Forget the readiness probe's answers (stamped before the bag)."""
+        self.infos = [i for i in self.infos if int(i["stamp_ns"]) >= first_stamp]
+        self.trajectories = {s: xy for s, xy in self.trajectories.items() if s >= first_stamp}
 
     def start_recording(self) -> None:
         if self.record_to:
@@ -95,8 +102,14 @@ class Driver:
 
     def _on_diagnostics(self, msg) -> None:
         for status in msg.status:
-            if status.name.endswith(": rejected_inputs"):
-                self.rejections[status.name.split(":")[0]] = {kv.key: kv.value for kv in status.values}
+            node, _, check = status.name.partition(": ")
+            values = {kv.key: kv.value for kv in status.values}
+            if check == "rejected_inputs":
+                self.rejections[node] = values
+            elif check == "drops":
+                self.graph_drops[node] = int(values.get("dropped", 0))
+            elif check == "partition" and "camera_sync_discarded" in values:
+                self.sync_discarded = int(values["camera_sync_discarded"])
 
     def close(self) -> dict:
         counts = self.recorder.close() if self.recorder else {}
@@ -125,6 +138,8 @@ def summarise(driver: Driver, published: int, wall_s: float) -> dict:
         "partition_over_time": [[round(i["received"] - received[0], 3), int(i["partition"])] for i in infos],
         "transports": sorted({i["transport"] for i in infos}),
         "rejected": driver.rejections,
+        "dropped_in_graph": driver.graph_drops, "camera_images_unmatched": driver.sync_discarded,
+        "presumed_lost_by_replay": driver.replayer.presumed_lost,
     }
 
 
@@ -156,17 +171,20 @@ def drive_graph(bag: str | Path, params: dict, record_to: str | Path | None = No
         while not connected() and time.monotonic() < deadline:
             spin(0.05)
         expect(connected(), ConfigError, "the prefix -> suffix boundary topic never connected")
-        expect(driver.replayer.probe(spin, lambda: len(driver.infos), 120.0 if processes else 20.0), ConfigError,
-               "the graph never answered the readiness probe frame")
-        spin(0.2)
-        driver.infos.clear()
-        driver.trajectories.clear()
-        driver.start_recording()
-        start = time.perf_counter()
-        published = driver.replayer.run(spin, lambda: len(driver.infos), rate=rate, window=window)
-        deadline = time.monotonic() + settle_s
-        while len(driver.infos) < published and time.monotonic() < deadline:
+        attempts = driver.replayer.probe(spin, lambda: len(driver.infos), 120.0 if processes else 30.0)
+        expect(attempts > 0, ConfigError, "the graph never answered the readiness probe frame")
+        quiet_until = time.monotonic() + 2.0  # let every probe attempt drain before the bag starts
+        while len(driver.infos) < attempts and time.monotonic() < quiet_until:
             spin(0.02)
+        driver.start_recording()
+        first_stamp = driver.replayer.first_stamp()
+        answered = lambda: sum(int(i["stamp_ns"]) >= first_stamp for i in driver.infos)  # noqa: E731 (bag frames only)
+        start = time.perf_counter()
+        published = driver.replayer.run(spin, answered, rate=rate, window=window)
+        deadline = time.monotonic() + min(settle_s, max(3.0, 10 * driver.replayer._period_s()))
+        while answered() < published and time.monotonic() < deadline:
+            spin(0.02)
+        driver.keep_from(first_stamp)
         end = time.monotonic() + 0.5  # late diagnostics
         while time.monotonic() < end:
             spin(0.02)
