@@ -206,7 +206,7 @@ def plot_demo(summary: dict, path: str | Path) -> None:
     fig, axes = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True)
     series = summary["partition_over_time"]
     t = [s[0] for s in series]
-    gaps = [0.0] + [(b - a) * 1e3 for a, b in zip(t, t[1:])]
+    gaps = [float("nan")] + [(b - a) * 1e3 for a, b in zip(t, t[1:])]  # no interval before the first
     axes[0].plot(t, gaps, ".-")
     axes[0].set_ylabel("interval between\ntrajectories (ms)")
     axes[0].set_title(f"demo: {summary['trajectories']}/{summary['frames_published']} frames, period p50 "
