@@ -86,7 +86,7 @@ def run_bench(model: VLAModel, placement: Placement, num_frames: int = 24, parti
     prefix_cores, suffix_cores, devices = core_plan(placement)
     if partition is None:  # balanced for these stage devices: each side profiled on its cores in its dtype
         costs = seed_cost_model(model, placement, prefix_cores, suffix_cores)
-        partition = min(range(model.num_blocks + 1), key=costs.period_ms)
+        partition = min(range(costs.num_blocks + 1), key=costs.period_ms)
     frames = [synthetic_frame(model.spec, seq) for seq in range(num_frames + warmup)]
     L = model.num_blocks
     plan = [("native", L, 1, "inproc"), ("serial", partition, 1, "inproc")]

@@ -61,14 +61,6 @@ def seed_cost_model(model: VLAModel, placement: Placement, prefix_cores, suffix_
     return CostModel.from_profiles(prefix, suffix, handover_ms=0.0, tokens=1)
 
 
-def balanced_partition(profile: dict, handover_ms: float = 0.0) -> int:
-    """The p minimising the pipelined period max(prefix, handover + suffix) for these costs."""
-    blocks = profile["block_ms"]
-    def period(p: int) -> float:
-        return max(profile["embed_ms"] + sum(blocks[:p]), handover_ms + sum(blocks[p:]) + profile["head_ms"])
-    return min(range(len(blocks) + 1), key=period)
-
-
 def profile_report(model: VLAModel, placement: Placement, frames: int = 3) -> dict:
     """Per-block times on each device, the handover cost, and the CPU suffix's bf16 speed-up and accuracy.
     The prefix is profiled on the prefix's cores in the prefix dtype; the suffix on the suffix's cores in
@@ -107,13 +99,10 @@ def profile_report(model: VLAModel, placement: Placement, frames: int = 3) -> di
             "cpu_backend": cpu_backend_report(torch.bfloat16),
             "suffix_bf16_speedup_vs_fp32": fp32_ms / bf16_ms,
             "bf16_trajectory_max_abs_diff": max(diffs),
-            "balanced_partition": {"fp32_suffix": mixed_balanced_partition(prefix, suffix["fp32"]),
-                                   "bf16_suffix": mixed_balanced_partition(prefix, suffix["bf16"])}}
+            "balanced_partition": {f"{name}_suffix": balanced_partition(prefix, suffix[name]) for name in suffix}}
 
 
-def mixed_balanced_partition(prefix: dict, suffix: dict, handover_ms: float = 0.0) -> int:
-    """Balanced p when the two sides have different per-block costs."""
-    def period(p: int) -> float:
-        return max(prefix["embed_ms"] + sum(prefix["block_ms"][:p]),
-                   handover_ms + sum(suffix["block_ms"][p:]) + suffix["head_ms"])
-    return min(range(len(prefix["block_ms"]) + 1), key=period)
+def balanced_partition(prefix_profile: dict, suffix_profile: dict, handover_ms: float = 0.0) -> int:
+    """The p minimising the pipelined period for these per-side costs (the cost model's own formula)."""
+    costs = CostModel.from_profiles(prefix_profile, suffix_profile, handover_ms, tokens=1)
+    return min(range(costs.num_blocks + 1), key=costs.period_ms)

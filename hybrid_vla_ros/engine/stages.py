@@ -181,10 +181,6 @@ class SuffixStage:
                 for param in block.parameters():
                     param.data = param.data.clone()
 
-    def resident_bytes(self) -> int:
-        modules = list(self.blocks.values()) + [self.model.decoder.norm, self.model.action_head]
-        return module_bytes(modules)[1]
-
     def expected_hidden_shape(self) -> tuple[int, int, int]:
         return (1, self.seq_len, self.model.spec.hidden_size)
 
