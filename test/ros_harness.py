@@ -42,7 +42,8 @@ class Harness:
         from rclpy.node import Node
         from sensor_msgs.msg import Image
         from std_msgs.msg import UInt8MultiArray
-        from hybrid_vla_ros.ros.bringup import BOUNDARY_TOPIC, TRAJECTORY_TOPIC, InProcessGraph, graph_params
+        from hybrid_vla_ros.ros.bringup import InProcessGraph, graph_params
+        from hybrid_vla_ros.ros.topics import BOUNDARY_QOS, BOUNDARY_TOPIC, TRAJECTORY_TOPIC
         merged = {k: {**v, **(overrides or {}).get(k, {})} for k, v in TINY_OVERRIDES.items()}
         self.context = rclpy.Context()
         rclpy.init(context=self.context)
@@ -51,7 +52,6 @@ class Harness:
         self.spec = get_preset("tiny")
         self.node = Node("test_driver", context=self.context)
         self.image_pubs = [self.node.create_publisher(Image, topic, 10) for topic in CAMERAS]
-        from hybrid_vla_ros.ros.prefix_node import BOUNDARY_QOS
         self.boundary_pub = self.node.create_publisher(UInt8MultiArray, BOUNDARY_TOPIC, BOUNDARY_QOS)
         self.infos, self.paths = [], []
         self.node.create_subscription(DiagnosticStatus, "/hybrid_vla_suffix/debug/trajectory_info",

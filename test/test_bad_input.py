@@ -9,7 +9,7 @@ import torch
 
 from hybrid_vla_ros.engine.placement import Placement
 from hybrid_vla_ros.engine.stages import PrefixStage, SuffixStage
-from hybrid_vla_ros.engine.types import EgoState
+from hybrid_vla_ros.types import EgoState
 from hybrid_vla_ros.errors import ConfigError, InputError
 from hybrid_vla_ros.model.checkpoint import SPEC_FILE, WEIGHTS_FILE, load_checkpoint, save_checkpoint
 from hybrid_vla_ros.model.inputs import synthetic_frame

@@ -14,7 +14,7 @@ def test_bench_writes_json_with_every_mode_and_a_plot(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     report = json.loads((tmp_path / "b.json").read_text())
-    assert set(report["modes"]) == {"native", "serial", "pipelined", "pipelined_shm", "pipelined_serialized"}
+    assert set(report["modes"]) == {"native", "serial", "pipelined", "pipelined_shm", "pipelined_inline"}
     for mode in report["modes"].values():
         assert mode["frames"] == 6 and mode["dropped"] == 0 and mode["failed"] == 0
         for key in ("period_ms", "latency_ms"):

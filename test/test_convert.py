@@ -10,7 +10,7 @@ from geometry_msgs.msg import Pose
 from nav_msgs.msg import Odometry, Path
 from sensor_msgs.msg import CompressedImage, Image
 
-from hybrid_vla_ros.engine.types import BoundaryState, Trajectory
+from hybrid_vla_ros.types import BoundaryState, Trajectory
 from hybrid_vla_ros.errors import InputError
 from hybrid_vla_ros.ros import convert
 
@@ -124,30 +124,3 @@ def test_an_explicitly_requested_autoware_type_that_is_missing_is_refused():
     else:
         with pytest.raises(InputError, match="output_type 'autoware_auto': no trajectory message type importable"):
             convert.resolve_trajectory_type("autoware_auto")
-
-
-def boundary():
-    return BoundaryState(hidden=torch.randn(1, 6, 4), position_ids=torch.arange(6).view(1, 6),
-                         attention_mask=torch.ones(1, 6, dtype=torch.long), partition=2, seq=9, stamp_ns=77)
-
-
-@pytest.mark.parametrize("kind", ["inproc", "inline"])
-def test_boundary_envelope_round_trip(kind):
-    state = boundary()
-    out, transport = convert.BoundaryDecoder().decode(convert.encode_boundary(state, kind))
-    assert transport == kind and torch.equal(out.hidden, state.hidden) and out.seq == 9
-    if kind == "inproc":
-        assert out is state
-
-
-def test_boundary_envelope_rejects_foreign_process_handles_and_bad_headers():
-    data = bytearray(convert.encode_boundary(boundary(), "inproc"))
-    data[8:12] = (1).to_bytes(4, "little")  # pretend another process sent it
-    with pytest.raises(InputError, match="in-process handle from process 1"):
-        convert.BoundaryDecoder().decode(bytes(data))
-    with pytest.raises(InputError, match="magic b'NOPE'"):
-        convert.BoundaryDecoder().decode(b"NOPE" + bytes(40))
-    good = bytearray(convert.encode_boundary(boundary(), "inline"))
-    good[4] = 7
-    with pytest.raises(InputError, match="envelope version 7"):
-        convert.BoundaryDecoder().decode(bytes(good))

@@ -39,7 +39,7 @@ class SlowSuffix(SuffixStage):
         return super().run(state)
 
 
-@pytest.mark.parametrize("transport", ["inproc", "shm", "serialized"])
+@pytest.mark.parametrize("transport", ["inproc", "shm", "inline"])
 def test_pipelined_output_equals_serial_output_frame_by_frame_in_order(model, transport):
     inputs = frames(model, 6)
     _, serial = run_all(model, 2, PipelineConfig(max_in_flight=1), inputs)

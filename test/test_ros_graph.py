@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 import torch
 
+from hybrid_vla_ros.engine.handover import ENVELOPE, HandoverEncoder
 from hybrid_vla_ros.engine.stages import reference_forward
-from hybrid_vla_ros.engine.types import EgoState
+from hybrid_vla_ros.types import EgoState
 from hybrid_vla_ros.model.load import load_vla
 from hybrid_vla_ros.ros import convert
 
@@ -138,7 +139,7 @@ def test_bad_boundary_states_are_rejected_counted_and_the_next_frame_is_served(h
     good = harness.prefix.stage.run(harness.frame(1))
 
     def publish(state=None, raw=None):
-        data = raw if raw is not None else convert.encode_boundary(state, "inline")
+        data = raw if raw is not None else HandoverEncoder("inline", 1, "test").encode(state)
         harness.boundary_pub.publish(UInt8MultiArray(data=data))
 
     def variant(**changes):
@@ -150,8 +151,8 @@ def test_bad_boundary_states_are_rejected_counted_and_the_next_frame_is_served(h
     publish(variant(hidden=good.hidden[:, :5]))                    # wrong shape
     publish(variant(hidden=good.hidden.to(torch.bfloat16)))        # wrong dtype
     publish(variant(partition=0))                                  # partition outside the suffix's zone
-    bad_version = bytearray(convert.encode_boundary(good, "inline"))
-    bad_version[convert.ENVELOPE.size + 4] = 9                     # codec version 9
+    bad_version = bytearray(HandoverEncoder("inline", 1, "test").encode(good))
+    bad_version[ENVELOPE.size + 4] = 9                     # codec version 9
     publish(raw=bytes(bad_version))
     publish(raw=b"garbage")
     harness.settle(1.0)
@@ -193,7 +194,8 @@ def test_scheduler_lifecycle_over_services_from_another_process(domain, tmp_path
     from rclpy.node import Node
     from rclpy.qos import DurabilityPolicy, QoSProfile
     from std_msgs.msg import Int32
-    from hybrid_vla_ros.ros.bringup import PARTITION_TOPIC, graph_params, write_combined_config
+    from hybrid_vla_ros.ros.bringup import graph_params, write_combined_config
+    from hybrid_vla_ros.ros.topics import PARTITION_TOPIC
     config = write_combined_config(graph_params(overrides=TINY_OVERRIDES), tmp_path / "graph.yaml")
     proc = subprocess.Popen([sys.executable, "-m", "hybrid_vla_ros.ros.bringup", "--node", "hybrid_vla_scheduler",
                              "--config", str(config), "--no-autostart"])
@@ -295,40 +297,71 @@ def test_kinematic_state_is_matched_to_frames_by_stamp(domain):
         h.close()
 
 
-@pytest.mark.parametrize("processes", [False, True])
-def test_bringup_starts_the_graph_and_ctrl_c_stops_everything(domain, tmp_path, processes):
+def wait_for_graph(timeout_s: float) -> list[str]:
+    """Names of the graph's nodes once all three are discoverable (or what was seen by the timeout)."""
+    import rclpy
+    from rclpy.node import Node
+    from hybrid_vla_ros.ros.session import executor_with
+    wanted = {"hybrid_vla_prefix", "hybrid_vla_suffix", "hybrid_vla_scheduler"}
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    try:
+        node = Node("bringup_probe", context=context)
+        with executor_with([node], context) as executor:
+            wait_until(lambda: wanted <= set(node.get_node_names()), lambda t: executor.spin_once(timeout_sec=t),
+                       timeout_s)
+            return sorted(set(node.get_node_names()) & wanted)
+    finally:
+        rclpy.shutdown(context=context)
+
+
+def shm_segments() -> set:
+    from hybrid_vla_ros.engine.transport import SEGMENT_PREFIX, SHM_DIR
+    return {p.name for p in SHM_DIR.glob(f"{SEGMENT_PREFIX}*")} if SHM_DIR.is_dir() else set()
+
+
+# When the signal comes: during imports, while models and nodes are being built, or with the graph up.
+STOP_POINTS = [("SIGINT", 0.3), ("SIGINT", 1.5), ("SIGINT", 3.0), ("SIGINT", "up"), ("SIGTERM", "up")]
+
+
+@pytest.mark.parametrize("processes", [False, True], ids=["one_process", "processes"])
+@pytest.mark.parametrize("signame, when", STOP_POINTS, ids=[f"{s}-{w}" for s, w in STOP_POINTS])
+def test_a_signal_at_any_point_of_start_up_or_running_stops_every_process_with_exit_0(
+        domain, tmp_path, processes, signame, when):
+    """Ctrl-C reaches the whole process group, as in a terminal; SIGTERM is what a supervisor sends."""
     import signal
     from hybrid_vla_ros.ros.bringup import graph_params, write_combined_config
     config = write_combined_config(graph_params(overrides=TINY_OVERRIDES), tmp_path / "graph.yaml")
-    cmd = [sys.executable, "-m", "hybrid_vla_ros.cli", "run", "--config", str(config)] + (["--processes"] * processes)
+    before = shm_segments()
+    cmd = [sys.executable, "-m", "hybrid_vla_ros.cli", "graph", "--config", str(config)] + (["--processes"] * processes)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    import rclpy
-    from rclpy.executors import SingleThreadedExecutor
-    from rclpy.node import Node
-    context = rclpy.Context()
-    rclpy.init(context=context)
-    node = Node("bringup_probe", context=context)
-    executor = SingleThreadedExecutor(context=context)
-    executor.add_node(node)
-    try:
-        wanted = {"hybrid_vla_prefix", "hybrid_vla_suffix", "hybrid_vla_scheduler"}
-        assert wait_until(lambda: wanted <= set(node.get_node_names()), lambda t: executor.spin_once(timeout_sec=t),
-                          90), node.get_node_names()
-    finally:
-        executor.remove_node(node)
-        node.destroy_node()
-        executor.shutdown()
-        rclpy.shutdown(context=context)
-    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole process group, as in a terminal
-    out, _ = proc.communicate(timeout=30)
-    assert proc.returncode == 0, out[-2000:]
+    if when == "up":
+        seen = wait_for_graph(90)
+        assert len(seen) == 3, seen
+    else:
+        time.sleep(when)
+    os.killpg(proc.pid, getattr(signal, signame))
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
     leftover = subprocess.run(["pgrep", "-f", f"--config {config}"], capture_output=True, text=True).stdout
     assert leftover.strip() == "", leftover
+    assert shm_segments() - before == set()
+
+
+def test_run_graph_is_an_alias_of_graph_and_refuses_engine_options(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "hybrid_vla_ros.cli", "run", "--graph", "--frames", "3"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--frames do(es) not apply to the ROS graph" in out.stderr, out.stderr
+    out = subprocess.run([sys.executable, "-m", "hybrid_vla_ros.cli", "run", "--processes"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--processes applies to the ROS graph only" in out.stderr, out.stderr
 
 
 def test_recorded_trajectory_bag_reads_back_in_mcap_and_sqlite3(domain, tmp_path):
     from hybrid_vla_ros.ros.bag import read_bag
-    from hybrid_vla_ros.ros.bringup import TRAJECTORY_TOPIC, graph_params
+    from hybrid_vla_ros.ros.bringup import graph_params
+    from hybrid_vla_ros.ros.topics import TRAJECTORY_TOPIC
     from hybrid_vla_ros.ros.demo import drive_graph, write_sample_drive
     overrides = {k: dict(v) for k, v in TINY_OVERRIDES.items()}
     overrides["hybrid_vla_prefix"].update(image_transport="compressed", camera_topics=[f"{c}/compressed" for c in CAMERAS])

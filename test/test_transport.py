@@ -12,8 +12,8 @@ import torch
 
 from hybrid_vla_ros.engine import codec
 from hybrid_vla_ros.engine.transport import (SHM_DIR, InProcessTransport, SharedMemoryRing, SharedMemoryTransport,
-                                              SlotDescriptor, choose_transport, reclaim_stale_segments)
-from hybrid_vla_ros.engine.types import BoundaryState
+                                              SlotDescriptor, reclaim_stale_segments)
+from hybrid_vla_ros.types import BoundaryState
 from hybrid_vla_ros.errors import InputError
 
 
@@ -144,7 +144,7 @@ def test_attach_to_missing_or_foreign_segment_is_refused(tmp_path):
 CHILD = textwrap.dedent("""
     import sys, time, torch
     from hybrid_vla_ros.engine.transport import SharedMemoryTransport
-    from hybrid_vla_ros.engine.types import BoundaryState
+    from hybrid_vla_ros.types import BoundaryState
     t = SharedMemoryTransport(slots=2)
     state = BoundaryState(hidden=torch.full((1, 4, 8), 7.0), position_ids=torch.arange(4).view(1, 4),
                           attention_mask=torch.ones(1, 4, dtype=torch.long), partition=2, seq=42)
@@ -189,12 +189,6 @@ def test_segments_of_a_killed_writer_are_reclaimed():
     assert (SHM_DIR / segment).exists()  # a SIGKILL leaves it behind ...
     assert segment in reclaim_stale_segments()  # ... and the next ring (or this call) reclaims it
     assert not (SHM_DIR / segment).exists()
-
-
-def test_transport_choice_follows_where_the_peer_runs():
-    assert choose_transport(same_process=True, same_host=True) == "inproc"
-    assert choose_transport(same_process=False, same_host=True) == "shm"
-    assert choose_transport(same_process=False, same_host=False) == "serialized"
 
 
 def test_in_process_registry_is_bounded_and_counts_evictions():

@@ -14,7 +14,7 @@ import warnings
 import torch
 
 from ..errors import InputError, expect
-from .types import BoundaryState
+from ..types import BoundaryState
 
 MAGIC = b"HVLB"
 VERSION = 1

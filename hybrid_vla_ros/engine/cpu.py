@@ -132,3 +132,20 @@ def bind_memory_to_node(node: int) -> str:
     if libc.syscall(number, MPOL_BIND, ctypes.byref(mask), ctypes.c_ulong(64)) != 0:
         return f"not bound: set_mempolicy failed ({os.strerror(ctypes.get_errno())})"
     return "bound"
+
+
+def core_plan(placement) -> tuple[list[int], list[int], dict]:
+    """Cores of the prefix's host thread and of the suffix, and how to describe the devices: with CUDA one core
+    feeds the GPU and the rest run the suffix; without, two disjoint core sets (the GPU stand-in and the CPU)."""
+    cores = allowed_cores()
+    if placement.uses_cuda:
+        prefix, suffix = cores[:1], cores[1:] or cores[:1]
+        devices = {"prefix": f"{placement.prefix_device} ({torch.cuda.get_device_name(placement.prefix_device)}), "
+                             f"host thread on cores {prefix}",
+                   "suffix": f"cpu cores {suffix}", "stand_in": False}
+    else:
+        prefix, suffix = split_cores(cores, 2)
+        devices = {"prefix": f"cpu cores {prefix} (stand-in for the GPU)", "suffix": f"cpu cores {suffix}",
+                   "stand_in": True,
+                   "note": "no CUDA: prefix and suffix run on disjoint CPU core sets of this machine"}
+    return prefix, suffix, devices

@@ -20,7 +20,7 @@ from ..errors import ConfigError, expect
 from .cpu import pin_current_thread
 from .stages import PrefixStage, SuffixStage
 from .transport import make_transport
-from .types import Frame, Trajectory
+from ..types import Frame, Trajectory
 
 POLICIES = ("latest", "lossless")
 _STOP = object()

@@ -15,7 +15,7 @@ from ..model.tokens import IMAGE_TOKEN, sequence_length
 from ..model.vla import VLAModel, waypoints_from_head
 from .cpu import optimise_for_cpu
 from .placement import DTYPE_NAMES, Placement
-from .types import BoundaryState, Frame, Trajectory
+from ..types import BoundaryState, Frame, Trajectory
 
 
 def check_partition(partition, num_blocks: int, where: str = "partition") -> int:

@@ -4,9 +4,10 @@
 - SharedMemoryRing:   same host, other process; preallocated slots in /dev/shm with back-pressure, a sequence
                       number and a partition epoch per slot; owner-only permissions; removed on exit and
                       reclaimed after a crash (segment names carry the owner's pid).
-- SerializedTransport: anywhere (remote peers, recording): the codec's bytes.
+- InlineTransport: anywhere (remote peers, recording): the codec's bytes, carried inline on the topic.
 
-`choose_transport` picks one from where the peer runs. Every receive checks what it is given.
+engine/handover.py chooses one and wraps it in the envelope the boundary topic carries. Every receive checks
+what it is given.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from ..errors import InputError, expect
 from . import codec
-from .types import BoundaryState
+from ..types import BoundaryState
 
 SHM_DIR = Path("/dev/shm")
 SEGMENT_PREFIX = "hvla_"
@@ -75,20 +76,25 @@ class InProcessTransport:
         self._states.clear()
 
 
-class SerializedTransport:
-    name = "serialized"
+class InlineTransport:
+    name = "inline"
 
     def send(self, state: BoundaryState) -> bytes:
         return codec.encode(state)
 
     def receive(self, payload: bytes) -> BoundaryState:
-        return codec.decode(payload, source="serialized boundary payload")
+        return codec.decode(payload, source="inline boundary payload")
 
     def close(self) -> None:
         pass
 
 
 # ---- shared memory ----------------------------------------------------------------------------------------
+
+def ring_bytes(slots: int, slot_capacity: int) -> int:
+    """Size of a ring segment: the ring header block, then per slot its header and payload capacity."""
+    return SLOT_HEADER_SIZE + slots * (SLOT_HEADER_SIZE + slot_capacity)
+
 
 def _pid_alive(pid: int) -> bool:
     try:
@@ -112,7 +118,7 @@ def reclaim_stale_segments(directory: Path = SHM_DIR) -> list[str]:
             try:
                 path.unlink()
                 removed.append(path.name)
-            except FileNotFoundError:
+            except (FileNotFoundError, PermissionError):  # gone already, or another user's (sticky /dev/shm)
                 pass
     return removed
 
@@ -152,6 +158,13 @@ class SharedMemoryRing:
         expect(magic == RING_MAGIC, InputError, f"shared-memory segment '{path.name}': not a boundary ring")
         expect(version == RING_VERSION, InputError,
                f"shared-memory segment '{path.name}': ring version {version}, expected {RING_VERSION}")
+        needed = ring_bytes(self.slots, self.slot_capacity)
+        size = len(mm)
+        if size < needed:  # a truncated or foreign segment: never read past its end
+            mm.close()
+            os.close(fd)
+            raise InputError(f"shared-memory segment '{path.name}': {size} bytes, its header promises "
+                             f"{self.slots} slots of {self.slot_capacity} B = {needed} B (truncated?)")
         self._next = 0
         self._closed = False
         if owner:
@@ -164,7 +177,7 @@ class SharedMemoryRing:
                f"ring '{name}': slots={slots}, capacity={slot_capacity}: need >= 1 slot of >= {codec.HEADER.size} B")
         reclaim_stale_segments(directory)
         path = directory / f"{SEGMENT_PREFIX}{os.getpid()}_{name}"
-        size = SLOT_HEADER_SIZE + slots * (SLOT_HEADER_SIZE + slot_capacity)
+        size = ring_bytes(slots, slot_capacity)
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         os.fchmod(fd, 0o600)  # owner-only whatever the umask
         os.ftruncate(fd, size)
@@ -181,8 +194,12 @@ class SharedMemoryRing:
             fd = os.open(path, os.O_RDWR)
         except FileNotFoundError as exc:
             raise InputError(f"shared-memory segment '{segment}': does not exist (writer gone?)") from exc
+        except PermissionError as exc:
+            raise InputError(f"shared-memory segment '{segment}': not ours to open ({exc.strerror})") from exc
         size = os.fstat(fd).st_size
-        expect(size >= RING_HEADER.size, InputError, f"shared-memory segment '{segment}': only {size} bytes")
+        if size < RING_HEADER.size:
+            os.close(fd)
+            raise InputError(f"shared-memory segment '{segment}': only {size} bytes")
         return cls(path, mmap.mmap(fd, size), fd, owner=False)
 
     @property
@@ -276,26 +293,20 @@ class SharedMemoryTransport:
 
     def receive(self, handle: tuple[str, bytes]) -> BoundaryState:
         segment, packed = handle
+        desc = SlotDescriptor.unpack(segment, packed)  # checked before any segment is opened
         if self._reader is None or self._reader.segment != segment:
             if self._reader is not None and self._reader is not self.ring:
                 self._reader.close()
             self._reader = self.ring if self.ring is not None and self.ring.segment == segment \
                 else SharedMemoryRing.attach(segment)
-        return self._reader.read(SlotDescriptor.unpack(segment, packed))
+        return self._reader.read(desc)
 
     def close(self) -> None:
         for ring in {id(r): r for r in (self._reader, self.ring) if r is not None}.values():
             ring.close()
 
 
-TRANSPORTS = {"inproc": InProcessTransport, "shm": SharedMemoryTransport, "serialized": SerializedTransport}
-
-
-def choose_transport(same_process: bool, same_host: bool) -> str:
-    """In-process when the peer shares the process, shared memory on one host, bytes otherwise."""
-    if same_process:
-        return "inproc"
-    return "shm" if same_host and SHM_DIR.is_dir() else "serialized"
+TRANSPORTS = {"inproc": InProcessTransport, "shm": SharedMemoryTransport, "inline": InlineTransport}
 
 
 def make_transport(name: str, slots: int = 2):

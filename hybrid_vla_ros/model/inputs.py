@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..engine.types import EgoState, Frame
+from ..types import EgoState, Frame
 from ..errors import InputError, expect
 from .families import CLIP_MEAN, CLIP_STD
 from .spec import VLASpec

@@ -11,22 +11,14 @@ import sys
 import time
 from pathlib import Path
 
+from .. import stop
 from ..engine.cpu import allowed_cores, split_cores
 from ..errors import ConfigError, expect
 from .params import NODE_PARAMS, chosen_cores, load_node_params
+from .session import executor_with, ros_context, spin_until_stopped
+from .topics import NODES, REMAPS
 
-NODES = ("hybrid_vla_prefix", "hybrid_vla_suffix", "hybrid_vla_scheduler")
 SHORT = {"prefix": "hybrid_vla_prefix", "suffix": "hybrid_vla_suffix", "scheduler": "hybrid_vla_scheduler"}
-BOUNDARY_TOPIC = "/hybrid_vla/boundary_state"
-PARTITION_TOPIC = "/hybrid_vla/partition_point"
-TRAJECTORY_TOPIC = "/planning/hybrid_vla/trajectory"
-KINEMATIC_TOPIC = "/localization/kinematic_state"
-REMAPS = {
-    "hybrid_vla_prefix": {"~/output/boundary_state": BOUNDARY_TOPIC, "~/input/partition_point": PARTITION_TOPIC,
-                          "~/input/kinematic_state": KINEMATIC_TOPIC},
-    "hybrid_vla_suffix": {"~/input/boundary_state": BOUNDARY_TOPIC, "~/output/trajectory": TRAJECTORY_TOPIC},
-    "hybrid_vla_scheduler": {"~/output/partition_point": PARTITION_TOPIC},
-}
 
 
 GIL_SWITCH_INTERVAL_S = 0.0005
@@ -101,34 +93,48 @@ def remap_args(node: str) -> list[str]:
     return args
 
 
+NODE_CLASSES = {"hybrid_vla_prefix": "PrefixNode", "hybrid_vla_suffix": "SuffixNode",
+                "hybrid_vla_scheduler": "SchedulerNode"}
+
+
+def node_class(node: str):
+    from . import prefix_node, scheduler_node, suffix_node
+    modules = {"hybrid_vla_prefix": prefix_node, "hybrid_vla_suffix": suffix_node, "hybrid_vla_scheduler": scheduler_node}
+    return getattr(modules[node], NODE_CLASSES[node])
+
+
 def make_node(node: str, values: dict, context=None):
-    from .prefix_node import PrefixNode
-    from .scheduler_node import SchedulerNode
-    from .suffix_node import SuffixNode
-    cls = {"hybrid_vla_prefix": PrefixNode, "hybrid_vla_suffix": SuffixNode, "hybrid_vla_scheduler": SchedulerNode}[node]
-    return cls(context=context, cli_args=remap_args(node), parameter_overrides=to_ros_parameters(node, values))
+    return node_class(node)(context=context, cli_args=remap_args(node), parameter_overrides=to_ros_parameters(node, values))
+
+
+def bring_up_scheduler(scheduler) -> None:
+    """unconfigured -> inactive -> active, as the launch files do."""
+    scheduler.trigger_configure()
+    scheduler.trigger_activate()
 
 
 class InProcessGraph:
-    """The three nodes in one process on one multi-threaded executor (stage compute runs on the nodes'
-    own pinned worker threads; the executor threads only move messages)."""
+    """The three nodes in one process on one single-threaded executor (stage compute runs on the nodes' own
+    pinned worker threads; the executor thread only moves messages). A stop request during construction
+    ends it early: `complete` then says so and `shutdown()` releases what was built."""
 
     def __init__(self, params: dict[str, dict], context=None, activate_scheduler: bool = True):
-        import rclpy
         from rclpy.executors import SingleThreadedExecutor
         tune_interpreter()
         self.context = context
         self.nodes = {}
-        for node in NODES:  # prefix first: it places shared blocks before the suffix decides on copies
-            self.nodes[node] = make_node(node, params[node], context)
         self.executor = SingleThreadedExecutor(context=context)
-        for n in self.nodes.values():
-            self.executor.add_node(n)
-        if activate_scheduler:
-            scheduler = self.nodes["hybrid_vla_scheduler"]
-            scheduler.trigger_configure()
-            scheduler.trigger_activate()
-        self._rclpy = rclpy
+        for node in NODES:  # prefix first: it places shared blocks before the suffix decides on copies
+            if stop.requested():
+                return
+            self.nodes[node] = make_node(node, params[node], context)
+            self.executor.add_node(self.nodes[node])
+        if activate_scheduler and not stop.requested():
+            bring_up_scheduler(self.nodes["hybrid_vla_scheduler"])
+
+    @property
+    def complete(self) -> bool:
+        return len(self.nodes) == len(NODES)
 
     def spin_once(self, timeout_sec: float = 0.05) -> None:
         self.executor.spin_once(timeout_sec=timeout_sec)
@@ -141,37 +147,38 @@ class InProcessGraph:
 
 
 def run_in_process(params: dict[str, dict]) -> int:
-    import rclpy
-    rclpy.init()
-    graph = InProcessGraph(params)
-    try:
-        graph.executor.spin()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        graph.shutdown()
-        if rclpy.ok():
-            rclpy.shutdown()
+    """All three nodes in this process until SIGINT/SIGTERM; exit code 0 on a requested stop."""
+    with ros_context() as context:
+        graph = InProcessGraph(params, context=context)
+        try:
+            spin_until_stopped(graph.executor)
+        finally:
+            graph.shutdown()
     return 0
 
 
 def spawn_processes(config: str | None, env: dict | None = None) -> list[subprocess.Popen]:
     """One OS process per node, each pinned to its cores before it starts. The parent resolves the
-    parameters once (default core split included) and hands every child the same resolved file."""
+    parameters once (default core split included) and hands every child the same resolved file. Children
+    start with SIGINT/SIGTERM blocked until their stop handler is in place (hybrid_vla_ros.stop)."""
     import tempfile
     params = graph_params(config)
     resolved = write_combined_config(params, Path(tempfile.mkdtemp(prefix="hvla_")) / "graph.param.yaml")
     procs = []
     for node in NODES:
+        if stop.requested():
+            break
         cmd = [sys.executable, "-m", "hybrid_vla_ros.ros.bringup", "--node", node, "--config", str(resolved)]
         cores = chosen_cores(params[node].get("cores", []))
         if cores:
             cmd += ["--pin", ",".join(map(str, cores))]
-        procs.append(subprocess.Popen(cmd, env={**os.environ, **(env or {})}))
+        with stop.signals_blocked():
+            procs.append(subprocess.Popen(cmd, env={**os.environ, **(env or {})}))
     return procs
 
 
-def stop_processes(procs: list[subprocess.Popen], timeout_s: float = 10.0) -> None:
+def stop_processes(procs: list[subprocess.Popen], timeout_s: float = 20.0) -> None:
+    """SIGINT to every child still running, then wait; a child that does not stop in time is killed."""
     for proc in procs:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
@@ -185,67 +192,42 @@ def stop_processes(procs: list[subprocess.Popen], timeout_s: float = 10.0) -> No
 
 
 def run_processes(config: str | None) -> int:
+    """Parent of `--processes`: runs until a stop request or a child's exit; exit code: the worst child's."""
     procs = spawn_processes(config)
     try:
-        while all(p.poll() is None for p in procs):
-            time.sleep(0.2)
-    except KeyboardInterrupt:
-        pass
+        while all(p.poll() is None for p in procs) and not stop.wait(0.2):
+            pass
     finally:
         stop_processes(procs)
-    return max((p.returncode or 0) for p in procs)
+    return max([abs(p.returncode or 0) for p in procs], default=0)
 
 
 def run_single_node(node: str, config: str | None, pin: list[int] | None, autostart: bool = True) -> int:
-    """Child of `--processes`: one node, its own process. SIGINT stops it cleanly."""
-    import rclpy
-    from rclpy.executors import SingleThreadedExecutor
+    """Child of `--processes`: one node, its own process, until SIGINT/SIGTERM (exit code 0)."""
     tune_interpreter()
     params = graph_params(config)[node]  # before pinning: the default core split looks at every core
     if pin:
         os.sched_setaffinity(0, set(pin))
     expect(node != "hybrid_vla_prefix" or params["boundary_transport"] != "inproc", ConfigError,
            "boundary_transport=inproc cannot cross processes; use auto, shm or inline")
-    rclpy.init()
-    n = make_node(node, params)
-    executor = SingleThreadedExecutor()
-    executor.add_node(n)
-    if node == "hybrid_vla_scheduler" and autostart:
-        n.trigger_configure()
-        n.trigger_activate()
-    try:
-        executor.spin()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        executor.remove_node(n)
-        n.destroy_node()
-        executor.shutdown()
-        if rclpy.ok():
-            rclpy.shutdown()
+    with ros_context() as context:
+        if stop.requested():
+            return 0
+        n = make_node(node, params, context)
+        with executor_with([n], context) as executor:
+            if node == "hybrid_vla_scheduler" and autostart and not stop.requested():
+                bring_up_scheduler(n)
+            spin_until_stopped(executor)
     return 0
 
 
-def _ros2_run(node: str) -> int:
-    """`ros2 run hybrid_vla_ros <node> --ros-args --params-file ...`: plain rclpy arguments."""
-    import rclpy
-    from rclpy.executors import SingleThreadedExecutor
+def run_ros2_node(node: str) -> int:
+    """`ros2 run hybrid_vla_ros <node> --ros-args --params-file ...`: plain rclpy arguments (ros/entry.py)."""
     tune_interpreter()
-    rclpy.init(args=sys.argv)
-    from .prefix_node import PrefixNode
-    from .scheduler_node import SchedulerNode
-    from .suffix_node import SuffixNode
-    n = {"hybrid_vla_prefix": PrefixNode, "hybrid_vla_suffix": SuffixNode, "hybrid_vla_scheduler": SchedulerNode}[node]()
-    executor = SingleThreadedExecutor()
-    executor.add_node(n)
-    try:
-        executor.spin()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        n.destroy_node()
-        if rclpy.ok():
-            rclpy.shutdown()
+    with ros_context(args=sys.argv) as context:
+        n = node_class(node)(context=context)
+        with executor_with([n], context) as executor:
+            spin_until_stopped(executor)
     return 0
 
 
@@ -260,19 +242,8 @@ def graph_main(argv=None) -> int:
     return run_in_process(graph_params(node_files=files))
 
 
-def prefix_main() -> int:
-    return _ros2_run("hybrid_vla_prefix")
-
-
-def suffix_main() -> int:
-    return _ros2_run("hybrid_vla_suffix")
-
-
-def scheduler_main() -> int:
-    return _ros2_run("hybrid_vla_scheduler")
-
-
 def main(argv=None) -> int:
+    stop.install()  # first: signals that arrived while this child was starting were held for this moment
     parser = argparse.ArgumentParser(description="run one hybrid_vla_ros node (child of --processes)")
     parser.add_argument("--node", required=True, choices=NODES)
     parser.add_argument("--config", default=None)

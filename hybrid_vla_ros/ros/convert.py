@@ -1,50 +1,18 @@
-"""ROS message <-> engine data. Images in, boundary envelopes across, trajectories out.
-
-The boundary topic is a standard `std_msgs/msg/UInt8MultiArray` (docs/INTERFACES.md):
-    layout.dim[0].label = "hybrid_vla_ros/boundary/v1", data = envelope header + body
-    header "<4sBBHIQq": magic b"HVLE", version, kind, reserved, sender pid, host id, stamp_ns
-    kind 1 in-process: body "<Q" handle into the sender's in-process registry (zero copy)
-    kind 2 shared memory: body "<H" name length, segment name, 40-byte slot descriptor
-    kind 3 inline: body = the codec's serialised boundary state
-"""
+"""ROS message <-> engine data only: stamps, images in, odometry, the boundary message's frame around the
+handover envelope (engine/handover.py), trajectories out."""
 
 from __future__ import annotations
 
 import io
 import math
-import os
-import socket
-import struct
-import zlib
 
 import numpy as np
 
-from ..engine import codec
-from ..engine.transport import InProcessTransport, SharedMemoryRing, SlotDescriptor
-from ..engine.types import BoundaryState, EgoState, Trajectory
+from ..engine.handover import BOUNDARY_LABEL
 from ..errors import InputError, expect
+from ..types import EgoState, Trajectory
 
-ENVELOPE = struct.Struct("<4sBBHIQq")
-ENVELOPE_MAGIC = b"HVLE"
-ENVELOPE_VERSION = 1
-KIND_INPROC, KIND_SHM, KIND_INLINE = 1, 2, 3
-KIND_NAMES = {KIND_INPROC: "inproc", KIND_SHM: "shm", KIND_INLINE: "inline"}
-BOUNDARY_LABEL = "hybrid_vla_ros/boundary/v1"
 CHANNELS = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4, "mono8": 1}
-
-
-def host_id() -> int:
-    """Stable id of this host (boot id when readable): shared memory is only valid on the same host."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id", "rb") as f:
-            seed = f.read().strip()
-    except OSError:
-        seed = socket.gethostname().encode()
-    return zlib.crc32(seed) | (zlib.crc32(seed[::-1]) << 32)
-
-
-HOST_ID = host_id()
-PROCESS_REGISTRY = InProcessTransport(max_pending=64)  # states handed over by handle inside this process
 
 
 # ---- time ------------------------------------------------------------------------------------------------
@@ -112,60 +80,14 @@ def odometry_to_ego(msg) -> EgoState:
     return EgoState(speed_mps=float(msg.twist.twist.linear.x), yaw_rate_rps=float(msg.twist.twist.angular.z))
 
 
-# ---- boundary envelope -----------------------------------------------------------------------------------
+# ---- boundary message --------------------------------------------------------------------------------
 
-def pack_envelope(kind: int, stamp_ns: int, body: bytes) -> bytes:
-    return ENVELOPE.pack(ENVELOPE_MAGIC, ENVELOPE_VERSION, kind, 0, os.getpid(), HOST_ID, stamp_ns) + body
-
-
-def encode_boundary(state: BoundaryState, kind: str, shm_send=None) -> bytes:
-    """kind: inproc | shm | inline. shm_send(state) -> (segment, packed descriptor) for kind shm."""
-    if kind == "inproc":
-        return pack_envelope(KIND_INPROC, state.stamp_ns, struct.pack("<Q", PROCESS_REGISTRY.send(state)))
-    if kind == "shm":
-        segment, packed = shm_send(state)
-        name = segment.encode()
-        return pack_envelope(KIND_SHM, state.stamp_ns, struct.pack("<H", len(name)) + name + packed)
-    return pack_envelope(KIND_INLINE, state.stamp_ns, codec.encode(state))
-
-
-class BoundaryDecoder:
-    """Suffix side: turns an envelope back into a BoundaryState, attaching to shared-memory rings as needed."""
-
-    def __init__(self):
-        self._rings: dict[str, SharedMemoryRing] = {}
-
-    def decode(self, data: bytes) -> tuple[BoundaryState, str]:
-        view = memoryview(data)
-        expect(view.nbytes >= ENVELOPE.size, InputError,
-               f"boundary message: {view.nbytes} bytes, shorter than the {ENVELOPE.size}-byte envelope")
-        magic, version, kind, _, pid, host, _stamp = ENVELOPE.unpack_from(view, 0)
-        expect(magic == ENVELOPE_MAGIC, InputError, f"boundary message: magic {magic!r}, expected {ENVELOPE_MAGIC!r}")
-        expect(version == ENVELOPE_VERSION, InputError,
-               f"boundary message: envelope version {version}, this node reads {ENVELOPE_VERSION}")
-        expect(kind in KIND_NAMES, InputError, f"boundary message: unknown kind {kind}")
-        body = view[ENVELOPE.size:]
-        if kind == KIND_INPROC:
-            expect(pid == os.getpid() and host == HOST_ID, InputError,
-                   f"boundary message: in-process handle from process {pid}, this is process {os.getpid()} "
-                   f"(set the prefix's boundary_transport to shm or inline)")
-            expect(body.nbytes == 8, InputError, f"boundary message: in-process body of {body.nbytes} bytes, expected 8")
-            return PROCESS_REGISTRY.receive(struct.unpack("<Q", body)[0]), "inproc"
-        if kind == KIND_SHM:
-            expect(host == HOST_ID, InputError, "boundary message: shared-memory descriptor from another host")
-            (length,) = struct.unpack_from("<H", body, 0)
-            segment = bytes(body[2:2 + length]).decode("ascii", errors="replace")
-            desc = SlotDescriptor.unpack(segment, bytes(body[2 + length:]))
-            ring = self._rings.get(segment)
-            if ring is None:
-                ring = self._rings[segment] = SharedMemoryRing.attach(segment)
-            return ring.read(desc), "shm"
-        return codec.decode(body, source="inline boundary payload"), "inline"
-
-    def close(self) -> None:
-        for ring in self._rings.values():
-            ring.close()
-        self._rings.clear()
+def boundary_to_msg(envelope: bytes, msg):
+    """Envelope bytes -> std_msgs/UInt8MultiArray (one labelled dimension)."""
+    from std_msgs.msg import MultiArrayDimension
+    msg.layout.dim = [MultiArrayDimension(label=BOUNDARY_LABEL, size=len(envelope), stride=len(envelope))]
+    msg.data = envelope
+    return msg
 
 
 # ---- trajectories ----------------------------------------------------------------------------------------

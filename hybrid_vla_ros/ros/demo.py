@@ -13,13 +13,15 @@ import numpy as np
 from ..errors import ConfigError, expect
 from ..model.inputs import synthetic_frame
 from ..model.spec import get_preset
+from .. import stop
 from . import convert
 from .bag import BagWriter, Recorder, Replayer
-from .bringup import (BOUNDARY_TOPIC, KINEMATIC_TOPIC, TRAJECTORY_TOPIC, InProcessGraph, graph_params, spawn_processes,
+from .session import ros_context
+from .topics import BOUNDARY_TOPIC, KINEMATIC_TOPIC, TRAJECTORY_INFO_TOPIC as INFO_TOPIC, TRAJECTORY_TOPIC
+from .bringup import (InProcessGraph, graph_params, spawn_processes,
                       stop_processes)
 
 SAMPLE_DRIVE = Path(__file__).resolve().parents[1] / "data" / "sample_drive"
-INFO_TOPIC = "/hybrid_vla_suffix/debug/trajectory_info"
 
 
 def write_sample_drive(path: str | Path, preset: str, camera_topics: list[str], frames: int = 40,
@@ -147,10 +149,12 @@ def drive_graph(bag: str | Path, params: dict, record_to: str | Path | None = No
                 rate: float = 0.0, window: int = 2, storage: str = "mcap", config: str | None = None,
                 settle_s: float = 30.0) -> tuple[dict, dict]:
     """Run the graph (one process, or separate processes) on a bag. -> (summary, trajectories by stamp)."""
-    import rclpy
+    with ros_context() as context:
+        return _drive(context, bag, params, record_to, processes, rate, window, storage, config, settle_s)
+
+
+def _drive(context, bag, params, record_to, processes, rate, window, storage, config, settle_s):
     from rclpy.executors import SingleThreadedExecutor
-    context = rclpy.Context()
-    rclpy.init(context=context)
     graph, procs = None, []
     try:
         if processes:
@@ -161,7 +165,10 @@ def drive_graph(bag: str | Path, params: dict, record_to: str | Path | None = No
             executor = graph.executor
         driver = Driver(context, bag, record_to, storage)
         executor.add_node(driver.node)
-        spin = lambda t: executor.spin_once(timeout_sec=t)  # noqa: E731
+
+        def spin(timeout_s: float) -> None:
+            stop.check()  # a Ctrl-C ends the drive at the next spin (the CLI exits 0)
+            executor.spin_once(timeout_sec=timeout_s)
         expect(driver.replayer.wait_for_subscribers(120.0 if processes else 10.0, spin), ConfigError,
                f"nobody subscribes to the bag's topics {sorted(driver.replayer.topics())}")
         connected = lambda: (driver.node.count_subscribers(BOUNDARY_TOPIC) > 0 and  # noqa: E731
@@ -196,7 +203,6 @@ def drive_graph(bag: str | Path, params: dict, record_to: str | Path | None = No
         if graph:
             graph.shutdown()
         stop_processes(procs)
-        rclpy.shutdown(context=context)
 
 
 def plot_demo(summary: dict, path: str | Path) -> None:

@@ -7,26 +7,23 @@ import time
 from collections import deque
 
 from nav_msgs.msg import Odometry
-from rclpy.qos import DurabilityPolicy, QoSProfile, qos_profile_sensor_data
+from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image
-from std_msgs.msg import Int32, MultiArrayDimension, UInt8MultiArray
+from std_msgs.msg import Int32, UInt8MultiArray
 
 from ..engine.placement import Placement
 from ..engine.stages import PrefixStage
 from ..engine.sync import CameraSync
-from ..engine.transport import SharedMemoryTransport
-from ..engine.types import EgoState, Frame
+from ..engine.handover import PROCESS_REGISTRY, HandoverEncoder
+from ..types import EgoState, Frame
 from ..engine.worker import StageWorker
 from ..errors import ConfigError, HybridVLAError, expect
 from . import convert
 from .common import DiagnosticsPublisher, StageNode
 from .params import chosen_cores
+from .topics import BOUNDARY_QOS
 
 NODE_NAME = "hybrid_vla_prefix"
-# Reliable, keep last 10, transient local: a suffix that starts after the prefix still gets the latest states
-# (stale ones are then rejected and counted, never silently lost).
-BOUNDARY_QOS = QoSProfile(depth=10, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-LOCAL_SUFFIXES: set = set()          # suffix nodes living in this process (for boundary_transport=auto)
 KINEMATIC_WAIT_S = 0.1               # longest wait for the kinematic state matching a frame
 
 
@@ -36,8 +33,7 @@ class PrefixNode(StageNode):
         p = self.params
         self.placement = Placement.create(p["device"], p["dtype"], p["dtype"])
         self.stage = PrefixStage(self.model, p["partition_point"], self.placement, self.zone)
-        self.shm = SharedMemoryTransport(slots=p["max_in_flight"], name=f"{node_name}") \
-            if p["boundary_transport"] in ("auto", "shm") else None
+        self.handover = HandoverEncoder(p["boundary_transport"], ring_slots=p["max_in_flight"], ring_name=node_name)
         self.seq = 0
         self.last_stamp_ns = -1
         self.ego_history: deque = deque(maxlen=200)  # (stamp_ns, EgoState), matched to frames by stamp
@@ -119,12 +115,6 @@ class PrefixNode(StageNode):
         self.stage.set_partition(int(msg.data))
 
     # ---- compute ---------------------------------------------------------------------------------------
-    def _transport_kind(self) -> str:
-        kind = self.params["boundary_transport"]
-        if kind == "auto":
-            return "inproc" if LOCAL_SUFFIXES else "shm"
-        return kind
-
     def _process(self, frame: Frame) -> None:
         if frame.stamp_ns <= self.last_stamp_ns:
             self._reject("out_of_order", ConfigError(
@@ -144,14 +134,11 @@ class PrefixNode(StageNode):
             return
         self.last_stamp_ns = frame.stamp_ns
         try:
-            data = convert.encode_boundary(state, self._transport_kind(), self.shm.send if self.shm else None)
+            envelope = self.handover.encode(state)
         except (HybridVLAError, TimeoutError) as exc:
             self._reject("handover", exc)
             return
-        msg = UInt8MultiArray()
-        msg.layout.dim = [MultiArrayDimension(label=convert.BOUNDARY_LABEL, size=len(data), stride=len(data))]
-        msg.data = data
-        self.pub.publish(msg)
+        self.pub.publish(convert.boundary_to_msg(envelope, UInt8MultiArray()))
         ms = (time.perf_counter() - t0) * 1e3
         self.health.record(ms)
         self.diagnostics.publish_time(ms)
@@ -160,10 +147,9 @@ class PrefixNode(StageNode):
         return [("partition", 0, f"p={self.stage.partition}",
                  {"partition": str(self.stage.partition), "zone_min": str(self.zone[0]), "zone_max": str(self.zone[1]),
                   "num_blocks": str(self.model.num_blocks), "camera_sync_discarded": str(self.sync.discarded),
-                  "inproc_handles_evicted": str(convert.PROCESS_REGISTRY.evicted)})]
+                  "inproc_handles_evicted": str(PROCESS_REGISTRY.evicted)})]
 
     def destroy_node(self):
         self.worker.close()
-        if self.shm:
-            self.shm.close()
+        self.handover.close()
         return super().destroy_node()

@@ -14,16 +14,15 @@ from pathlib import Path
 
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
-from rclpy.qos import DurabilityPolicy, QoSProfile
 from std_msgs.msg import Int32
 
 from ..engine.costs import CostModel, CostPolicy
 from ..engine.scheduler import SimplePolicy, StageLoad
 from ..errors import ConfigError, HybridVLAError, expect
 from .common import ParameterTable, resolve_zone, shared_model
+from .topics import PARTITION_QOS
 
 NODE_NAME = "hybrid_vla_scheduler"
-PARTITION_QOS = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)  # late joiners get the current p
 
 
 class SchedulerNode(LifecycleNode):

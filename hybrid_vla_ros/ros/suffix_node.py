@@ -8,6 +8,7 @@ from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
 from std_msgs.msg import UInt8MultiArray
 
 from ..engine.cpu import bind_memory_to_node, cores_of_numa_node, cpu_backend_report
+from ..engine.handover import HandoverDecoder
 from ..engine.placement import CPU, Placement, parse_dtype
 from ..engine.stages import SuffixStage
 from ..engine.worker import StageWorker
@@ -15,7 +16,7 @@ from ..errors import ConfigError, HybridVLAError
 from . import convert
 from .common import DiagnosticsPublisher, StageNode
 from .params import chosen_cores
-from .prefix_node import BOUNDARY_QOS, LOCAL_SUFFIXES
+from .topics import BOUNDARY_QOS
 
 NODE_NAME = "hybrid_vla_suffix"
 
@@ -29,7 +30,7 @@ class SuffixNode(StageNode):
         self.stage = SuffixStage(self.model, p["partition_point"], placement, self.zone)
         self.cores = chosen_cores(p["cores"]) or (cores_of_numa_node(p["numa_node"]) if p["numa_node"] >= 0 else None)
         self.msg_cls, self.output_kind, reason = convert.resolve_trajectory_type(p["output_type"])
-        self.decoder = convert.BoundaryDecoder()
+        self.decoder = HandoverDecoder()
         self.last_stamp_ns = -1
         self.pub = self.create_publisher(self.msg_cls, "~/output/trajectory", 10)
         self.info_pub = self.create_publisher(DiagnosticStatus, "~/debug/trajectory_info", 10)
@@ -40,7 +41,6 @@ class SuffixNode(StageNode):
         self.create_subscription(UInt8MultiArray, "~/input/boundary_state", self._on_boundary, BOUNDARY_QOS)
         self.diagnostics = DiagnosticsPublisher(self, self.health, self.worker.backlog, self._extra_checks)
         self.create_timer(p["diagnostics_period_s"], self.diagnostics.publish)
-        LOCAL_SUFFIXES.add(id(self))
         self.get_logger().info(
             f"suffix: publishing {self.msg_cls.__module__.split('.')[0]}/{self.msg_cls.__name__} on "
             f"~/output/trajectory ({reason}); blocks from zone {list(self.zone)}, dtype {p['dtype']}, "
@@ -99,7 +99,6 @@ class SuffixNode(StageNode):
         return [("cpu_load", 0, f"{load:.0f}% on cores {cores}", {"cpu_load_percent": f"{load:.1f}"})]
 
     def destroy_node(self):
-        LOCAL_SUFFIXES.discard(id(self))
         self.worker.close()
         self.decoder.close()
         return super().destroy_node()

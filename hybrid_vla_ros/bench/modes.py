@@ -12,35 +12,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..engine.cpu import core_plan
+from ..engine.pipeline import FrameResult, Pipeline, PipelineConfig
+from ..engine.placement import Placement
+from ..engine.stages import PrefixStage, SuffixStage
 from ..model.inputs import synthetic_frame
 from ..model.vla import VLAModel
-from .cpu import allowed_cores, split_cores
-from .pipeline import FrameResult, Pipeline, PipelineConfig
-from .placement import Placement
 from .profile import seed_cost_model
-from .stages import PrefixStage, SuffixStage
-
-
-def percentiles(values) -> dict:
-    if not values:
-        return {"p50": None, "p99": None, "mean": None}
-    arr = np.asarray(values, dtype=float)
-    return {"p50": float(np.percentile(arr, 50)), "p99": float(np.percentile(arr, 99)), "mean": float(arr.mean())}
-
-
-def core_plan(placement: Placement) -> tuple[list[int], list[int], dict]:
-    cores = allowed_cores()
-    if placement.uses_cuda:
-        prefix, suffix = cores[:1], cores[1:] or cores[:1]  # one core feeds the GPU, the rest run the suffix
-        devices = {"prefix": f"{placement.prefix_device} ({torch.cuda.get_device_name(placement.prefix_device)}), "
-                             f"host thread on cores {prefix}",
-                   "suffix": f"cpu cores {suffix}", "stand_in": False}
-    else:
-        prefix, suffix = split_cores(cores, 2)
-        devices = {"prefix": f"cpu cores {prefix} (stand-in for the GPU)", "suffix": f"cpu cores {suffix}",
-                   "stand_in": True,
-                   "note": "no CUDA: prefix and suffix run on disjoint CPU core sets of this machine"}
-    return prefix, suffix, devices
+from .handover import handover_microbench
+from .report import headline, percentiles, pyplot, write_report  # noqa: F401 (headline, write_report: re-exported)
 
 
 def summarise(results: list[FrameResult], stats, warmup: int) -> dict:
@@ -82,7 +62,7 @@ def run_mode(model: VLAModel, placement: Placement, partition: int, max_in_fligh
 
 
 def run_bench(model: VLAModel, placement: Placement, num_frames: int = 24, partition: int | None = None,
-              transports=("inproc", "shm", "serialized"), max_in_flight: int = 2, warmup: int = 3) -> dict:
+              transports=("inproc", "shm", "inline"), max_in_flight: int = 2, warmup: int = 3) -> dict:
     prefix_cores, suffix_cores, devices = core_plan(placement)
     if partition is None:  # balanced for these stage devices: each side profiled on its cores in its dtype
         costs = seed_cost_model(model, placement, prefix_cores, suffix_cores)
@@ -115,31 +95,6 @@ def run_bench(model: VLAModel, placement: Placement, num_frames: int = 24, parti
         report["shm_handover_ms_p50"] = modes["pipelined_shm"]["handover_ms"]["p50"]
     report["handover_microbench_orion_state"] = handover_microbench()
     return report
-
-
-def handover_microbench(tokens: int = 600, hidden: int = 4096, repeats: int = 40) -> dict:
-    """Send + receive of an ORION-sized boundary state (600 x 4096 fp16, ~4.9 MB) through each transport."""
-    import time
-    from .transport import make_transport
-    from .types import BoundaryState
-    state = BoundaryState(hidden=torch.randn(1, tokens, hidden).half(),
-                          position_ids=torch.arange(tokens).view(1, -1),
-                          attention_mask=torch.ones(1, tokens, dtype=torch.long), partition=16)
-    out = {"bytes": state.nbytes()}
-    for name in ("inproc", "shm", "serialized"):
-        transport = make_transport(name, slots=2)
-        times = []
-        try:
-            for seq in range(repeats):
-                state.seq = seq
-                t0 = time.perf_counter()
-                received = transport.receive(transport.send(state))
-                times.append((time.perf_counter() - t0) * 1e3)
-                assert received.seq == seq
-        finally:
-            transport.close()
-        out[f"{name}_ms"] = percentiles(times[2:])
-    return out
 
 
 def boundary_bytes(model: VLAModel, placement: Placement) -> int:
@@ -191,9 +146,7 @@ def reference_forward_on_cuda(model: VLAModel, frame) -> None:
 
 
 def plot_bench(report: dict, path: str | Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     modes = {k: v for k, v in report["modes"].items() if "timeline" in v}
     fig, axes = plt.subplots(len(modes) + 1, 1, figsize=(11, 2.0 * (len(modes) + 1) + 1))
     for ax, (name, mode) in zip(axes, modes.items()):
@@ -220,19 +173,3 @@ def plot_bench(report: dict, path: str | Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-
-def write_report(report: dict, json_path: str | Path | None) -> str:
-    text = json.dumps(report, indent=2)
-    if json_path:
-        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(json_path).write_text(text)
-    return text
-
-
-def headline(report: dict) -> dict:
-    """The report without per-frame timelines (what the CLI prints)."""
-    out = {k: v for k, v in report.items() if k != "modes"}
-    out["modes"] = {name: {k: v for k, v in mode.items() if k != "timeline"} for name, mode in report["modes"].items()}
-    return out
-

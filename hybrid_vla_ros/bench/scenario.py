@@ -12,14 +12,15 @@ import statistics
 
 import numpy as np
 
+from ..engine.costs import CostPolicy
+from ..engine.cpu import core_plan
+from ..engine.pipeline import Pipeline, PipelineConfig
+from ..engine.placement import Placement
+from ..engine.stages import PrefixStage, SuffixStage, partition_report
 from ..model.inputs import synthetic_frame
 from ..model.vla import VLAModel
-from .bench import core_plan, percentiles
-from .costs import CostPolicy
-from .pipeline import Pipeline, PipelineConfig
-from .placement import Placement
 from .profile import seed_cost_model
-from .stages import PrefixStage, SuffixStage, partition_report
+from .report import percentiles, pyplot
 
 
 def _spin(cores: list[int]) -> None:
@@ -156,9 +157,7 @@ def frames_to_settle(timeline: list[dict]) -> int | None:
 
 
 def plot_load_step(report: dict, path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     t = report["timeline"]
     frames = [x["frame"] for x in t]
     fig, axes = plt.subplots(3, 1, figsize=(10, 8))

@@ -7,12 +7,12 @@ import time
 
 import torch
 
+from ..engine.costs import CostModel
+from ..engine.cpu import allowed_cores, core_plan, pin_current_thread
+from ..engine.placement import Placement
+from ..engine.stages import PrefixStage, SuffixStage
 from ..model.inputs import synthetic_frame
 from ..model.vla import VLAModel
-from .costs import CostModel
-from .cpu import allowed_cores, pin_current_thread
-from .placement import Placement
-from .stages import PrefixStage, SuffixStage
 
 
 def profile_blocks(model: VLAModel, placement: Placement = Placement(), frames: int = 3, warmup: int = 1) -> dict:
@@ -69,9 +69,9 @@ def profile_report(model: VLAModel, placement: Placement, frames: int = 3) -> di
 
     import numpy as np
 
-    from .bench import core_plan, handover_microbench
-    from .cpu import cpu_backend_report
-    from .stages import reference_forward
+    from ..engine.cpu import cpu_backend_report
+    from ..engine.stages import reference_forward
+    from .handover import handover_microbench
     prefix_cores, suffix_cores, devices = core_plan(placement)
     try:
         pin_current_thread(prefix_cores)

@@ -1,0 +1,86 @@
+"""rosbag2 commands: record, replay, make-sample-drive."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from .. import stop
+
+
+def _with_bag_node(job):
+    """job(node, spin) on a plain node named hybrid_vla_bag; a stop request ends the spin cleanly."""
+    from rclpy.node import Node
+    from ..ros.session import executor_with, ros_context
+    with ros_context() as context:
+        node = Node("hybrid_vla_bag", context=context)
+        with executor_with([node], context) as executor:
+            def spin(timeout_s: float) -> None:
+                stop.check()
+                executor.spin_once(timeout_sec=timeout_s)
+            return job(node, spin)
+
+
+def cmd_record(args) -> int:
+    from ..ros.bag import Recorder
+    topics = dict(t.split(":", 1) for t in args.topics)
+
+    def record(node, spin):
+        recorder = Recorder(node, args.out, topics, args.storage)
+        end = time.monotonic() + args.duration
+        try:
+            while time.monotonic() < end and not stop.requested():
+                spin(0.05)
+        finally:
+            print(json.dumps({"bag": args.out, "messages": recorder.close()}))
+        return 0
+    return _with_bag_node(record)
+
+
+def cmd_replay(args) -> int:
+    from ..ros.bag import Replayer
+
+    def replay(node, spin):
+        replayer = Replayer(node, args.bag)
+        replayer.wait_for_subscribers(5.0, spin)
+        # open loop: nothing answers a plain replay, so rate 0 means "publish as fast as possible"
+        frames = replayer.run(spin, answered=lambda: 1 << 30, rate=args.rate)
+        print(json.dumps({"bag": args.bag, "frames": frames, "topics": replayer.topics()}))
+        return 0
+    return _with_bag_node(replay)
+
+
+def cmd_make_sample_drive(args) -> int:
+    import yaml
+    from ..model.spec import PRESETS
+    from ..ros.bringup import config_dir
+    from ..ros.demo import write_sample_drive
+    topics = yaml.safe_load((config_dir() / "hybrid_vla_prefix.param.yaml").read_text())["/**"]["ros__parameters"]["camera_topics"]
+    spec = PRESETS[args.preset]
+    topics = topics if len(topics) == spec.num_cameras else [f"/sensing/camera/camera{i}/image_rect_color/compressed"
+                                                            for i in range(spec.num_cameras)]
+    path = write_sample_drive(args.out, args.preset, topics, args.frames, args.rate_hz, args.storage)
+    print(f"wrote {args.frames} frames x {spec.num_cameras} cameras to {path}")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("record", help="record topics to a rosbag2 folder")
+    p.add_argument("--out", required=True)
+    p.add_argument("--topics", nargs="+", required=True, help="TOPIC:TYPE, e.g. /a:nav_msgs/msg/Path")
+    p.add_argument("--duration", type=float, default=10.0)
+    p.add_argument("--storage", default="mcap", choices=("mcap", "sqlite3"))
+    p.set_defaults(func=cmd_record)
+
+    p = sub.add_parser("replay", help="publish a rosbag2 folder")
+    p.add_argument("bag")
+    p.add_argument("--rate", type=float, default=1.0, help="1: recorded rate, 2: twice as fast, 0: as fast as possible")
+    p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("make-sample-drive", help="write a synthetic drive bag for a preset")
+    p.add_argument("--preset", default="bench")
+    p.add_argument("--out", required=True)
+    p.add_argument("--frames", type=int, default=40)
+    p.add_argument("--rate-hz", type=float, default=10.0)
+    p.add_argument("--storage", default="mcap", choices=("mcap", "sqlite3"))
+    p.set_defaults(func=cmd_make_sample_drive)

@@ -1,0 +1,70 @@
+"""Measurement commands: bench (modes side by side, or the load-step scenario) and profile."""
+
+from __future__ import annotations
+
+import json
+
+from .common import add_model_args, add_placement_args, model_from_args, placement_from_args, write_json
+
+
+def cmd_bench(args) -> int:
+    from ..bench.modes import headline, plot_bench, run_bench
+    model = model_from_args(args)
+    if args.scenario == "load-step":
+        return bench_load_step(args, model)
+    transports = tuple(t for t in args.transports.split(",") if t)
+    report = run_bench(model, placement_from_args(args), num_frames=args.frames, partition=args.partition,
+                       transports=transports, max_in_flight=args.max_in_flight, warmup=args.warmup)
+    write_json(report, args.json)
+    if args.plot:
+        plot_bench(report, args.plot)
+    print(json.dumps(headline(report), indent=2))
+    return 0
+
+
+def bench_load_step(args, model) -> int:
+    from ..bench.scenario import plot_load_step, run_load_step
+    zone = tuple(int(x) for x in args.zone.split(",")) if args.zone else None
+    budget = int(args.prefix_budget_mb * 2**20) if args.prefix_budget_mb else None
+    report = run_load_step(model, placement_from_args(args), frames=args.frames, step_on=args.step_on,
+                           step_off=args.step_off if args.step_off > 0 else None, zone=zone, budget_bytes=budget,
+                           sweep_frames=args.sweep_frames)
+    write_json(report, args.json)
+    if args.plot:
+        plot_load_step(report, args.plot)
+    print(json.dumps({k: v for k, v in report.items() if k != "timeline"}, indent=2))
+    return 0
+
+
+def cmd_profile(args) -> int:
+    from ..bench.profile import profile_report
+    report = profile_report(model_from_args(args), placement_from_args(args), frames=args.frames)
+    write_json(report, args.json)
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bench", help="native vs serial vs pipelined (each transport), one run, JSON + plot")
+    add_model_args(p, default_preset="bench"); add_placement_args(p)
+    p.add_argument("--partition", type=int, default=None, help="default: balanced from a quick profile")
+    p.add_argument("--frames", type=int, default=24)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--max-in-flight", type=int, default=2)
+    p.add_argument("--transports", default="inproc,shm,inline")
+    p.add_argument("--json", default=None, help="write the full report (with per-frame timelines) here")
+    p.add_argument("--plot", default=None, help="write the timeline/period PNG here")
+    p.add_argument("--scenario", default="modes", choices=("modes", "load-step"),
+                   help="modes: native/serial/pipelined side by side; load-step: scheduler under a competing load")
+    p.add_argument("--step-on", type=int, default=25, help="load-step: frame at which the load starts")
+    p.add_argument("--step-off", type=int, default=55, help="load-step: frame at which it stops (0: never)")
+    p.add_argument("--zone", default=None, help="load-step: dynamic zone 'lo,hi' (default 0,L)")
+    p.add_argument("--prefix-budget-mb", type=float, default=0.0, help="load-step: prefix memory budget (0: none)")
+    p.add_argument("--sweep-frames", type=int, default=8, help="load-step: frames per static p in the sweep")
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("profile", help="per-block times per device, handover cost, bf16 suffix speed and accuracy")
+    add_model_args(p, default_preset="bench"); add_placement_args(p)
+    p.add_argument("--frames", type=int, default=3)
+    p.add_argument("--json", default=None)
+    p.set_defaults(func=cmd_profile)

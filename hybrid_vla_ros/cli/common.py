@@ -1,0 +1,54 @@
+"""Options and helpers that several command areas share."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def add_model_args(parser: argparse.ArgumentParser, default_preset: str | None = "tiny") -> None:
+    from ..model.spec import PRESETS
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--preset", default=None, help=f"named preset, one of {sorted(PRESETS)} (default {default_preset})")
+    group.add_argument("--checkpoint", default=None, help="local checkpoint directory (hybrid_vla.json + model.safetensors)")
+    parser.set_defaults(default_preset=default_preset)
+
+
+def add_placement_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--prefix-device", default="auto", help="auto (cuda if available), cuda, or cpu")
+    parser.add_argument("--dtype", default="fp32", help="prefix dtype: fp32, bf16, fp16")
+    parser.add_argument("--suffix-dtype", default=None, help="CPU suffix dtype (default: same as --dtype)")
+
+
+def model_from_args(args, shapes_only: bool = False):
+    from ..model.load import load_vla
+    preset = args.preset if args.preset or args.checkpoint else args.default_preset
+    return load_vla(preset=preset, checkpoint=args.checkpoint, shapes_only=shapes_only)
+
+
+def placement_from_args(args):
+    from ..engine.placement import Placement
+    return Placement.create(args.prefix_device, args.dtype, args.suffix_dtype or args.dtype)
+
+
+def emit(result: dict, as_json: bool, text_lines) -> None:
+    if as_json:
+        print(json.dumps(result, indent=2))
+    else:
+        for line in text_lines(result):
+            print(line)
+
+
+def write_json(report: dict, path: str | None) -> None:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(report, indent=2))
+
+
+def refuse_unless_default(parser_defaults: dict, args, options: list[str], why: str) -> None:
+    """Options given that do not apply to the chosen mode are refused, not silently ignored."""
+    from ..errors import ConfigError
+    given = [f"--{o.replace('_', '-')}" for o in options if getattr(args, o) != parser_defaults[o]]
+    if given:
+        raise ConfigError(f"{', '.join(given)} do(es) not apply {why}")

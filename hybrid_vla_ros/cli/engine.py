@@ -1,0 +1,126 @@
+"""Engine commands (no ROS): verify, info, run (serial stream), export."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+from .. import stop
+from .common import add_model_args, add_placement_args, emit, model_from_args, placement_from_args
+
+
+def cmd_verify(args) -> int:
+    from ..engine.verify import verify_partitions
+    model = model_from_args(args)
+    result = verify_partitions(model, placement_from_args(args), frames=args.frames)
+    emit(result, args.json, lambda r: [f"{r['preset']} ({r['family']}, {r['num_blocks']} blocks, {r['dtype']})"] +
+         [f"  p={x['partition']:3d}  max_abs_diff={x['max_abs_diff']:.3e}" for x in r["results"]])
+    return 0 if result["max_abs_diff"] <= args.tolerance else 1
+
+
+def _info_lines(r: dict) -> list[str]:
+    gib = 1024 ** 3
+    return [
+        f"{r['preset']} ({r['family']}), {r['num_blocks']} blocks, partition {r['partition']}, {r['dtype']}",
+        f"  prefix: {r['prefix_blocks']} blocks + vision + embeddings  {r['prefix_params']:,} params  {r['prefix_bytes'] / gib:.3f} GiB",
+        f"  suffix: {r['suffix_blocks']} blocks + norm + head          {r['suffix_params']:,} params  {r['suffix_bytes'] / gib:.3f} GiB",
+        f"  total:  {r['total_params']:,} params  {r['total_bytes'] / gib:.3f} GiB",
+        f"  dynamic zone {r['zone']}: {r['zone_bytes'] / gib:.3f} GiB resident on both sides -> prefix device holds "
+        f"{r['prefix_resident_bytes'] / gib:.3f} GiB, CPU {r['suffix_resident_bytes'] / gib:.3f} GiB"]
+
+
+def cmd_info(args) -> int:
+    from ..engine.placement import parse_dtype
+    from ..engine.stages import check_partition, partition_report
+    model = model_from_args(args, shapes_only=True)
+    model = model.to(parse_dtype(args.dtype or ("fp16" if model.spec.shape_only else "fp32")))
+    partition = check_partition(args.partition if args.partition is not None else model.num_blocks // 2,
+                                model.num_blocks, "--partition")
+    zone = tuple(int(x) for x in args.zone.split(",")) if args.zone else None
+    emit(partition_report(model, partition, zone), args.json, _info_lines)
+    return 0
+
+
+def cmd_run(args) -> int:
+    if args.config or args.graph:  # the old spelling of `hybrid-vla graph`
+        from .graph import run_graph
+        return run_graph(args, refuse=["preset", "checkpoint", "partition", "frames", "threads", "prefix_device",
+                                       "dtype", "suffix_dtype"], defaults=RUN_DEFAULTS)
+    expect_engine_only(args)
+    return run_serial(args)
+
+
+def expect_engine_only(args) -> None:
+    from ..errors import ConfigError
+    if args.processes:
+        raise ConfigError("--processes applies to the ROS graph only (hybrid-vla graph --processes)")
+
+
+def run_serial(args) -> int:
+    import torch
+    from ..engine.stages import PrefixStage, SuffixStage, check_partition
+    from ..model.inputs import synthetic_frame
+    model, placement = model_from_args(args), placement_from_args(args)
+    partition = check_partition(args.partition if args.partition is not None else model.num_blocks // 2,
+                                model.num_blocks, "--partition")
+    prefix, suffix = PrefixStage(model, partition, placement), SuffixStage(model, partition, placement)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"# {model.spec.name}: {model.num_blocks} blocks, partition {partition}, {placement.describe()}")
+    totals = []
+    for seq in range(args.frames):
+        stop.check()
+        t0 = time.perf_counter()
+        state = prefix.run(synthetic_frame(model.spec, seq))
+        traj = suffix.run(state)
+        totals.append((time.perf_counter() - t0) * 1e3)
+        last = traj.waypoints[-1]
+        print(f"frame {seq:4d}  prefix {state.timings['prefix_ms']:8.2f} ms  suffix {state.timings['suffix_ms']:8.2f} ms  "
+              f"total {totals[-1]:8.2f} ms  last waypoint x={last.x:+.3f} y={last.y:+.3f} t={last.time_from_start:.1f}s")
+    print(f"# median total {statistics.median(totals):.2f} ms over {len(totals)} frames")
+    return 0
+
+
+def cmd_export(args) -> int:
+    from ..model.checkpoint import save_checkpoint
+    model = model_from_args(args)
+    path = save_checkpoint(model, args.out)
+    print(f"wrote checkpoint of '{model.spec.name}' to {path}")
+    return 0
+
+
+RUN_DEFAULTS: dict = {}
+
+
+def register(sub) -> None:
+    p = sub.add_parser("verify", help="split vs unsplit output for every partition point")
+    add_model_args(p); add_placement_args(p)
+    p.add_argument("--frames", type=int, default=2)
+    p.add_argument("--tolerance", type=float, default=1e-6, help="exit 1 if any difference exceeds this")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("info", help="blocks, parameters and bytes on each side of a partition")
+    add_model_args(p)
+    p.add_argument("--partition", type=int, default=None)
+    p.add_argument("--dtype", default=None, help="dtype to size the weights in (default fp16 for shape-only presets)")
+    p.add_argument("--zone", default=None, help="dynamic zone 'lo,hi': report the memory its residency costs")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("run", help="stream synthetic frames through prefix then suffix (serial); "
+                                   "--graph/--config: same as `hybrid-vla graph`")
+    add_model_args(p); add_placement_args(p)
+    p.add_argument("--partition", type=int, default=None)
+    p.add_argument("--frames", type=int, default=5)
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--config", default=None, help="alias of `hybrid-vla graph --config FILE`")
+    p.add_argument("--graph", action="store_true", help="alias of `hybrid-vla graph`")
+    p.add_argument("--processes", action="store_true", help="with --graph/--config: one process per node")
+    p.set_defaults(func=cmd_run)
+    RUN_DEFAULTS.update(vars(p.parse_args([])))
+
+    p = sub.add_parser("export", help="write a preset's weights as a local safetensors checkpoint")
+    add_model_args(p)
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_export)

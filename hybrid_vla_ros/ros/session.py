@@ -1,0 +1,57 @@
+"""One way to open, spin and close rclpy for every program of the package (bringup, `ros2 run` entry points,
+demo, bag tools): rclpy installs no signal handlers of its own (hybrid_vla_ros.stop owns SIGINT/SIGTERM, so
+a Ctrl-C never shuts the context down under a running executor), the spin loop ends on a stop request, and
+teardown never raises. Uses only APIs that Humble, Jazzy and Kilted rclpy all have."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from .. import stop
+
+SPIN_STEP_S = 0.1
+
+
+def _init(args, context) -> None:
+    import rclpy
+    try:
+        from rclpy.signals import SignalHandlerOptions
+        rclpy.init(args=args, context=context, signal_handler_options=SignalHandlerOptions.NO)
+    except ImportError:  # an rclpy without selectable signal handlers
+        rclpy.init(args=args, context=context)
+
+
+@contextmanager
+def ros_context(args: list[str] | None = None, context=None):
+    """rclpy initialised on `context` (a fresh one when None) for the body; shut down afterwards."""
+    import rclpy
+    context = context or rclpy.Context()
+    _init(args, context)
+    try:
+        yield context
+    finally:
+        if context.ok():
+            context.try_shutdown()
+
+
+@contextmanager
+def executor_with(nodes, context):
+    """A single-threaded executor holding `nodes`; every node is removed and destroyed at the end, in order,
+    even when one of them fails to."""
+    from rclpy.executors import SingleThreadedExecutor
+    executor = SingleThreadedExecutor(context=context)
+    for node in nodes:
+        executor.add_node(node)
+    try:
+        yield executor
+    finally:
+        for node in nodes:
+            executor.remove_node(node)
+            node.destroy_node()
+        executor.shutdown()
+
+
+def spin_until_stopped(executor, done=None, step_s: float = SPIN_STEP_S) -> None:
+    """Spin until a stop is requested (SIGINT/SIGTERM), `done()` is true, or the context goes down."""
+    while not stop.requested() and (done is None or not done()) and executor.context.ok():
+        executor.spin_once(timeout_sec=step_s)

@@ -1,0 +1,28 @@
+"""Topic names, remaps and QoS of the graph, in one place: used by the nodes, bringup, the demo and the
+launch files. Node-relative names (`~/input/...`, `~/output/...`) follow Autoware; the graph-level names
+below are what bringup and the launch files remap them to."""
+
+from __future__ import annotations
+
+from rclpy.qos import DurabilityPolicy, QoSProfile
+
+NODES = ("hybrid_vla_prefix", "hybrid_vla_suffix", "hybrid_vla_scheduler")
+
+BOUNDARY_TOPIC = "/hybrid_vla/boundary_state"
+PARTITION_TOPIC = "/hybrid_vla/partition_point"
+TRAJECTORY_TOPIC = "/planning/hybrid_vla/trajectory"
+KINEMATIC_TOPIC = "/localization/kinematic_state"
+TRAJECTORY_INFO_TOPIC = "/hybrid_vla_suffix/debug/trajectory_info"
+
+REMAPS = {
+    "hybrid_vla_prefix": {"~/output/boundary_state": BOUNDARY_TOPIC, "~/input/partition_point": PARTITION_TOPIC,
+                          "~/input/kinematic_state": KINEMATIC_TOPIC},
+    "hybrid_vla_suffix": {"~/input/boundary_state": BOUNDARY_TOPIC, "~/output/trajectory": TRAJECTORY_TOPIC},
+    "hybrid_vla_scheduler": {"~/output/partition_point": PARTITION_TOPIC},
+}
+
+# Boundary: reliable, keep last 10, transient local: a suffix that starts after the prefix still gets the
+# latest states (stale ones are then rejected and counted, never silently lost).
+BOUNDARY_QOS = QoSProfile(depth=10, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+# Partition point: the current value for late joiners.
+PARTITION_QOS = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
