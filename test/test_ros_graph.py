@@ -162,6 +162,25 @@ def test_bad_boundary_states_are_rejected_counted_and_the_next_frame_is_served(h
     assert [int(i["seq"]) for i in harness.infos] == [0, 1]  # prefix numbers frames it serves: 0, then 1
 
 
+def test_an_unexpected_exception_in_a_stage_is_counted_reported_and_the_next_frame_is_served(harness):
+    from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+    seen = {}
+    harness.node.create_subscription(DiagnosticArray, "/diagnostics",
+                                     lambda m: seen.update({s.name: s for s in m.status}), 20)
+    harness.send_frame(0)
+    real_run = harness.suffix.stage.run
+    harness.suffix.stage.run = lambda state: (_ for _ in ()).throw(RuntimeError("injected fault"))
+    harness.send_frame(1, wait=False)
+    assert wait_until(lambda: harness.suffix.health.failures["RuntimeError"] == 1, harness.spin, 10)
+    harness.suffix.stage.run = real_run
+    harness.send_frame(2)
+    assert [int(i["seq"]) for i in harness.infos] == [0, 2]
+    assert wait_until(lambda: "hybrid_vla_suffix: failures" in seen and
+                      {kv.key: kv.value for kv in seen["hybrid_vla_suffix: failures"].values}.get("failed.RuntimeError")
+                      == "1", harness.spin, 5)
+    assert seen["hybrid_vla_suffix: worker"].level == DiagnosticStatus.OK
+
+
 def test_diagnostics_report_stage_time_backlog_drops_and_rejections(harness):
     from diagnostic_msgs.msg import DiagnosticArray
     seen = {}
@@ -171,7 +190,7 @@ def test_diagnostics_report_stage_time_backlog_drops_and_rejections(harness):
     assert wait_until(lambda: "hybrid_vla_suffix: rejected_inputs" in seen and
                       "hybrid_vla_prefix: processing_time" in seen, harness.spin, 5)
     for node in ("hybrid_vla_prefix", "hybrid_vla_suffix"):
-        for check in ("processing_time", "period", "backlog", "drops", "rejected_inputs"):
+        for check in ("processing_time", "period", "backlog", "drops", "rejected_inputs", "failures", "worker"):
             assert f"{node}: {check}" in seen
     values = {kv.key: kv.value for kv in seen["hybrid_vla_prefix: processing_time"].values}
     assert float(values["stage_time_ms"]) > 0

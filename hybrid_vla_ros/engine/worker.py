@@ -25,7 +25,10 @@ class StageHealth:
     error_after: int = 10
     processed: int = 0
     dropped: int = 0
+    drop_reasons: Counter = field(default_factory=Counter)  # displaced (latest wins), queue_full (lossless)
     failed: int = 0
+    failures: Counter = field(default_factory=Counter)   # exceptions caught at the frame, by type name
+    consecutive_failures: int = 0
     rejected: Counter = field(default_factory=Counter)
     times_ms: deque = field(default_factory=lambda: deque(maxlen=100))
     ends: deque = field(default_factory=lambda: deque(maxlen=100))
@@ -38,6 +41,30 @@ class StageHealth:
             self.times_ms.append(ms)
             self.ends.append(time.monotonic())
             self.consecutive_slow = self.consecutive_slow + 1 if ms > self.warn_ms else 0
+
+    def handled(self) -> None:
+        """A frame whose handler returned (served or rejected with a reason): the failure streak is over."""
+        with self.lock:
+            self.consecutive_failures = 0
+
+    def fail(self, kind: str) -> None:
+        """A frame whose handler raised: counted by kind; ERROR once it happens error_after times in a row."""
+        with self.lock:
+            self.failed += 1
+            self.failures[kind] += 1
+            self.consecutive_failures += 1
+
+    def failure_check(self) -> tuple[str, int, str, dict]:
+        with self.lock:
+            failures, streak = dict(self.failures), self.consecutive_failures
+        level = ERROR if streak >= self.error_after else WARN if streak else OK
+        return ("failures", level, f"{sum(failures.values())} frames failed, {streak} in a row",
+                {"failed": str(sum(failures.values())), **{f"failed.{k}": str(v) for k, v in failures.items()}})
+
+    def drop(self, reason: str) -> None:
+        with self.lock:
+            self.dropped += 1
+            self.drop_reasons[reason] += 1
 
     def reject(self, reason: str) -> None:
         with self.lock:
@@ -66,7 +93,8 @@ class StageHealth:
         level = self.time_level()
         with self.lock:
             rejected = dict(self.rejected)
-            counts = {"processed": self.processed, "dropped": self.dropped, "failed": self.failed}
+            counts = {"processed": self.processed, "dropped": self.dropped, "failed": self.failed,
+                      **{f"dropped.{k}": v for k, v in self.drop_reasons.items()}}
         time_msg = {OK: "within threshold", WARN: f"above {self.warn_ms} ms",
                     ERROR: f"above {self.warn_ms} ms for {self.consecutive_slow} frames"}[level]
         return [
@@ -82,10 +110,16 @@ class StageHealth:
 
 
 class StageWorker:
+    """Never dies of a frame: any exception of the handler is caught at that frame, counted by kind in the
+    health, passed to `on_error` (the node logs it, throttled), and the worker takes the next item.
+    `liveness_check()` says ERROR when the thread is gone or one item has been running for `stuck_after_s`."""
+
     def __init__(self, name: str, handler, policy: str = "lossless", capacity: int = 16,
                  cores: list[int] | None = None, threads: int | None = None, health: StageHealth | None = None,
-                 on_start=None):
-        self.name, self.handler, self.on_start = name, handler, on_start
+                 on_start=None, on_error=None, stuck_after_s: float = 30.0):
+        self.name, self.handler, self.on_start, self.on_error = name, handler, on_start, on_error
+        self.stuck_after_s = stuck_after_s
+        self._busy_since: float | None = None
         self.cores, self.threads = cores, threads
         self.health = health or StageHealth()
         self._mailbox = Mailbox(policy, capacity)
@@ -96,18 +130,34 @@ class StageWorker:
         self._thread.start()
         return self
 
-    def submit(self, item, timeout_s: float = 30.0) -> bool:
-        """False when the item displaced a waiting one (which is counted as dropped)."""
-        displaced = self._mailbox.put(item, timeout_s)
+    def submit(self, item, timeout_s: float = 0.0) -> bool:
+        """Never blocks an executor for long: False when the item displaced a waiting one (latest policy) or
+        found a lossless mailbox still full after `timeout_s`; either is counted as a drop with its reason."""
+        try:
+            displaced = self._mailbox.put(item, timeout_s)
+        except TimeoutError:
+            self.health.drop("queue_full")
+            return False
         if displaced is not None:
-            with self.health.lock:
-                self.health.dropped += 1
+            self.health.drop("displaced")
             return False
         return True
 
     def backlog(self) -> int:
         with self._mailbox.cond:
             return len(self._mailbox.items) + (1 if self.busy else 0)
+
+    def liveness_check(self) -> tuple[str, int, str, dict]:
+        alive = self._thread.is_alive()
+        busy_since = self._busy_since
+        busy_s = time.monotonic() - busy_since if busy_since is not None else 0.0
+        if not alive:
+            level, message = ERROR, f"worker thread {self._thread.name} is not running"
+        elif busy_s > self.stuck_after_s:
+            level, message = ERROR, f"one frame has been running for {busy_s:.1f} s (stuck?)"
+        else:
+            level, message = OK, "alive"
+        return ("worker", level, message, {"alive": str(alive), "busy_s": f"{busy_s:.3f}"})
 
     def close(self, timeout_s: float = 5.0) -> None:
         self._mailbox.close()
@@ -121,8 +171,13 @@ class StageWorker:
             item = self._mailbox.take()
             if item is _STOP:
                 return
-            self.busy = True
+            self.busy, self._busy_since = True, time.monotonic()
             try:
                 self.handler(item)
+                self.health.handled()
+            except Exception as exc:  # noqa: BLE001 - a frame's failure must never end the stage
+                self.health.fail(type(exc).__name__)
+                if self.on_error is not None:
+                    self.on_error(exc)
             finally:
-                self.busy = False
+                self.busy, self._busy_since = False, None

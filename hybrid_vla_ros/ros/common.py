@@ -65,7 +65,12 @@ class ParameterTable:
             self.values[name] = spec.check(list(value) if spec.type.endswith("array") else value,
                                            f"{node_name} parameter")
         node.add_on_set_parameters_callback(self._validate)
-        node.add_post_set_parameters_callback(self._apply)
+        post_set = getattr(node, "add_post_set_parameters_callback", None)
+        # Iron and newer apply after the change is accepted; Humble has no post-set callback, so there the
+        # values are applied from the validating callback once every parameter of the change is valid.
+        self._apply_in_validate = not callable(post_set)
+        if not self._apply_in_validate:
+            post_set(self._apply)
 
     def __getitem__(self, name: str):
         return self.values[name]
@@ -84,6 +89,8 @@ class ParameterTable:
                 self.health.reject("parameter")
             self.node.get_logger().warning(f"parameter change refused: {exc}")
             return SetParametersResult(successful=False, reason=str(exc))
+        if self._apply_in_validate:
+            self._apply(params)
         return SetParametersResult(successful=True)
 
     def _apply(self, params) -> None:
@@ -98,8 +105,8 @@ class DiagnosticsPublisher:
 
     LEVELS = {0: DiagnosticStatus.OK, 1: DiagnosticStatus.WARN, 2: DiagnosticStatus.ERROR}
 
-    def __init__(self, node, health: StageHealth, backlog, extra=None):
-        self.node, self.health, self.backlog, self.extra = node, health, backlog, extra
+    def __init__(self, node, health: StageHealth, worker, extra=None):
+        self.node, self.health, self.worker, self.extra = node, health, worker, extra
         self.pub = node.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.time_pub = node.create_publisher(Float64, "~/debug/processing_time_ms", 10)
 
@@ -109,7 +116,7 @@ class DiagnosticsPublisher:
     def publish(self) -> None:
         msg = DiagnosticArray()
         msg.header.stamp = self.node.get_clock().now().to_msg()
-        checks = self.health.checks(self.backlog())
+        checks = self.health.checks(self.worker.backlog()) + [self.health.failure_check(), self.worker.liveness_check()]
         if self.extra:
             checks += self.extra()
         for check, level, message, values in checks:
@@ -155,6 +162,10 @@ class StageNode(Node):
     def _on_param(self, name: str, value) -> None:
         if name == "partition_point":
             self.stage.set_partition(value)  # read once per frame by the stage: applies at a frame boundary
+
+    def _on_worker_error(self, exc: Exception) -> None:
+        """A frame's unexpected failure (the worker goes on; counted in the 'failures' diagnostic)."""
+        self.get_logger().error(f"frame failed ({type(exc).__name__}): {exc}", throttle_duration_sec=1.0)
 
     def _reject(self, reason: str, exc: Exception) -> None:
         self.health.reject(reason)

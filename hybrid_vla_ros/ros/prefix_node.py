@@ -44,8 +44,9 @@ class PrefixNode(StageNode):
             self.create_subscription(Odometry, "~/input/kinematic_state", self._on_odometry, 10)
         self.create_subscription(Int32, "~/input/partition_point", self._on_partition_topic, 10)
         self.worker = StageWorker("prefix", self._process, policy=p["input_policy"], capacity=p["max_in_flight"],
-                                  cores=chosen_cores(p["cores"]) or None, threads=p["threads"] or None, health=self.health).start()
-        self.diagnostics = DiagnosticsPublisher(self, self.health, self.worker.backlog, self._extra_checks)
+                                  cores=chosen_cores(p["cores"]) or None, threads=p["threads"] or None, health=self.health,
+                                  on_error=self._on_worker_error).start()
+        self.diagnostics = DiagnosticsPublisher(self, self.health, self.worker, self._extra_checks)
         self.create_timer(p["diagnostics_period_s"], self.diagnostics.publish)
         self.get_logger().info(
             f"prefix: model '{self.model.spec.name}' ({self.model.num_blocks} blocks), partition "

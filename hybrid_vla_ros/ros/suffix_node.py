@@ -36,10 +36,11 @@ class SuffixNode(StageNode):
         self.info_pub = self.create_publisher(DiagnosticStatus, "~/debug/trajectory_info", 10)
         self.memory_binding = "not requested (numa_node = -1)"
         self.worker = StageWorker("suffix", self._process, policy="lossless", capacity=64, cores=self.cores,
-                                  threads=p["threads"] or None, health=self.health, on_start=self._bind_memory).start()
+                                  threads=p["threads"] or None, health=self.health, on_start=self._bind_memory,
+                                  on_error=self._on_worker_error).start()
         backend = cpu_backend_report(placement.suffix_dtype)
         self.create_subscription(UInt8MultiArray, "~/input/boundary_state", self._on_boundary, BOUNDARY_QOS)
-        self.diagnostics = DiagnosticsPublisher(self, self.health, self.worker.backlog, self._extra_checks)
+        self.diagnostics = DiagnosticsPublisher(self, self.health, self.worker, self._extra_checks)
         self.create_timer(p["diagnostics_period_s"], self.diagnostics.publish)
         self.get_logger().info(
             f"suffix: publishing {self.msg_cls.__module__.split('.')[0]}/{self.msg_cls.__name__} on "

@@ -1,0 +1,82 @@
+"""Stage workers never die of a frame, never block an executor for long, and say when they are stuck."""
+
+import threading
+import time
+
+from hybrid_vla_ros.engine.worker import ERROR, OK, WARN, StageHealth, StageWorker
+
+
+def wait_for(predicate, timeout_s=5.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not predicate():
+        time.sleep(0.01)
+    return predicate()
+
+
+def test_any_exception_is_caught_at_the_frame_counted_by_kind_and_the_next_frame_is_served():
+    served, errors = [], []
+
+    def handler(item):
+        if item == 1:
+            raise KeyError("boom")        # not the package's own error type
+        if item == 2:
+            import struct
+            struct.unpack("<Q", b"")      # what an empty shared-memory body used to raise in the suffix
+        served.append(item)
+
+    health = StageHealth(error_after=3)
+    worker = StageWorker("t", handler, health=health, on_error=errors.append).start()
+    try:
+        for item in range(4):
+            assert worker.submit(item, timeout_s=1.0)
+        assert wait_for(lambda: served == [0, 3])
+        assert dict(health.failures) == {"KeyError": 1, "error": 1}
+        assert [type(e).__name__ for e in errors] == ["KeyError", "error"]
+        assert worker.liveness_check()[1] == OK
+        assert health.failure_check()[1] == OK  # a success since: the streak is over
+    finally:
+        worker.close()
+
+
+def test_failures_that_persist_turn_the_diagnostic_to_error():
+    health = StageHealth(error_after=3)
+    worker = StageWorker("t", lambda item: 1 / 0, health=health).start()
+    try:
+        worker.submit(0, timeout_s=1.0)
+        assert wait_for(lambda: health.failed == 1)
+        assert health.failure_check()[1] == WARN
+        for item in range(1, 3):
+            worker.submit(item, timeout_s=1.0)
+        assert wait_for(lambda: health.failed == 3)
+        assert health.failure_check()[1] == ERROR
+    finally:
+        worker.close()
+
+
+def test_a_stuck_frame_and_a_dead_thread_are_errors():
+    release = threading.Event()
+    worker = StageWorker("t", lambda item: release.wait(5), stuck_after_s=0.2).start()
+    worker.submit(0)
+    assert wait_for(lambda: worker.liveness_check()[1] == ERROR)
+    assert "stuck" in worker.liveness_check()[2]
+    release.set()
+    assert wait_for(lambda: worker.liveness_check()[1] == OK)
+    worker.close()
+    assert worker.liveness_check()[1] == ERROR and "not running" in worker.liveness_check()[2]
+
+
+def test_a_full_lossless_mailbox_drops_and_counts_instead_of_blocking_the_caller():
+    release = threading.Event()
+    health = StageHealth()
+    worker = StageWorker("t", lambda item: release.wait(5), policy="lossless", capacity=1, health=health).start()
+    try:
+        worker.submit(0)
+        assert wait_for(lambda: worker.busy)
+        assert worker.submit(1)            # waits in the mailbox
+        t0 = time.monotonic()
+        assert not worker.submit(2)        # full: refused at once
+        assert time.monotonic() - t0 < 0.5
+        assert health.drop_reasons["queue_full"] == 1 and health.dropped == 1
+    finally:
+        release.set()
+        worker.close()
