@@ -5,6 +5,7 @@ import random
 import pytest
 
 from hybrid_vla_ros.engine.costs import CostModel, CostPolicy
+from hybrid_vla_ros.engine.scheduler import SimplePolicy, StageSample
 from hybrid_vla_ros.errors import ConfigError
 
 
@@ -45,8 +46,8 @@ def test_no_flapping_under_noisy_observations():
     policy = CostPolicy(costs, 0, 8, partition=4, hysteresis=0.05, cooldown_frames=3)
     for frame in range(300):
         p = policy.partition
-        policy.update(frame, costs.prefix_ms(p) / costs.prefix_scale * rng.uniform(0.93, 1.07),
-                      costs.suffix_ms(p) / costs.suffix_scale * rng.uniform(0.93, 1.07))
+        policy.update(StageSample(p, costs.prefix_ms(p) / costs.prefix_scale * rng.uniform(0.93, 1.07),
+                                  costs.suffix_ms(p) / costs.suffix_scale * rng.uniform(0.93, 1.07)))
     assert len(policy.moves) <= 2, policy.moves
 
 
@@ -54,15 +55,39 @@ def test_a_slower_suffix_moves_the_partition_up_within_a_few_frames():
     policy = CostPolicy(model(), 0, 8, partition=4, cooldown_frames=3)
     for frame in range(10):  # the suffix's cores now run at half speed (a competing load)
         p = policy.partition
-        policy.update(frame, 10 + 10 * p, 2 * 10 * (8 - p))
+        policy.update(StageSample(p, 10 + 10 * p, 2 * 10 * (8 - p)))
     assert policy.partition == 5 and policy.moves[0][0] <= 4  # max(10 + 10p, 20 (8 - p)) is least at p = 5
 
 
 def test_backlog_moves_at_once_even_during_cool_down():
     policy = CostPolicy(model(), 0, 8, partition=4, cooldown_frames=100)
     policy.frames_since_move = 0
-    assert policy.update(0, 50.0, 40.0, backlog=1) == 4
-    assert policy.update(1, 50.0, 40.0, backlog=3) == 5
+    assert policy.update(StageSample(4, 50.0, 40.0, backlog=1)) == 4
+    assert policy.update(StageSample(4, 50.0, 40.0, backlog=3)) == 5
+
+
+def test_stage_times_are_attributed_to_the_partition_the_frame_ran_at():
+    """A frame still in flight across a move ran at the old partition: its times must calibrate that one."""
+    costs = model()
+    policy = CostPolicy(costs, 0, 8, partition=7, cooldown_frames=100)
+    policy.frames_since_move = 0
+    exact_at_4 = (costs.prefix_ms(4), costs.suffix_ms(4))
+    policy.update(StageSample(4, *exact_at_4))   # measured at p=4 while the policy holds p=7
+    assert costs.prefix_scale == pytest.approx(1.0) and costs.suffix_scale == pytest.approx(1.0)
+
+
+def test_cost_policy_honours_cooldown_seconds():
+    costs = model()
+    policy = CostPolicy(costs, 0, 8, partition=0, cooldown_frames=0, confirm_frames=1, cooldown_s=10.0)
+    policy.last_move_s = 100.0
+    assert policy.update(StageSample(0, costs.prefix_ms(0), costs.suffix_ms(0), at_s=105.0)) == 0  # cooling
+    assert policy.update(StageSample(0, costs.prefix_ms(0), costs.suffix_ms(0), at_s=111.0)) != 0
+
+
+def test_simple_policy_ignores_times_measured_at_another_partition():
+    policy = SimplePolicy(0, 8, 4, hysteresis=0.1, cooldown_s=0.0)
+    assert policy.update(StageSample(3, prefix_ms=10.0, suffix_ms=100.0, at_s=1.0)) == 4
+    assert policy.update(StageSample(4, prefix_ms=10.0, suffix_ms=100.0, at_s=2.0)) == 5
 
 
 @pytest.mark.parametrize("kwargs,message", [

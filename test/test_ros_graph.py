@@ -205,6 +205,21 @@ def test_processing_time_warns_then_errors_when_it_persists(harness):
     assert health.time_level() == 2
 
 
+def test_scheduler_gets_one_sample_per_frame_with_the_partition_it_ran_at(domain):
+    h = Harness({"hybrid_vla_scheduler": {"update_period_s": 0.05}}, activate_scheduler=True)
+    try:
+        scheduler = h.graph.nodes["hybrid_vla_scheduler"]
+        for seq in range(3):
+            h.send_frame(seq)
+        assert wait_until(lambda: len(scheduler.fed) == 3, h.spin, 10), scheduler.fed
+        assert [s.partition for s in scheduler.fed] == [2, 2, 2]
+        info = [float(i["suffix_ms"]) for i in h.infos]
+        assert [s.suffix_ms for s in scheduler.fed] == pytest.approx(info, abs=1e-3)
+        assert all(0 < s.prefix_ms < 60_000 for s in scheduler.fed)
+    finally:
+        h.close()
+
+
 def test_scheduler_lifecycle_over_services_from_another_process(domain, tmp_path):
     """The scheduler runs in its own process; this process drives it through lifecycle services."""
     import rclpy

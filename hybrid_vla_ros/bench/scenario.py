@@ -14,6 +14,7 @@ import numpy as np
 
 from ..engine.costs import CostPolicy
 from ..engine.cpu import core_plan
+from ..engine.scheduler import StageSample
 from ..engine.pipeline import Pipeline, PipelineConfig
 from ..engine.placement import Placement
 from ..engine.stages import PrefixStage, SuffixStage, partition_report
@@ -96,7 +97,8 @@ def run_load_step(model: VLAModel, placement: Placement, frames: int = 80, step_
                 break
             prefix_ms = (result.prefix_end - result.prefix_start) * 1e3
             suffix_ms = (result.suffix_end - result.suffix_start) * 1e3
-            new_p = policy.update(index, prefix_ms, suffix_ms, backlog=pipe._handover.qsize())
+            new_p = policy.update(StageSample(result.partition, prefix_ms, suffix_ms, backlog=pipe._handover.qsize(),
+                                              at_s=result.suffix_end))
             if new_p != pipe.prefix.partition:
                 pipe.set_partition(new_p)
             period = (result.suffix_end - last_end) * 1e3 if last_end else None

@@ -32,8 +32,21 @@ def cmd_demo(args) -> int:
     return 0 if summary["trajectories"] > 0 else 1
 
 
+def rewrite_parameter_tables(doc_path: str) -> None:
+    """Replace each node's table under '## Parameters of `<node>`' in a markdown file with the current one."""
+    from ..ros.params import NODE_PARAMS, markdown_table
+    text = Path(doc_path).read_text()
+    for node in NODE_PARAMS:
+        start = text.index("| name | type |", text.index(f"## Parameters of `{node}`"))
+        end = text.index("\n\n", start) + 1
+        text = text[:start] + markdown_table(node) + text[end:]
+    Path(doc_path).write_text(text)
+
+
 def cmd_schema(args) -> int:
     from ..ros.params import NODE_PARAMS, node_schema
+    if args.docs:
+        rewrite_parameter_tables(args.docs)
     for node in NODE_PARAMS:
         text = json.dumps(node_schema(node), indent=2) + "\n"
         if args.out:
@@ -60,4 +73,6 @@ def register(sub) -> None:
 
     p = sub.add_parser("schema", help="write the JSON schema of each node's parameters")
     p.add_argument("--out", default=None, help="directory (default: print)")
+    p.add_argument("--docs", default=None, help="also rewrite the parameter tables of this markdown file "
+                                                  "(docs/INTERFACES.md)")
     p.set_defaults(func=cmd_schema)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError, expect
+from .scheduler import StageSample
 
 
 @dataclass
@@ -70,8 +71,11 @@ class CostPolicy:
     hysteresis: float = 0.08                # move only if the predicted period improves by this fraction
     confirm_frames: int = 2                 # ... and the same better target was seen this many frames running
     cooldown_frames: int = 3                # frames between two moves (backlog overrides)
+    cooldown_s: float = 0.0                 # and seconds between two moves (backlog overrides)
     backlog_threshold: int = 2
+    last_move_s: float = float("-inf")
     frames_since_move: int = 1 << 30
+    frames_seen: int = 0
     _candidate: tuple[int, int] = (-1, 0)   # (target, consecutive frames it was preferred)
     moves: list[tuple[int, int, int]] = field(default_factory=list)  # (frame, from, to)
 
@@ -102,15 +106,17 @@ class CostPolicy:
     def best(self, tokens: int | None = None) -> int:
         return min(self.candidates(), key=lambda p: (self.model.period_ms(p, tokens), abs(p - self.partition)))
 
-    def update(self, frame: int, prefix_ms: float, suffix_ms: float, backlog: int = 0,
-               tokens: int | None = None) -> int:
-        """Feed one finished frame (run at self.partition); returns the partition for the next frames."""
-        self.model.observe(self.partition, prefix_ms, suffix_ms, tokens)
+    def update(self, sample: StageSample, tokens: int | None = None) -> int:
+        """Feed one finished frame; its times are folded in at the partition it ran at (sample.partition),
+        whatever the policy holds now. Returns the partition for the next frames."""
+        self.model.observe(sample.partition, sample.prefix_ms, sample.suffix_ms, tokens)
         self.frames_since_move += 1
+        self.frames_seen += 1
         target = self.best(tokens)
-        if backlog >= self.backlog_threshold and self.partition < self.zone_max:
+        cooling = self.frames_since_move <= self.cooldown_frames or sample.at_s - self.last_move_s < self.cooldown_s
+        if sample.backlog >= self.backlog_threshold and self.partition < self.zone_max:
             target = max(target, self.partition + 1)  # suffix falling behind: relieve it now
-        elif self.frames_since_move <= self.cooldown_frames:
+        elif cooling:
             return self.partition
         elif target != self.partition:
             now, then = self.model.period_ms(self.partition, tokens), self.model.period_ms(target, tokens)
@@ -122,6 +128,7 @@ class CostPolicy:
             if seen < self.confirm_frames:
                 return self.partition
         if target in self.candidates() and target != self.partition:
-            self.moves.append((frame, self.partition, target))
+            self.moves.append((self.frames_seen - 1, self.partition, target))
             self.partition, self.frames_since_move, self._candidate = target, 0, (-1, 0)
+            self.last_move_s = sample.at_s
         return self.partition

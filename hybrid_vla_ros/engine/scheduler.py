@@ -1,8 +1,12 @@
-"""Partition scheduling policy (ROS-free). Moves p one block at a time towards balance.
+"""Partition scheduling policies (ROS-free), one interface: `update(sample) -> partition`.
 
-Inputs per update: prefix and suffix stage times (ms) and the suffix backlog. A suffix backlog at or above
-the threshold moves p up at once (give the prefix more blocks); otherwise p moves only when one stage is
-slower than the other by more than the hysteresis, and not within the cool-down of the last move.
+A `StageSample` is one finished frame: the partition it *ran at*, its prefix and suffix compute times
+(waiting for odometry or ring space excluded), the suffix backlog when it finished, and when. Both policies
+attribute the times to the sample's own partition, never to the one they hold now.
+
+SimplePolicy moves p one block at a time towards balance: a suffix backlog at or above the threshold moves p
+up at once (give the prefix more blocks); otherwise p moves only when one stage is slower than the other by
+more than the hysteresis, and not within the cool-down of the last move. The cost policy is in costs.py.
 """
 
 from __future__ import annotations
@@ -13,10 +17,12 @@ from ..errors import ConfigError, expect
 
 
 @dataclass
-class StageLoad:
+class StageSample:
+    partition: int          # the partition the frame ran at
     prefix_ms: float
     suffix_ms: float
-    suffix_backlog: int = 0
+    backlog: int = 0        # suffix backlog when the frame finished
+    at_s: float = 0.0       # monotonic time of the frame's end (cool-downs)
 
 
 @dataclass
@@ -24,8 +30,8 @@ class SimplePolicy:
     zone_min: int
     zone_max: int
     partition: int
-    hysteresis: float = 0.15
-    cooldown_s: float = 2.0
+    hysteresis: float = 0.15      # move when one stage is slower than the other by this fraction
+    cooldown_s: float = 2.0       # minimum time between two moves (a backlog overrides it)
     backlog_threshold: int = 2
     last_move_s: float = float("-inf")
 
@@ -36,17 +42,19 @@ class SimplePolicy:
                f"scheduler: hysteresis {self.hysteresis}, cooldown {self.cooldown_s}, backlog threshold "
                f"{self.backlog_threshold}: expected >= 0, >= 0, >= 1")
 
-    def update(self, load: StageLoad, now_s: float) -> int:
-        """Returns the partition to use from now on (possibly unchanged)."""
+    def update(self, sample: StageSample) -> int:
+        """Returns the partition to use from now on (possibly unchanged). Stage times measured at another
+        partition than the one held now (in flight across a move) say nothing about it and are ignored."""
         target = self.partition
-        if load.suffix_backlog >= self.backlog_threshold:
+        if sample.backlog >= self.backlog_threshold:
             target = self.partition + 1
-        elif now_s - self.last_move_s >= self.cooldown_s and load.prefix_ms > 0 and load.suffix_ms > 0:
-            if load.suffix_ms > load.prefix_ms * (1 + self.hysteresis):
+        elif sample.partition == self.partition and sample.at_s - self.last_move_s >= self.cooldown_s \
+                and sample.prefix_ms > 0 and sample.suffix_ms > 0:
+            if sample.suffix_ms > sample.prefix_ms * (1 + self.hysteresis):
                 target = self.partition + 1
-            elif load.prefix_ms > load.suffix_ms * (1 + self.hysteresis):
+            elif sample.prefix_ms > sample.suffix_ms * (1 + self.hysteresis):
                 target = self.partition - 1
         target = min(self.zone_max, max(self.zone_min, target))
         if target != self.partition:
-            self.partition, self.last_move_s = target, now_s
+            self.partition, self.last_move_s = target, sample.at_s
         return self.partition

@@ -14,16 +14,9 @@ from ..model.inputs import encode_frame
 from ..model.tokens import IMAGE_TOKEN, sequence_length
 from ..model.vla import VLAModel, waypoints_from_head
 from .cpu import optimise_for_cpu
-from .placement import DTYPE_NAMES, Placement
+from .partition import Zone, check_partition, partition_report, prefix_modules, suffix_modules  # noqa: F401
+from .placement import Placement
 from ..types import BoundaryState, Frame, Trajectory
-
-
-def check_partition(partition, num_blocks: int, where: str = "partition") -> int:
-    expect(isinstance(partition, int) and not isinstance(partition, bool), ConfigError,
-           f"{where}: {partition!r} is not an integer")
-    expect(0 <= partition <= num_blocks, ConfigError,
-           f"{where}: {partition} is outside 0..{num_blocks} (the model has {num_blocks} blocks)")
-    return partition
 
 
 def run_blocks(decoder, blocks, hidden: torch.Tensor, position_ids: torch.Tensor,
@@ -40,53 +33,6 @@ def run_blocks(decoder, blocks, hidden: torch.Tensor, position_ids: torch.Tensor
     return hidden
 
 
-def check_zone(zone, partition: int, num_blocks: int) -> tuple[int, int]:
-    """The dynamic zone [lo, hi]: blocks lo..hi-1 are resident on both sides; partition must lie inside."""
-    lo, hi = zone if zone is not None else (partition, partition)
-    check_partition(lo, num_blocks, "dynamic zone start")
-    check_partition(hi, num_blocks, "dynamic zone end")
-    expect(lo <= hi, ConfigError, f"dynamic zone [{lo}, {hi}]: start must not exceed end")
-    expect(lo <= partition <= hi, ConfigError, f"partition {partition} lies outside the dynamic zone [{lo}, {hi}]")
-    return lo, hi
-
-
-def prefix_modules(model: VLAModel, partition: int) -> list[torch.nn.Module]:
-    """What the prefix device holds: vision, embeddings, rotary tables and blocks [0, partition)."""
-    decoder = model.decoder
-    owned = [m for name, m in model.backbone.named_children() if m is not decoder]
-    owned += [m for name, m in decoder.named_children() if name not in ("layers", "norm")]
-    return owned + list(decoder.layers[:partition])
-
-
-def suffix_modules(model: VLAModel, partition: int) -> list[torch.nn.Module]:
-    return list(model.decoder.layers[partition:]) + [model.decoder.norm, model.action_head]
-
-
-def module_bytes(modules) -> tuple[int, int]:
-    """(parameter count, bytes of parameters + buffers); works on meta tensors too."""
-    params = sum(p.numel() for m in modules for p in m.parameters())
-    nbytes = sum(t.numel() * t.element_size() for m in modules for t in list(m.parameters()) + list(m.buffers()))
-    return params, nbytes
-
-
-def partition_report(model: VLAModel, partition: int, zone: tuple[int, int] | None = None) -> dict:
-    """Blocks, parameters and bytes on each side of the cut. With a dynamic zone [lo, hi], blocks lo..hi-1
-    are resident on both sides: `zone_bytes` is what that residency costs (once more on each device)."""
-    check_partition(partition, model.num_blocks)
-    lo, hi = check_zone(zone, partition, model.num_blocks)
-    prefix_params, prefix_bytes = module_bytes(prefix_modules(model, partition))
-    suffix_params, suffix_bytes = module_bytes(suffix_modules(model, partition))
-    total_params, total_bytes = module_bytes([model])
-    return {"preset": model.spec.name, "family": model.spec.family, "num_blocks": model.num_blocks,
-            "partition": partition, "prefix_blocks": partition, "suffix_blocks": model.num_blocks - partition,
-            "prefix_params": prefix_params, "suffix_params": suffix_params, "total_params": total_params,
-            "prefix_bytes": prefix_bytes, "suffix_bytes": suffix_bytes, "total_bytes": total_bytes,
-            "zone": [lo, hi], "zone_bytes": module_bytes(model.decoder.layers[lo:hi])[1],
-            "prefix_resident_bytes": module_bytes(prefix_modules(model, hi))[1],
-            "suffix_resident_bytes": module_bytes(suffix_modules(model, lo))[1],
-            "dtype": DTYPE_NAMES.get(next(model.parameters()).dtype, str(next(model.parameters()).dtype))}
-
-
 class PrefixStage:
     """Vision encoder + embeddings + blocks [0, p) on the prefix device."""
 
@@ -94,17 +40,14 @@ class PrefixStage:
                  zone: tuple[int, int] | None = None):
         self.model, self.placement = model, placement
         self.partition = check_partition(partition, model.num_blocks, "prefix partition")
-        self.zone = check_zone(zone, self.partition, model.num_blocks)
+        self.zone = Zone.around(self.partition, model.num_blocks, zone)
         for module in prefix_modules(model, self.zone[1]):  # blocks [0, zone end) resident here
             placement.place_prefix_module(module)
         self.blocks = list(model.decoder.layers[:self.zone[1]])
 
     def set_partition(self, partition: int) -> None:
         """Move the cut inside the dynamic zone: an index change, never a weight copy."""
-        check_partition(partition, self.model.num_blocks, "prefix partition")
-        lo, hi = self.zone
-        expect(lo <= partition <= hi, ConfigError,
-               f"partition {partition} lies outside the dynamic zone [{lo}, {hi}] resident on the prefix device")
+        self.zone.check(partition, self.model.num_blocks, "prefix partition")
         self.partition = partition
 
     @torch.inference_mode()
@@ -140,7 +83,7 @@ class SuffixStage:
                  zone: tuple[int, int] | None = None):
         self.model, self.placement = model, placement
         self.partition = check_partition(partition, model.num_blocks, "suffix partition")
-        self.zone = lo, hi = check_zone(zone, self.partition, model.num_blocks)
+        self.zone = lo, hi = Zone.around(self.partition, model.num_blocks, zone)
         layers = model.decoder.layers
         placed_apart = placement.prefix_device != placement.suffix_device or \
             placement.prefix_dtype != placement.suffix_dtype
@@ -166,10 +109,7 @@ class SuffixStage:
 
     def set_partition(self, partition: int) -> None:
         """The partition the suffix expects by default; each state still runs from its own partition."""
-        check_partition(partition, self.model.num_blocks, "suffix partition")
-        lo, hi = self.zone
-        expect(lo <= partition <= hi, ConfigError,
-               f"partition {partition} lies outside the dynamic zone [{lo}, {hi}] resident on the suffix")
+        self.zone.check(partition, self.model.num_blocks, "suffix partition")
         self.partition = partition
 
     def rematerialise(self) -> None:

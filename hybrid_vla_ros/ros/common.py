@@ -11,7 +11,7 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 from std_msgs.msg import Float64
 
-from ..engine.stages import check_partition
+from ..engine.partition import Zone
 from ..engine.worker import StageHealth
 from ..errors import ConfigError, HybridVLAError, expect
 from ..model.load import load_vla
@@ -126,17 +126,6 @@ class DiagnosticsPublisher:
         self.pub.publish(msg)
 
 
-def resolve_zone(lo: int, hi: int, partition: int, num_blocks: int) -> tuple[int, int]:
-    """The dynamic zone from parameters (-1 = the partition point itself), checked against the model."""
-    lo = partition if lo < 0 else lo
-    hi = partition if hi < 0 else hi
-    check_partition(lo, num_blocks, "dynamic_zone_min")
-    check_partition(hi, num_blocks, "dynamic_zone_max")
-    expect(lo <= partition <= hi, ConfigError,
-           f"partition_point {partition} lies outside the dynamic zone [{lo}, {hi}]")
-    return lo, hi
-
-
 class StageNode(Node):
     """What the prefix and suffix nodes share: typed parameters, health counters, the process-wide model,
     the dynamic zone, partition_point validation, and rejections that are logged and counted."""
@@ -147,17 +136,13 @@ class StageNode(Node):
         self.params = p = ParameterTable(self, table, self._check_param, self._on_param, self.health)
         self.health.warn_ms, self.health.error_after = p["processing_time_warn_ms"], p["error_after_frames"]
         self.model = shared_model(p["model.preset"], p["model.checkpoint"])
-        self.zone = resolve_zone(p["dynamic_zone_min"], p["dynamic_zone_max"], p["partition_point"],
-                                 self.model.num_blocks)
+        self.zone = Zone.from_parameters(p["dynamic_zone_min"], p["dynamic_zone_max"], p["partition_point"],
+                                         self.model.num_blocks)
         self.stage = None  # set by the subclass
 
     def _check_param(self, name: str, value) -> None:
         if name == "partition_point":
-            check_partition(value, self.model.num_blocks, "partition_point")
-            lo, hi = self.zone
-            expect(lo <= value <= hi, ConfigError,
-                   f"partition_point {value} lies outside the dynamic zone [{lo}, {hi}] (blocks outside it are "
-                   f"not resident on both sides; widen dynamic_zone_min/max and restart)")
+            self.zone.check(value, self.model.num_blocks, "partition_point")
 
     def _on_param(self, name: str, value) -> None:
         if name == "partition_point":

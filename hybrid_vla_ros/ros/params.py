@@ -121,10 +121,10 @@ SCHEDULER_PARAMS = [
     ParamSpec("model.preset", "string", "preset whose block count bounds the partition"),
     ParamSpec("model.checkpoint", "string", "checkpoint whose block count bounds the partition; empty = preset"),
     ParamSpec("initial_partition", "int", "partition published on activation", 0, 1024),
-    ParamSpec("dynamic_zone_min", "int", "lowest partition the scheduler may choose; -1 = 0", -1, 1024),
-    ParamSpec("dynamic_zone_max", "int", "highest partition the scheduler may choose; -1 = L", -1, 1024),
+    ParamSpec("dynamic_zone_min", "int", "lowest partition the scheduler may choose; -1 = initial_partition (as for the stages)", -1, 1024),
+    ParamSpec("dynamic_zone_max", "int", "highest partition the scheduler may choose; -1 = initial_partition (as for the stages)", -1, 1024),
     ParamSpec("update_period_s", "double", "how often the policy runs", 0.01, 60.0),
-    ParamSpec("hysteresis", "double", "relative stage-time imbalance needed to move p", 0.0, 10.0, dynamic=True),
+    ParamSpec("hysteresis", "double", "simple: stage-time imbalance (fraction) needed to move p; cost: predicted period gain (fraction, capped at 0.9) needed to move p", 0.0, 10.0, dynamic=True),
     ParamSpec("cooldown_s", "double", "minimum time between two moves", 0.0, 3600.0, dynamic=True),
     ParamSpec("backlog_threshold", "int", "suffix backlog that triggers an immediate move", 1, 1000, dynamic=True),
     ParamSpec("policy", "string", "cost: online cost model (period-minimising p under the memory budget); "
@@ -215,3 +215,16 @@ def check_node_params(node: str, values: dict, source: str) -> dict:
             values[name] = float(value)
         specs[name].check(values[name], f"{source}: {node} parameter")
     return values
+
+
+def markdown_row(spec: ParamSpec) -> str:
+    bounds = ", ".join(spec.choices) if spec.choices else \
+        f"{spec.minimum} .. {spec.maximum}" if spec.minimum is not None and spec.maximum is not None else ""
+    runtime = "yes" if spec.dynamic else "no (read-only)"
+    return f"| `{spec.name}` | {spec.type} | {bounds} | {runtime} | {spec.description} |"
+
+
+def markdown_table(node: str) -> str:
+    """The parameter table of docs/INTERFACES.md for one node (what `hybrid-vla schema --docs` writes)."""
+    head = "| name | type | range / choices | run-time | description |\n|---|---|---|---|---|\n"
+    return head + "\n".join(markdown_row(spec) for spec in NODE_PARAMS[node]) + "\n"

@@ -6,6 +6,7 @@ import threading
 import time
 from collections import deque
 
+from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
 from nav_msgs.msg import Odometry
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image
@@ -39,6 +40,7 @@ class PrefixNode(StageNode):
         self.ego_history: deque = deque(maxlen=200)  # (stamp_ns, EgoState), matched to frames by stamp
         self.ego_arrived = threading.Condition()
         self.pub = self.create_publisher(UInt8MultiArray, "~/output/boundary_state", BOUNDARY_QOS)
+        self.info_pub = self.create_publisher(DiagnosticStatus, "~/debug/frame_info", 10)
         self._subscribe_cameras()
         if p["use_kinematic_state"]:
             self.create_subscription(Odometry, "~/input/kinematic_state", self._on_odometry, 10)
@@ -140,6 +142,10 @@ class PrefixNode(StageNode):
             self._reject("handover", exc)
             return
         self.pub.publish(convert.boundary_to_msg(envelope, UInt8MultiArray()))
+        self.info_pub.publish(DiagnosticStatus(name=f"{self.get_name()}: frame", values=[
+            KeyValue(key=k, value=str(v)) for k, v in {
+                "stamp_ns": state.stamp_ns, "seq": state.seq, "partition": state.partition,
+                "prefix_ms": f"{state.timings['prefix_ms']:.3f}"}.items()]))
         ms = (time.perf_counter() - t0) * 1e3
         self.health.record(ms)
         self.diagnostics.publish_time(ms)

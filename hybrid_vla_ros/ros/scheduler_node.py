@@ -1,89 +1,75 @@
-"""hybrid_vla_scheduler: a lifecycle node that publishes the partition point from the stages' diagnostics.
+"""hybrid_vla_scheduler: a lifecycle node that publishes the partition point from per-frame stage times.
 
-configure: read parameters, size the zone from the model, create the publisher, subscription and timer.
-activate: publish the initial partition, then run the policy every update_period_s.
+configure: read parameters, size the zone from the model, build the policy, create publisher, subscriptions
+           and timer.
+activate: publish the initial partition, then feed the policy every finished frame each update_period_s.
 deactivate: stop publishing (the lifecycle publisher goes inactive; the policy is not run).
 cleanup: destroy what configure created.  shutdown: the same, from any state.
+
+Each finished frame becomes one StageSample: the prefix's `~/debug/frame_info` (partition, prefix compute
+time) joined by stamp with the suffix's `~/debug/trajectory_info` (partition, suffix compute time); the
+suffix backlog comes from /diagnostics. Both policies take `update(sample) -> partition`.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections import OrderedDict
 from pathlib import Path
 
-from diagnostic_msgs.msg import DiagnosticArray
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from std_msgs.msg import Int32
 
 from ..engine.costs import CostModel, CostPolicy
-from ..engine.scheduler import SimplePolicy, StageLoad
+from ..engine.partition import Zone, prefix_bytes_by_partition
+from ..engine.scheduler import SimplePolicy, StageSample
 from ..errors import ConfigError, HybridVLAError, expect
-from .common import ParameterTable, resolve_zone, shared_model
+from .common import ParameterTable, shared_model
 from .topics import PARTITION_QOS
 
 NODE_NAME = "hybrid_vla_scheduler"
+PENDING_FRAMES = 64  # prefix infos waiting for their suffix info (bounded: a frame dropped later never joins)
+COST_HYSTERESIS_MAX = 0.9
+
+
+def info_values(msg: DiagnosticStatus) -> dict:
+    return {kv.key: kv.value for kv in msg.values}
 
 
 class SchedulerNode(LifecycleNode):
     def __init__(self, node_name: str = NODE_NAME, **kwargs):
         self.policy: SimplePolicy | CostPolicy | None = None
         self.publisher = None
-        self.subscription = None
+        self.subscriptions_: list = []
         self.timer = None
-        self.load = StageLoad(0.0, 0.0, 0)
-        self.prefix_processed = 0
-        self.seen_processed = 0
-        self.ticks = 0
+        self.prefix_infos: OrderedDict = OrderedDict()   # stamp_ns -> (partition, prefix_ms)
+        self.samples: list[StageSample] = []
+        self.fed: list[StageSample] = []                  # the most recent samples given to the policy
+        self.suffix_backlog = 0
         self.history: list[tuple[float, int]] = []
         self.active = False
         super().__init__(node_name, **kwargs)
         self.params = ParameterTable(self, NODE_NAME, on_change=self._on_param)
 
+    # ---- lifecycle -------------------------------------------------------------------------------------
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
-        p = self.params
         try:
-            model = shared_model(p["model.preset"], p["model.checkpoint"]) if p["model.checkpoint"] else None
-            num_blocks = model.num_blocks if model else _preset_blocks(p["model.preset"])
-            lo = 0 if p["dynamic_zone_min"] < 0 else p["dynamic_zone_min"]
-            hi = num_blocks if p["dynamic_zone_max"] < 0 else p["dynamic_zone_max"]
-            resolve_zone(lo, hi, p["initial_partition"], num_blocks)
-            self.policy = SimplePolicy(lo, hi, p["initial_partition"], p["hysteresis"], p["cooldown_s"],
-                                       p["backlog_threshold"]) if p["policy"] == "simple" else \
-                self._cost_policy(num_blocks, lo, hi)
+            self.policy = self._make_policy()
         except HybridVLAError as exc:
             self.get_logger().error(f"configure failed: {exc}")
             return TransitionCallbackReturn.FAILURE
-        self.publisher = self.create_lifecycle_publisher(Int32, "~/output/partition_point", PARTITION_QOS)
-        self.subscription = self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
-        self.timer = self.create_timer(p["update_period_s"], self._tick)
-        self.get_logger().info(f"configured: zone [{lo}, {hi}] of {num_blocks} blocks, initial p={self.policy.partition}")
-        return TransitionCallbackReturn.SUCCESS
-
-    def _cost_policy(self, num_blocks: int, lo: int, hi: int) -> CostPolicy:
         p = self.params
-        if p["profile_json"]:
-            try:
-                report = json.loads(Path(p["profile_json"]).read_text())
-                suffix = report["suffix"].get("bf16") or report["suffix"]["fp32"]
-                costs = CostModel.from_profiles(report["prefix"], suffix, report["handover"]["shm_ms"]["p50"], 1)
-            except (OSError, KeyError, ValueError) as exc:
-                raise ConfigError(f"profile_json '{p['profile_json']}': not a usable profile report ({exc})") from exc
-            expect(costs.num_blocks == num_blocks, ConfigError,
-                   f"profile_json has {costs.num_blocks} blocks, the model {num_blocks}")
-        else:
-            costs = CostModel(0.0, [1.0] * num_blocks, [1.0] * num_blocks, 0.0)  # calibrated online
-        budget = p["prefix_memory_budget_mb"]
-        prefix_bytes = None
-        if budget > 0:
-            from ..engine.stages import partition_report
-            from ..model.load import load_vla
-            shapes = load_vla(preset=p["model.preset"], shapes_only=True) if not p["model.checkpoint"] else \
-                shared_model(p["model.preset"], p["model.checkpoint"])
-            prefix_bytes = [partition_report(shapes, q)["prefix_bytes"] for q in range(num_blocks + 1)]
-        return CostPolicy(costs, lo, hi, p["initial_partition"], prefix_bytes,
-                          int(budget * 2**20) if budget > 0 else None, hysteresis=min(p["hysteresis"], 0.9),
-                          backlog_threshold=p["backlog_threshold"])
+        self.publisher = self.create_lifecycle_publisher(Int32, "~/output/partition_point", PARTITION_QOS)
+        self.subscriptions_ = [
+            self.create_subscription(DiagnosticStatus, "~/input/prefix_info", self._on_prefix_info, 50),
+            self.create_subscription(DiagnosticStatus, "~/input/trajectory_info", self._on_trajectory_info, 50),
+            self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)]
+        self.timer = self.create_timer(p["update_period_s"], self._tick)
+        self.get_logger().info(f"configured: {p['policy']} policy, zone [{self.policy.zone_min}, "
+                               f"{self.policy.zone_max}], initial p={self.policy.partition}")
+        return TransitionCallbackReturn.SUCCESS
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         result = super().on_activate(state)  # activates the lifecycle publisher
@@ -107,57 +93,113 @@ class SchedulerNode(LifecycleNode):
     def _release(self) -> None:
         if self.timer is not None:
             self.destroy_timer(self.timer)
-        if self.subscription is not None:
-            self.destroy_subscription(self.subscription)
+        for sub in self.subscriptions_:
+            self.destroy_subscription(sub)
         if self.publisher is not None:
             self.destroy_lifecycle_publisher(self.publisher)
-        self.timer = self.subscription = self.publisher = self.policy = None
+        self.timer, self.subscriptions_, self.publisher, self.policy = None, [], None, None
+        self.prefix_infos.clear()
+        self.samples.clear()
+
+    # ---- policy ----------------------------------------------------------------------------------------
+    def _num_blocks(self) -> int:
+        p = self.params
+        if p["model.checkpoint"]:
+            return shared_model(p["model.preset"], p["model.checkpoint"]).num_blocks
+        from ..model.spec import get_preset
+        return get_preset(p["model.preset"]).num_blocks
+
+    def _make_policy(self):
+        p = self.params
+        num_blocks = self._num_blocks()
+        zone = Zone.from_parameters(p["dynamic_zone_min"], p["dynamic_zone_max"], p["initial_partition"], num_blocks)
+        if p["policy"] == "simple":
+            return SimplePolicy(zone.lo, zone.hi, p["initial_partition"], p["hysteresis"], p["cooldown_s"],
+                                p["backlog_threshold"])
+        return self._cost_policy(num_blocks, zone)
+
+    def _cost_policy(self, num_blocks: int, zone: Zone) -> CostPolicy:
+        p = self.params
+        costs = self._profile_costs(num_blocks) if p["profile_json"] else \
+            CostModel(0.0, [1.0] * num_blocks, [1.0] * num_blocks, 0.0)  # calibrated online
+        budget = p["prefix_memory_budget_mb"]
+        prefix_bytes = prefix_bytes_by_partition(self._shapes()) if budget > 0 else None
+        return CostPolicy(costs, zone.lo, zone.hi, p["initial_partition"], prefix_bytes,
+                          int(budget * 2**20) if budget > 0 else None,
+                          hysteresis=min(p["hysteresis"], COST_HYSTERESIS_MAX), cooldown_s=p["cooldown_s"],
+                          backlog_threshold=p["backlog_threshold"])
+
+    def _profile_costs(self, num_blocks: int) -> CostModel:
+        path = self.params["profile_json"]
+        try:
+            report = json.loads(Path(path).read_text())
+            suffix = report["suffix"].get("bf16") or report["suffix"]["fp32"]
+            costs = CostModel.from_profiles(report["prefix"], suffix, report["handover"]["shm_ms"]["p50"], 1)
+        except (OSError, KeyError, ValueError) as exc:
+            raise ConfigError(f"profile_json '{path}': not a usable profile report ({exc})") from exc
+        expect(costs.num_blocks == num_blocks, ConfigError,
+               f"profile_json has {costs.num_blocks} blocks, the model {num_blocks}")
+        return costs
+
+    def _shapes(self):
+        p = self.params
+        if p["model.checkpoint"]:
+            return shared_model(p["model.preset"], p["model.checkpoint"])
+        from ..model.load import load_vla
+        return load_vla(preset=p["model.preset"], shapes_only=True)
 
     def _on_param(self, name: str, value) -> None:
-        if self.policy is None or not hasattr(self.policy, name):
+        if self.policy is None or name not in ("hysteresis", "cooldown_s", "backlog_threshold"):
             return
         if name == "hysteresis" and isinstance(self.policy, CostPolicy):
-            value = min(value, 0.9)  # the cost policy's hysteresis is a fraction of the predicted period
-        if name in ("hysteresis", "cooldown_s", "backlog_threshold"):
-            setattr(self.policy, name, value)
+            value = min(value, COST_HYSTERESIS_MAX)  # a fraction of the predicted period for the cost policy
+        setattr(self.policy, name, value)
+
+    # ---- inputs: one sample per finished frame ---------------------------------------------------------
+    def _on_prefix_info(self, msg: DiagnosticStatus) -> None:
+        try:
+            v = info_values(msg)
+            self.prefix_infos[int(v["stamp_ns"])] = (int(v["partition"]), float(v["prefix_ms"]))
+        except (KeyError, ValueError):
+            return
+        while len(self.prefix_infos) > PENDING_FRAMES:
+            self.prefix_infos.popitem(last=False)
+
+    def _on_trajectory_info(self, msg: DiagnosticStatus) -> None:
+        try:
+            v = info_values(msg)
+            stamp, partition, suffix_ms = int(v["stamp_ns"]), int(v["partition"]), float(v["suffix_ms"])
+        except (KeyError, ValueError):
+            return
+        prefix = self.prefix_infos.pop(stamp, None)
+        if prefix is None or prefix[0] != partition:
+            return  # the prefix's record was lost, or the state came from elsewhere
+        self.samples.append(StageSample(partition, prefix[1], suffix_ms, self.suffix_backlog, time.monotonic()))
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
         for status in msg.status:
-            values = {kv.key: kv.value for kv in status.values}
-            try:
-                if status.name.endswith(": processing_time") and "prefix" in status.name:
-                    self.load.prefix_ms = float(values["stage_time_ms"])
-                    self.prefix_processed = int(values.get("processed", 0))
-                elif status.name.endswith(": processing_time") and "suffix" in status.name:
-                    self.load.suffix_ms = float(values["stage_time_ms"])
-                elif status.name.endswith(": backlog") and "suffix" in status.name:
-                    self.load.suffix_backlog = int(values["backlog"])
-            except (KeyError, ValueError):
-                continue
+            if status.name.endswith(": backlog") and "suffix" in status.name:
+                try:
+                    self.suffix_backlog = int(info_values(status)["backlog"])
+                except (KeyError, ValueError):
+                    continue
 
     def _tick(self) -> None:
         if not self.active or self.policy is None:
             return
+        samples, self.samples = self.samples, []
         before = self.policy.partition
-        if isinstance(self.policy, CostPolicy):
-            if self.prefix_processed == self.seen_processed or not (self.load.prefix_ms and self.load.suffix_ms):
-                return  # no new frames since the last decision
-            self.seen_processed = self.prefix_processed
-            self.ticks += 1
-            after = self.policy.update(self.ticks, self.load.prefix_ms, self.load.suffix_ms, self.load.suffix_backlog)
-        else:
-            after = self.policy.update(self.load, time.monotonic())
-        if after != before:
-            self.get_logger().info(f"partition {before} -> {self.policy.partition} (prefix {self.load.prefix_ms:.1f} ms, "
-                                   f"suffix {self.load.suffix_ms:.1f} ms, backlog {self.load.suffix_backlog})")
+        for sample in samples:
+            self.policy.update(sample)
+        self.fed = (self.fed + samples)[-PENDING_FRAMES:]
+        if self.policy.partition != before:
+            last = samples[-1]
+            self.get_logger().info(f"partition {before} -> {self.policy.partition} (last frame at p={last.partition}: "
+                                   f"prefix {last.prefix_ms:.1f} ms, suffix {last.suffix_ms:.1f} ms, "
+                                   f"backlog {last.backlog})")
             self._publish()
 
     def _publish(self) -> None:
         if self.publisher is not None and self.policy is not None:
             self.publisher.publish(Int32(data=self.policy.partition))
             self.history.append((time.monotonic(), self.policy.partition))
-
-
-def _preset_blocks(preset: str) -> int:
-    from ..model.spec import get_preset
-    return get_preset(preset).num_blocks

@@ -12,13 +12,15 @@ BOUNDARY_TOPIC = "/hybrid_vla/boundary_state"
 PARTITION_TOPIC = "/hybrid_vla/partition_point"
 TRAJECTORY_TOPIC = "/planning/hybrid_vla/trajectory"
 KINEMATIC_TOPIC = "/localization/kinematic_state"
-TRAJECTORY_INFO_TOPIC = "/hybrid_vla_suffix/debug/trajectory_info"
+TRAJECTORY_INFO_TOPIC = "/hybrid_vla_suffix/debug/trajectory_info"   # per frame: partition, suffix_ms, ...
+PREFIX_INFO_TOPIC = "/hybrid_vla_prefix/debug/frame_info"             # per frame: partition, prefix_ms, ...
 
 REMAPS = {
     "hybrid_vla_prefix": {"~/output/boundary_state": BOUNDARY_TOPIC, "~/input/partition_point": PARTITION_TOPIC,
                           "~/input/kinematic_state": KINEMATIC_TOPIC},
     "hybrid_vla_suffix": {"~/input/boundary_state": BOUNDARY_TOPIC, "~/output/trajectory": TRAJECTORY_TOPIC},
-    "hybrid_vla_scheduler": {"~/output/partition_point": PARTITION_TOPIC},
+    "hybrid_vla_scheduler": {"~/output/partition_point": PARTITION_TOPIC, "~/input/prefix_info": PREFIX_INFO_TOPIC,
+                             "~/input/trajectory_info": TRAJECTORY_INFO_TOPIC},
 }
 
 # Boundary: reliable, keep last 10, transient local: a suffix that starts after the prefix still gets the
