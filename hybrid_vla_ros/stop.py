@@ -7,6 +7,7 @@ own handler shut the context down under a spinning executor: `ExternalShutdownEx
 program calls `install()` first thing; a signal then only *requests* the stop, and the program checks
 `requested()` at its natural points (between start-up steps, in its spin loop) and unwinds normally.
 
+`ignore_further()` at the end of a main keeps a late signal from killing the exiting process.
 Child processes are started with the two signals blocked (`signals_blocked()` around the spawn): a signal
 that reaches a child before its own `install()` stays pending and is taken as a stop request then, instead
 of killing it half-imported. A third signal ends the process at once (exit 130) for a stuck stop.
@@ -43,6 +44,15 @@ def install() -> None:
     for sig in STOP_SIGNALS:
         signal.signal(sig, _on_signal)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def ignore_further() -> None:
+    """Last step of a main that has stopped: ignore further stop signals. Interpreter finalisation resets
+    Python-level handlers to the default action (a SIGINT then kills the process: exit -2), and a forwarded
+    copy of the Ctrl-C that already stopped this process may still arrive while it is exiting."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
 
 
 def requested() -> bool:

@@ -1,13 +1,17 @@
 """Every dependency key of package.xml resolves with rosdep on Humble, Jazzy and Kilted (the key lists of
 ../shared/rosdep/ when that folder exists: they come from ros/rosdistro, see its README)."""
 
+import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-KEY_LISTS = ROOT.parent / "shared" / "rosdep"
+# ../shared/rosdep beside the checkout (the project's machines), or where HVLA_ROSDEP_KEYS points.
+CANDIDATES = [Path(p) for p in (os.environ.get("HVLA_ROSDEP_KEYS", ""),) if p] + \
+    [ROOT.parent / "shared" / "rosdep", Path("/work/shared/rosdep")]
+KEY_LISTS = next((c for c in CANDIDATES if c.is_dir()), CANDIDATES[0])
 DISTROS = ("humble", "jazzy", "kilted")
 DEPEND_TAGS = ("depend", "exec_depend", "build_depend", "test_depend", "buildtool_depend", "build_export_depend")
 

@@ -30,7 +30,9 @@ def main(argv=None) -> int:
         code = 0
     except HybridVLAError as exc:
         print(f"hybrid-vla {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        code = 2
+    finally:
+        stop.ignore_further()
     if stop.requested():
         print(f"hybrid-vla {args.command}: stopped ({stop.reason()})", file=sys.stderr)
     return code

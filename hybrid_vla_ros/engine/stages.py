@@ -105,7 +105,6 @@ class SuffixStage:
         self.cpu_backend = optimise_for_cpu(own, placement.suffix_dtype)
         spec = model.spec
         self.seq_len = sequence_length(spec.num_cameras, model.family.image_tokens_per_camera(spec), spec.text_tokens)
-        self.position_rows = 3 if spec.family.startswith("qwen") else 0
 
     def set_partition(self, partition: int) -> None:
         """The partition the suffix expects by default; each state still runs from its own partition."""
@@ -135,7 +134,7 @@ class SuffixStage:
                f"(batch, tokens, hidden of model '{self.model.spec.name}')")
         expect(state.hidden.dtype == self.placement.prefix_dtype, InputError,
                f"{where}: hidden dtype {state.hidden.dtype}, expected {self.placement.prefix_dtype} (the prefix dtype)")
-        pos_shape = (3, 1, self.seq_len) if self.position_rows else (1, self.seq_len)
+        pos_shape = self.model.family.position_ids_shape(self.seq_len)
         expect(tuple(state.position_ids.shape) == pos_shape, InputError,
                f"{where}: position_ids shape {tuple(state.position_ids.shape)}, expected {pos_shape}")
         expect(tuple(state.attention_mask.shape) == (1, self.seq_len), InputError,

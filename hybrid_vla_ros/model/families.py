@@ -86,6 +86,11 @@ class QwenVLFamily:
         out = vlm.get_image_features(pixels["pixel_values"], pixels["image_grid_thw"])
         return torch.cat(list(out.pooler_output), dim=0)  # (N * tokens_per_camera, hidden)
 
+    @staticmethod
+    def position_ids_shape(seq_len: int) -> tuple[int, ...]:
+        """M-RoPE: three rows (temporal, height, width) of positions per token."""
+        return (3, 1, seq_len)
+
     def position_ids(self, vlm, input_ids: torch.Tensor, mm_token_type_ids: torch.Tensor, pixels: dict):
         position_ids, _ = vlm.get_rope_index(input_ids, mm_token_type_ids=mm_token_type_ids,
                                              image_grid_thw=pixels["image_grid_thw"])
@@ -121,6 +126,15 @@ class LlavaFamily:
         out = vlm.get_image_features(pixel_values=pixels["pixel_values"], vision_feature_layer=-2,
                                      vision_feature_select_strategy="default")
         return torch.cat(list(out.pooler_output), dim=0)  # (N * tokens_per_camera, hidden)
+
+    @staticmethod
+    def position_ids_shape(seq_len: int) -> tuple[int, ...]:
+        """M-RoPE: three rows (temporal, height, width) of positions per token."""
+        return (3, 1, seq_len)
+
+    @staticmethod
+    def position_ids_shape(seq_len: int) -> tuple[int, ...]:
+        return (1, seq_len)
 
     def position_ids(self, vlm, input_ids: torch.Tensor, mm_token_type_ids: torch.Tensor, pixels: dict):
         b, s = input_ids.shape

@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from ..errors import ConfigError, expect
 
 FAMILIES = ("qwen2_vl", "qwen2_5_vl", "llava")
+# Patches merged per image side before the LLM (Qwen merges 2x2 patches): image sides are multiples of
+# patch_size x this. Family facts live in model/families.py; this one is needed to validate a spec cheaply.
+PATCH_MERGE = {"qwen2_vl": 2, "qwen2_5_vl": 2, "llava": 1}
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,7 @@ class VLASpec:
                f"spec '{self.name}': hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
         expect(self.waypoint_dt_s > 0, ConfigError,
                f"spec '{self.name}': waypoint_dt_s={self.waypoint_dt_s}, expected > 0")
-        step = self.patch_size * (2 if self.family.startswith("qwen") else 1)  # Qwen merges 2x2 patches
+        step = self.patch_size * PATCH_MERGE[self.family]
         for side in ("image_height", "image_width"):
             expect(getattr(self, side) % step == 0, ConfigError,
                    f"spec '{self.name}': {side}={getattr(self, side)} must be a multiple of {step} for {self.family}")

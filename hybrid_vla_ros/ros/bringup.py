@@ -252,7 +252,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     pin = [int(c) for c in args.pin.split(",") if c]
     expect(all(c in allowed_cores() for c in pin), ConfigError, f"--pin {pin}: not all cores are allowed here")
-    return run_single_node(args.node, args.config, pin, autostart=not args.no_autostart)
+    try:
+        return run_single_node(args.node, args.config, pin, autostart=not args.no_autostart)
+    finally:
+        stop.ignore_further()
 
 
 if __name__ == "__main__":

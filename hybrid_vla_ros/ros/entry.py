@@ -11,8 +11,11 @@ from .. import stop
 
 def _run(node: str) -> int:
     stop.install()
-    from .bringup import run_ros2_node
-    return run_ros2_node(node)
+    try:
+        from .bringup import run_ros2_node
+        return run_ros2_node(node)
+    finally:
+        stop.ignore_further()
 
 
 def prefix_main() -> int:
@@ -30,8 +33,11 @@ def scheduler_main() -> int:
 def graph_main(argv=None) -> int:
     """`ros2 run hybrid_vla_ros hybrid_vla_graph --prefix-params F --suffix-params F --scheduler-params F`."""
     stop.install()
-    from .bringup import graph_main as run_graph
-    return run_graph(argv)
+    try:
+        from .bringup import graph_main as run_graph
+        return run_graph(argv)
+    finally:
+        stop.ignore_further()
 
 
 if __name__ == "__main__":
