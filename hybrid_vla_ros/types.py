@@ -65,6 +65,9 @@ class BoundaryState:
     stamp_ns: int = 0
     query_index: int = -1  # position of the planning query token the head reads
     timings: dict = field(default_factory=dict)
+    # Set by an in-process handover: the sender's FlightControl (engine/flight.py); the receiver reports
+    # suffix_started() / suffix_finished(s) to it, which frees the sender's in-flight slot. Never serialised.
+    flight: object = field(default=None, repr=False, compare=False)
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.hidden, self.position_ids, self.attention_mask))

@@ -77,7 +77,7 @@ def test_back_pressure_bounds_frames_in_flight(model, limit):
 
     class Watching(SlowSuffix):
         def run(self, state):
-            transport_sizes.append(pipe.transport.pending())
+            transport_sizes.append(pipe.handover_pending())
             return super().run(state)
 
     pipe = Pipeline(PrefixStage(model, 2), Watching(model, 2), PipelineConfig(max_in_flight=limit)).start()

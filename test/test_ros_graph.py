@@ -181,6 +181,31 @@ def test_an_unexpected_exception_in_a_stage_is_counted_reported_and_the_next_fra
     assert seen["hybrid_vla_suffix: worker"].level == DiagnosticStatus.OK
 
 
+def test_in_process_graph_bounds_frames_in_flight_like_the_engine(domain):
+    """max_in_flight means frames taken by the prefix and not finished by the suffix, in the graph too."""
+    h = Harness({"hybrid_vla_prefix": {"input_policy": "latest", "max_in_flight": 2}})
+    try:
+        real_run = h.suffix.stage.run
+
+        def slow_run(state):
+            time.sleep(0.15)  # a timing double: makes the suffix the bottleneck on purpose
+            return real_run(state)
+
+        h.suffix.stage.run = slow_run
+        backlog = []
+        for seq in range(8):
+            h.send_frame(seq, wait=False)
+            h.settle(0.03)
+            backlog.append(h.suffix.worker.backlog())
+        assert wait_until(lambda: len(h.infos) + h.prefix.health.dropped == 8, h.spin, 20)
+        assert h.prefix.flight.max_seen == 2 and max(backlog) <= 2
+        served = [int(i["seq"]) for i in h.infos]
+        assert served == sorted(served) and len(served) + h.prefix.health.dropped == 8, (served, h.prefix.health.dropped)
+        assert h.prefix.health.drop_reasons["displaced"] == h.prefix.health.dropped > 0
+    finally:
+        h.close()
+
+
 def test_diagnostics_report_stage_time_backlog_drops_and_rejections(harness):
     from diagnostic_msgs.msg import DiagnosticArray
     seen = {}

@@ -97,7 +97,7 @@ def run_load_step(model: VLAModel, placement: Placement, frames: int = 80, step_
                 break
             prefix_ms = (result.prefix_end - result.prefix_start) * 1e3
             suffix_ms = (result.suffix_end - result.suffix_start) * 1e3
-            new_p = policy.update(StageSample(result.partition, prefix_ms, suffix_ms, backlog=pipe._handover.qsize(),
+            new_p = policy.update(StageSample(result.partition, prefix_ms, suffix_ms, backlog=pipe.backlog(),
                                               at_s=result.suffix_end))
             if new_p != pipe.prefix.partition:
                 pipe.set_partition(new_p)

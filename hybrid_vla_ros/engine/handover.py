@@ -43,7 +43,12 @@ def host_id() -> int:
 
 
 HOST_ID = host_id()
-PROCESS_REGISTRY = InProcessTransport(max_pending=64)  # states handed over by handle inside this process
+def _release_evicted(state: BoundaryState) -> None:
+    if state.flight is not None:
+        state.flight.release()
+
+
+PROCESS_REGISTRY = InProcessTransport(max_pending=64, on_evict=_release_evicted)  # handles inside this process
 _local_receivers: set[int] = set()                      # suffix decoders living in this process
 _local_lock = threading.Lock()
 
@@ -63,10 +68,12 @@ class HandoverEncoder:
     """Prefix side. `transport` is a parameter value: auto (in-process when a decoder lives in this process,
     else shared memory), inproc, shm or inline. The shared-memory ring is created at the first state."""
 
-    def __init__(self, transport: str, ring_slots: int, ring_name: str):
+    def __init__(self, transport: str, ring_slots: int, ring_name: str, flight=None):
+        """flight: the sender's FlightControl, when an in-process receiver frees the slot (the graph's prefix
+        node); the state then carries it to the receiver. None when the caller manages slots itself."""
         expect(transport in TRANSPORT_CHOICES, InputError,
                f"boundary transport '{transport}' is not one of {list(TRANSPORT_CHOICES)}")
-        self.transport = transport
+        self.transport, self.flight = transport, flight
         self.shm = SharedMemoryTransport(slots=ring_slots, name=ring_name) if transport in ("auto", "shm") else None
 
     def kind(self) -> str:
@@ -75,10 +82,12 @@ class HandoverEncoder:
         with _local_lock:
             return choose_transport(same_process=bool(_local_receivers), same_host=True)
 
-    def encode(self, state: BoundaryState) -> bytes:
-        """state -> envelope bytes. Raises InputError (too large for the ring) or TimeoutError (ring full)."""
-        kind = self.kind()
+    def encode(self, state: BoundaryState, kind: str | None = None) -> bytes:
+        """state -> envelope bytes (kind: from kind() when not given). Raises InputError (too large for the
+        ring) or TimeoutError (ring full)."""
+        kind = kind or self.kind()
         if kind == "inproc":
+            state.flight = self.flight
             body = HANDLE.pack(PROCESS_REGISTRY.send(state))
         elif kind == "shm":
             segment, packed = self.shm.send(state)

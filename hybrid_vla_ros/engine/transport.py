@@ -44,10 +44,12 @@ class InProcessTransport:
 
     name = "inproc"
 
-    def __init__(self, max_pending: int | None = None):
+    def __init__(self, max_pending: int | None = None, on_evict=None):
         """max_pending bounds the states waiting to be taken (a handle whose message never arrives must not
-        hold its tensor forever): beyond it the oldest is evicted and counted in `evicted`."""
+        hold its tensor forever): beyond it the oldest is evicted, counted in `evicted` and given to
+        on_evict(item)."""
         self._states: dict[int, BoundaryState] = {}
+        self.on_evict = on_evict
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self.owner_pid = os.getpid()
@@ -58,9 +60,13 @@ class InProcessTransport:
         with self._lock:
             handle = next(self._ids)
             self._states[handle] = state
+            evicted = []
             while self.max_pending is not None and len(self._states) > self.max_pending:
-                self._states.pop(next(iter(self._states)))
+                evicted.append(self._states.pop(next(iter(self._states))))
                 self.evicted += 1
+        for item in evicted:
+            if self.on_evict is not None:
+                self.on_evict(item)
         return handle
 
     def receive(self, handle: int) -> BoundaryState:

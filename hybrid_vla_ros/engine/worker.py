@@ -1,7 +1,9 @@
-"""A stage worker: one pinned thread applying a handler to items from a mailbox (ROS-free).
+"""A stage worker: one pinned thread applying a handler to items from a mailbox or a source (ROS-free).
 
-The ROS nodes use it so that subscription callbacks only enqueue, while the compute runs on the stage's own
-cores; `latest` drops (and counts) a waiting item when a newer one arrives, `lossless` queues.
+The one stage mechanism of the package: the ROS nodes use it so that subscription callbacks only enqueue
+while the compute runs on the stage's own cores, and the benchmark pipeline is two of them and a handover.
+`latest` drops (and counts) a waiting item when a newer one arrives, `lossless` queues (bounded).
+An optional `admit` hook runs before each take (the prefix's frames-in-flight gate, engine/flight.py).
 """
 
 from __future__ import annotations
@@ -12,7 +14,48 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from .cpu import pin_current_thread
-from .pipeline import _STOP, Mailbox
+
+POLICIES = ("latest", "lossless")
+_STOP = object()
+
+class Mailbox:
+    """The input buffer. latest: capacity 1, newest wins. lossless: bounded FIFO, put blocks."""
+
+    def __init__(self, policy: str, capacity: int):
+        self.policy = policy
+        self.capacity = 1 if policy == "latest" else capacity
+        self.items: list = []
+        self.cond = threading.Condition()
+        self.closed = False
+
+    def put(self, item, timeout_s: float):
+        """Returns the item it displaced (latest policy) or None."""
+        with self.cond:
+            if self.policy == "latest":
+                displaced = self.items.pop() if self.items else None
+                self.items.append(item)
+                self.cond.notify_all()
+                return displaced
+            if not self.cond.wait_for(lambda: len(self.items) < self.capacity or self.closed, timeout_s):
+                raise TimeoutError(f"pipeline input full for {timeout_s} s (lossless back-pressure)")
+            self.items.append(item)
+            self.cond.notify_all()
+            return None
+
+    def take(self):
+        with self.cond:
+            self.cond.wait_for(lambda: self.items or self.closed)
+            if not self.items:
+                return _STOP
+            item = self.items.pop(0)
+            self.cond.notify_all()
+            return item
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+
 
 OK, WARN, ERROR = 0, 1, 2
 LEVEL_NAMES = {OK: "OK", WARN: "WARN", ERROR: "ERROR"}
@@ -116,10 +159,17 @@ class StageWorker:
 
     def __init__(self, name: str, handler, policy: str = "lossless", capacity: int = 16,
                  cores: list[int] | None = None, threads: int | None = None, health: StageHealth | None = None,
-                 on_start=None, on_error=None, stuck_after_s: float = 30.0):
+                 on_start=None, on_error=None, stuck_after_s: float = 30.0, admit=None, on_admitted_stop=None,
+                 source=None, on_displaced=None):
+        """admit(stopped) -> bool: called before each take; False ends the worker (on_admitted_stop() is
+        called when a take after a successful admit finds the end of input). source() -> item | None: pull
+        items from it instead of the mailbox (None ends the worker). on_displaced(item): a latest-policy
+        drop."""
         self.name, self.handler, self.on_start, self.on_error = name, handler, on_start, on_error
-        self.stuck_after_s = stuck_after_s
+        self.stuck_after_s, self.admit, self.on_admitted_stop = stuck_after_s, admit, on_admitted_stop
+        self.source, self.on_displaced = source, on_displaced
         self._busy_since: float | None = None
+        self._hard_stop = False
         self.cores, self.threads = cores, threads
         self.health = health or StageHealth()
         self._mailbox = Mailbox(policy, capacity)
@@ -140,8 +190,21 @@ class StageWorker:
             return False
         if displaced is not None:
             self.health.drop("displaced")
+            if self.on_displaced is not None:
+                self.on_displaced(displaced)
             return False
         return True
+
+    @property
+    def closed(self) -> bool:
+        return self._mailbox.closed
+
+    def join(self, timeout_s: float) -> None:
+        self._thread.join(timeout_s)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
 
     def backlog(self) -> int:
         with self._mailbox.cond:
@@ -159,7 +222,21 @@ class StageWorker:
             level, message = OK, "alive"
         return ("worker", level, message, {"alive": str(alive), "busy_s": f"{busy_s:.3f}"})
 
-    def close(self, timeout_s: float = 5.0) -> None:
+    def _take(self):
+        if self.source is None:
+            return self._mailbox.take()
+        if self._mailbox.closed:
+            return _STOP
+        item = self.source()
+        return _STOP if item is None else item
+
+    def close(self, timeout_s: float = 5.0, drain: bool = False) -> None:
+        """Stop taking input. drain=False: stop now (an item in progress finishes; waiting ones are left);
+        drain=True: finish what is waiting first. Bounded: a stuck handler is abandoned (daemon thread)."""
+        self._hard_stop = not drain
+        if not drain:
+            with self._mailbox.cond:
+                self._mailbox.items.clear()
         self._mailbox.close()
         self._thread.join(timeout_s)
 
@@ -168,8 +245,12 @@ class StageWorker:
         if self.on_start is not None:
             self.on_start()
         while True:
-            item = self._mailbox.take()
+            if self.admit is not None and not self.admit(lambda: self._mailbox.closed and self._hard_stop):
+                return
+            item = self._take()
             if item is _STOP:
+                if self.admit is not None and self.on_admitted_stop is not None:
+                    self.on_admitted_stop()
                 return
             self.busy, self._busy_since = True, time.monotonic()
             try:

@@ -15,6 +15,7 @@ from std_msgs.msg import Int32, UInt8MultiArray
 from ..engine.placement import Placement
 from ..engine.stages import PrefixStage
 from ..engine.sync import CameraSync
+from ..engine.flight import FlightControl
 from ..engine.handover import PROCESS_REGISTRY, HandoverEncoder
 from ..types import EgoState, Frame
 from ..engine.worker import StageWorker
@@ -26,6 +27,7 @@ from .topics import BOUNDARY_QOS
 
 NODE_NAME = "hybrid_vla_prefix"
 KINEMATIC_WAIT_S = 0.1               # longest wait for the kinematic state matching a frame
+FLIGHT_SLOT_TIMEOUT_S = 10.0         # an in-flight slot nobody freed (a lost handle) is reclaimed after this
 
 
 class PrefixNode(StageNode):
@@ -34,7 +36,11 @@ class PrefixNode(StageNode):
         p = self.params
         self.placement = Placement.create(p["device"], p["dtype"], p["dtype"])
         self.stage = PrefixStage(self.model, p["partition_point"], self.placement, self.zone)
-        self.handover = HandoverEncoder(p["boundary_transport"], ring_slots=p["max_in_flight"], ring_name=node_name)
+        # max_in_flight: frames taken and not finished by the suffix (in-process suffix: it frees the slot;
+        # otherwise the slot is freed once the state left this process, and the ring bounds what waits).
+        self.flight = FlightControl(p["max_in_flight"], just_in_time=True, slot_timeout_s=FLIGHT_SLOT_TIMEOUT_S)
+        self.handover = HandoverEncoder(p["boundary_transport"], ring_slots=p["max_in_flight"], ring_name=node_name,
+                                        flight=self.flight)
         self.seq = 0
         self.last_stamp_ns = -1
         self.ego_history: deque = deque(maxlen=200)  # (stamp_ns, EgoState), matched to frames by stamp
@@ -47,7 +53,8 @@ class PrefixNode(StageNode):
         self.create_subscription(Int32, "~/input/partition_point", self._on_partition_topic, 10)
         self.worker = StageWorker("prefix", self._process, policy=p["input_policy"], capacity=p["max_in_flight"],
                                   cores=chosen_cores(p["cores"]) or None, threads=p["threads"] or None, health=self.health,
-                                  on_error=self._on_worker_error).start()
+                                  on_error=self._on_worker_error, admit=self.flight.admit,
+                                  on_admitted_stop=self.flight.release).start()
         self.diagnostics = DiagnosticsPublisher(self, self.health, self.worker, self._extra_checks)
         self.create_timer(p["diagnostics_period_s"], self.diagnostics.publish)
         self.get_logger().info(
@@ -119,36 +126,58 @@ class PrefixNode(StageNode):
 
     # ---- compute ---------------------------------------------------------------------------------------
     def _process(self, frame: Frame) -> None:
+        """The worker's handler, run after the flight gate admitted the frame: the slot is freed here unless
+        the state went to an in-process suffix (which frees it when done)."""
+        handed_in_process = False
+        try:
+            handed_in_process = self._serve(frame)
+        finally:
+            if not handed_in_process:
+                self.flight.release()
+
+    def _admissible(self, frame: Frame) -> bool:
         if frame.stamp_ns <= self.last_stamp_ns:
             self._reject("out_of_order", ConfigError(
                 f"frame stamp {frame.stamp_ns} is not newer than the last processed {self.last_stamp_ns}"))
-            return
+            return False
         stale_ms = self.params["stale_after_ms"]
         age_ms = (self.get_clock().now().nanoseconds - frame.stamp_ns) / 1e6
         if stale_ms > 0 and age_ms > stale_ms:
             self._reject("stale", ConfigError(f"frame {frame.seq} is {age_ms:.1f} ms old (stale_after_ms {stale_ms})"))
-            return
+            return False
+        return True
+
+    def _serve(self, frame: Frame) -> bool:
+        """-> True when the state was handed to a suffix in this process."""
+        if not self._admissible(frame):
+            return False
         t0 = time.perf_counter()
         frame.ego = self.ego_at(frame.stamp_ns)  # at processing time: the matching odometry has arrived
         try:
             state = self.stage.run(frame)
         except HybridVLAError as exc:
             self._reject("invalid_input", exc)
-            return
+            return False
         self.last_stamp_ns = frame.stamp_ns
+        kind = self.handover.kind()
         try:
-            envelope = self.handover.encode(state)
+            envelope = self.handover.encode(state, kind)
         except (HybridVLAError, TimeoutError) as exc:
             self._reject("handover", exc)
-            return
+            return False
+        self.flight.prefix_finished(state.timings["prefix_ms"] / 1e3, handed_to_suffix=kind == "inproc")
         self.pub.publish(convert.boundary_to_msg(envelope, UInt8MultiArray()))
+        self._publish_frame_info(state)
+        ms = (time.perf_counter() - t0) * 1e3
+        self.health.record(ms)
+        self.diagnostics.publish_time(ms)
+        return kind == "inproc"
+
+    def _publish_frame_info(self, state) -> None:
         self.info_pub.publish(DiagnosticStatus(name=f"{self.get_name()}: frame", values=[
             KeyValue(key=k, value=str(v)) for k, v in {
                 "stamp_ns": state.stamp_ns, "seq": state.seq, "partition": state.partition,
                 "prefix_ms": f"{state.timings['prefix_ms']:.3f}"}.items()]))
-        ms = (time.perf_counter() - t0) * 1e3
-        self.health.record(ms)
-        self.diagnostics.publish_time(ms)
 
     def _extra_checks(self):
         return [("partition", 0, f"p={self.stage.partition}",

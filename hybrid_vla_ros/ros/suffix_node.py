@@ -19,6 +19,7 @@ from .params import chosen_cores
 from .topics import BOUNDARY_QOS
 
 NODE_NAME = "hybrid_vla_suffix"
+SUFFIX_QUEUE = 64  # boundary states waiting for the suffix worker (the limit of max_in_flight)
 
 
 class SuffixNode(StageNode):
@@ -35,7 +36,9 @@ class SuffixNode(StageNode):
         self.pub = self.create_publisher(self.msg_cls, "~/output/trajectory", 10)
         self.info_pub = self.create_publisher(DiagnosticStatus, "~/debug/trajectory_info", 10)
         self.memory_binding = "not requested (numa_node = -1)"
-        self.worker = StageWorker("suffix", self._process, policy="lossless", capacity=64, cores=self.cores,
+        # Bounded like the prefix: in one process the prefix's in-flight gate keeps at most max_in_flight here;
+        # across processes the ring does (shm). A full mailbox drops and counts, never blocks the executor.
+        self.worker = StageWorker("suffix", self._process, policy="lossless", capacity=SUFFIX_QUEUE, cores=self.cores,
                                   threads=p["threads"] or None, health=self.health, on_start=self._bind_memory,
                                   on_error=self._on_worker_error).start()
         backend = cpu_backend_report(placement.suffix_dtype)
@@ -72,6 +75,15 @@ class SuffixNode(StageNode):
         except HybridVLAError as exc:
             self._reject("invalid_boundary", exc)
             return
+        if state.flight is not None:  # handed over in this process: report to the prefix's in-flight gate
+            state.flight.suffix_started()
+        try:
+            self._serve(state, transport, t0, received)
+        finally:
+            if state.flight is not None:
+                state.flight.suffix_finished(time.perf_counter() - t0)
+
+    def _serve(self, state, transport: str, t0: float, received: float) -> None:
         if state.stamp_ns <= self.last_stamp_ns:
             self._reject("out_of_order", ConfigError(
                 f"boundary state of frame {state.seq} has stamp {state.stamp_ns}, not newer than {self.last_stamp_ns}"))
