@@ -230,6 +230,38 @@ def test_processing_time_warns_then_errors_when_it_persists(harness):
     assert health.time_level() == 2
 
 
+def test_stage_nodes_follow_their_lifecycle(domain):
+    """configure builds the stage and its worker, activate takes inputs, deactivate stops taking them
+    (counted), cleanup frees everything, and the node can be configured again."""
+    from lifecycle_msgs.msg import State
+    h = Harness({"hybrid_vla_prefix": {"autostart": False}})
+    try:
+        prefix = h.prefix
+        assert prefix.stage is None and prefix.worker is None
+        assert prefix._state_machine.current_state[0] == State.PRIMARY_STATE_UNCONFIGURED
+        prefix.trigger_configure()
+        assert prefix.stage is not None and prefix.worker.alive and not prefix.active
+        assert wait_until(lambda: all(p.get_subscription_count() for p in h.image_pubs), h.spin, 10)
+        h.send_frame(0, wait=False)
+        assert wait_until(lambda: prefix.health.drop_reasons["inactive"] >= 1, h.spin, 5)
+        prefix.trigger_activate()
+        h.send_frame(1)
+        prefix.trigger_deactivate()
+        h.send_frame(2, wait=False)
+        h.settle(0.5)
+        assert [int(i["seq"]) for i in h.infos] == [0]  # the prefix numbers the frames it served
+        worker = prefix.worker
+        prefix.trigger_cleanup()
+        assert prefix.stage is None and prefix.worker is None and not worker.alive
+        assert prefix._state_machine.current_state[0] == State.PRIMARY_STATE_UNCONFIGURED
+        prefix.trigger_configure()
+        prefix.trigger_activate()
+        h.send_frame(3)
+        assert len(h.infos) == 2
+    finally:
+        h.close()
+
+
 def test_scheduler_gets_one_sample_per_frame_with_the_partition_it_ran_at(domain):
     h = Harness({"hybrid_vla_scheduler": {"update_period_s": 0.05}}, activate_scheduler=True)
     try:

@@ -107,12 +107,6 @@ def make_node(node: str, values: dict, context=None):
     return node_class(node)(context=context, cli_args=remap_args(node), parameter_overrides=to_ros_parameters(node, values))
 
 
-def bring_up_scheduler(scheduler) -> None:
-    """unconfigured -> inactive -> active, as the launch files do."""
-    scheduler.trigger_configure()
-    scheduler.trigger_activate()
-
-
 class InProcessGraph:
     """The three nodes in one process on one single-threaded executor (stage compute runs on the nodes' own
     pinned worker threads; the executor thread only moves messages). A stop request during construction
@@ -120,7 +114,10 @@ class InProcessGraph:
 
     def __init__(self, params: dict[str, dict], context=None, activate_scheduler: bool = True):
         from rclpy.executors import SingleThreadedExecutor
+        from .common import bring_up
         tune_interpreter()
+        if not activate_scheduler:
+            params = {**params, "hybrid_vla_scheduler": {**params["hybrid_vla_scheduler"], "autostart": False}}
         self.context = context
         self.nodes = {}
         self.executor = SingleThreadedExecutor(context=context)
@@ -129,8 +126,7 @@ class InProcessGraph:
                 return
             self.nodes[node] = make_node(node, params[node], context)
             self.executor.add_node(self.nodes[node])
-        if activate_scheduler and not stop.requested():
-            bring_up_scheduler(self.nodes["hybrid_vla_scheduler"])
+            bring_up(self.nodes[node])
 
     @property
     def complete(self) -> bool:
@@ -204,29 +200,35 @@ def run_processes(config: str | None) -> int:
 
 def run_single_node(node: str, config: str | None, pin: list[int] | None, autostart: bool = True) -> int:
     """Child of `--processes`: one node, its own process, until SIGINT/SIGTERM (exit code 0)."""
+    from .common import bring_up
     tune_interpreter()
     params = graph_params(config)[node]  # before pinning: the default core split looks at every core
     if pin:
         os.sched_setaffinity(0, set(pin))
     expect(node != "hybrid_vla_prefix" or params["boundary_transport"] != "inproc", ConfigError,
            "boundary_transport=inproc cannot cross processes; use auto, shm or inline")
+    if not autostart:
+        params = {**params, "autostart": False}
     with ros_context() as context:
         if stop.requested():
             return 0
         n = make_node(node, params, context)
         with executor_with([n], context) as executor:
-            if node == "hybrid_vla_scheduler" and autostart and not stop.requested():
-                bring_up_scheduler(n)
+            if not stop.requested():
+                bring_up(n)
             spin_until_stopped(executor)
     return 0
 
 
 def run_ros2_node(node: str) -> int:
     """`ros2 run hybrid_vla_ros <node> --ros-args --params-file ...`: plain rclpy arguments (ros/entry.py)."""
+    from .common import bring_up
     tune_interpreter()
     with ros_context(args=sys.argv) as context:
         n = node_class(node)(context=context)
         with executor_with([n], context) as executor:
+            if not stop.requested():
+                bring_up(n)
             spin_until_stopped(executor)
     return 0
 
@@ -248,7 +250,7 @@ def main(argv=None) -> int:
     parser.add_argument("--node", required=True, choices=NODES)
     parser.add_argument("--config", default=None)
     parser.add_argument("--pin", default="")
-    parser.add_argument("--no-autostart", action="store_true", help="leave the scheduler unconfigured")
+    parser.add_argument("--no-autostart", action="store_true", help="leave the node unconfigured (autostart false)")
     args = parser.parse_args(argv)
     pin = [int(c) for c in args.pin.split(",") if c]
     expect(all(c in allowed_cores() for c in pin), ConfigError, f"--pin {pin}: not all cores are allowed here")

@@ -7,7 +7,7 @@ import threading
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor, SetParametersResult
-from rclpy.node import Node
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
 from std_msgs.msg import Float64
 
@@ -107,8 +107,9 @@ class DiagnosticsPublisher:
 
     def __init__(self, node, health: StageHealth, worker, extra=None):
         self.node, self.health, self.worker, self.extra = node, health, worker, extra
-        self.pub = node.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self.time_pub = node.create_publisher(Float64, "~/debug/processing_time_ms", 10)
+        make = getattr(node, "configured_publisher", node.create_publisher)  # a stage node's: freed at cleanup
+        self.pub = make(DiagnosticArray, "/diagnostics", 10)
+        self.time_pub = make(Float64, "~/debug/processing_time_ms", 10)
 
     def publish_time(self, ms: float) -> None:
         self.time_pub.publish(Float64(data=float(ms)))
@@ -126,26 +127,97 @@ class DiagnosticsPublisher:
         self.pub.publish(msg)
 
 
-class StageNode(Node):
-    """What the prefix and suffix nodes share: typed parameters, health counters, the process-wide model,
-    the dynamic zone, partition_point validation, and rejections that are logged and counted."""
+class StageNode(LifecycleNode):
+    """What the prefix and suffix nodes share: typed parameters, health counters, the process-wide model, the
+    dynamic zone, partition_point validation, rejections that are logged and counted, and the lifecycle
+    (ros2/demos lifecycle_py): __init__ declares parameters only; on_configure loads the model and builds the
+    stage, handover, worker, publishers, subscriptions and timers (`configure_stage`); on_activate starts
+    taking inputs; on_deactivate stops taking them (frames in flight finish); on_cleanup / on_shutdown free
+    everything (`release_stage`)."""
 
     def __init__(self, node_name: str, table: str, **kwargs):
-        super().__init__(node_name, **kwargs)
         self.health = StageHealth()
+        self.model = self.zone = self.stage = None
+        self.active = False
+        self._entities: list = []  # publishers, subscriptions, timers made by on_configure
+        super().__init__(node_name, **kwargs)
         self.params = p = ParameterTable(self, table, self._check_param, self._on_param, self.health)
         self.health.warn_ms, self.health.error_after = p["processing_time_warn_ms"], p["error_after_frames"]
-        self.model = shared_model(p["model.preset"], p["model.checkpoint"])
-        self.zone = Zone.from_parameters(p["dynamic_zone_min"], p["dynamic_zone_max"], p["partition_point"],
-                                         self.model.num_blocks)
-        self.stage = None  # set by the subclass
 
+    # ---- lifecycle -------------------------------------------------------------------------------------
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        p = self.params
+        try:
+            self.model = shared_model(p["model.preset"], p["model.checkpoint"])
+            self.zone = Zone.from_parameters(p["dynamic_zone_min"], p["dynamic_zone_max"], p["partition_point"],
+                                             self.model.num_blocks)
+            self.configure_stage()
+        except HybridVLAError as exc:
+            self.get_logger().error(f"configure failed: {exc}")
+            self._release()
+            return TransitionCallbackReturn.FAILURE
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.active = True
+        return super().on_activate(state)
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.active = False
+        return super().on_deactivate(state)
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._release()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._release()
+        return TransitionCallbackReturn.SUCCESS
+
+    def destroy_node(self):
+        self._release()
+        return super().destroy_node()
+
+    def configure_stage(self) -> None:
+        raise NotImplementedError
+
+    def release_stage(self) -> None:
+        """Stop the worker and free what configure_stage made besides the tracked ROS entities."""
+
+    def _release(self) -> None:
+        self.active = False
+        self.release_stage()
+        for entity in self._entities:
+            {"publisher": self.destroy_publisher, "subscription": self.destroy_subscription,
+             "timer": self.destroy_timer}[entity[0]](entity[1])
+        self._entities.clear()
+        self.stage = None
+
+    # ---- ROS entities that live from configure to cleanup ---------------------------------------------
+    def configured_publisher(self, *args):
+        pub = self.create_publisher(*args)
+        self._entities.append(("publisher", pub))
+        return pub
+
+    def configured_subscription(self, *args):
+        self._entities.append(("subscription", self.create_subscription(*args)))
+
+    def configured_timer(self, *args):
+        self._entities.append(("timer", self.create_timer(*args)))
+
+    def accepting(self, reason: str = "inactive") -> bool:
+        """Inputs are taken only while active; one arriving otherwise is counted as a drop."""
+        if not self.active:
+            self.health.drop(reason)
+        return self.active
+
+    # ---- parameters ------------------------------------------------------------------------------------
     def _check_param(self, name: str, value) -> None:
-        if name == "partition_point":
+        if name == "partition_point" and self.zone is not None:
             self.zone.check(value, self.model.num_blocks, "partition_point")
 
     def _on_param(self, name: str, value) -> None:
-        if name == "partition_point":
+        if name == "partition_point" and self.stage is not None:
             self.stage.set_partition(value)  # read once per frame by the stage: applies at a frame boundary
 
     def _on_worker_error(self, exc: Exception) -> None:
@@ -155,3 +227,12 @@ class StageNode(Node):
     def _reject(self, reason: str, exc: Exception) -> None:
         self.health.reject(reason)
         self.get_logger().warning(f"rejected ({reason}): {exc}", throttle_duration_sec=1.0)
+
+
+def bring_up(node) -> bool:
+    """unconfigured -> inactive -> active when the node's `autostart` parameter says so. -> active?"""
+    if not node.params["autostart"]:
+        return False
+    node.trigger_configure()
+    node.trigger_activate()
+    return True

@@ -68,8 +68,13 @@ class ParamSpec:
         return schema
 
 
+AUTOSTART = ParamSpec("autostart", "bool", "configure and activate at start-up; false: stay unconfigured until "
+                      "a lifecycle transition (ros2 lifecycle set, a launch file's events)")
+
+
 def _common_model() -> list[ParamSpec]:
     return [
+        AUTOSTART,
         ParamSpec("model.preset", "string", "named preset (used when model.checkpoint is empty)"),
         ParamSpec("model.checkpoint", "string", "local checkpoint directory; empty = use model.preset"),
         ParamSpec("dynamic_zone_min", "int", "first partition of the dynamic zone; -1 = the partition point", -1, 1024),
@@ -97,7 +102,8 @@ PREFIX_PARAMS = _common_model() + [
     ParamSpec("instruction", "string", "text instruction given to the model", dynamic=True),
     ParamSpec("input_policy", "string", "latest: newest frame wins, drops counted; lossless: queue (replay)",
               choices=("latest", "lossless")),
-    ParamSpec("max_in_flight", "int", "frames handed to the suffix and not yet finished (ring slots)", 1, 64),
+    ParamSpec("max_in_flight", "int", "frames taken by the prefix and not yet finished by the suffix (suffix in "
+              "this process); across processes: shared-memory ring slots", 1, 64),
     ParamSpec("boundary_transport", "string", "auto: in-process when the suffix shares the process, else "
               "shared memory; inline: serialised payload on the topic (remote hosts, recording)",
               choices=("auto", "inproc", "shm", "inline")),
@@ -118,6 +124,7 @@ SUFFIX_PARAMS = _common_model() + [
 ]
 
 SCHEDULER_PARAMS = [
+    AUTOSTART,
     ParamSpec("model.preset", "string", "preset whose block count bounds the partition"),
     ParamSpec("model.checkpoint", "string", "checkpoint whose block count bounds the partition; empty = preset"),
     ParamSpec("initial_partition", "int", "partition published on activation", 0, 1024),

@@ -32,35 +32,45 @@ FLIGHT_SLOT_TIMEOUT_S = 10.0         # an in-flight slot nobody freed (a lost ha
 
 class PrefixNode(StageNode):
     def __init__(self, node_name: str = NODE_NAME, **kwargs):
+        self.worker = self.handover = self.flight = None
         super().__init__(node_name, NODE_NAME, **kwargs)
+
+    def configure_stage(self) -> None:
         p = self.params
         self.placement = Placement.create(p["device"], p["dtype"], p["dtype"])
         self.stage = PrefixStage(self.model, p["partition_point"], self.placement, self.zone)
         # max_in_flight: frames taken and not finished by the suffix (in-process suffix: it frees the slot;
         # otherwise the slot is freed once the state left this process, and the ring bounds what waits).
         self.flight = FlightControl(p["max_in_flight"], just_in_time=True, slot_timeout_s=FLIGHT_SLOT_TIMEOUT_S)
-        self.handover = HandoverEncoder(p["boundary_transport"], ring_slots=p["max_in_flight"], ring_name=node_name,
-                                        flight=self.flight)
+        self.handover = HandoverEncoder(p["boundary_transport"], ring_slots=p["max_in_flight"],
+                                        ring_name=self.get_name(), flight=self.flight)
         self.seq = 0
         self.last_stamp_ns = -1
         self.ego_history: deque = deque(maxlen=200)  # (stamp_ns, EgoState), matched to frames by stamp
         self.ego_arrived = threading.Condition()
-        self.pub = self.create_publisher(UInt8MultiArray, "~/output/boundary_state", BOUNDARY_QOS)
-        self.info_pub = self.create_publisher(DiagnosticStatus, "~/debug/frame_info", 10)
-        self._subscribe_cameras()
-        if p["use_kinematic_state"]:
-            self.create_subscription(Odometry, "~/input/kinematic_state", self._on_odometry, 10)
-        self.create_subscription(Int32, "~/input/partition_point", self._on_partition_topic, 10)
+        self.pub = self.configured_publisher(UInt8MultiArray, "~/output/boundary_state", BOUNDARY_QOS)
+        self.info_pub = self.configured_publisher(DiagnosticStatus, "~/debug/frame_info", 10)
         self.worker = StageWorker("prefix", self._process, policy=p["input_policy"], capacity=p["max_in_flight"],
                                   cores=chosen_cores(p["cores"]) or None, threads=p["threads"] or None, health=self.health,
                                   on_error=self._on_worker_error, admit=self.flight.admit,
                                   on_admitted_stop=self.flight.release).start()
+        self._subscribe_cameras()
+        if p["use_kinematic_state"]:
+            self.configured_subscription(Odometry, "~/input/kinematic_state", self._on_odometry, 10)
+        self.configured_subscription(Int32, "~/input/partition_point", self._on_partition_topic, 10)
         self.diagnostics = DiagnosticsPublisher(self, self.health, self.worker, self._extra_checks)
-        self.create_timer(p["diagnostics_period_s"], self.diagnostics.publish)
+        self.configured_timer(p["diagnostics_period_s"], self.diagnostics.publish)
         self.get_logger().info(
             f"prefix: model '{self.model.spec.name}' ({self.model.num_blocks} blocks), partition "
             f"{self.stage.partition}, zone {list(self.zone)}, {self.placement.describe()}, cameras "
             f"{self.camera_topics}, input policy {p['input_policy']}, boundary transport {p['boundary_transport']}")
+
+    def release_stage(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+        if self.handover is not None:
+            self.handover.close()
+        self.worker = self.handover = None
 
     # ---- inputs ----------------------------------------------------------------------------------------
     def _subscribe_cameras(self) -> None:
@@ -73,10 +83,12 @@ class PrefixNode(StageNode):
         compressed = self.params["image_transport"] == "compressed"
         msg_type = CompressedImage if compressed else Image
         for index, topic in enumerate(topics):
-            self.create_subscription(msg_type, topic, lambda msg, i=index: self._on_image(i, msg, compressed),
-                                     qos_profile_sensor_data)
+            self.configured_subscription(msg_type, topic, lambda msg, i=index: self._on_image(i, msg, compressed),
+                                         qos_profile_sensor_data)
 
     def _on_image(self, camera: int, msg, compressed: bool) -> None:
+        if not self.accepting():
+            return
         where = f"camera {camera} ({self.camera_topics[camera]})"
         try:
             image = convert.compressed_to_array(msg, where) if compressed else convert.image_to_array(msg, where)
@@ -185,7 +197,3 @@ class PrefixNode(StageNode):
                   "num_blocks": str(self.model.num_blocks), "camera_sync_discarded": str(self.sync.discarded),
                   "inproc_handles_evicted": str(PROCESS_REGISTRY.evicted)})]
 
-    def destroy_node(self):
-        self.worker.close()
-        self.handover.close()
-        return super().destroy_node()

@@ -24,7 +24,12 @@ SUFFIX_QUEUE = 64  # boundary states waiting for the suffix worker (the limit of
 
 class SuffixNode(StageNode):
     def __init__(self, node_name: str = NODE_NAME, **kwargs):
+        self.worker = self.decoder = None
+        self.cores = None
+        self.memory_binding = "not requested (numa_node = -1)"
         super().__init__(node_name, NODE_NAME, **kwargs)
+
+    def configure_stage(self) -> None:
         p = self.params
         placement = Placement(prefix_device=CPU, prefix_dtype=parse_dtype(p["boundary_dtype"], "boundary_dtype"),
                               suffix_dtype=parse_dtype(p["dtype"], "dtype"))
@@ -33,18 +38,21 @@ class SuffixNode(StageNode):
         self.msg_cls, self.output_kind, reason = convert.resolve_trajectory_type(p["output_type"])
         self.decoder = HandoverDecoder()
         self.last_stamp_ns = -1
-        self.pub = self.create_publisher(self.msg_cls, "~/output/trajectory", 10)
-        self.info_pub = self.create_publisher(DiagnosticStatus, "~/debug/trajectory_info", 10)
-        self.memory_binding = "not requested (numa_node = -1)"
+        self.pub = self.configured_publisher(self.msg_cls, "~/output/trajectory", 10)
+        self.info_pub = self.configured_publisher(DiagnosticStatus, "~/debug/trajectory_info", 10)
         # Bounded like the prefix: in one process the prefix's in-flight gate keeps at most max_in_flight here;
         # across processes the ring does (shm). A full mailbox drops and counts, never blocks the executor.
         self.worker = StageWorker("suffix", self._process, policy="lossless", capacity=SUFFIX_QUEUE, cores=self.cores,
                                   threads=p["threads"] or None, health=self.health, on_start=self._bind_memory,
                                   on_error=self._on_worker_error).start()
-        backend = cpu_backend_report(placement.suffix_dtype)
-        self.create_subscription(UInt8MultiArray, "~/input/boundary_state", self._on_boundary, BOUNDARY_QOS)
+        self.configured_subscription(UInt8MultiArray, "~/input/boundary_state", self._on_boundary, BOUNDARY_QOS)
         self.diagnostics = DiagnosticsPublisher(self, self.health, self.worker, self._extra_checks)
-        self.create_timer(p["diagnostics_period_s"], self.diagnostics.publish)
+        self.configured_timer(p["diagnostics_period_s"], self.diagnostics.publish)
+        self._log_configuration(reason, placement)
+
+    def _log_configuration(self, reason: str, placement) -> None:
+        p = self.params
+        backend = cpu_backend_report(placement.suffix_dtype)
         self.get_logger().info(
             f"suffix: publishing {self.msg_cls.__module__.split('.')[0]}/{self.msg_cls.__name__} on "
             f"~/output/trajectory ({reason}); blocks from zone {list(self.zone)}, dtype {p['dtype']}, "
@@ -52,6 +60,13 @@ class SuffixNode(StageNode):
             + (f" (NUMA node {p['numa_node']})" if p["numa_node"] >= 0 and not chosen_cores(p["cores"]) else "")
             + f"; CPU backend: {self.stage.cpu_backend} ({backend['backend']}, isa {backend['isa']}, "
               f"bf16 native: {backend['bf16_native']})")
+
+    def release_stage(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+        if self.decoder is not None:
+            self.decoder.close()
+        self.worker = self.decoder = None
 
     def _bind_memory(self) -> None:
         """Runs on the pinned worker thread: bind its allocations to the NUMA node, then re-copy the suffix's
@@ -65,7 +80,8 @@ class SuffixNode(StageNode):
         self.get_logger().info(f"suffix memory on NUMA node {node}: {self.memory_binding}")
 
     def _on_boundary(self, msg: UInt8MultiArray) -> None:
-        self.worker.submit((bytes(msg.data), time.perf_counter()))
+        if self.accepting():
+            self.worker.submit((bytes(msg.data), time.perf_counter()))
 
     def _process(self, item) -> None:
         data, received = item
@@ -111,7 +127,3 @@ class SuffixNode(StageNode):
         load = sum(loads[c] for c in cores if c < len(loads)) / max(1, len(cores))
         return [("cpu_load", 0, f"{load:.0f}% on cores {cores}", {"cpu_load_percent": f"{load:.1f}"})]
 
-    def destroy_node(self):
-        self.worker.close()
-        self.decoder.close()
-        return super().destroy_node()
