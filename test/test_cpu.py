@@ -70,6 +70,34 @@ def test_a_pinned_worker_never_runs_more_torch_threads_than_its_cores():
     assert seen == {"unset": 1, "pinned": 1}
 
 
+def test_each_stage_runs_the_thread_count_it_set_even_when_the_other_sets_another_later():
+    """Uneven split (1 thread vs 2): torch applies the process-wide last value at a thread's first op, so a
+    stage that set 1 ran 2 once the other stage had set 2. Each worker checks what it actually runs."""
+    from hybrid_vla_ros.engine.cpu import pin_current_thread
+    one_set, two_set = threading.Event(), threading.Event()
+    seen = {}
+
+    def stage_one():
+        pin_current_thread(None, threads=1)
+        one_set.set()
+        two_set.wait(5)
+        torch.ones(1 << 17).add_(1)  # a parallel op after the other stage set its count
+        seen["one"] = torch.get_num_threads()
+
+    def stage_two():
+        one_set.wait(5)
+        pin_current_thread(None, threads=2)
+        two_set.set()
+        seen["two"] = torch.get_num_threads()
+
+    threads = [threading.Thread(target=stage_one), threading.Thread(target=stage_two)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen == {"one": 1, "two": 2}
+
+
 def test_separate_processes_get_the_parents_resolved_core_split(tmp_path, monkeypatch):
     import subprocess
     from hybrid_vla_ros.ros import bringup

@@ -303,12 +303,26 @@ def test_scheduler_lifecycle_over_services_from_another_process(domain, tmp_path
         partitions = []
         node.create_subscription(Int32, PARTITION_TOPIC, lambda m: partitions.append(m.data),
                                  QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL))
-        assert change.wait_for_service(timeout_sec=60)
+        assert change.wait_for_service(timeout_sec=60) and get.wait_for_service(timeout_sec=60)
 
-        def call(client, request):
+        def call(client, request, timeout_s=20):
             future = client.call_async(request)
-            assert wait_until(future.done, spin, 20)
+            assert wait_until(future.done, spin, timeout_s), f"no answer from {client.srv_name}"
             return future.result()
+
+        def answered(client, request):
+            """wait_for_service sees the server's request reader only; the reply path of a new client can
+            still be unmatched on a loaded machine (the reply is then lost). Probe with a request that changes
+            nothing until one round trip completes."""
+            for _ in range(20):
+                future = client.call_async(request)
+                if wait_until(future.done, spin, 2.0):
+                    return future.result()
+            raise AssertionError(f"{client.srv_name}: no round trip in 20 probes")
+
+        answered(get, GetState.Request())
+        refused = answered(change, ChangeState.Request(transition=Transition(id=Transition.TRANSITION_ACTIVATE)))
+        assert not refused.success  # unconfigured cannot activate: the probe changed nothing
 
         def state():
             return call(get, GetState.Request()).current_state.id

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import torch
@@ -62,6 +63,9 @@ def split_cores(cores: list[int], parts: int) -> list[list[int]]:
     return out
 
 
+_THREADS_LOCK = threading.Lock()
+
+
 def pin_current_thread(cores: list[int] | None, threads: int | None = None) -> None:
     """Pin the calling OS thread (Linux: sched_setaffinity(0) acts on the thread) and size torch's
     intra-op pool for it. OpenMP workers it spawns inherit the mask. Without explicit threads, one thread
@@ -69,7 +73,14 @@ def pin_current_thread(cores: list[int] | None, threads: int | None = None) -> N
     here: a 130 ms stage took 2.2 s with a team of 2 on one pinned core)."""
     if cores:
         os.sched_setaffinity(0, set(cores))
-    torch.set_num_threads(threads or len(os.sched_getaffinity(0)))
+    wanted = threads or len(os.sched_getaffinity(0))
+    # torch keeps the pool size per thread (OpenMP), but a thread applies the *process-wide* last value at its
+    # first parallel op (lazy init): a stage that set 1 could run 2 after the other stage set 2. So set it and
+    # force this thread's lazy init at once, under one lock, so no other stage's value can slip in between.
+    with _THREADS_LOCK:
+        torch.set_num_threads(wanted)
+        torch.get_num_threads()  # runs the lazy init now, with our value
+        torch.set_num_threads(wanted)
 
 
 def thread_affinity() -> list[int]:
