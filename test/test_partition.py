@@ -90,3 +90,27 @@ def test_dynamic_zone_residency_cost_is_reported():
     assert zoned["zone_bytes"] == 8 * block
     assert zoned["prefix_resident_bytes"] == plain["prefix_bytes"] + 4 * block
     assert zoned["suffix_resident_bytes"] == plain["suffix_bytes"] + 4 * block
+
+
+def test_stages_never_mutate_the_model_they_are_given():
+    """The per-process model is shared by every stage built from it: a bf16 suffix (or a prefix in another
+    dtype) works on converted copies, so a later fp32 stage pair from the same model is exact."""
+    from hybrid_vla_ros.engine.placement import Placement
+    from hybrid_vla_ros.model.inputs import synthetic_frame
+    shared, fresh = load_vla(preset="tiny"), load_vla(preset="tiny")
+    bf16 = Placement(suffix_dtype=torch.bfloat16)
+    PrefixStage(shared, 2, Placement(prefix_dtype=torch.bfloat16, suffix_dtype=torch.bfloat16), zone=(1, 3))
+    SuffixStage(shared, 2, bf16, zone=(1, 3))
+    for (name, a), b in zip(shared.named_parameters(), fresh.parameters()):
+        assert a.dtype == b.dtype and torch.equal(a, b), f"{name} was changed by building a stage"
+    frame = synthetic_frame(shared.spec, 0)
+    state = PrefixStage(shared, 2).run(frame)
+    _, ref = reference_forward(fresh, frame)
+    np.testing.assert_allclose(SuffixStage(shared, 2).run(state).points, ref.points, atol=1e-6)
+
+
+def test_fp32_stages_on_one_device_share_the_models_blocks():
+    model = load_vla(preset="tiny")
+    prefix, suffix = PrefixStage(model, 2, zone=(1, 3)), SuffixStage(model, 2, zone=(1, 3))
+    assert prefix.blocks[1] is suffix.blocks[1] is model.decoder.layers[1]  # zone block: resident once
+    assert suffix.blocks[3] is model.decoder.layers[3]

@@ -62,13 +62,6 @@ class Placement:
                 "suffix_device": str(self.suffix_device), "suffix_dtype": DTYPE_NAMES[self.suffix_dtype]}
 
     # ---- modules -------------------------------------------------------------------------------------
-    def place_prefix_module(self, module: torch.nn.Module) -> torch.nn.Module:
-        return module.to(device=self.prefix_device, dtype=self.prefix_dtype)
-
-    def place_suffix_module(self, module: torch.nn.Module) -> torch.nn.Module:
-        return module.to(device=self.suffix_device, dtype=self.suffix_dtype)
-
-    # ---- tensors -------------------------------------------------------------------------------------
     def to_prefix(self, tensor: torch.Tensor) -> torch.Tensor:
         if self.uses_cuda and tensor.device.type == "cpu" and not tensor.is_pinned():
             tensor = tensor.pin_memory()

@@ -33,17 +33,43 @@ def run_blocks(decoder, blocks, hidden: torch.Tensor, position_ids: torch.Tensor
     return hidden
 
 
+def is_placed(module: torch.nn.Module, device: torch.device, dtype: torch.dtype) -> bool:
+    """Every floating-point weight of `module` already on `device` in `dtype` (nothing to convert)."""
+    return all(t.device == device and (t.dtype == dtype or not t.is_floating_point())
+               for t in list(module.parameters()) + list(module.buffers()))
+
+
+def placed(module: torch.nn.Module, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
+    """`module` itself when already placed, else a converted copy: the model given to a stage (possibly the
+    process-wide one other stages share) is never mutated."""
+    if is_placed(module, device, dtype):
+        return module
+    return copy.deepcopy(module).to(device=device, dtype=dtype)
+
+
+def copy_sharing(model: VLAModel, shared: list[torch.nn.Module]) -> VLAModel:
+    """A deep copy of `model` in which the `shared` modules stay the very same objects (not duplicated)."""
+    return copy.deepcopy(model, memo={id(m): m for m in shared})
+
+
 class PrefixStage:
-    """Vision encoder + embeddings + blocks [0, p) on the prefix device."""
+    """Vision encoder + embeddings + blocks [0, p) on the prefix device. When the prefix device or dtype
+    differs from the model's, the stage works on its own placed copy of the prefix parts (the model it was
+    given is never mutated; the suffix-only parts stay shared, not copied)."""
 
     def __init__(self, model: VLAModel, partition: int, placement: Placement = Placement(),
                  zone: tuple[int, int] | None = None):
-        self.model, self.placement = model, placement
+        self.placement = placement
         self.partition = check_partition(partition, model.num_blocks, "prefix partition")
         self.zone = Zone.around(self.partition, model.num_blocks, zone)
-        for module in prefix_modules(model, self.zone[1]):  # blocks [0, zone end) resident here
-            placement.place_prefix_module(module)
-        self.blocks = list(model.decoder.layers[:self.zone[1]])
+        hi = self.zone[1]
+        device, dtype = placement.prefix_device, placement.prefix_dtype
+        if not all(is_placed(m, device, dtype) for m in prefix_modules(model, hi)):
+            model = copy_sharing(model, suffix_modules(model, hi))
+            for module in prefix_modules(model, hi):  # blocks [0, zone end) resident here
+                module.to(device=device, dtype=dtype)
+        self.model = model
+        self.blocks = list(model.decoder.layers[:hi])
 
     def set_partition(self, partition: int) -> None:
         """Move the cut inside the dynamic zone: an index change, never a weight copy."""
@@ -88,20 +114,18 @@ class SuffixStage:
         placed_apart = placement.prefix_device != placement.suffix_device or \
             placement.prefix_dtype != placement.suffix_dtype
 
-        def needs_own_copy(i: int) -> bool:
+        device, dtype = placement.suffix_device, placement.suffix_dtype
+
+        def suffix_block(i: int) -> torch.nn.Module:
             # Zone blocks [lo, hi) are resident on both sides: the suffix keeps its own copy when the prefix
             # places them elsewhere (other device or dtype); on one device in one dtype they are shared.
-            if i >= hi:
-                return False
-            weight = next(layers[i].parameters())
-            moved = weight.device != placement.suffix_device or weight.dtype != placement.suffix_dtype
-            return placed_apart or moved
+            if i < hi and placed_apart:
+                return copy.deepcopy(layers[i]).to(device=device, dtype=dtype)
+            return placed(layers[i], device, dtype)
 
-        self.blocks = {i: copy.deepcopy(layers[i]) if needs_own_copy(i) else layers[i]
-                       for i in range(lo, model.num_blocks)}
-        for module in list(self.blocks.values()) + [model.decoder.norm, model.action_head]:
-            placement.place_suffix_module(module)
-        own = [b for i, b in self.blocks.items() if i >= hi or b is not layers[i]]  # not shared with the prefix
+        self.blocks = {i: suffix_block(i) for i in range(lo, model.num_blocks)}
+        self.norm, self.head = placed(model.decoder.norm, device, dtype), placed(model.action_head, device, dtype)
+        own = [b for i, b in self.blocks.items() if b is not layers[i]]  # copies: the model's own stay untouched
         self.cpu_backend = optimise_for_cpu(own, placement.suffix_dtype)
         spec = model.spec
         self.seq_len = sequence_length(spec.num_cameras, model.family.image_tokens_per_camera(spec), spec.text_tokens)
@@ -116,7 +140,7 @@ class SuffixStage:
         binding their pages live on the bound node."""
         layers = self.model.decoder.layers
         for i, block in self.blocks.items():
-            if i >= self.zone[1] or block is not layers[i]:
+            if i >= self.zone[1] or block is not layers[i]:  # values unchanged: only where the pages live
                 for param in block.parameters():
                     param.data = param.data.clone()
 
@@ -156,8 +180,8 @@ class SuffixStage:
         attention_mask = state.attention_mask.to(place.suffix_device)
         blocks = [self.blocks[i] for i in range(state.partition, model.num_blocks)]  # exactly what the prefix skipped
         hidden = run_blocks(model.decoder, blocks, hidden, position_ids, attention_mask)
-        hidden = model.decoder.norm(hidden)                                            # (1, S, H)
-        raw = model.action_head(hidden[:, state.query_index])                          # (1, N, 4)
+        hidden = self.norm(hidden)                                                     # (1, S, H)
+        raw = self.head(hidden[:, state.query_index])                                  # (1, N, 4)
         points = waypoints_from_head(raw.float(), model.spec.waypoint_dt_s)            # (1, N, 5)
         state.timings["suffix_ms"] = (time.perf_counter() - t0) * 1e3
         return hidden, Trajectory(points=points[0].cpu().numpy(), seq=state.seq, stamp_ns=state.stamp_ns,
