@@ -30,13 +30,15 @@ def test_bench_writes_json_with_every_mode_and_a_plot(tmp_path):
 @pytest.mark.slow
 def test_load_step_scenario_reports_partition_and_period_over_time_with_a_static_sweep(tmp_path):
     out = subprocess.run([sys.executable, "-m", "hybrid_vla_ros.cli", "bench", "--scenario", "load-step", "--preset",
-                          "tiny", "--frames", "16", "--step-on", "6", "--step-off", "12", "--sweep-frames", "3",
+                          "tiny", "--frames", "20", "--step-on", "5", "--step-off", "16", "--sweep-frames", "3",
                           "--json", str(tmp_path / "l.json"), "--plot", str(tmp_path / "l.png")],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     report = json.loads((tmp_path / "l.json").read_text())
-    assert len(report["timeline"]) == 16
-    assert [t["loaded"] for t in report["timeline"]] == [False] * 6 + [True] * 6 + [False] * 4
+    assert len(report["timeline"]) == 20
+    loaded = [t["frame"] for t in report["timeline"] if t["loaded"]]  # suffix ran while the load was on
+    assert loaded == list(range(loaded[0], loaded[-1] + 1)) and 5 <= loaded[0] and loaded[-1] < 16
+    assert len(loaded) >= 6
     assert set(report["static_sweep_period_ms"]["idle"]) == {str(p) for p in range(5)}
     for key in ("frames_to_recover", "frames_to_settle", "scheduler_vs_best_static", "best_static", "moves"):
         assert key in report
@@ -52,3 +54,9 @@ def test_profile_reports_per_block_costs_on_each_side_and_the_bf16_accuracy_cost
     assert len(report["prefix"]["block_ms"]) == len(report["suffix"]["bf16"]["block_ms"]) == 4
     assert report["bf16_trajectory_max_abs_diff"] > 0  # bf16 is not fp32: the cost is measured, not assumed
     assert report["cpu_backend"]["backend"] and "shm_ms" in report["handover"]
+
+
+def test_load_step_that_would_measure_nothing_is_refused_with_the_reason():
+    out = subprocess.run([sys.executable, "-m", "hybrid_vla_ros.cli", "bench", "--scenario", "load-step", "--preset",
+                          "tiny", "--frames", "24"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "load step at frame 25 with 24 frames" in out.stderr, out.stderr

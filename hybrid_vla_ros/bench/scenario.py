@@ -1,138 +1,182 @@
 """Dynamic-scheduling benchmarks: a load step on the suffix's cores, and a sweep over every static p.
 
-The competing load is a child process spinning on the suffix's cores (what Autoware's own CPU work does to
-the suffix), started and stopped by the benchmark itself.
+The competing load is one tiny child process per suffix core, pinned by its first instruction and then
+spinning (what Autoware's own CPU work does to the suffix), started and stopped by the benchmark itself. Each
+frame records whether its suffix ran while the load was on (from the load's own on/off times, not from when
+the frame's result was collected).
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import os
 import statistics
+import subprocess
+import sys
+import time
 
 import numpy as np
 
 from ..engine.costs import CostPolicy
 from ..engine.cpu import core_plan
-from ..engine.scheduler import StageSample
+from ..engine.partition import Zone, prefix_bytes_by_partition
 from ..engine.pipeline import Pipeline, PipelineConfig
 from ..engine.placement import Placement
-from ..engine.stages import PrefixStage, SuffixStage, partition_report
+from ..engine.scheduler import StageSample
+from ..engine.stages import PrefixStage, SuffixStage
+from ..errors import ConfigError, expect
 from ..model.inputs import synthetic_frame
 from ..model.vla import VLAModel
 from .profile import seed_cost_model
 from .report import percentiles, pyplot
 
 
-def _spin(cores: list[int]) -> None:
-    os.sched_setaffinity(0, set(cores))
-    while True:
-        pass
+# Pinned before anything else runs: no site import (-S), no package import, then a busy loop.
+MIN_LOADED_FRAMES = 10  # the load must stay on long enough for the scheduler to react and settle
+SPIN_CODE = "import os; os.sched_setaffinity(0, {{{core}}})\nwhile True: pass"
 
 
 class CompetingLoad:
-    """A child process burning the given cores until stopped."""
+    """One spinning child process per given core, each pinned by its first instruction, until stopped.
+    `spans` holds the (on, off) perf_counter times of each period the load was on."""
 
     def __init__(self, cores: list[int]):
         self.cores = cores
-        self.proc: mp.Process | None = None
+        self.procs: list[subprocess.Popen] = []
+        self.spans: list[list[float | None]] = []
+
+    @property
+    def on(self) -> bool:
+        return bool(self.procs)
 
     def start(self) -> None:
-        self.proc = mp.get_context("spawn").Process(target=_spin, args=(self.cores,), daemon=True)
-        self.proc.start()
+        self.procs = [subprocess.Popen([sys.executable, "-S", "-c", SPIN_CODE.format(core=c)]) for c in self.cores]
+        self.spans.append([time.perf_counter(), None])
 
     def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.join(5)
-            self.proc = None
+        if not self.procs:
+            return
+        for proc in self.procs:
+            proc.kill()
+        for proc in self.procs:
+            proc.wait(5)
+        self.procs = []
+        self.spans[-1][1] = time.perf_counter()
+
+    def covered(self, start: float, end: float) -> bool:
+        """Was the load on during the whole of [start, end]?"""
+        return any(on <= start and (off is None or off >= end) for on, off in self.spans)
 
 
-def run_static(model, placement, partition, frames, prefix_cores, suffix_cores, warmup=2) -> float:
+def run_static(model, placement, partition, frames, prefix_cores, suffix_cores, warmup=2) -> list[float]:
+    """Periods (ms) of a static partition after `warmup` frames."""
     feed = iter([synthetic_frame(model.spec, s) for s in range(frames + warmup)])
     pipe = Pipeline(PrefixStage(model, partition, placement), SuffixStage(model, partition, placement),
                     PipelineConfig(prefix_cores=prefix_cores, suffix_cores=suffix_cores),
                     source=lambda: next(feed, None)).start()
     ends = [r.suffix_end for r in pipe.finish()][warmup:]
-    return statistics.median([(b - a) * 1e3 for a, b in zip(ends, ends[1:])])
+    return [(b - a) * 1e3 for a, b in zip(ends, ends[1:])]
 
 
-def sweep(model, placement, zone, frames, prefix_cores, suffix_cores, load_cores=None) -> dict[int, float]:
+def sweep(model, placement, zone, frames, prefix_cores, suffix_cores, load_cores=None) -> dict[int, dict]:
+    """Every static p of the zone: period p50 and its spread (p25..p75) over `frames` frames."""
     load = CompetingLoad(load_cores) if load_cores else None
     if load:
         load.start()
     try:
-        return {p: run_static(model, placement, p, frames, prefix_cores, suffix_cores) for p in range(zone[0], zone[1] + 1)}
+        out = {}
+        for p in range(zone[0], zone[1] + 1):
+            periods = run_static(model, placement, p, frames, prefix_cores, suffix_cores)
+            q = np.percentile(periods, [25, 50, 75])
+            out[p] = {"p50": float(q[1]), "p25": float(q[0]), "p75": float(q[2]), "frames": len(periods)}
+        return out
     finally:
         if load:
             load.stop()
 
 
+def check_load_step(frames: int, step_on: int, step_off: int | None) -> None:
+    expect(0 < step_on < frames, ConfigError,
+           f"load step at frame {step_on} with {frames} frames: the step must come after frame 0 and before the "
+           f"end (nothing would be measured); raise --frames or lower --step-on")
+    expect(step_off is None or step_on + MIN_LOADED_FRAMES <= step_off <= frames, ConfigError,
+           f"load from frame {step_on} to {step_off} of {frames}: keep it on for at least {MIN_LOADED_FRAMES} "
+           f"frames, and off no later than the last frame")
+
+
+def drive_with_load_step(pipe, policy, load, frames: int, step_on: int, step_off: int | None) -> list[dict]:
+    """Feed every finished frame to the policy, switch the load at the step frames. -> timeline."""
+    timeline, last_end = [], None
+    for index in range(frames):
+        if index == step_on:
+            load.start()
+        if step_off is not None and index == step_off:
+            load.stop()
+        result = pipe.get(timeout=120)
+        if result is None:
+            break
+        prefix_ms = (result.prefix_end - result.prefix_start) * 1e3
+        suffix_ms = (result.suffix_end - result.suffix_start) * 1e3
+        new_p = policy.update(StageSample(result.partition, prefix_ms, suffix_ms, backlog=pipe.backlog(),
+                                          at_s=result.suffix_end))
+        if new_p != pipe.prefix.partition:
+            pipe.set_partition(new_p)
+        period = (result.suffix_end - last_end) * 1e3 if last_end else None
+        last_end = result.suffix_end
+        timeline.append({"frame": index, "seq": result.seq, "partition": result.partition, "period_ms": period,
+                         "prefix_ms": prefix_ms, "suffix_ms": suffix_ms,
+                         "loaded": load.covered(result.suffix_start, result.suffix_end)})
+    return timeline
+
+
 def run_load_step(model: VLAModel, placement: Placement, frames: int = 80, step_on: int = 25, step_off: int | None = 55,
-                  zone: tuple[int, int] | None = None, budget_bytes: int | None = None, sweep_frames: int = 8) -> dict:
+                  zone: tuple[int, int] | None = None, budget_bytes: int | None = None, sweep_frames: int = 12) -> dict:
+    check_load_step(frames, step_on, step_off)
     prefix_cores, suffix_cores, devices = core_plan(placement)
-    L = model.num_blocks
-    zone = zone or (0, L)
+    zone = zone or (0, model.num_blocks)
+    zone = Zone.around(zone[0], model.num_blocks, zone)
     costs = seed_cost_model(model, placement, prefix_cores, suffix_cores)
-    prefix_bytes = [partition_report(model, p)["prefix_bytes"] for p in range(L + 1)] if budget_bytes else None
-    policy = CostPolicy(costs, zone[0], zone[1], partition=zone[0], prefix_bytes=prefix_bytes,
-                        budget_bytes=budget_bytes)
-    policy.partition = policy.best()
-    start_p = policy.partition
-    prefix = PrefixStage(model, start_p, placement, zone)
-    suffix = SuffixStage(model, start_p, placement, zone)
+    policy = CostPolicy(costs, zone.lo, zone.hi, partition=zone.lo, budget_bytes=budget_bytes,
+                        prefix_bytes=prefix_bytes_by_partition(model) if budget_bytes else None)
+    policy.partition = start_p = policy.best()
     feed = iter([synthetic_frame(model.spec, s) for s in range(frames)])
-    pipe = Pipeline(prefix, suffix, PipelineConfig(prefix_cores=prefix_cores, suffix_cores=suffix_cores),
+    pipe = Pipeline(PrefixStage(model, start_p, placement, zone), SuffixStage(model, start_p, placement, zone),
+                    PipelineConfig(prefix_cores=prefix_cores, suffix_cores=suffix_cores),
                     source=lambda: next(feed, None)).start()
     load = CompetingLoad(suffix_cores)
-    timeline, last_end = [], None
     try:
-        for index in range(frames):
-            if index == step_on:
-                load.start()
-            if step_off is not None and index == step_off:
-                load.stop()
-            result = pipe.get(timeout=120)
-            if result is None:
-                break
-            prefix_ms = (result.prefix_end - result.prefix_start) * 1e3
-            suffix_ms = (result.suffix_end - result.suffix_start) * 1e3
-            new_p = policy.update(StageSample(result.partition, prefix_ms, suffix_ms, backlog=pipe.backlog(),
-                                              at_s=result.suffix_end))
-            if new_p != pipe.prefix.partition:
-                pipe.set_partition(new_p)
-            period = (result.suffix_end - last_end) * 1e3 if last_end else None
-            last_end = result.suffix_end
-            timeline.append({"frame": index, "seq": result.seq, "partition": result.partition, "period_ms": period,
-                             "prefix_ms": prefix_ms, "suffix_ms": suffix_ms, "loaded": load.proc is not None})
+        timeline = drive_with_load_step(pipe, policy, load, frames, step_on, step_off)
     finally:
         load.stop()
         pipe.finish()
+    sweeps = {"idle": sweep(model, placement, zone, sweep_frames, prefix_cores, suffix_cores),
+              "loaded": sweep(model, placement, zone, sweep_frames, prefix_cores, suffix_cores, suffix_cores)}
+    report = {"scenario": "load-step", "preset": model.spec.name, "num_blocks": model.num_blocks, "zone": list(zone),
+              "frames": frames, "step_on_frame": step_on, "step_off_frame": step_off,
+              "load": f"one spinning process per core of {suffix_cores}, pinned by its first instruction",
+              "devices": devices, "placement": placement.describe(), "start_partition": start_p,
+              "moves": policy.moves, "sweep_frames_per_partition": sweep_frames}
+    return {**report, **compare_with_sweep(timeline, sweeps, step_on), "timeline": timeline}
+
+
+def compare_with_sweep(timeline: list[dict], sweeps: dict, step_on: int) -> dict:
+    """The scheduler's steady periods idle and under load against the best static partition of each."""
+    best = {k: min(v.values(), key=lambda x: x["p50"])["p50"] for k, v in sweeps.items()}
     loaded = [t for t in timeline if t["loaded"]]
-    settle = frames_to_settle(timeline)
-    static_idle = sweep(model, placement, zone, sweep_frames, prefix_cores, suffix_cores)
-    static_loaded = sweep(model, placement, zone, sweep_frames, prefix_cores, suffix_cores, load_cores=suffix_cores)
-    recover = frames_to_recover(loaded, 1.1 * min(static_loaded.values()))
-    unloaded_steady = [t["period_ms"] for t in timeline[5:step_on] if t["period_ms"]]
+    recover = frames_to_recover(loaded, 1.1 * best["loaded"])
+    idle_steady = [t["period_ms"] for t in timeline[5:step_on] if t["period_ms"] and not t["loaded"]]
     loaded_steady = [t["period_ms"] for t in loaded[(recover or 0) + 2:] if t["period_ms"]]
-    sched_idle = statistics.median(unloaded_steady) if unloaded_steady else None
-    sched_loaded = statistics.median(loaded_steady) if loaded_steady else None
-    best_idle, best_loaded = min(static_idle.values()), min(static_loaded.values())
+    sched = {"idle": statistics.median(idle_steady) if idle_steady else None,
+             "loaded": statistics.median(loaded_steady) if loaded_steady else None}
     return {
-        "scenario": "load-step", "preset": model.spec.name, "num_blocks": L, "zone": list(zone), "frames": frames,
-        "step_on_frame": step_on, "step_off_frame": step_off, "load": f"child process spinning on cores {suffix_cores}",
-        "devices": devices, "placement": placement.describe(), "start_partition": start_p,
-        "moves": policy.moves, "frames_to_recover": recover, "frames_to_settle": settle,
-        "recover_definition": "frames after the load step until the rolling median of 3 periods is within 10% "
+        "frames_to_recover": recover, "frames_to_settle": frames_to_settle(timeline),
+        "recover_definition": "frames run under load until the rolling median of 3 periods is within 10% "
                               "of the best static partition's period under the same load",
-        "scheduler_period_ms": {"idle": sched_idle, "loaded": sched_loaded},
-        "static_sweep_period_ms": {"idle": static_idle, "loaded": static_loaded},
-        "best_static": {"idle": min(static_idle, key=static_idle.get), "loaded": min(static_loaded, key=static_loaded.get)},
-        "worst_static_period_ms": {"idle": max(static_idle.values()), "loaded": max(static_loaded.values())},
-        "scheduler_vs_best_static": {"idle": sched_idle / best_idle if sched_idle else None,
-                                     "loaded": sched_loaded / best_loaded if sched_loaded else None},
+        "scheduler_period_ms": sched,
+        "static_sweep_period_ms": {k: {p: x["p50"] for p, x in v.items()} for k, v in sweeps.items()},
+        "static_sweep_spread_ms": {k: {p: [x["p25"], x["p75"]] for p, x in v.items()} for k, v in sweeps.items()},
+        "best_static": {k: min(v, key=lambda p: v[p]["p50"]) for k, v in sweeps.items()},
+        "worst_static_period_ms": {k: max(x["p50"] for x in v.values()) for k, v in sweeps.items()},
+        "scheduler_vs_best_static": {k: sched[k] / best[k] if sched[k] else None for k in best},
         "period_ms": percentiles([t["period_ms"] for t in timeline if t["period_ms"]]),
-        "timeline": timeline,
     }
 
 

@@ -7,13 +7,16 @@ import json
 from .common import add_model_args, add_placement_args, model_from_args, placement_from_args, write_json
 
 
+MODES_FRAMES, LOAD_STEP_FRAMES = 24, 80
+
+
 def cmd_bench(args) -> int:
     from ..bench.modes import headline, plot_bench, run_bench
     model = model_from_args(args)
     if args.scenario == "load-step":
         return bench_load_step(args, model)
     transports = tuple(t for t in args.transports.split(",") if t)
-    report = run_bench(model, placement_from_args(args), num_frames=args.frames, partition=args.partition,
+    report = run_bench(model, placement_from_args(args), num_frames=args.frames or MODES_FRAMES, partition=args.partition,
                        transports=transports, max_in_flight=args.max_in_flight, warmup=args.warmup)
     write_json(report, args.json)
     if args.plot:
@@ -26,7 +29,7 @@ def bench_load_step(args, model) -> int:
     from ..bench.scenario import plot_load_step, run_load_step
     zone = tuple(int(x) for x in args.zone.split(",")) if args.zone else None
     budget = int(args.prefix_budget_mb * 2**20) if args.prefix_budget_mb else None
-    report = run_load_step(model, placement_from_args(args), frames=args.frames, step_on=args.step_on,
+    report = run_load_step(model, placement_from_args(args), frames=args.frames or LOAD_STEP_FRAMES, step_on=args.step_on,
                            step_off=args.step_off if args.step_off > 0 else None, zone=zone, budget_bytes=budget,
                            sweep_frames=args.sweep_frames)
     write_json(report, args.json)
@@ -48,7 +51,8 @@ def register(sub) -> None:
     p = sub.add_parser("bench", help="native vs serial vs pipelined (each transport), one run, JSON + plot")
     add_model_args(p, default_preset="bench"); add_placement_args(p)
     p.add_argument("--partition", type=int, default=None, help="default: balanced from a quick profile")
-    p.add_argument("--frames", type=int, default=24)
+    p.add_argument("--frames", type=int, default=None,
+                   help=f"frames measured (default {MODES_FRAMES} for modes, {LOAD_STEP_FRAMES} for load-step)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--max-in-flight", type=int, default=2)
     p.add_argument("--transports", default="inproc,shm,inline")
@@ -60,7 +64,7 @@ def register(sub) -> None:
     p.add_argument("--step-off", type=int, default=55, help="load-step: frame at which it stops (0: never)")
     p.add_argument("--zone", default=None, help="load-step: dynamic zone 'lo,hi' (default 0,L)")
     p.add_argument("--prefix-budget-mb", type=float, default=0.0, help="load-step: prefix memory budget (0: none)")
-    p.add_argument("--sweep-frames", type=int, default=8, help="load-step: frames per static p in the sweep")
+    p.add_argument("--sweep-frames", type=int, default=12, help="load-step: frames per static p in the sweep")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("profile", help="per-block times per device, handover cost, bf16 suffix speed and accuracy")
