@@ -8,23 +8,32 @@ import pytest
 
 
 @pytest.mark.slow
-def test_bench_writes_json_with_every_mode_and_a_plot(tmp_path):
+def test_bench_writes_json_with_every_mode_side_by_side_and_a_plot(tmp_path):
     out = subprocess.run([sys.executable, "-m", "hybrid_vla_ros.cli", "bench", "--preset", "tiny", "--frames", "5",
                           "--warmup", "1", "--json", str(tmp_path / "b.json"), "--plot", str(tmp_path / "b.png")],
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     report = json.loads((tmp_path / "b.json").read_text())
-    assert set(report["modes"]) == {"native", "serial", "pipelined", "pipelined_shm", "pipelined_inline"}
-    for mode in report["modes"].values():
+    engine = {"native", "native_all_cores", "serial", "pipelined", "pipelined_shm", "pipelined_inline"}
+    assert set(report["modes"]) == engine | {"graph", "graph_processes"}
+    for name in engine:
+        mode = report["modes"][name]
         assert mode["frames"] == 6 and mode["dropped"] == 0 and mode["failed"] == 0
         for key in ("period_ms", "latency_ms"):
             assert mode[key]["p50"] > 0 and mode[key]["p99"] >= mode[key]["p50"]
+    for name, transport in (("graph", "inproc"), ("graph_processes", "shm")):
+        mode = report["modes"][name]
+        assert mode["completed"] + mode["dropped"] == 6 and mode["completed"] >= 5, mode
+        assert mode["period_ms"]["p50"] > 0 and mode["transport"] == transport
     assert report["modes"]["native"]["partition"] == report["num_blocks"]
     assert report["modes"]["serial"]["max_in_flight_seen"] == 1
-    for key in ("partition", "devices", "speedup_pipelined_vs_native", "pipeline_efficiency"):
-        assert key in report
+    for key in ("speedup_pipelined_vs_native", "speedup_pipelined_vs_native_all_cores", "pipeline_efficiency",
+                "graph_period_vs_pipelined", "graph_processes_period_vs_pipelined"):
+        assert report[key] > 0, key
     assert report["devices"]["stand_in"] is True or "cuda" in report["devices"]["prefix"]
     assert (tmp_path / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "mode" in out.stdout and "graph_processes" in out.stdout  # the table, not the JSON
+    assert "[bench" in out.stderr                                     # progress
 
 
 @pytest.mark.slow

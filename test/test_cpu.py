@@ -112,3 +112,22 @@ def test_separate_processes_get_the_parents_resolved_core_split(tmp_path, monkey
         prefix, suffix = resolved["hybrid_vla_prefix"]["cores"], resolved["hybrid_vla_suffix"]["cores"]
         assert prefix and suffix and not set(prefix) & set(suffix)
         assert by_node["hybrid_vla_suffix"][-2:] == ["--pin", ",".join(map(str, suffix))]
+
+
+def test_pinned_gives_the_thread_back_its_own_cores_and_threads():
+    """Profiling pins the calling thread; afterwards it must run on every core it had (a bench once left its
+    main thread on the suffix's cores, and the processes it started could not pin to the prefix's)."""
+    from hybrid_vla_ros.engine.cpu import pinned
+    seen = {}
+
+    def worker():
+        before = (os.sched_getaffinity(0), torch.get_num_threads())
+        with pinned(allowed_cores()[-1:], threads=1):
+            seen["inside"] = (os.sched_getaffinity(0), torch.get_num_threads())
+        seen["after"], seen["before"] = (os.sched_getaffinity(0), torch.get_num_threads()), before
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert seen["inside"] == ({allowed_cores()[-1]}, 1)
+    assert seen["after"] == seen["before"]

@@ -12,13 +12,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..engine.cpu import core_plan
+from ..engine.cpu import allowed_cores, core_plan
 from ..engine.pipeline import FrameResult, Pipeline, PipelineConfig
 from ..engine.placement import Placement
 from ..engine.stages import PrefixStage, SuffixStage
 from ..model.inputs import synthetic_frame
 from ..model.vla import VLAModel
 from .profile import seed_cost_model
+from .graph import run_graph_mode
 from .handover import handover_microbench
 from .report import headline, percentiles, pyplot, write_report  # noqa: F401 (headline, write_report: re-exported)
 
@@ -43,7 +44,7 @@ def summarise(results: list[FrameResult], stats, warmup: int) -> dict:
 
 
 def run_mode(model: VLAModel, placement: Placement, partition: int, max_in_flight: int, transport: str,
-             frames: list, prefix_cores, suffix_cores, warmup: int) -> dict:
+             frames: list, prefix_cores, suffix_cores, warmup: int, prefix_threads: int | None = None) -> dict:
     prefix = PrefixStage(model, partition, placement)
     suffix = SuffixStage(model, partition, placement)
     if placement.uses_cuda:  # after the stages placed their weights: the peak is this mode's own
@@ -51,7 +52,8 @@ def run_mode(model: VLAModel, placement: Placement, partition: int, max_in_fligh
         torch.cuda.reset_peak_memory_stats(placement.prefix_device)
     feed = iter(frames)
     pipe = Pipeline(prefix, suffix, PipelineConfig(max_in_flight=max_in_flight, transport=transport,
-                                                   prefix_cores=prefix_cores, suffix_cores=suffix_cores),
+                                                   prefix_cores=prefix_cores, suffix_cores=suffix_cores,
+                                                   prefix_threads=prefix_threads),
                     source=lambda: next(feed, None)).start()
     results = pipe.finish()
     summary = summarise(results, pipe.stats, warmup)
@@ -61,40 +63,83 @@ def run_mode(model: VLAModel, placement: Placement, partition: int, max_in_fligh
     return summary
 
 
+ENGINE_MODES = ("native", "native_all_cores", "serial", "pipelined")
+GRAPH_MODES = ("graph", "graph_processes")
+DEFAULT_MODES = ENGINE_MODES + GRAPH_MODES
+
+
+def mode_plan(modes, transports, L: int, partition: int, max_in_flight: int, cores: tuple) -> dict:
+    """mode name -> run_mode arguments (partition, frames in flight, transport, prefix cores, suffix cores,
+    prefix threads). native: the whole model on the prefix's cores (the GPU-only stand-in); native_all_cores:
+    the unsplit model with one thread pool over every core (what a user without a GPU runs)."""
+    prefix_cores, suffix_cores, all_cores = cores
+    plan = {"native": (L, 1, "inproc", prefix_cores, suffix_cores, None),
+            "native_all_cores": (L, 1, "inproc", all_cores, None, len(all_cores)),
+            "serial": (partition, 1, "inproc", prefix_cores, suffix_cores, None)}
+    for t in transports if "pipelined" in modes else ():
+        plan["pipelined" if t == "inproc" else f"pipelined_{t}"] = (partition, max_in_flight, t, prefix_cores,
+                                                                    suffix_cores, None)
+    return {name: args for name, args in plan.items() if name in modes or name.startswith("pipelined")}
+
+
 def run_bench(model: VLAModel, placement: Placement, num_frames: int = 24, partition: int | None = None,
-              transports=("inproc", "shm", "inline"), max_in_flight: int = 2, warmup: int = 3) -> dict:
+              transports=("inproc", "shm", "inline"), max_in_flight: int = 2, warmup: int = 3,
+              modes=DEFAULT_MODES, progress=None) -> dict:
+    """Every mode on the same frames, one after the other, in one run. progress(text) reports each mode."""
+    progress = progress or (lambda text: None)
     prefix_cores, suffix_cores, devices = core_plan(placement)
     if partition is None:  # balanced for these stage devices: each side profiled on its cores in its dtype
+        progress("profiling each side to choose a balanced partition")
         costs = seed_cost_model(model, placement, prefix_cores, suffix_cores)
         partition = min(range(costs.num_blocks + 1), key=costs.period_ms)
     frames = [synthetic_frame(model.spec, seq) for seq in range(num_frames + warmup)]
     L = model.num_blocks
-    plan = [("native", L, 1, "inproc"), ("serial", partition, 1, "inproc")]
-    plan += [("pipelined" if t == "inproc" else f"pipelined_{t}", partition, max_in_flight, t) for t in transports]
-    modes = {name: run_mode(model, placement, p, k, t, frames, prefix_cores, suffix_cores, warmup)
-             for name, p, k, t in plan}
+    plan = mode_plan(modes, transports, L, partition, max_in_flight, (prefix_cores, suffix_cores, allowed_cores()))
+    results = {}
+    for name, (p, k, t, pc, sc, threads) in plan.items():
+        progress(f"mode {name} (p={p}, {k} in flight, {t})")
+        results[name] = run_mode(model, placement, p, k, t, frames, pc, sc, warmup, threads)
+    for name in (m for m in GRAPH_MODES if m in modes):
+        progress(f"mode {name} (the three ROS nodes, p={partition})")
+        results[name] = run_graph_mode(model, placement, partition, num_frames + warmup, prefix_cores,
+                                       suffix_cores, max_in_flight, processes=name == "graph_processes")
     if placement.uses_cuda:
         try:
-            modes["accelerate_device_map"] = run_accelerate_peer(model, partition, frames, warmup)
-        except Exception as exc:  # the peer is informative; never lose our own results to it
-            modes["accelerate_device_map"] = {"error": f"{type(exc).__name__}: {exc}"}
-    native, serial, piped = modes["native"], modes["serial"], modes["pipelined"]
-    slowest = max(piped["prefix_busy_ms"]["mean"], piped["suffix_busy_ms"]["mean"])
-    report = {
-        "preset": model.spec.name, "num_blocks": L, "partition": partition, "frames": num_frames, "warmup": warmup,
-        "devices": devices, "placement": placement.describe(), "torch": torch.__version__,
-        "speedup_pipelined_vs_native": native["period_ms"]["p50"] / piped["period_ms"]["p50"],
-        "speedup_pipelined_vs_serial": serial["period_ms"]["p50"] / piped["period_ms"]["p50"],
-        "pipeline_efficiency": slowest / piped["period_ms"]["mean"],
-        "latency_pipelined_vs_serial": piped["latency_ms"]["p50"] / serial["latency_ms"]["p50"],
-        "inproc_handover_fraction_of_period": piped["handover_ms"]["p50"] / piped["period_ms"]["p50"],
-        "boundary_bytes": boundary_bytes(model, placement),
-        "modes": modes,
-    }
-    if "pipelined_shm" in modes:
-        report["shm_handover_ms_p50"] = modes["pipelined_shm"]["handover_ms"]["p50"]
+            results["accelerate_device_map"] = run_accelerate_peer(model, partition, frames, warmup)
+        except Exception as exc:  # noqa: BLE001 - the peer is informative; never lose our own results to it
+            results["accelerate_device_map"] = {"error": f"{type(exc).__name__}: {exc}"}
+    report = {"preset": model.spec.name, "num_blocks": L, "partition": partition, "frames": num_frames,
+              "warmup": warmup, "devices": devices, "placement": placement.describe(), "torch": torch.__version__,
+              "boundary_bytes": boundary_bytes(model, placement), **ratios(results), "modes": results}
+    if "pipelined_shm" in results:
+        report["shm_handover_ms_p50"] = results["pipelined_shm"]["handover_ms"]["p50"]
+    progress("handover micro-benchmark (ORION-sized state)")
     report["handover_microbench_orion_state"] = handover_microbench()
     return report
+
+
+def _p50(modes: dict, name: str, key: str = "period_ms"):
+    return (modes.get(name) or {}).get(key, {}).get("p50") if isinstance(modes.get(name), dict) else None
+
+
+def ratios(modes: dict) -> dict:
+    """Side-by-side ratios of the modes that ran (None where one side did not)."""
+    def ratio(a, b, key="period_ms"):
+        x, y = _p50(modes, a, key), _p50(modes, b, key)
+        return x / y if x and y else None
+
+    out = {"speedup_pipelined_vs_native": ratio("native", "pipelined"),
+           "speedup_pipelined_vs_native_all_cores": ratio("native_all_cores", "pipelined"),
+           "speedup_pipelined_vs_serial": ratio("serial", "pipelined"),
+           "latency_pipelined_vs_serial": ratio("pipelined", "serial", "latency_ms"),
+           "graph_period_vs_pipelined": ratio("graph", "pipelined"),
+           "graph_processes_period_vs_pipelined": ratio("graph_processes", "pipelined")}
+    piped = modes.get("pipelined")
+    if piped:
+        slowest = max(piped["prefix_busy_ms"]["mean"], piped["suffix_busy_ms"]["mean"])
+        out["pipeline_efficiency"] = slowest / piped["period_ms"]["mean"]
+        out["inproc_handover_fraction_of_period"] = piped["handover_ms"]["p50"] / piped["period_ms"]["p50"]
+    return out
 
 
 def boundary_bytes(model: VLAModel, placement: Placement) -> int:
@@ -168,8 +213,8 @@ def plot_bench(report: dict, path: str | Path) -> None:
     ax.bar(names, [report["modes"][n].get("period_ms", {}).get("p50") or 0 for n in names], color="tab:gray")
     ax.set_ylabel("period p50 (ms)")
     ax.set_title(f"{report['preset']} p={report['partition']}: pipelined vs native "
-                 f"{report['speedup_pipelined_vs_native']:.2f}x, efficiency {report['pipeline_efficiency']:.2f}",
-                 fontsize=9)
+                 f"{report['speedup_pipelined_vs_native'] or float('nan'):.2f}x, efficiency "
+                 f"{report.get('pipeline_efficiency') or float('nan'):.2f}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -8,7 +8,7 @@ import time
 import torch
 
 from ..engine.costs import CostModel
-from ..engine.cpu import allowed_cores, core_plan, pin_current_thread
+from ..engine.cpu import core_plan, pinned
 from ..engine.placement import Placement
 from ..engine.stages import PrefixStage, SuffixStage
 from ..model.inputs import synthetic_frame
@@ -48,45 +48,36 @@ def profile_blocks(model: VLAModel, placement: Placement = Placement(), frames: 
 
 def seed_cost_model(model: VLAModel, placement: Placement, prefix_cores, suffix_cores, frames: int = 2) -> CostModel:
     """Profile the prefix on its cores and the suffix on its cores (a `hybrid-vla profile` in miniature)."""
-    import copy
-    try:
-        pin_current_thread(prefix_cores)
-        prefix = profile_blocks(copy.deepcopy(model), Placement(placement.prefix_device, placement.prefix_dtype,
-                                                                placement.prefix_dtype), frames)
-        pin_current_thread(suffix_cores)
-        suffix = profile_blocks(copy.deepcopy(model), Placement(prefix_dtype=placement.suffix_dtype,
-                                                                suffix_dtype=placement.suffix_dtype), frames)
-    finally:
-        pin_current_thread(allowed_cores())
+    with pinned(prefix_cores):
+        prefix = profile_blocks(model, Placement(placement.prefix_device, placement.prefix_dtype,
+                                                 placement.prefix_dtype), frames)
+    with pinned(suffix_cores):
+        suffix = profile_blocks(model, Placement(prefix_dtype=placement.suffix_dtype,
+                                                 suffix_dtype=placement.suffix_dtype), frames)
     return CostModel.from_profiles(prefix, suffix, handover_ms=0.0, tokens=1)
 
 
 def profile_report(model: VLAModel, placement: Placement, frames: int = 3) -> dict:
     """Per-block times on each device, the handover cost, and the CPU suffix's bf16 speed-up and accuracy.
     The prefix is profiled on the prefix's cores in the prefix dtype; the suffix on the suffix's cores in
-    fp32 and in bf16 (on copies of the model, so `model` keeps its dtype)."""
-    import copy
-
+    fp32 and in bf16 (the stages convert copies: `model` keeps its dtype)."""
     import numpy as np
 
     from ..engine.cpu import cpu_backend_report
     from ..engine.stages import reference_forward
     from .handover import handover_microbench
     prefix_cores, suffix_cores, devices = core_plan(placement)
-    try:
-        pin_current_thread(prefix_cores)
-        prefix = profile_blocks(copy.deepcopy(model), Placement(placement.prefix_device, placement.prefix_dtype,
-                                                                placement.prefix_dtype), frames)
-        pin_current_thread(suffix_cores)
-        suffix = {name: profile_blocks(copy.deepcopy(model), Placement(prefix_dtype=dtype, suffix_dtype=dtype), frames)
+    with pinned(prefix_cores):
+        prefix = profile_blocks(model, Placement(placement.prefix_device, placement.prefix_dtype,
+                                                 placement.prefix_dtype), frames)
+    with pinned(suffix_cores):
+        suffix = {name: profile_blocks(model, Placement(prefix_dtype=dtype, suffix_dtype=dtype), frames)
                   for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
-    finally:
-        pin_current_thread(allowed_cores())
-    state = PrefixStage(copy.deepcopy(model), model.num_blocks // 2).run(synthetic_frame(model.spec, 0))
+    state = PrefixStage(model, model.num_blocks // 2).run(synthetic_frame(model.spec, 0))
     handover = handover_microbench(tokens=state.hidden.shape[1], hidden=state.hidden.shape[2], repeats=20)
     # Accuracy cost of the bf16 suffix: the same frames, unsplit fp32 vs suffix in bf16 at the middle cut.
-    bf16_model, p = copy.deepcopy(model), model.num_blocks // 2
-    pre, suf = PrefixStage(bf16_model, p), SuffixStage(bf16_model, p, Placement(suffix_dtype=torch.bfloat16))
+    p = model.num_blocks // 2
+    pre, suf = PrefixStage(model, p), SuffixStage(model, p, Placement(suffix_dtype=torch.bfloat16))
     diffs = []
     for seq in range(frames):
         frame = synthetic_frame(model.spec, seq)

@@ -11,17 +11,27 @@ MODES_FRAMES, LOAD_STEP_FRAMES = 24, 80
 
 
 def cmd_bench(args) -> int:
-    from ..bench.modes import headline, plot_bench, run_bench
+    from ..bench.modes import DEFAULT_MODES, plot_bench, run_bench
+    from ..bench.report import modes_table, progress_printer
+    from ..errors import ConfigError
     model = model_from_args(args)
     if args.scenario == "load-step":
         return bench_load_step(args, model)
     transports = tuple(t for t in args.transports.split(",") if t)
-    report = run_bench(model, placement_from_args(args), num_frames=args.frames or MODES_FRAMES, partition=args.partition,
-                       transports=transports, max_in_flight=args.max_in_flight, warmup=args.warmup)
+    modes = tuple(m for m in args.modes.split(",") if m)
+    unknown = sorted(set(modes) - set(DEFAULT_MODES))
+    if unknown:
+        raise ConfigError(f"--modes: unknown {unknown}; known: {list(DEFAULT_MODES)}")
+    report = run_bench(model, placement_from_args(args), num_frames=args.frames or MODES_FRAMES,
+                       partition=args.partition, transports=transports, max_in_flight=args.max_in_flight,
+                       warmup=args.warmup, modes=modes, progress=progress_printer("bench"))
     write_json(report, args.json)
     if args.plot:
         plot_bench(report, args.plot)
-    print(json.dumps(headline(report), indent=2))
+    print(f"{report['preset']}: {report['num_blocks']} blocks, partition {report['partition']}, "
+          f"{report['frames']} frames; {report['devices']['prefix']} | {report['devices']['suffix']}")
+    print(modes_table(report))
+    print(f"full report: {args.json}" if args.json else "(--json FILE writes the full report)")
     return 0
 
 
@@ -55,7 +65,10 @@ def register(sub) -> None:
                    help=f"frames measured (default {MODES_FRAMES} for modes, {LOAD_STEP_FRAMES} for load-step)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--max-in-flight", type=int, default=2)
-    p.add_argument("--transports", default="inproc,shm,inline")
+    p.add_argument("--transports", default="inproc,shm,inline", help="handovers of the pipelined modes")
+    p.add_argument("--modes", default="native,native_all_cores,serial,pipelined,graph,graph_processes",
+                   help="modes to run side by side (graph: the three ROS nodes in one process; graph_processes: "
+                        "one process per node)")
     p.add_argument("--json", default=None, help="write the full report (with per-frame timelines) here")
     p.add_argument("--plot", default=None, help="write the timeline/period PNG here")
     p.add_argument("--scenario", default="modes", choices=("modes", "load-step"),

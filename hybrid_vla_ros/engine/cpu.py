@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -81,6 +82,19 @@ def pin_current_thread(cores: list[int] | None, threads: int | None = None) -> N
         torch.set_num_threads(wanted)
         torch.get_num_threads()  # runs the lazy init now, with our value
         torch.set_num_threads(wanted)
+
+
+@contextmanager
+def pinned(cores: list[int] | None, threads: int | None = None):
+    """Run the body on `cores` from this thread, then give the thread back its own cores and torch threads
+    (read before pinning: after it, allowed_cores() would only see the pinned set)."""
+    before_cores, before_threads = os.sched_getaffinity(0), torch.get_num_threads()
+    pin_current_thread(cores, threads)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before_cores)
+        pin_current_thread(None, before_threads)
 
 
 def thread_affinity() -> list[int]:

@@ -1,0 +1,59 @@
+"""The ROS graph as a benchmark mode: the same synthetic frames as the engine modes, as raw camera images
+from a rosbag2 drive, through the three real nodes (one process: `graph`; one process per node:
+`graph_processes`) with the same partition, core split and frames-in-flight limit. What the graph costs over
+the engine shows up as the ratio of its period to `pipelined`."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from ..engine.placement import DTYPE_NAMES, Placement
+from ..model.vla import VLAModel
+
+
+def camera_topics(num_cameras: int) -> list[str]:
+    return [f"/bench/camera{i}/image_raw" for i in range(num_cameras)]
+
+
+def graph_overrides(model: VLAModel, placement: Placement, partition: int, prefix_cores, suffix_cores,
+                    max_in_flight: int) -> dict:
+    common = {"model.preset": model.spec.name, "partition_point": partition, "dynamic_zone_min": -1,
+              "dynamic_zone_max": -1, "diagnostics_period_s": 0.5}
+    return {
+        "hybrid_vla_prefix": {**common, "camera_topics": camera_topics(model.spec.num_cameras),
+                              "image_transport": "raw", "input_policy": "lossless", "use_kinematic_state": False,
+                              "max_in_flight": max_in_flight, "cores": list(prefix_cores),
+                              "dtype": DTYPE_NAMES[placement.prefix_dtype], "device": str(placement.prefix_device.type)},
+        "hybrid_vla_suffix": {**common, "cores": list(suffix_cores), "dtype": DTYPE_NAMES[placement.suffix_dtype],
+                              "boundary_dtype": DTYPE_NAMES[placement.prefix_dtype]},
+        "hybrid_vla_scheduler": {"autostart": False, "model.preset": model.spec.name, "initial_partition": partition,
+                                 "dynamic_zone_min": -1, "dynamic_zone_max": -1},
+    }
+
+
+def run_graph_mode(model: VLAModel, placement: Placement, partition: int, frames: int, prefix_cores, suffix_cores,
+                   max_in_flight: int, processes: bool) -> dict:
+    """-> the mode's summary: period and latency (p50, p99), frames, drops, transports."""
+    if model.spec.name not in _presets():
+        return {"skipped": "graph modes run named presets only (the nodes load the model themselves)"}
+    from ..ros.bringup import graph_params, write_combined_config
+    from ..ros.demo import drive_graph, write_sample_drive
+    work = Path(tempfile.mkdtemp(prefix="hvla_bench_"))
+    bag = write_sample_drive(work / "drive", model.spec.name, camera_topics(model.spec.num_cameras), frames,
+                             compressed=False)
+    params = graph_params(overrides=graph_overrides(model, placement, partition, prefix_cores, suffix_cores,
+                                                    max_in_flight))
+    config = write_combined_config(params, work / "graph.param.yaml")
+    summary, _ = drive_graph(bag, params, processes=processes, config=str(config), window=max_in_flight)
+    return {"partition": partition, "max_in_flight": max_in_flight, "frames": frames,
+            "completed": summary["trajectories"], "dropped": summary["dropped"],
+            "period_ms": summary["period_ms"], "latency_ms": summary["latency_ms"],
+            "transport": ",".join(summary["transports"]),
+            "note": "raw images over DDS into the prefix node, trajectories out of the suffix node; period from "
+                    "the arrival times of the suffix's per-frame info, latency from publish to that arrival"}
+
+
+def _presets() -> set[str]:
+    from ..model.spec import PRESETS
+    return set(PRESETS)
