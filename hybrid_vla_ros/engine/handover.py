@@ -88,7 +88,7 @@ class HandoverEncoder:
         kind = kind or self.kind()
         if kind == "inproc":
             state.flight = self.flight
-            body = HANDLE.pack(PROCESS_REGISTRY.send(state))
+            body = HANDLE.pack(PROCESS_REGISTRY.send(state, owner=self))
         elif kind == "shm":
             segment, packed = self.shm.send(state)
             name = segment.encode()
@@ -97,7 +97,12 @@ class HandoverEncoder:
             body = codec.encode(state)
         return pack_envelope(kind, state.stamp_ns, body)
 
+    def pending(self) -> int:
+        """This encoder's in-process states not yet taken by the receiver."""
+        return PROCESS_REGISTRY.pending(owner=self)
+
     def close(self) -> None:
+        PROCESS_REGISTRY.discard(self)  # states nobody will take any more must not hold their tensors
         if self.shm:
             self.shm.close()
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from ..errors import ConfigError, expect
 from ..types import Frame, Trajectory
 from .flight import FlightControl
-from .handover import PROCESS_REGISTRY, HandoverDecoder, HandoverEncoder
+from .handover import HandoverDecoder, HandoverEncoder
 from .stages import PrefixStage, SuffixStage
 from .worker import POLICIES, StageHealth, StageWorker
 
@@ -145,8 +145,8 @@ class Pipeline:
         return self.suffix_worker.backlog()
 
     def handover_pending(self) -> int:
-        """Boundary states alive in the in-process registry (sent, not yet taken)."""
-        return PROCESS_REGISTRY.pending()
+        """This pipeline's boundary states in the in-process registry (sent, not yet taken)."""
+        return self.encoder.pending()
 
     def get(self, timeout: float | None = None) -> FrameResult | None:
         try:

@@ -49,6 +49,7 @@ class InProcessTransport:
         hold its tensor forever): beyond it the oldest is evicted, counted in `evicted` and given to
         on_evict(item)."""
         self._states: dict[int, BoundaryState] = {}
+        self._owners: dict[int, object] = {}
         self.on_evict = on_evict
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -56,13 +57,16 @@ class InProcessTransport:
         self.max_pending = max_pending
         self.evicted = 0
 
-    def send(self, state: BoundaryState) -> int:
+    def send(self, state: BoundaryState, owner: object = None) -> int:
         with self._lock:
             handle = next(self._ids)
             self._states[handle] = state
+            self._owners[handle] = owner
             evicted = []
             while self.max_pending is not None and len(self._states) > self.max_pending:
-                evicted.append(self._states.pop(next(iter(self._states))))
+                oldest = next(iter(self._states))
+                evicted.append(self._states.pop(oldest))
+                self._owners.pop(oldest, None)
                 self.evicted += 1
         for item in evicted:
             if self.on_evict is not None:
@@ -72,14 +76,28 @@ class InProcessTransport:
     def receive(self, handle: int) -> BoundaryState:
         with self._lock:
             state = self._states.pop(handle, None)
+            self._owners.pop(handle, None)
         expect(state is not None, InputError, f"in-process handle {handle}: unknown or already taken")
         return state
 
-    def pending(self) -> int:
-        return len(self._states)
+    def pending(self, owner: object = None) -> int:
+        """States waiting to be taken (only `owner`'s when given)."""
+        with self._lock:
+            return len(self._states) if owner is None else sum(o is owner for o in self._owners.values())
+
+    def discard(self, owner: object) -> int:
+        """Forget `owner`'s states (its sender closed: nobody will take them). -> how many."""
+        with self._lock:
+            handles = [h for h, o in self._owners.items() if o is owner]
+            for handle in handles:
+                self._states.pop(handle, None)
+                self._owners.pop(handle, None)
+        return len(handles)
 
     def close(self) -> None:
-        self._states.clear()
+        with self._lock:
+            self._states.clear()
+            self._owners.clear()
 
 
 class InlineTransport:
