@@ -421,14 +421,14 @@ def wait_for_graph(timeout_s: float) -> list[str]:
 
 
 def shm_segments() -> set:
-    from hybrid_vla_ros.engine.transport import SEGMENT_PREFIX, SHM_DIR
+    from hybrid_vla_ros.engine.shm import SEGMENT_PREFIX, SHM_DIR
     return {p.name for p in SHM_DIR.glob(f"{SEGMENT_PREFIX}*")} if SHM_DIR.is_dir() else set()
 
 
 def orphaned(segments: set) -> set:
     """Segments whose owner process is gone (left behind), not those of processes still running elsewhere
     on this machine (another test run shares /dev/shm)."""
-    from hybrid_vla_ros.engine.transport import SEGMENT_PREFIX
+    from hybrid_vla_ros.engine.shm import SEGMENT_PREFIX
     left = set()
     for name in segments:
         pid = int(name[len(SEGMENT_PREFIX):].split("_", 1)[0])

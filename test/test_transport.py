@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from hybrid_vla_ros.engine import codec
-from hybrid_vla_ros.engine.transport import (SHM_DIR, InProcessTransport, SharedMemoryRing, SharedMemoryTransport,
-                                              SlotDescriptor, reclaim_stale_segments)
+from hybrid_vla_ros.engine.shm import SHM_DIR, SharedMemoryRing, SlotDescriptor, reclaim_stale_segments
+from hybrid_vla_ros.engine.transport import InProcessTransport, SharedMemoryTransport
 from hybrid_vla_ros.types import BoundaryState
 from hybrid_vla_ros.errors import InputError
 

@@ -1,0 +1,214 @@
+"""The shared-memory ring behind the `shm` handover (same host, other process), ROS-free.
+
+Preallocated slots in /dev/shm with back-pressure, a sequence number and a partition epoch per slot;
+owner-only permissions; removed on exit and reclaimed after a crash (segment names carry the owner's pid).
+Attaching checks the segment's size against its header, so a truncated segment is refused, never read past.
+"""
+
+from __future__ import annotations
+
+import atexit
+import mmap
+import os
+import secrets
+import struct
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import InputError, expect
+from ..types import BoundaryState
+from . import codec
+
+SHM_DIR = Path("/dev/shm")
+SEGMENT_PREFIX = "hvla_"
+RING_MAGIC = b"HVLARING"
+RING_VERSION = 1
+RING_HEADER = struct.Struct("<8sIIQQI")       # magic, version, slots, slot capacity, ring id, owner pid
+SLOT_HEADER = struct.Struct("<IIQQIQ")        # state, epoch(partition), seq, ring id, reserved, payload length
+SLOT_HEADER_SIZE = 64
+FREE, READY = 0, 2
+DESCRIPTOR = struct.Struct("<8sQIIQQ")        # magic, ring id, slot, epoch, seq, length
+DESCRIPTOR_MAGIC = b"HVLASLOT"
+
+
+def ring_bytes(slots: int, slot_capacity: int) -> int:
+    """Size of a ring segment: the ring header block, then per slot its header and payload capacity."""
+    return SLOT_HEADER_SIZE + slots * (SLOT_HEADER_SIZE + slot_capacity)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def reclaim_stale_segments(directory: Path = SHM_DIR) -> list[str]:
+    """Unlink ring segments whose owner process is gone (a crashed or killed worker). Returns their names."""
+    removed = []
+    for path in directory.glob(f"{SEGMENT_PREFIX}*"):
+        try:
+            pid = int(path.name[len(SEGMENT_PREFIX):].split("_", 1)[0])
+        except ValueError:
+            continue
+        if not _pid_alive(pid):
+            try:
+                path.unlink()
+                removed.append(path.name)
+            except (FileNotFoundError, PermissionError):  # gone already, or another user's (sticky /dev/shm)
+                pass
+    return removed
+
+
+@dataclass(frozen=True)
+class SlotDescriptor:
+    """What travels on the topic (or the in-process queue) for a shared-memory handover: 40 bytes."""
+    segment: str
+    ring_id: int
+    slot: int
+    epoch: int
+    seq: int
+    length: int
+
+    def pack(self) -> bytes:
+        return DESCRIPTOR.pack(DESCRIPTOR_MAGIC, self.ring_id, self.slot, self.epoch, self.seq, self.length)
+
+    @classmethod
+    def unpack(cls, segment: str, data: bytes) -> "SlotDescriptor":
+        expect(len(data) == DESCRIPTOR.size, InputError,
+               f"slot descriptor: {len(data)} bytes, expected {DESCRIPTOR.size}")
+        magic, ring_id, slot, epoch, seq, length = DESCRIPTOR.unpack(data)
+        expect(magic == DESCRIPTOR_MAGIC, InputError, f"slot descriptor: magic {magic!r}, expected {DESCRIPTOR_MAGIC!r}")
+        return cls(segment, ring_id, slot, epoch, seq, length)
+
+
+class SharedMemoryRing:
+    """A ring of preallocated slots in one /dev/shm segment. One writer (the owner), one reader.
+
+    The writer fills a FREE slot, then flips it to READY; the reader copies the payload out and flips it back
+    to FREE. A full ring blocks the writer (back-pressure) up to a timeout.
+    """
+
+    def __init__(self, path: Path, mm: mmap.mmap, fd: int, owner: bool):
+        self.path, self._mm, self._fd, self.owner = path, mm, fd, owner
+        magic, version, self.slots, self.slot_capacity, self.ring_id, self.owner_pid = RING_HEADER.unpack_from(mm, 0)
+        expect(magic == RING_MAGIC, InputError, f"shared-memory segment '{path.name}': not a boundary ring")
+        expect(version == RING_VERSION, InputError,
+               f"shared-memory segment '{path.name}': ring version {version}, expected {RING_VERSION}")
+        needed = ring_bytes(self.slots, self.slot_capacity)
+        size = len(mm)
+        if size < needed:  # a truncated or foreign segment: never read past its end
+            mm.close()
+            os.close(fd)
+            raise InputError(f"shared-memory segment '{path.name}': {size} bytes, its header promises "
+                             f"{self.slots} slots of {self.slot_capacity} B = {needed} B (truncated?)")
+        self._next = 0
+        self._closed = False
+        if owner:
+            atexit.register(self.close)
+
+    # -- construction ----------------------------------------------------------------------------------
+    @classmethod
+    def create(cls, name: str, slots: int, slot_capacity: int, directory: Path = SHM_DIR) -> "SharedMemoryRing":
+        expect(slots >= 1 and slot_capacity >= codec.HEADER.size, InputError,
+               f"ring '{name}': slots={slots}, capacity={slot_capacity}: need >= 1 slot of >= {codec.HEADER.size} B")
+        reclaim_stale_segments(directory)
+        path = directory / f"{SEGMENT_PREFIX}{os.getpid()}_{name}"
+        size = ring_bytes(slots, slot_capacity)
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        os.fchmod(fd, 0o600)  # owner-only whatever the umask
+        os.ftruncate(fd, size)
+        mm = mmap.mmap(fd, size)
+        RING_HEADER.pack_into(mm, 0, RING_MAGIC, RING_VERSION, slots, slot_capacity, secrets.randbits(63), os.getpid())
+        return cls(path, mm, fd, owner=True)
+
+    @classmethod
+    def attach(cls, segment: str, directory: Path = SHM_DIR) -> "SharedMemoryRing":
+        path = directory / segment
+        expect(segment.startswith(SEGMENT_PREFIX) and "/" not in segment, InputError,
+               f"shared-memory segment '{segment}': not a hybrid_vla_ros ring name")
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError as exc:
+            raise InputError(f"shared-memory segment '{segment}': does not exist (writer gone?)") from exc
+        except PermissionError as exc:
+            raise InputError(f"shared-memory segment '{segment}': not ours to open ({exc.strerror})") from exc
+        size = os.fstat(fd).st_size
+        if size < RING_HEADER.size:
+            os.close(fd)
+            raise InputError(f"shared-memory segment '{segment}': only {size} bytes")
+        return cls(path, mmap.mmap(fd, size), fd, owner=False)
+
+    @property
+    def segment(self) -> str:
+        return self.path.name
+
+    def _slot_offset(self, index: int) -> int:
+        return SLOT_HEADER_SIZE + index * (SLOT_HEADER_SIZE + self.slot_capacity)
+
+    def _slot_state(self, index: int) -> int:
+        return struct.unpack_from("<I", self._mm, self._slot_offset(index))[0]
+
+    def free_slots(self) -> int:
+        return sum(self._slot_state(i) == FREE for i in range(self.slots))
+
+    # -- writer ----------------------------------------------------------------------------------------
+    def write(self, state: BoundaryState, timeout_s: float = 5.0) -> SlotDescriptor:
+        length = codec.encoded_size(state)
+        expect(length <= self.slot_capacity, InputError,
+               f"boundary state of frame {state.seq}: {length} bytes, ring slots hold {self.slot_capacity}")
+        index = self._next
+        deadline = time.monotonic() + timeout_s
+        while self._slot_state(index) != FREE:  # back-pressure: wait for the reader
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"ring '{self.segment}': no free slot within {timeout_s} s (reader stalled?)")
+            time.sleep(0.0002)
+        offset = self._slot_offset(index)
+        codec.encode_into(state, self._mm, offset + SLOT_HEADER_SIZE)
+        SLOT_HEADER.pack_into(self._mm, offset, FREE, state.partition, state.seq, self.ring_id, 0, length)
+        struct.pack_into("<I", self._mm, offset, READY)  # publish last
+        self._next = (index + 1) % self.slots
+        return SlotDescriptor(self.segment, self.ring_id, index, state.partition, state.seq, length)
+
+    # -- reader ----------------------------------------------------------------------------------------
+    def read(self, desc: SlotDescriptor) -> BoundaryState:
+        """Copy the state out of its slot, check it against the descriptor, free the slot."""
+        where = f"ring '{self.segment}' slot {desc.slot}"
+        expect(desc.ring_id == self.ring_id, InputError,
+               f"{where}: descriptor is for ring {desc.ring_id}, this ring is {self.ring_id} (foreign slot)")
+        expect(0 <= desc.slot < self.slots, InputError, f"{where}: slot outside 0..{self.slots - 1}")
+        offset = self._slot_offset(desc.slot)
+        state_flag, epoch, seq, ring_id, _, length = SLOT_HEADER.unpack_from(self._mm, offset)
+        expect(state_flag == READY, InputError, f"{where}: not ready (state {state_flag})")
+        expect(ring_id == self.ring_id, InputError, f"{where}: written by ring {ring_id} (foreign slot)")
+        expect((seq, epoch, length) == (desc.seq, desc.epoch, desc.length), InputError,
+               f"{where}: holds frame {seq} partition {epoch} ({length} B), descriptor says frame {desc.seq} "
+               f"partition {desc.epoch} ({desc.length} B)")
+        try:  # the slot is ours from here on: free it whatever its payload holds
+            expect(length <= self.slot_capacity, InputError, f"{where}: length {length} exceeds capacity")
+            start = offset + SLOT_HEADER_SIZE
+            state = codec.decode(memoryview(self._mm)[start:start + length], source=where, copy=True)
+            expect((state.seq, state.partition) == (seq, epoch), InputError,
+                   f"{where}: payload is frame {state.seq} partition {state.partition}, header says {seq}/{epoch}")
+            return state
+        finally:
+            struct.pack_into("<I", self._mm, offset, FREE)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._mm.close()
+        except BufferError:  # a zero-copy view is still alive; the OS frees it with the process
+            pass
+        os.close(self._fd)
+        if self.owner:
+            try:
+                self.path.unlink()
+            except FileNotFoundError:
+                pass
