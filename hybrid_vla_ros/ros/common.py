@@ -127,7 +127,44 @@ class DiagnosticsPublisher:
         self.pub.publish(msg)
 
 
-class StageNode(LifecycleNode):
+class ManagedNode(LifecycleNode):
+    """The transitions the three nodes share: `active` follows activate/deactivate (then `activated()`),
+    cleanup and shutdown call `_release()`, which frees what on_configure made; so does destroy_node."""
+
+    active = False
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        result = super().on_activate(state)  # activates lifecycle publishers
+        self.active = True
+        self.activated()
+        return result
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.active = False
+        return super().on_deactivate(state)
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.active = False
+        self._release()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.active = False
+        self._release()
+        return TransitionCallbackReturn.SUCCESS
+
+    def destroy_node(self):
+        self._release()
+        return super().destroy_node()
+
+    def activated(self) -> None:
+        """Called once active (the scheduler publishes its partition here)."""
+
+    def _release(self) -> None:
+        raise NotImplementedError
+
+
+class StageNode(ManagedNode):
     """What the prefix and suffix nodes share: typed parameters, health counters, the process-wide model, the
     dynamic zone, partition_point validation, rejections that are logged and counted, and the lifecycle
     (ros2/demos lifecycle_py): __init__ declares parameters only; on_configure loads the model and builds the
@@ -157,26 +194,6 @@ class StageNode(LifecycleNode):
             self._release()
             return TransitionCallbackReturn.FAILURE
         return TransitionCallbackReturn.SUCCESS
-
-    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self.active = True
-        return super().on_activate(state)
-
-    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self.active = False
-        return super().on_deactivate(state)
-
-    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self._release()
-        return TransitionCallbackReturn.SUCCESS
-
-    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self._release()
-        return TransitionCallbackReturn.SUCCESS
-
-    def destroy_node(self):
-        self._release()
-        return super().destroy_node()
 
     def configure_stage(self) -> None:
         raise NotImplementedError

@@ -19,14 +19,14 @@ from collections import OrderedDict
 from pathlib import Path
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
-from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 from std_msgs.msg import Int32
 
 from ..engine.costs import CostModel, CostPolicy
 from ..engine.partition import Zone, prefix_bytes_by_partition
 from ..engine.scheduler import SimplePolicy, StageSample
 from ..errors import ConfigError, HybridVLAError, expect
-from .common import ParameterTable, shared_model
+from .common import ManagedNode, ParameterTable, shared_model
 from .topics import PARTITION_QOS
 
 NODE_NAME = "hybrid_vla_scheduler"
@@ -38,7 +38,7 @@ def info_values(msg: DiagnosticStatus) -> dict:
     return {kv.key: kv.value for kv in msg.values}
 
 
-class SchedulerNode(LifecycleNode):
+class SchedulerNode(ManagedNode):
     def __init__(self, node_name: str = NODE_NAME, **kwargs):
         self.policy: SimplePolicy | CostPolicy | None = None
         self.publisher = None
@@ -49,7 +49,6 @@ class SchedulerNode(LifecycleNode):
         self.fed: list[StageSample] = []                  # the most recent samples given to the policy
         self.suffix_backlog = 0
         self.history: list[tuple[float, int]] = []
-        self.active = False
         super().__init__(node_name, **kwargs)
         self.params = ParameterTable(self, NODE_NAME, on_change=self._on_param)
 
@@ -71,24 +70,8 @@ class SchedulerNode(LifecycleNode):
                                f"{self.policy.zone_max}], initial p={self.policy.partition}")
         return TransitionCallbackReturn.SUCCESS
 
-    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        result = super().on_activate(state)  # activates the lifecycle publisher
-        self.active = True
+    def activated(self) -> None:
         self._publish()
-        return result
-
-    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self.active = False
-        return super().on_deactivate(state)
-
-    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self._release()
-        return TransitionCallbackReturn.SUCCESS
-
-    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self.active = False
-        self._release()
-        return TransitionCallbackReturn.SUCCESS
 
     def _release(self) -> None:
         if self.timer is not None:
