@@ -8,7 +8,7 @@ import torch
 
 from ..engine.transport import make_transport
 from ..types import BoundaryState
-from .report import percentiles
+from ..report import percentiles
 
 
 def handover_microbench(tokens: int = 600, hidden: int = 4096, repeats: int = 40) -> dict:

@@ -57,7 +57,7 @@ def seed_cost_model(model: VLAModel, placement: Placement, prefix_cores, suffix_
     return CostModel.from_profiles(prefix, suffix, handover_ms=0.0, tokens=1)
 
 
-def profile_report(model: VLAModel, placement: Placement, frames: int = 3) -> dict:
+def profile_report(model: VLAModel, placement: Placement, frames: int = 3, progress=None) -> dict:
     """Per-block times on each device, the handover cost, and the CPU suffix's bf16 speed-up and accuracy.
     The prefix is profiled on the prefix's cores in the prefix dtype; the suffix on the suffix's cores in
     fp32 and in bf16 (the stages convert copies: `model` keeps its dtype)."""
@@ -67,13 +67,17 @@ def profile_report(model: VLAModel, placement: Placement, frames: int = 3) -> di
     from ..engine.stages import reference_forward
     from .handover import handover_microbench
     prefix_cores, suffix_cores, devices = core_plan(placement)
+    progress = progress or (lambda text: None)
+    progress(f"prefix blocks on cores {prefix_cores}")
     with pinned(prefix_cores):
         prefix = profile_blocks(model, Placement(placement.prefix_device, placement.prefix_dtype,
                                                  placement.prefix_dtype), frames)
+    progress(f"suffix blocks (fp32, bf16) on cores {suffix_cores}")
     with pinned(suffix_cores):
         suffix = {name: profile_blocks(model, Placement(prefix_dtype=dtype, suffix_dtype=dtype), frames)
                   for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
     state = PrefixStage(model, model.num_blocks // 2).run(synthetic_frame(model.spec, 0))
+    progress("handover and bf16 accuracy")
     handover = handover_microbench(tokens=state.hidden.shape[1], hidden=state.hidden.shape[2], repeats=20)
     # Accuracy cost of the bf16 suffix: the same frames, unsplit fp32 vs suffix in bf16 at the middle cut.
     p = model.num_blocks // 2

@@ -26,7 +26,7 @@ from ..errors import ConfigError, expect
 from ..model.inputs import synthetic_frame
 from ..model.vla import VLAModel
 from .profile import seed_cost_model
-from .report import percentiles, pyplot
+from ..report import percentiles, pyplot
 
 
 # Pinned before anything else runs: no site import (-S), no package import, then a busy loop.
@@ -128,8 +128,11 @@ def drive_with_load_step(pipe, policy, load, frames: int, step_on: int, step_off
 
 
 def run_load_step(model: VLAModel, placement: Placement, frames: int = 80, step_on: int = 25, step_off: int | None = 55,
-                  zone: tuple[int, int] | None = None, budget_bytes: int | None = None, sweep_frames: int = 12) -> dict:
+                  zone: tuple[int, int] | None = None, budget_bytes: int | None = None, sweep_frames: int = 12,
+                  progress=None) -> dict:
     check_load_step(frames, step_on, step_off)
+    progress = progress or (lambda text: None)
+    progress("profiling each side to seed the cost model")
     prefix_cores, suffix_cores, devices = core_plan(placement)
     zone = zone or (0, model.num_blocks)
     zone = Zone.around(zone[0], model.num_blocks, zone)
@@ -142,11 +145,13 @@ def run_load_step(model: VLAModel, placement: Placement, frames: int = 80, step_
                     PipelineConfig(prefix_cores=prefix_cores, suffix_cores=suffix_cores),
                     source=lambda: next(feed, None)).start()
     load = CompetingLoad(suffix_cores)
+    progress(f"{frames} frames from p={start_p}, load on the suffix cores from frame {step_on} to {step_off}")
     try:
         timeline = drive_with_load_step(pipe, policy, load, frames, step_on, step_off)
     finally:
         load.stop()
         pipe.finish()
+    progress(f"static sweep over p in [{zone.lo}, {zone.hi}], idle and loaded, {sweep_frames} frames each")
     sweeps = {"idle": sweep(model, placement, zone, sweep_frames, prefix_cores, suffix_cores),
               "loaded": sweep(model, placement, zone, sweep_frames, prefix_cores, suffix_cores, suffix_cores)}
     report = {"scenario": "load-step", "preset": model.spec.name, "num_blocks": model.num_blocks, "zone": list(zone),

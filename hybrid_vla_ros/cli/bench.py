@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 from .common import add_model_args, add_placement_args, model_from_args, placement_from_args, write_json
 
 
@@ -12,7 +10,7 @@ MODES_FRAMES, LOAD_STEP_FRAMES = 24, 80
 
 def cmd_bench(args) -> int:
     from ..bench.modes import DEFAULT_MODES, plot_bench, run_bench
-    from ..bench.report import modes_table, progress_printer
+    from ..report import modes_table, progress_printer
     from ..errors import ConfigError
     model = model_from_args(args)
     if args.scenario == "load-step":
@@ -37,23 +35,44 @@ def cmd_bench(args) -> int:
 
 def bench_load_step(args, model) -> int:
     from ..bench.scenario import plot_load_step, run_load_step
+    from ..report import fmt, key_value_table, progress_printer
     zone = tuple(int(x) for x in args.zone.split(",")) if args.zone else None
     budget = int(args.prefix_budget_mb * 2**20) if args.prefix_budget_mb else None
     report = run_load_step(model, placement_from_args(args), frames=args.frames or LOAD_STEP_FRAMES, step_on=args.step_on,
+                           progress=progress_printer("load-step"),
                            step_off=args.step_off if args.step_off > 0 else None, zone=zone, budget_bytes=budget,
                            sweep_frames=args.sweep_frames)
     write_json(report, args.json)
     if args.plot:
         plot_load_step(report, args.plot)
-    print(json.dumps({k: v for k, v in report.items() if k != "timeline"}, indent=2))
+    ratio, sched = report["scheduler_vs_best_static"], report["scheduler_period_ms"]
+    print(f"load-step on {report['preset']} (zone {report['zone']}, load on frames {report['step_on_frame']}.."
+          f"{report['step_off_frame']}, {report['sweep_frames_per_partition']} frames per static p)")
+    print(key_value_table([
+        ("scheduler period idle / loaded", f"{fmt(sched['idle'])} / {fmt(sched['loaded'])} ms"),
+        ("vs best static idle / loaded", f"{fmt(ratio['idle'], '.3f')} / {fmt(ratio['loaded'], '.3f')}"),
+        ("best static p idle / loaded", f"{report['best_static']['idle']} / {report['best_static']['loaded']}"),
+        ("frames to recover / settle", f"{report['frames_to_recover']} / {report['frames_to_settle']}"),
+        ("moves (frame, from, to)", report["moves"]),
+        ("full report", args.json or "(--json FILE)")]))
     return 0
 
 
 def cmd_profile(args) -> int:
     from ..bench.profile import profile_report
-    report = profile_report(model_from_args(args), placement_from_args(args), frames=args.frames)
+    from ..report import key_value_table, progress_printer
+    report = profile_report(model_from_args(args), placement_from_args(args), frames=args.frames,
+                            progress=progress_printer("profile"))
     write_json(report, args.json)
-    print(json.dumps(report, indent=2))
+    suffix = report["suffix"]
+    print(f"profile of {report['preset']} ({report['num_blocks']} blocks, {report['tokens']} tokens)")
+    print(key_value_table([
+        ("prefix: embed + blocks", f"{report['prefix']['embed_ms']:.1f} + {sum(report['prefix']['block_ms']):.1f} ms"),
+        ("suffix fp32 / bf16 blocks", f"{sum(suffix['fp32']['block_ms']):.1f} / {sum(suffix['bf16']['block_ms']):.1f} ms"),
+        ("bf16 suffix speed-up", f"{report['suffix_bf16_speedup_vs_fp32']:.2f}x"),
+        ("bf16 trajectory max diff", f"{report['bf16_trajectory_max_abs_diff']:.2e}"),
+        ("balanced partition", report["balanced_partition"]),
+        ("full report", args.json or "(--json FILE)")]))
     return 0
 
 

@@ -22,13 +22,20 @@ def run_graph(args, refuse: list[str] = (), defaults: dict | None = None) -> int
 def cmd_demo(args) -> int:
     # A self-contained showcase: keep DDS discovery on this machine unless the user's environment says otherwise.
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    from ..report import key_value_table, pair, progress_printer
     from ..ros.demo import SAMPLE_DRIVE, run_demo
     summary = run_demo(args.out, bag=args.bag or SAMPLE_DRIVE, config=args.config, rate=args.rate,
-                       storage=args.storage, processes=args.processes)
-    shown = {k: v for k, v in summary.items() if k != "partition_over_time"}
-    shown["partition_changes"] = [pt for i, pt in enumerate(summary["partition_over_time"])
-                                  if i == 0 or pt[1] != summary["partition_over_time"][i - 1][1]]
-    print(json.dumps(shown, indent=2))
+                       storage=args.storage, processes=args.processes, progress=progress_printer("demo"))
+    changes = [pt for i, pt in enumerate(summary["partition_over_time"])
+               if i == 0 or pt[1] != summary["partition_over_time"][i - 1][1]]
+    print(f"demo: {summary['trajectories']}/{summary['frames_published']} frames of {summary['bag']} through the "
+          f"graph ({summary['mode']}), model {summary['model']}")
+    print(key_value_table([
+        ("period p50 / p99", pair(summary["period_ms"])), ("latency p50 / p99", pair(summary["latency_ms"])),
+        ("dropped", summary["dropped"]), ("transports", ", ".join(summary["transports"])),
+        ("partition changes [s, p]", changes), ("rejected inputs", sum(int(v.get("rejected", 0)) for v in summary["rejected"].values())),
+        ("trajectory bag", summary["trajectory_bag"]),
+        ("report", f"{summary['report_png']}, {Path(args.out) / 'summary.json'}")]))
     return 0 if summary["trajectories"] > 0 else 1
 
 

@@ -4,7 +4,6 @@ a summary printed and a PNG report written. Also writes sample drives."""
 from __future__ import annotations
 
 import json
-import statistics
 import time
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from ..errors import ConfigError, expect
 from ..model.inputs import synthetic_frame
 from ..model.spec import get_preset
 from .. import stop
+from ..report import percentiles, pyplot
 from . import convert
 from .bag import BagWriter, Recorder, Replayer
 from .session import ros_context
@@ -133,10 +133,8 @@ def summarise(driver: Driver, published: int, wall_s: float) -> dict:
     return {
         "frames_published": published, "trajectories": len(infos), "dropped": published - len(infos),
         "wall_s": wall_s,
-        "period_ms": {"p50": statistics.median(periods) if periods else None,
-                      "p99": float(np.percentile(periods, 99)) if periods else None},
-        "latency_ms": {"p50": statistics.median(latencies) if latencies else None,
-                       "p99": float(np.percentile(latencies, 99)) if latencies else None},
+        "period_ms": percentiles(periods),
+        "latency_ms": percentiles(latencies),
         "partition_over_time": [[round(i["received"] - received[0], 3), int(i["partition"])] for i in infos],
         "transports": sorted({i["transport"] for i in infos}),
         "rejected": driver.rejections,
@@ -147,16 +145,19 @@ def summarise(driver: Driver, published: int, wall_s: float) -> dict:
 
 def drive_graph(bag: str | Path, params: dict, record_to: str | Path | None = None, processes: bool = False,
                 rate: float = 0.0, window: int = 2, storage: str = "mcap", config: str | None = None,
-                settle_s: float = 30.0) -> tuple[dict, dict]:
-    """Run the graph (one process, or separate processes) on a bag. -> (summary, trajectories by stamp)."""
+                settle_s: float = 30.0, progress=None) -> tuple[dict, dict]:
+    """Run the graph (one process, or separate processes) on a bag. -> (summary, trajectories by stamp).
+    progress(text), when given, hears each step."""
     with ros_context() as context:
-        return _drive(context, bag, params, record_to, processes, rate, window, storage, config, settle_s)
+        return _drive(context, bag, params, record_to, processes, rate, window, storage, config, settle_s,
+                      progress or (lambda text: None))
 
 
-def _drive(context, bag, params, record_to, processes, rate, window, storage, config, settle_s):
+def _drive(context, bag, params, record_to, processes, rate, window, storage, config, settle_s, progress):
     from rclpy.executors import SingleThreadedExecutor
     graph, procs = None, []
     try:
+        progress("starting the graph (" + ("one process per node" if processes else "one process") + ")")
         if processes:
             procs = spawn_processes(config)
             executor = SingleThreadedExecutor(context=context)
@@ -183,6 +184,7 @@ def _drive(context, bag, params, record_to, processes, rate, window, storage, co
         quiet_until = time.monotonic() + 2.0  # let every probe attempt drain before the bag starts
         while len(driver.infos) < attempts and time.monotonic() < quiet_until:
             spin(0.02)
+        progress(f"graph answered; replaying {len(driver.replayer.messages)} messages")
         driver.start_recording()
         first_stamp = driver.replayer.first_stamp()
         answered = lambda: sum(int(i["stamp_ns"]) >= first_stamp for i in driver.infos)  # noqa: E731 (bag frames only)
@@ -206,9 +208,7 @@ def _drive(context, bag, params, record_to, processes, rate, window, storage, co
 
 
 def plot_demo(summary: dict, path: str | Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     fig, axes = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True)
     series = summary["partition_over_time"]
     t = [s[0] for s in series]
@@ -227,12 +227,13 @@ def plot_demo(summary: dict, path: str | Path) -> None:
 
 
 def run_demo(out_dir: str | Path = "out/demo", bag: str | Path = SAMPLE_DRIVE, config: str | None = None,
-             rate: float = 0.0, storage: str = "mcap", processes: bool = False) -> dict:
+             rate: float = 0.0, storage: str = "mcap", processes: bool = False, progress=None) -> dict:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     record_to = out / f"trajectories_{time.strftime('%Y%m%d_%H%M%S')}"
     params = graph_params(config)
-    summary, _ = drive_graph(bag, params, record_to, processes=processes, rate=rate, storage=storage, config=config)
+    summary, _ = drive_graph(bag, params, record_to, processes=processes, rate=rate, storage=storage, config=config,
+                             progress=progress)
     summary.update(bag=str(bag), trajectory_bag=str(record_to), model=params["hybrid_vla_prefix"]["model.preset"],
                    mode="separate processes" if processes else "one process")
     (out / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -68,3 +68,14 @@ def modes_table(report: dict) -> str:
         rows.append(f"{name:24s} {fmt(period.get('p50')):>8s} ms {fmt(period.get('p99')):>8s} "
                     f"{fmt(latency.get('p50')):>9s} ms {fmt(rel, '.2f'):>18s}x")
     return "\n".join(rows)
+
+
+def key_value_table(rows: list[tuple[str, object]]) -> str:
+    """Two aligned columns for the end of a long command."""
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"  {k:{width}s}  {v}" for k, v in rows)
+
+
+def pair(stats: dict, unit: str = "ms") -> str:
+    """'p50 / p99 unit' of a percentiles() dict."""
+    return f"{fmt(stats.get('p50'))} / {fmt(stats.get('p99'))} {unit}"
