@@ -1,8 +1,11 @@
 """ros2 launch hybrid_vla_ros hybrid_vla.launch.py [single_process:=true] [prefix_param_file:=...] ...
 
-Separate processes (default): one process per node, the suffix pinned through its numa_node / cores
-parameters. single_process:=true: all three nodes in one process (zero-copy boundary handover).
-Topics follow Autoware conventions and are remappable through the launch arguments below.
+Separate processes (default): one process per node. single_process:=true: the three nodes in one process
+(zero-copy boundary handover). Every node is a lifecycle node and brings itself to active (`autostart`, a
+parameter: no lifecycle event handlers needed, so this works the same on Humble, Jazzy and Kilted);
+`ros2 lifecycle` works on each. Prefix and suffix are pinned to disjoint core sets by default (their
+`cores: [-1]`), or to `prefix_cores` / `suffix_cores`. Topic names and remaps come from
+hybrid_vla_ros.ros.topics, the module the nodes and `hybrid-vla graph` use too.
 """
 
 from launch import LaunchDescription
@@ -12,45 +15,58 @@ from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import LifecycleNode, Node
 from launch_ros.substitutions import FindPackageShare
 
+from hybrid_vla_ros.ros.topics import KINEMATIC_TOPIC, NODES, REMAPS, TRAJECTORY_TOPIC
+
 PACKAGE = "hybrid_vla_ros"
-BOUNDARY_TOPIC = "/hybrid_vla/boundary_state"
-PARTITION_TOPIC = "/hybrid_vla/partition_point"
+ARGUMENTS = {
+    "single_process": ("false", "all three nodes in one process (zero-copy handover)"),
+    "input/kinematic_state": (KINEMATIC_TOPIC, "odometry the prefix reads (nav_msgs/Odometry)"),
+    "output/trajectory": (TRAJECTORY_TOPIC, "where the suffix publishes the trajectory"),
+    "use_sim_time": ("false", "use /clock (a bag played with --clock)"),
+    "prefix_cores": ("[-1]", "cores of the prefix worker; [-1]: its half of a default split"),
+    "suffix_cores": ("[-1]", "cores of the suffix worker; [-1]: its half of a default split"),
+}
+
+
+def remaps(node: str) -> list[tuple]:
+    """The graph's remaps, with the two Autoware-facing topics taken from the launch arguments."""
+    rules = dict(REMAPS[node])
+    if "~/input/kinematic_state" in rules:
+        rules["~/input/kinematic_state"] = LaunchConfiguration("input/kinematic_state")
+    if "~/output/trajectory" in rules:
+        rules["~/output/trajectory"] = LaunchConfiguration("output/trajectory")
+    return list(rules.items())
+
+
+def overrides(node: str) -> dict:
+    values = {"use_sim_time": LaunchConfiguration("use_sim_time")}
+    short = node.removeprefix("hybrid_vla_")
+    if short in ("prefix", "suffix"):
+        values["cores"] = LaunchConfiguration(f"{short}_cores")
+    return values
 
 
 def generate_launch_description():
     config = PathJoinSubstitution([FindPackageShare(PACKAGE), "config"])
-    args = [
-        DeclareLaunchArgument("single_process", default_value="false",
-                              description="all three nodes in one process (zero-copy handover)"),
-        DeclareLaunchArgument("prefix_param_file",
-                              default_value=PathJoinSubstitution([config, "hybrid_vla_prefix.param.yaml"])),
-        DeclareLaunchArgument("suffix_param_file",
-                              default_value=PathJoinSubstitution([config, "hybrid_vla_suffix.param.yaml"])),
-        DeclareLaunchArgument("scheduler_param_file",
-                              default_value=PathJoinSubstitution([config, "hybrid_vla_scheduler.param.yaml"])),
-        DeclareLaunchArgument("input/kinematic_state", default_value="/localization/kinematic_state"),
-        DeclareLaunchArgument("output/trajectory", default_value="/planning/hybrid_vla/trajectory"),
-    ]
+    args = [DeclareLaunchArgument(name, default_value=default, description=text)
+            for name, (default, text) in ARGUMENTS.items()]
+    args += [DeclareLaunchArgument(f"{node.removeprefix('hybrid_vla_')}_param_file",
+                                   default_value=PathJoinSubstitution([config, f"{node}.param.yaml"]))
+             for node in NODES]
     single = LaunchConfiguration("single_process")
-    prefix = Node(package=PACKAGE, executable="hybrid_vla_prefix", name="hybrid_vla_prefix", output="screen",
-                  parameters=[LaunchConfiguration("prefix_param_file")],
-                  remappings=[("~/input/kinematic_state", LaunchConfiguration("input/kinematic_state")),
-                              ("~/output/boundary_state", BOUNDARY_TOPIC),
-                              ("~/input/partition_point", PARTITION_TOPIC)],
-                  condition=UnlessCondition(single))
-    suffix = Node(package=PACKAGE, executable="hybrid_vla_suffix", name="hybrid_vla_suffix", output="screen",
-                  parameters=[LaunchConfiguration("suffix_param_file")],
-                  remappings=[("~/input/boundary_state", BOUNDARY_TOPIC),
-                              ("~/output/trajectory", LaunchConfiguration("output/trajectory"))],
-                  condition=UnlessCondition(single))
-    scheduler = LifecycleNode(package=PACKAGE, executable="hybrid_vla_scheduler", name="hybrid_vla_scheduler",
-                              namespace="", output="screen",
-                              parameters=[LaunchConfiguration("scheduler_param_file")],
-                              remappings=[("~/output/partition_point", PARTITION_TOPIC)],
-                              condition=UnlessCondition(single))
+    nodes = [LifecycleNode(package=PACKAGE, executable=node, name=node, namespace="", output="screen",
+                           parameters=[LaunchConfiguration(f"{node.removeprefix('hybrid_vla_')}_param_file"),
+                                       overrides(node)],
+                           remappings=remaps(node), condition=UnlessCondition(single))
+             for node in NODES]
+    graph_args = []
+    for node in NODES:
+        short = node.removeprefix("hybrid_vla_")
+        graph_args += [f"--{short}-params", LaunchConfiguration(f"{short}_param_file")]
+        graph_args += ["--set", [f"{node}.use_sim_time=", LaunchConfiguration("use_sim_time")]]
+        if short in ("prefix", "suffix"):
+            graph_args += ["--set", [f"{node}.cores=", LaunchConfiguration(f"{short}_cores")]]
+        graph_args += [item for src, dst in remaps(node) for item in ("--remap", [f"{node}:{src}:=", dst])]
     graph = Node(package=PACKAGE, executable="hybrid_vla_graph", name="hybrid_vla_graph", output="screen",
-                 arguments=["--prefix-params", LaunchConfiguration("prefix_param_file"),
-                            "--suffix-params", LaunchConfiguration("suffix_param_file"),
-                            "--scheduler-params", LaunchConfiguration("scheduler_param_file")],
-                 condition=IfCondition(single))
-    return LaunchDescription(args + [prefix, suffix, scheduler, graph])
+                 arguments=graph_args, condition=IfCondition(single))
+    return LaunchDescription(args + nodes + [graph])

@@ -63,19 +63,22 @@ def console_scripts():
     return scripts
 
 
-def test_launch_file_parses_and_names_installed_executables_and_existing_configs():
+def test_launch_files_name_installed_executables_and_existing_configs():
     source = (ROOT / "launch" / "hybrid_vla.launch.py").read_text()
     tree = ast.parse(source)
-    executables = {node.value.value for node in ast.walk(tree) if isinstance(node, ast.keyword)
-                   and node.arg == "executable" and isinstance(node.value, ast.Constant)}
-    assert executables == {"hybrid_vla_prefix", "hybrid_vla_suffix", "hybrid_vla_scheduler", "hybrid_vla_graph"}
-    assert executables <= console_scripts()
-    configs = set(re.findall(r'"(hybrid_vla_\w+\.param\.yaml)"', source))
-    assert configs == {f"{n}.param.yaml" for n in NODE_PARAMS}
-    assert all((ROOT / "config" / c).is_file() for c in configs)
     assert any(isinstance(n, ast.FunctionDef) and n.name == "generate_launch_description" for n in tree.body)
     imported = {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert imported <= {"launch", "launch_ros"}
+    assert imported <= {"launch", "launch_ros", "hybrid_vla_ros"}
+    xml = ElementTree.parse(ROOT / "launch" / "hybrid_vla.launch.xml").getroot()
+    executables = {n.get("exec") for n in xml.iter("node")}
+    assert executables == {"hybrid_vla_prefix", "hybrid_vla_suffix", "hybrid_vla_scheduler", "hybrid_vla_graph"}
+    assert executables <= console_scripts()
+    defaults = " ".join(a.get("default", "") for a in xml.iter("arg"))
+    configs = set(re.findall(r"(hybrid_vla_\w+\.param\.yaml)", defaults))
+    assert configs == {f"{n}.param.yaml" for n in NODE_PARAMS}
+    assert all((ROOT / "config" / c).is_file() for c in configs)
+    setup = (ROOT / "setup.py").read_text()
+    assert 'glob("launch/*.py") + glob("launch/*.xml")' in setup  # both installed
 
 
 def test_package_xml_is_format_3_ament_python_with_dependencies():
@@ -93,3 +96,18 @@ def test_interfaces_doc_lists_every_parameter():
     for node, params in NODE_PARAMS.items():
         assert f"## Parameters of `{node}`" in doc
         assert markdown_table(node) in doc, f"the {node} table in docs/INTERFACES.md is out of date with params.py"
+
+
+def test_rclpy_own_parameters_are_accepted_in_yaml_and_by_the_schema(tmp_path):
+    data = yaml.safe_load((ROOT / "config" / "hybrid_vla_suffix.param.yaml").read_text())
+    params = data["/**"]["ros__parameters"]
+    params["use_sim_time"] = True
+    params["qos_overrides"] = {"/planning/hybrid_vla/trajectory": {"publisher": {"depth": 5}}}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(data))
+    values = load_node_params(tmp_path / "s.yaml", "hybrid_vla_suffix")
+    assert values["use_sim_time"] is True
+    jsonschema.validate(data, json.loads((ROOT / "config" / "hybrid_vla_suffix.schema.json").read_text()))
+    params["use_sim_time"] = "yes"
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match="'use_sim_time'='yes': expected bool"):
+        load_node_params(tmp_path / "t.yaml", "hybrid_vla_suffix")

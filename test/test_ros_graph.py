@@ -95,6 +95,9 @@ def test_parameter_services_apply_valid_changes_and_refuse_invalid_ones_with_a_r
     assert not out_of_range.successful
     wrong_type = set_param(harness, "hybrid_vla_prefix", "partition_point", "two")
     assert not wrong_type.successful
+    assert set_param(harness, "hybrid_vla_prefix", "use_sim_time", True).successful  # rclpy's own
+    assert harness.prefix.get_clock().ros_time_is_active
+    assert set_param(harness, "hybrid_vla_prefix", "use_sim_time", False).successful
     read_only = set_param(harness, "hybrid_vla_prefix", "device", "cuda")
     assert not read_only.successful and "read-only" in read_only.reason.lower()
     assert harness.prefix.stage.partition == 1

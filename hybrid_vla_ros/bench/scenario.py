@@ -77,16 +77,21 @@ def run_static(model, placement, partition, frames, prefix_cores, suffix_cores, 
 
 
 def sweep(model, placement, zone, frames, prefix_cores, suffix_cores, load_cores=None) -> dict[int, dict]:
-    """Every static p of the zone: period p50 and its spread (p25..p75) over `frames` frames."""
+    """Every static p of the zone: period p50 and its spread (p25..p75). Two passes, ascending then
+    descending, each `frames` frames, pooled per p: a slow spell of this shared machine then lands on
+    different p in the two passes instead of on one p twice."""
     load = CompetingLoad(load_cores) if load_cores else None
     if load:
         load.start()
     try:
+        ps = list(range(zone[0], zone[1] + 1))
+        periods: dict[int, list[float]] = {p: [] for p in ps}
+        for p in ps + ps[::-1]:
+            periods[p] += run_static(model, placement, p, frames, prefix_cores, suffix_cores)
         out = {}
-        for p in range(zone[0], zone[1] + 1):
-            periods = run_static(model, placement, p, frames, prefix_cores, suffix_cores)
-            q = np.percentile(periods, [25, 50, 75])
-            out[p] = {"p50": float(q[1]), "p25": float(q[0]), "p75": float(q[2]), "frames": len(periods)}
+        for p in ps:
+            q = np.percentile(periods[p], [25, 50, 75])
+            out[p] = {"p50": float(q[1]), "p25": float(q[0]), "p75": float(q[2]), "frames": len(periods[p])}
         return out
     finally:
         if load:
@@ -151,14 +156,15 @@ def run_load_step(model: VLAModel, placement: Placement, frames: int = 80, step_
     finally:
         load.stop()
         pipe.finish()
-    progress(f"static sweep over p in [{zone.lo}, {zone.hi}], idle and loaded, {sweep_frames} frames each")
+    progress(f"static sweep over p in [{zone.lo}, {zone.hi}], idle and loaded, 2 x {sweep_frames} frames each")
     sweeps = {"idle": sweep(model, placement, zone, sweep_frames, prefix_cores, suffix_cores),
               "loaded": sweep(model, placement, zone, sweep_frames, prefix_cores, suffix_cores, suffix_cores)}
     report = {"scenario": "load-step", "preset": model.spec.name, "num_blocks": model.num_blocks, "zone": list(zone),
               "frames": frames, "step_on_frame": step_on, "step_off_frame": step_off,
               "load": f"one spinning process per core of {suffix_cores}, pinned by its first instruction",
               "devices": devices, "placement": placement.describe(), "start_partition": start_p,
-              "moves": policy.moves, "sweep_frames_per_partition": sweep_frames}
+              "moves": policy.moves, "sweep_frames_per_partition": 2 * sweep_frames,
+              "sweep_method": "two passes over the zone (ascending, then descending), periods pooled per p"}
     return {**report, **compare_with_sweep(timeline, sweeps, step_on), "timeline": timeline}
 
 

@@ -67,6 +67,13 @@ def split_cores(cores: list[int], parts: int) -> list[list[int]]:
 _THREADS_LOCK = threading.Lock()
 
 
+def default_stage_cores(stage: int, stages: int = 2) -> list[int] | None:
+    """The default placement of stage `stage` (0 = prefix, 1 = suffix): its share of disjoint core sets of
+    the cores this process may use (without a GPU, the stand-in for "GPU + CPU"); None on one core."""
+    cores = allowed_cores()
+    return split_cores(cores, stages)[stage] if len(cores) >= stages else None
+
+
 def pin_current_thread(cores: list[int] | None, threads: int | None = None) -> None:
     """Pin the calling OS thread (Linux: sched_setaffinity(0) acts on the thread) and size torch's
     intra-op pool for it. OpenMP workers it spawns inherit the mask. Without explicit threads, one thread

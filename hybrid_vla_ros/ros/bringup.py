@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from .. import stop
-from ..engine.cpu import allowed_cores, split_cores
+from ..engine.cpu import allowed_cores, default_stage_cores
 from ..errors import ConfigError, expect
 from .params import NODE_PARAMS, chosen_cores, load_node_params
 from .session import executor_with, ros_context, spin_until_stopped
@@ -57,8 +57,9 @@ def graph_params(config: str | None = None, overrides: dict | None = None,
     prefix, suffix = params["hybrid_vla_prefix"], params["hybrid_vla_suffix"]
     if not chosen_cores(prefix["cores"]) and not chosen_cores(suffix["cores"]) and suffix["numa_node"] < 0 \
             and len(allowed_cores()) >= 2:
-        # Disjoint core sets by default: without a GPU this is the stand-in for "GPU + CPU".
-        prefix["cores"], suffix["cores"] = split_cores(allowed_cores(), 2)
+        # Disjoint core sets by default (the nodes' own default, resolved here once so that children pinned
+        # with --pin get the same split): without a GPU this is the stand-in for "GPU + CPU".
+        prefix["cores"], suffix["cores"] = default_stage_cores(0), default_stage_cores(1)
     return params
 
 
@@ -83,12 +84,14 @@ def to_ros_parameters(node: str, values: dict):
     from rclpy.parameter import Parameter
     from .common import PARAM_TYPES
     specs = {p.name: p for p in NODE_PARAMS[node]}
-    return [Parameter(name, PARAM_TYPES[specs[name].type], value) for name, value in values.items()]
+    return [Parameter(name, PARAM_TYPES[specs[name].type], value) if name in specs else Parameter(name, value=value)
+            for name, value in values.items()]  # rclpy's own (use_sim_time, qos_overrides.*): typed by value
 
 
-def remap_args(node: str) -> list[str]:
+def remap_args(node: str, extra: dict | None = None) -> list[str]:
+    """--ros-args remaps of `node`: the graph's (ros/topics.py), then `extra` {from: to} over them."""
     args = ["--ros-args"]
-    for src, dst in REMAPS[node].items():
+    for src, dst in {**REMAPS[node], **(extra or {})}.items():
         args += ["-r", f"{src}:={dst}"]
     return args
 
@@ -103,8 +106,9 @@ def node_class(node: str):
     return getattr(modules[node], NODE_CLASSES[node])
 
 
-def make_node(node: str, values: dict, context=None):
-    return node_class(node)(context=context, cli_args=remap_args(node), parameter_overrides=to_ros_parameters(node, values))
+def make_node(node: str, values: dict, context=None, remaps: dict | None = None):
+    return node_class(node)(context=context, cli_args=remap_args(node, remaps),
+                            parameter_overrides=to_ros_parameters(node, values))
 
 
 class InProcessGraph:
@@ -112,7 +116,8 @@ class InProcessGraph:
     pinned worker threads; the executor thread only moves messages). A stop request during construction
     ends it early: `complete` then says so and `shutdown()` releases what was built."""
 
-    def __init__(self, params: dict[str, dict], context=None, activate_scheduler: bool = True):
+    def __init__(self, params: dict[str, dict], context=None, activate_scheduler: bool = True,
+                 remaps: dict[str, dict] | None = None):
         from rclpy.executors import SingleThreadedExecutor
         from .common import bring_up
         tune_interpreter()
@@ -124,7 +129,7 @@ class InProcessGraph:
         for node in NODES:  # prefix first: it places shared blocks before the suffix decides on copies
             if stop.requested():
                 return
-            self.nodes[node] = make_node(node, params[node], context)
+            self.nodes[node] = make_node(node, params[node], context, (remaps or {}).get(node))
             self.executor.add_node(self.nodes[node])
             bring_up(self.nodes[node])
 
@@ -142,10 +147,10 @@ class InProcessGraph:
         self.executor.shutdown()
 
 
-def run_in_process(params: dict[str, dict]) -> int:
+def run_in_process(params: dict[str, dict], remaps: dict[str, dict] | None = None) -> int:
     """All three nodes in this process until SIGINT/SIGTERM; exit code 0 on a requested stop."""
     with ros_context() as context:
-        graph = InProcessGraph(params, context=context)
+        graph = InProcessGraph(params, context=context, remaps=remaps)
         try:
             spin_until_stopped(graph.executor)
         finally:
@@ -234,14 +239,30 @@ def run_ros2_node(node: str) -> int:
 
 
 def graph_main(argv=None) -> int:
-    """`ros2 run hybrid_vla_ros hybrid_vla_graph --prefix-params F --suffix-params F --scheduler-params F`:
-    the three nodes in one process (zero-copy handover). Used by the launch file's single_process mode."""
+    """`ros2 run hybrid_vla_ros hybrid_vla_graph --prefix-params F --suffix-params F --scheduler-params F
+    [--set NODE.PARAM=VALUE]... [--remap NODE:FROM:=TO]...`: the three nodes in one process (zero-copy
+    handover). The launch files' single_process mode: their parameter overrides and remaps arrive this way."""
+    import yaml
     parser = argparse.ArgumentParser(description="hybrid_vla_ros: all three nodes in one process")
     for short in SHORT:
         parser.add_argument(f"--{short}-params", default=None)
+    parser.add_argument("--set", action="append", default=[], help="NODE.PARAM=VALUE (YAML value)")
+    parser.add_argument("--remap", action="append", default=[], help="NODE:FROM:=TO")
     args, _ros_args = parser.parse_known_args(argv)
     files = {SHORT[s]: getattr(args, f"{s}_params") for s in SHORT if getattr(args, f"{s}_params")}
-    return run_in_process(graph_params(node_files=files))
+    overrides: dict[str, dict] = {}
+    for item in args.set:
+        target, _, value = item.partition("=")
+        node, _, name = target.partition(".")
+        expect(node in NODES and name and value, ConfigError, f"--set {item}: expected NODE.PARAM=VALUE, NODE in {NODES}")
+        overrides.setdefault(node, {})[name] = yaml.safe_load(value)
+    remaps: dict[str, dict] = {}
+    for item in args.remap:
+        node, _, rule = item.partition(":")
+        src, _, dst = rule.partition(":=")
+        expect(node in NODES and src and dst, ConfigError, f"--remap {item}: expected NODE:FROM:=TO, NODE in {NODES}")
+        remaps.setdefault(node, {})[src] = dst
+    return run_in_process(graph_params(overrides=overrides, node_files=files), remaps)
 
 
 def main(argv=None) -> int:

@@ -15,7 +15,7 @@ from ..engine.partition import Zone
 from ..engine.worker import StageHealth
 from ..errors import ConfigError, HybridVLAError, expect
 from ..model.load import load_vla
-from .params import NODE_PARAMS
+from .params import NODE_PARAMS, rclpy_own
 
 PARAM_TYPES = {"int": Parameter.Type.INTEGER, "double": Parameter.Type.DOUBLE, "bool": Parameter.Type.BOOL,
                "string": Parameter.Type.STRING, "int_array": Parameter.Type.INTEGER_ARRAY,
@@ -78,6 +78,8 @@ class ParameterTable:
     def _validate(self, params) -> SetParametersResult:
         try:
             for param in params:
+                if rclpy_own(param.name):
+                    continue  # rclpy's own (use_sim_time, qos_overrides.*): rclpy validates and applies them
                 spec = self.specs.get(param.name)
                 expect(spec is not None, ConfigError, f"unknown parameter '{param.name}'")
                 value = list(param.value) if spec.type.endswith("array") else param.value
@@ -95,6 +97,8 @@ class ParameterTable:
 
     def _apply(self, params) -> None:
         for param in params:
+            if rclpy_own(param.name):
+                continue
             self.values[param.name] = param.value
             if self.on_change:
                 self.on_change(param.name, param.value)

@@ -165,11 +165,14 @@ def _nest(params) -> dict:
 
 
 def node_schema(node: str) -> dict:
+    definition = _nest(NODE_PARAMS[node])
+    definition["properties"]["use_sim_time"] = {"type": "boolean", "description": "rclpy: use /clock"}
+    definition["properties"]["qos_overrides"] = {"type": "object", "description": "rclpy: QoS overrides per topic"}
     return {
         "$schema": "http://json-schema.org/draft-07/schema#",
         "title": f"Parameters for {node}",
         "type": "object",
-        "definitions": {node: _nest(NODE_PARAMS[node])},
+        "definitions": {node: definition},
         "properties": {"/**": {"type": "object", "properties": {
             "ros__parameters": {"$ref": f"#/definitions/{node}"}}, "required": ["ros__parameters"]}},
         "required": ["/**"],
@@ -211,13 +214,22 @@ def load_node_params(path: str | Path, node: str) -> dict:
     return check_node_params(node, flatten(section), str(path))
 
 
+def rclpy_own(name: str) -> bool:
+    """Parameters rclpy itself declares or reads (accepted in YAML and at run time, not in the table)."""
+    return name == "use_sim_time" or name.startswith("qos_overrides.")
+
+
 def check_node_params(node: str, values: dict, source: str) -> dict:
     specs = {p.name: p for p in NODE_PARAMS[node]}
-    unknown = sorted(set(values) - set(specs))
+    unknown = sorted(n for n in set(values) - set(specs) if not rclpy_own(n))
     expect(not unknown, ConfigError, f"{source}: unknown parameters {unknown} for {node}")
     missing = sorted(set(specs) - set(values))
     expect(not missing, ConfigError, f"{source}: {node} needs values for {missing} (no hidden defaults)")
+    expect(not isinstance(values.get("use_sim_time", False), str) and isinstance(values.get("use_sim_time", False), bool),
+           ConfigError, f"{source}: {node} parameter 'use_sim_time'={values.get('use_sim_time')!r}: expected bool")
     for name, value in values.items():
+        if rclpy_own(name):
+            continue
         if specs[name].type == "double" and isinstance(value, int) and not isinstance(value, bool):
             values[name] = float(value)
         specs[name].check(values[name], f"{source}: {node} parameter")

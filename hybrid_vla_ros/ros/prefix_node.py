@@ -15,6 +15,7 @@ from std_msgs.msg import Int32, UInt8MultiArray
 from ..engine.placement import Placement
 from ..engine.stages import PrefixStage
 from ..engine.sync import CameraSync
+from ..engine.cpu import default_stage_cores
 from ..engine.flight import FlightControl
 from ..engine.handover import PROCESS_REGISTRY, HandoverEncoder
 from ..types import EgoState, Frame
@@ -38,6 +39,8 @@ class PrefixNode(StageNode):
     def configure_stage(self) -> None:
         p = self.params
         self.placement = Placement.create(p["device"], p["dtype"], p["dtype"])
+        # cores [-1]: the prefix's share of a default split (bringup, launch and ros2 run alike)
+        self.cores = chosen_cores(p["cores"]) or default_stage_cores(0)
         self.stage = PrefixStage(self.model, p["partition_point"], self.placement, self.zone)
         # max_in_flight: frames taken and not finished by the suffix (in-process suffix: it frees the slot;
         # otherwise the slot is freed once the state left this process, and the ring bounds what waits).
@@ -51,7 +54,7 @@ class PrefixNode(StageNode):
         self.pub = self.configured_publisher(UInt8MultiArray, "~/output/boundary_state", BOUNDARY_QOS)
         self.info_pub = self.configured_publisher(DiagnosticStatus, "~/debug/frame_info", 10)
         self.worker = StageWorker("prefix", self._process, policy=p["input_policy"], capacity=p["max_in_flight"],
-                                  cores=chosen_cores(p["cores"]) or None, threads=p["threads"] or None, health=self.health,
+                                  cores=self.cores, threads=p["threads"] or None, health=self.health,
                                   on_error=self._on_worker_error, admit=self.flight.admit,
                                   on_admitted_stop=self.flight.release).start()
         self._subscribe_cameras()
@@ -63,7 +66,8 @@ class PrefixNode(StageNode):
         self.get_logger().info(
             f"prefix: model '{self.model.spec.name}' ({self.model.num_blocks} blocks), partition "
             f"{self.stage.partition}, zone {list(self.zone)}, {self.placement.describe()}, cameras "
-            f"{self.camera_topics}, input policy {p['input_policy']}, boundary transport {p['boundary_transport']}")
+            f"{self.camera_topics}, input policy {p['input_policy']}, boundary transport {p['boundary_transport']}, "
+            f"worker cores {self.cores or 'unpinned'}")
 
     def release_stage(self) -> None:
         if self.worker is not None:

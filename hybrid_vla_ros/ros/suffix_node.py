@@ -7,7 +7,7 @@ import time
 from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
 from std_msgs.msg import UInt8MultiArray
 
-from ..engine.cpu import bind_memory_to_node, cores_of_numa_node, cpu_backend_report
+from ..engine.cpu import bind_memory_to_node, cores_of_numa_node, cpu_backend_report, default_stage_cores
 from ..engine.handover import HandoverDecoder
 from ..engine.placement import CPU, Placement, parse_dtype
 from ..engine.stages import SuffixStage
@@ -34,7 +34,9 @@ class SuffixNode(StageNode):
         placement = Placement(prefix_device=CPU, prefix_dtype=parse_dtype(p["boundary_dtype"], "boundary_dtype"),
                               suffix_dtype=parse_dtype(p["dtype"], "dtype"))
         self.stage = SuffixStage(self.model, p["partition_point"], placement, self.zone)
-        self.cores = chosen_cores(p["cores"]) or (cores_of_numa_node(p["numa_node"]) if p["numa_node"] >= 0 else None)
+        # cores [-1]: the NUMA node's cores when numa_node is set, else the suffix's share of a default split
+        self.cores = chosen_cores(p["cores"]) or (cores_of_numa_node(p["numa_node"]) if p["numa_node"] >= 0
+                                                  else default_stage_cores(1))
         self.msg_cls, self.output_kind, reason = convert.resolve_trajectory_type(p["output_type"])
         self.decoder = HandoverDecoder()
         self.last_stamp_ns = -1

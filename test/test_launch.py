@@ -1,0 +1,207 @@
+"""Both launch files, run for real through launch.LaunchService (the engine behind `ros2 launch`): the three
+nodes come up active with the given remaps and parameters, a frame published on the camera topics gives a
+trajectory on the remapped output, and Ctrl-C stops every process with exit code 0.
+
+launch/launch_ros are not on PyPI: an installed launch_ros is used when importable (a ROS machine), else
+the unmodified copy in ../shared/vendor/ros2_launch (the project's machines); the test skips, saying so, only
+where neither exists. The install prefix `colcon build` would make is laid out in a temporary folder."""
+
+import importlib.util
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from xml.etree import ElementTree
+
+import numpy as np
+import pytest
+
+from ros_harness import CAMERAS, TINY_OVERRIDES, domain_id, wait_until
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
+VENDOR = [ROOT.parent / "shared" / "vendor" / "ros2_launch", Path("/work/shared/vendor/ros2_launch")]
+EXECUTABLES = {"hybrid_vla_prefix": "prefix_main", "hybrid_vla_suffix": "suffix_main",
+               "hybrid_vla_scheduler": "scheduler_main", "hybrid_vla_graph": "graph_main"}
+KINEMATIC, TRAJECTORY = "/test/launch/odometry", "/test/launch/trajectory"
+
+
+def launch_paths() -> tuple[list[str], list[str]] | None:
+    """(extra PYTHONPATH, extra AMENT_PREFIX_PATH) to run launch files, or None where launch is missing."""
+    if importlib.util.find_spec("launch_ros") and importlib.util.find_spec("launch_xml"):
+        return [], []
+    vendor = next((v for v in VENDOR if (v / "site").is_dir()), None)
+    return ([str(vendor / "site")], [str(vendor / "ament")]) if vendor else None
+
+
+def install_prefix(tmp: Path) -> Path:
+    """What `colcon build` installs for this package: share/ (package.xml, launch, config), the ament index
+    marker, and lib/hybrid_vla_ros/<executable> for every node executable."""
+    prefix = tmp / "install"
+    share = prefix / "share" / "hybrid_vla_ros"
+    shutil.copytree(ROOT / "launch", share / "launch")
+    shutil.copytree(ROOT / "config", share / "config")
+    shutil.copy(ROOT / "package.xml", share / "package.xml")
+    index = prefix / "share" / "ament_index" / "resource_index" / "packages"
+    index.mkdir(parents=True)
+    (index / "hybrid_vla_ros").write_text("")
+    lib = prefix / "lib" / "hybrid_vla_ros"
+    lib.mkdir(parents=True)
+    for exe, function in EXECUTABLES.items():
+        script = lib / exe
+        script.write_text(f"#!{sys.executable}\nimport sys\nfrom hybrid_vla_ros.ros.entry import {function}\n"
+                          f"sys.exit({function}())\n")
+        script.chmod(0o755)
+    return prefix
+
+
+RUNNER = """
+import sys
+from launch import LaunchDescription, LaunchService
+from launch.actions import IncludeLaunchDescription
+from launch.launch_description_sources import AnyLaunchDescriptionSource
+service = LaunchService(noninteractive=True)
+arguments = [tuple(a.split(":=", 1)) for a in sys.argv[2:]]
+service.include_launch_description(LaunchDescription([IncludeLaunchDescription(
+    AnyLaunchDescriptionSource(sys.argv[1]), launch_arguments=arguments)]))
+sys.exit(service.run())
+"""
+
+
+def start_launch(tmp: Path, launch_file: str, single_process: bool, domain: int):
+    paths = launch_paths()
+    if paths is None:
+        pytest.skip("neither an installed launch_ros nor ../shared/vendor/ros2_launch is available here")
+    from hybrid_vla_ros.ros.bringup import graph_params, write_combined_config
+    overrides = {k: dict(v) for k, v in TINY_OVERRIDES.items()}
+    overrides["hybrid_vla_prefix"].update(use_kinematic_state=True)
+    params = write_combined_config(graph_params(overrides=overrides), tmp / "graph.param.yaml")
+    prefix = install_prefix(tmp)
+    env = {**os.environ, "ROS_DOMAIN_ID": str(domain), "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
+           "PYTHONPATH": os.pathsep.join(paths[0] + [os.environ.get("PYTHONPATH", "")]),
+           "AMENT_PREFIX_PATH": os.pathsep.join(paths[1] + [str(prefix), os.environ.get("AMENT_PREFIX_PATH", "")])}
+    args = [f"{n}_param_file:={params}" for n in ("prefix", "suffix", "scheduler")]
+    args += [f"input/kinematic_state:={KINEMATIC}", f"output/trajectory:={TRAJECTORY}", "use_sim_time:=false",
+             "prefix_cores:=[0]", f"single_process:={'true' if single_process else 'false'}"]
+    path = prefix / "share" / "hybrid_vla_ros" / "launch" / launch_file
+    return subprocess.Popen([sys.executable, "-c", RUNNER, str(path), *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+class Probe:
+    """A node in the test process that asks the launched graph what it is and feeds it one frame."""
+
+    def __init__(self):
+        import rclpy
+        from nav_msgs.msg import Odometry, Path as PathMsg
+        from rclpy.node import Node
+        from sensor_msgs.msg import Image
+        from rclpy.executors import SingleThreadedExecutor
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context)
+        self.node = Node("launch_probe", context=self.context)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        self.paths = []
+        self.node.create_subscription(PathMsg, TRAJECTORY, self.paths.append, 10)
+        self.images = [self.node.create_publisher(Image, t, 10) for t in CAMERAS]
+        self.odometry = self.node.create_publisher(Odometry, KINEMATIC, 10)
+
+    def spin(self, timeout_s=0.05):
+        self.executor.spin_once(timeout_sec=timeout_s)
+
+    def call(self, srv_type, name, request, timeout_s=60):
+        """Retry until answered: the reply path of a new client can be unmatched for a while."""
+        client = self.node.create_client(srv_type, name)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if client.wait_for_service(timeout_sec=1.0):
+                future = client.call_async(request)
+                if wait_until(future.done, self.spin, 3.0):
+                    return future.result()
+        raise AssertionError(f"{name}: no answer in {timeout_s} s")
+
+    def state(self, node):
+        from lifecycle_msgs.srv import GetState
+        return self.call(GetState, f"/{node}/get_state", GetState.Request()).current_state.label
+
+    def parameters(self, node, names):
+        from rcl_interfaces.srv import GetParameters
+        from rclpy.parameter import parameter_value_to_python
+        reply = self.call(GetParameters, f"/{node}/get_parameters", GetParameters.Request(names=names))
+        return dict(zip(names, (parameter_value_to_python(v) for v in reply.values)))
+
+    def send_frame(self, seq):
+        from nav_msgs.msg import Odometry
+        from sensor_msgs.msg import Image
+        from hybrid_vla_ros.model.inputs import synthetic_frame
+        from hybrid_vla_ros.model.spec import get_preset
+        from hybrid_vla_ros.ros import convert
+        stamp = time.time_ns()
+        frame = synthetic_frame(get_preset("tiny"), seq, stamp_ns=stamp)
+        odom = Odometry()
+        convert.ns_to_stamp(stamp, odom.header.stamp)
+        self.odometry.publish(odom)
+        for pub, image in zip(self.images, frame.images):
+            msg = convert.array_to_image(np.ascontiguousarray(image), Image())
+            convert.ns_to_stamp(stamp, msg.header.stamp)
+            pub.publish(msg)
+
+    def close(self):
+        import rclpy
+        self.executor.remove_node(self.node)
+        self.node.destroy_node()
+        rclpy.shutdown(context=self.context)
+
+
+@pytest.mark.parametrize("launch_file, single_process", [("hybrid_vla.launch.py", False),
+                                                         ("hybrid_vla.launch.xml", False),
+                                                         ("hybrid_vla.launch.xml", True)],
+                         ids=["py-processes", "xml-processes", "xml-single-process"])
+def test_launch_file_brings_the_graph_up_active_serves_frames_and_stops_cleanly(tmp_path, launch_file,
+                                                                                single_process):
+    domain = domain_id(hash(f"launch{launch_file}{single_process}") % 50)
+    os.environ["ROS_DOMAIN_ID"] = str(domain)
+    proc = start_launch(tmp_path, launch_file, single_process, domain)
+    probe = None
+    try:
+        probe = Probe()
+        for node in ("hybrid_vla_prefix", "hybrid_vla_suffix", "hybrid_vla_scheduler"):
+            assert wait_until(lambda: probe.state(node) == "active", probe.spin, 90), f"{node} not active"
+        prefix = probe.parameters("hybrid_vla_prefix", ["cores", "use_sim_time", "model.preset"])
+        assert prefix == {"cores": [0], "use_sim_time": False, "model.preset": "tiny"}
+        publishers = dict(probe.node.get_publisher_names_and_types_by_node("hybrid_vla_suffix", "/"))
+        assert TRAJECTORY in publishers
+        assert wait_until(lambda: all(p.get_subscription_count() for p in probe.images), probe.spin, 30)
+        for seq in range(30):  # DDS matching is asymmetric at start-up: resend until one comes through
+            probe.send_frame(seq)
+            if wait_until(lambda: probe.paths, probe.spin, 2.0):
+                break
+        assert probe.paths, "no trajectory on the remapped output"
+    finally:
+        if probe is not None:
+            probe.close()
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in the terminal reaches launch and every node
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out[-3000:]
+    assert "has died" not in out and "Traceback" not in out, out[-3000:]
+    expected = 1 if single_process else 3
+    assert out.count("process has finished cleanly") == expected, out[-3000:]
+
+
+def test_xml_launch_file_remaps_match_the_topics_module():
+    from hybrid_vla_ros.ros.topics import REMAPS
+    root = ElementTree.parse(ROOT / "launch" / "hybrid_vla.launch.xml").getroot()
+    arguments = {"$(var input/kinematic_state)": REMAPS["hybrid_vla_prefix"]["~/input/kinematic_state"],
+                 "$(var output/trajectory)": REMAPS["hybrid_vla_suffix"]["~/output/trajectory"]}
+    for node in root.iter("node"):
+        if node.get("exec") == "hybrid_vla_graph":
+            continue
+        rules = {r.get("from"): arguments.get(r.get("to"), r.get("to")) for r in node.iter("remap")}
+        assert rules == REMAPS[node.get("name")], node.get("name")
+    defaults = {a.get("name"): a.get("default") for a in root.iter("arg")}
+    assert defaults["input/kinematic_state"] == REMAPS["hybrid_vla_prefix"]["~/input/kinematic_state"]
+    assert defaults["output/trajectory"] == REMAPS["hybrid_vla_suffix"]["~/output/trajectory"]
