@@ -101,3 +101,20 @@ def test_simple_policy_ignores_times_measured_at_another_partition():
 def test_invalid_zones_and_budgets_are_refused_with_a_reason(kwargs, message):
     with pytest.raises(ConfigError, match=message):
         CostPolicy(model(), **kwargs)
+
+
+def test_one_slow_frame_does_not_move_the_partition_but_a_sustained_slowdown_does():
+    costs = model()
+    policy = CostPolicy(costs, 0, 8, partition=4, cooldown_frames=0, confirm_frames=1)
+    steady = lambda p, slow=1.0: StageSample(p, costs.prefix_ms(p) / costs.prefix_scale,  # noqa: E731
+                                             slow * costs.suffix_ms(p) / costs.suffix_scale)
+    for _ in range(6):
+        policy.update(steady(policy.partition))
+    start = policy.partition
+    policy.update(steady(start, slow=3.0))          # one outlier (a noisy neighbour)
+    for _ in range(3):
+        policy.update(steady(policy.partition))
+    assert policy.partition == start and not policy.moves
+    for _ in range(10):                              # a competing load that stays
+        policy.update(steady(policy.partition, slow=2.0))
+    assert policy.partition > start

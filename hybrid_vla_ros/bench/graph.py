@@ -49,6 +49,7 @@ def run_graph_mode(model: VLAModel, placement: Placement, partition: int, frames
     return {"partition": partition, "max_in_flight": max_in_flight, "frames": frames,
             "completed": summary["trajectories"], "dropped": summary["dropped"],
             "period_ms": summary["period_ms"], "latency_ms": summary["latency_ms"],
+            "suffix_compute_ms": summary["suffix_compute_ms"], "suffix_queue_ms": summary["suffix_queue_ms"],
             "transport": ",".join(summary["transports"]),
             "note": "raw images over DDS into the prefix node, trajectories out of the suffix node; period from "
                     "the arrival times of the suffix's per-frame info, latency from publish to that arrival"}

@@ -2,7 +2,8 @@
 
 Costs per block and per device, in ms at a reference token count, seeded by a profile (`hybrid-vla profile`)
 and scaled linearly with tokens. Observed stage times keep one multiplicative scale per stage up to date
-(an exponential moving average of observed / predicted), so a competing load on either side shows up at once.
+(an exponential moving average of the median of the last `window` observed / predicted ratios: a competing
+load shows up within a few frames, while one slow frame of a noisy machine barely moves it).
 The policy picks the p that minimises the pipelined period max(prefix, handover + suffix) inside the dynamic
 zone and under the prefix-device memory budget, with hysteresis and a cool-down, and moves at once when the
 suffix backlog grows.
@@ -24,9 +25,11 @@ class CostModel:
     head_ms: float                  # suffix: final norm + action head
     handover_ms: float = 0.0
     tokens_ref: int = 1
-    prefix_scale: float = 1.0       # observed / predicted, EMA
+    prefix_scale: float = 1.0       # observed / predicted: EMA of the median of the last `window` frames
     suffix_scale: float = 1.0
-    alpha: float = 0.3              # EMA weight of a new observation
+    window: int = 5                 # median filter: one outlier frame does not count
+    alpha: float = 0.3              # EMA weight of a new (median-filtered) observation
+    _ratios: dict = field(default_factory=lambda: {"prefix_scale": [], "suffix_scale": []}, repr=False)
 
     def __post_init__(self) -> None:
         expect(len(self.prefix_block_ms) == len(self.suffix_block_ms) > 0, ConfigError,
@@ -57,7 +60,11 @@ class CostModel:
         for attr, observed, predicted in (("prefix_scale", prefix_ms, self.prefix_ms(p, tokens) / self.prefix_scale),
                                           ("suffix_scale", suffix_ms, self.suffix_ms(p, tokens) / self.suffix_scale)):
             if observed > 0 and predicted > 0:
-                setattr(self, attr, (1 - self.alpha) * getattr(self, attr) + self.alpha * observed / predicted)
+                ratios = self._ratios[attr]
+                ratios.append(observed / predicted)
+                del ratios[:-self.window]
+                median = sorted(ratios)[len(ratios) // 2]
+                setattr(self, attr, (1 - self.alpha) * getattr(self, attr) + self.alpha * median)
 
 
 @dataclass
