@@ -18,6 +18,14 @@ class EgoState:
 
 
 @dataclass
+class Pose2D:
+    """The ego pose in the map frame (from the kinematic state matched to a frame's stamp)."""
+    x: float = 0.0
+    y: float = 0.0
+    yaw: float = 0.0
+
+
+@dataclass
 class Frame:
     """One time step of camera input. images: one (H, W, 3) uint8 RGB array per camera."""
     images: list[np.ndarray]
@@ -47,6 +55,25 @@ class Trajectory:
     @property
     def waypoints(self) -> list[Waypoint]:
         return [Waypoint(*map(float, row)) for row in self.points]
+
+    def in_map(self, pose: Pose2D) -> np.ndarray:
+        """The points moved from the ego frame into the map frame at `pose`: (N, 5), same columns."""
+        c, s = np.cos(pose.yaw), np.sin(pose.yaw)
+        out = self.points.copy()
+        x, y = self.points[:, 0], self.points[:, 1]
+        out[:, 0], out[:, 1] = pose.x + c * x - s * y, pose.y + s * x + c * y
+        out[:, 2] = self.points[:, 2] + pose.yaw
+        return out
+
+
+def accelerations(points: np.ndarray) -> np.ndarray:
+    """Longitudinal acceleration at each point (m/s^2) from the speed and time columns; the last point keeps
+    the one before it. (N,)"""
+    speed, t = points[:, 3], points[:, 4]
+    if len(points) < 2:
+        return np.zeros(len(points))
+    dv = np.diff(speed) / np.maximum(np.diff(t), 1e-6)
+    return np.append(dv, dv[-1])
 
 
 @dataclass

@@ -15,13 +15,13 @@ from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import LifecycleNode, Node
 from launch_ros.substitutions import FindPackageShare
 
-from hybrid_vla_ros.ros.topics import KINEMATIC_TOPIC, NODES, REMAPS, TRAJECTORY_TOPIC
+from hybrid_vla_ros.ros.topics import KINEMATIC_TOPIC, LAUNCH_TRAJECTORY_TOPIC, NODES, REMAPS
 
 PACKAGE = "hybrid_vla_ros"
 ARGUMENTS = {
     "single_process": ("false", "all three nodes in one process (zero-copy handover)"),
     "input/kinematic_state": (KINEMATIC_TOPIC, "odometry the prefix reads (nav_msgs/Odometry)"),
-    "output/trajectory": (TRAJECTORY_TOPIC, "where the suffix publishes the trajectory"),
+    "output/trajectory": (LAUNCH_TRAJECTORY_TOPIC, "where the suffix publishes the trajectory"),
     "use_sim_time": ("false", "use /clock (a bag played with --clock)"),
     "prefix_cores": ("[-1]", "cores of the prefix worker; [-1]: its half of a default split"),
     "suffix_cores": ("[-1]", "cores of the suffix worker; [-1]: its half of a default split"),

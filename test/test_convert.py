@@ -1,6 +1,7 @@
 """Message conversion: images in (every supported encoding, every way they can be malformed), trajectories
 out, boundary envelopes."""
 
+import pathlib
 import types
 
 import numpy as np
@@ -82,30 +83,63 @@ def test_trajectory_to_path_keeps_positions_heading_and_stamp():
     assert q.z == pytest.approx(np.sin(np.pi / 4)) and q.w == pytest.approx(np.cos(np.pi / 4))
 
 
-def test_trajectory_to_autoware_layout():
-    """Autoware messages are not installable here: a stand-in module with the same field layout
-    (autoware_planning_msgs/Trajectory, TrajectoryPoint) checks the conversion."""
+AUTOWARE_MSGS = [pathlib.Path(__file__).resolve().parents[2] / "shared" / "autoware_msgs" / "autoware_planning_msgs"
+                 / "msg", pathlib.Path("/work/shared/autoware_msgs/autoware_planning_msgs/msg")]
+
+
+def upstream_fields(name: str) -> dict[str, str]:
+    """field -> type of an upstream autoware_planning_msgs definition (rosbags parses the .msg file)."""
+    from rosbags.typesys import get_types_from_msg
+    folder = next((f for f in AUTOWARE_MSGS if f.is_dir()), None)
+    if folder is None:
+        pytest.skip("no upstream autoware_msgs definitions here (../shared/autoware_msgs)")
+    parsed = get_types_from_msg((folder / f"{name}.msg").read_text(), f"autoware_planning_msgs/msg/{name}")
+    fields = parsed[f"autoware_planning_msgs/msg/{name}"][1]
+    return {field: str(kind) for field, kind in fields}
+
+
+def autoware_classes():
+    """Trajectory / TrajectoryPoint with exactly the upstream fields (Autoware's Python messages are not
+    installable here): nested fields are the real ROS messages, numbers start at 0.0."""
     from builtin_interfaces.msg import Duration
+    from geometry_msgs.msg import Pose as PoseMsg
     from std_msgs.msg import Header
+    nested = {"time_from_start": Duration, "pose": PoseMsg, "header": Header}
 
-    class TrajectoryPoint:
-        def __init__(self):
-            self.time_from_start, self.pose = Duration(), Pose()
-            self.longitudinal_velocity_mps = 0.0
+    def make(name, fields):
+        def init(self):
+            for field in fields:
+                setattr(self, field, [] if field == "points" else nested[field]() if field in nested else 0.0)
 
-    class Trajectory_:
-        def __init__(self):
-            self.header, self.points = Header(), []
+        def setattr_checked(self, field, value):
+            assert field in fields, f"{name} has no field '{field}' upstream"
+            object.__setattr__(self, field, value)
+        return type(name, (), {"__init__": init, "__setattr__": setattr_checked, "__module__": module.__name__})
 
-    module = types.ModuleType("fake_autoware_planning_msgs.msg._trajectory")
-    module.TrajectoryPoint = TrajectoryPoint
+    module = types.ModuleType("upstream_autoware_planning_msgs.msg._trajectory")
+    module.TrajectoryPoint = make("TrajectoryPoint", upstream_fields("TrajectoryPoint"))
     import sys
-    sys.modules["fake_autoware_planning_msgs.msg"] = module
-    Trajectory_.__module__ = "fake_autoware_planning_msgs.msg._trajectory"
-    msg = convert.trajectory_to_msg(trajectory(), Trajectory_, "autoware", "base_link")
+    sys.modules["upstream_autoware_planning_msgs.msg"] = module
+    return make("Trajectory", upstream_fields("Trajectory")), module.TrajectoryPoint
+
+
+def test_trajectory_to_the_upstream_autoware_layout_fills_acceleration():
+    Trajectory_, _ = autoware_classes()
+    msg = convert.trajectory_to_msg(trajectory(), Trajectory_, "autoware", "map")
+    assert msg.header.frame_id == "map"
     assert [p.longitudinal_velocity_mps for p in msg.points] == [5.0, 5.5]
     assert [(p.time_from_start.sec, p.time_from_start.nanosec) for p in msg.points] == [(0, 500_000_000), (1, 0)]
+    assert [p.acceleration_mps2 for p in msg.points] == [1.0, 1.0]  # (5.5 - 5.0) / 0.5 s
     assert msg.points[1].pose.position.x == 2.0
+    assert {"acceleration_mps2", "heading_rate_rps", "front_wheel_angle_rad"} <= set(upstream_fields("TrajectoryPoint"))
+
+
+def test_map_frame_points_are_rotated_by_the_yaw_and_moved_to_the_pose():
+    import math
+    from hybrid_vla_ros.types import Pose2D
+    moved = trajectory().in_map(Pose2D(10.0, 5.0, math.pi / 2))
+    np.testing.assert_allclose(moved[:, :2], [[10.0 - 0.5, 5.0 + 1.0], [10.0 - 1.0, 5.0 + 2.0]], atol=1e-9)
+    np.testing.assert_allclose(moved[:, 2], trajectory().points[:, 2] + math.pi / 2)
 
 
 def test_output_type_falls_back_to_path_and_says_why():

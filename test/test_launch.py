@@ -193,10 +193,10 @@ def test_launch_file_brings_the_graph_up_active_serves_frames_and_stops_cleanly(
 
 
 def test_xml_launch_file_remaps_match_the_topics_module():
-    from hybrid_vla_ros.ros.topics import REMAPS
+    from hybrid_vla_ros.ros.topics import LAUNCH_TRAJECTORY_TOPIC, REMAPS
     root = ElementTree.parse(ROOT / "launch" / "hybrid_vla.launch.xml").getroot()
     arguments = {"$(var input/kinematic_state)": REMAPS["hybrid_vla_prefix"]["~/input/kinematic_state"],
-                 "$(var output/trajectory)": REMAPS["hybrid_vla_suffix"]["~/output/trajectory"]}
+                 "$(var output/trajectory)": REMAPS["hybrid_vla_suffix"]["~/output/trajectory"]}  # the graph's
     for node in root.iter("node"):
         if node.get("exec") == "hybrid_vla_graph":
             continue
@@ -204,4 +204,4 @@ def test_xml_launch_file_remaps_match_the_topics_module():
         assert rules == REMAPS[node.get("name")], node.get("name")
     defaults = {a.get("name"): a.get("default") for a in root.iter("arg")}
     assert defaults["input/kinematic_state"] == REMAPS["hybrid_vla_prefix"]["~/input/kinematic_state"]
-    assert defaults["output/trajectory"] == REMAPS["hybrid_vla_suffix"]["~/output/trajectory"]
+    assert defaults["output/trajectory"] == LAUNCH_TRAJECTORY_TOPIC

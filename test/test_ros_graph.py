@@ -375,6 +375,37 @@ def test_sample_drive_gives_the_same_trajectories_in_one_process_and_in_separate
         np.testing.assert_allclose(traj_one[stamp], traj_many[stamp], atol=1e-5)
 
 
+def test_map_frame_trajectory_is_moved_with_the_matched_pose_and_needs_one(domain):
+    """frame_id map: ego waypoints rotated by the pose's yaw and moved to its position (the odometry matched to
+    the frame by stamp); no pose for a frame: nothing published, counted as pose_missing."""
+    import math
+    from nav_msgs.msg import Odometry
+    h = Harness({"hybrid_vla_suffix": {"frame_id": "map"}})
+    try:
+        pub = h.node.create_publisher(Odometry, "/localization/kinematic_state", 10)
+        assert wait_until(lambda: pub.get_subscription_count() > 0, h.spin, 10)
+        frame = h.frame(0)
+        for stamp, x in ((frame.stamp_ns - 1_000_000_000, -50.0), (frame.stamp_ns, 10.0)):
+            odom = Odometry()
+            convert.ns_to_stamp(stamp, odom.header.stamp)
+            odom.pose.pose.position.x, odom.pose.pose.position.y = x, 5.0
+            odom.pose.pose.orientation.z, odom.pose.pose.orientation.w = math.sin(math.pi / 4), math.cos(math.pi / 4)
+            pub.publish(odom)
+        h.settle(0.3)
+        h.send_frame(0)
+        assert wait_until(lambda: len(h.paths) == 1, h.spin)
+        ego = reference_points(0)
+        got = np.array([[p.pose.position.x, p.pose.position.y] for p in h.paths[0].poses])
+        np.testing.assert_allclose(got, np.stack([10.0 - ego[:, 1], 5.0 + ego[:, 0]], axis=1), atol=1e-4)
+        assert h.paths[0].header.frame_id == "map"
+        late = h.frame(5)
+        h.publish_images(late.images, late.stamp_ns + 5_000_000_000)  # no odometry near this stamp
+        assert wait_until(lambda: h.suffix.health.rejected["pose_missing"] == 1, h.spin, 10)
+        assert len(h.paths) == 1
+    finally:
+        h.close()
+
+
 def test_kinematic_state_is_matched_to_frames_by_stamp(domain):
     from nav_msgs.msg import Odometry
     h = Harness({"hybrid_vla_prefix": {"use_kinematic_state": True}})

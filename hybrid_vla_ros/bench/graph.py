@@ -26,6 +26,7 @@ def graph_overrides(model: VLAModel, placement: Placement, partition: int, prefi
                               "max_in_flight": max_in_flight, "cores": list(prefix_cores),
                               "dtype": DTYPE_NAMES[placement.prefix_dtype], "device": str(placement.prefix_device.type)},
         "hybrid_vla_suffix": {**common, "cores": list(suffix_cores), "dtype": DTYPE_NAMES[placement.suffix_dtype],
+                              "frame_id": "base_link",
                               "boundary_dtype": DTYPE_NAMES[placement.prefix_dtype]},
         "hybrid_vla_scheduler": {"autostart": False, "model.preset": model.spec.name, "initial_partition": partition,
                                  "dynamic_zone_min": -1, "dynamic_zone_max": -1},

@@ -76,20 +76,43 @@ def run_static(model, placement, partition, frames, prefix_cores, suffix_cores, 
     return [(b - a) * 1e3 for a, b in zip(ends, ends[1:])]
 
 
-def sweep(model, placement, zone, frames, prefix_cores, suffix_cores, load_cores=None) -> dict[int, dict]:
-    """Every static p of the zone: period p50 and its spread (p25..p75). Two passes, ascending then
-    descending, each `frames` frames, pooled per p: a slow spell of this shared machine then lands on
-    different p in the two passes instead of on one p twice."""
+def run_scheduled(model, placement, zone, frames, prefix_cores, suffix_cores, policy, warmup=2) -> list[float]:
+    """Periods (ms) of the pipeline driven by `policy` (already calibrated), after `warmup` frames."""
+    feed = iter([synthetic_frame(model.spec, s) for s in range(frames + warmup)])
+    pipe = Pipeline(PrefixStage(model, policy.partition, placement, zone),
+                    SuffixStage(model, policy.partition, placement, zone),
+                    PipelineConfig(prefix_cores=prefix_cores, suffix_cores=suffix_cores),
+                    source=lambda: next(feed, None)).start()
+    ends = []
+    while len(ends) < frames + warmup and (result := pipe.get(timeout=120)) is not None:
+        ends.append(result.suffix_end)
+        new_p = policy.update(StageSample(result.partition, (result.prefix_end - result.prefix_start) * 1e3,
+                                          (result.suffix_end - result.suffix_start) * 1e3, pipe.backlog(),
+                                          result.suffix_end))
+        if new_p != pipe.prefix.partition:
+            pipe.set_partition(new_p)
+    pipe.finish()
+    ends = ends[warmup:]
+    return [(b - a) * 1e3 for a, b in zip(ends, ends[1:])]
+
+
+def sweep(model, placement, zone, frames, prefix_cores, suffix_cores, load_cores=None, policy=None) -> dict:
+    """Every static p of the zone (and, with a policy, the scheduler measured the same way): period p50 and
+    its spread (p25..p75). Two passes, ascending then descending, each `frames` frames, pooled per entry: a
+    slow spell of this shared machine then lands on different p in the two passes instead of on one p twice;
+    the scheduler runs first in the first pass and last in the second."""
     load = CompetingLoad(load_cores) if load_cores else None
     if load:
         load.start()
     try:
         ps = list(range(zone[0], zone[1] + 1))
-        periods: dict[int, list[float]] = {p: [] for p in ps}
-        for p in ps + ps[::-1]:
-            periods[p] += run_static(model, placement, p, frames, prefix_cores, suffix_cores)
+        sched = ["scheduler"] if policy is not None else []
+        periods: dict = {p: [] for p in ps + sched}
+        for p in sched + ps + ps[::-1] + sched:
+            periods[p] += run_scheduled(model, placement, zone, frames, prefix_cores, suffix_cores, policy) \
+                if p == "scheduler" else run_static(model, placement, p, frames, prefix_cores, suffix_cores)
         out = {}
-        for p in ps:
+        for p in ps + sched:
             q = np.percentile(periods[p], [25, 50, 75])
             out[p] = {"p50": float(q[1]), "p25": float(q[0]), "p75": float(q[2]), "frames": len(periods[p])}
         return out
@@ -157,27 +180,31 @@ def run_load_step(model: VLAModel, placement: Placement, frames: int = 80, step_
         load.stop()
         pipe.finish()
     progress(f"static sweep over p in [{zone.lo}, {zone.hi}], idle and loaded, 2 x {sweep_frames} frames each")
-    sweeps = {"idle": sweep(model, placement, zone, sweep_frames, prefix_cores, suffix_cores),
-              "loaded": sweep(model, placement, zone, sweep_frames, prefix_cores, suffix_cores, suffix_cores)}
+    sweeps = {"idle": sweep(model, placement, zone, sweep_frames, prefix_cores, suffix_cores, policy=policy),
+              "loaded": sweep(model, placement, zone, sweep_frames, prefix_cores, suffix_cores, suffix_cores, policy)}
     report = {"scenario": "load-step", "preset": model.spec.name, "num_blocks": model.num_blocks, "zone": list(zone),
               "frames": frames, "step_on_frame": step_on, "step_off_frame": step_off,
               "load": f"one spinning process per core of {suffix_cores}, pinned by its first instruction",
               "devices": devices, "placement": placement.describe(), "start_partition": start_p,
               "moves": policy.moves, "sweep_frames_per_partition": 2 * sweep_frames,
-              "sweep_method": "two passes over the zone (ascending, then descending), periods pooled per p"}
+              "sweep_method": "two passes over the zone (ascending, then descending), periods pooled per p; the "
+                              "scheduler (the policy calibrated by the load-step run) measured the same way, first "
+                              "in the first pass and last in the second"}
     return {**report, **compare_with_sweep(timeline, sweeps, step_on), "timeline": timeline}
 
 
 def compare_with_sweep(timeline: list[dict], sweeps: dict, step_on: int) -> dict:
-    """The scheduler's steady periods idle and under load against the best static partition of each."""
+    """The scheduler's steady periods idle and under load (measured in the sweep, like every static p)
+    against the best static partition of each; recovery and settling from the load-step timeline."""
+    sched = {k: v.pop("scheduler")["p50"] for k, v in sweeps.items()}
     best = {k: min(v.values(), key=lambda x: x["p50"])["p50"] for k, v in sweeps.items()}
     loaded = [t for t in timeline if t["loaded"]]
     recover = frames_to_recover(loaded, 1.1 * best["loaded"])
-    idle_steady = [t["period_ms"] for t in timeline[5:step_on] if t["period_ms"] and not t["loaded"]]
-    loaded_steady = [t["period_ms"] for t in loaded[(recover or 0) + 2:] if t["period_ms"]]
-    sched = {"idle": statistics.median(idle_steady) if idle_steady else None,
-             "loaded": statistics.median(loaded_steady) if loaded_steady else None}
+    idle_live = [t["period_ms"] for t in timeline[5:step_on] if t["period_ms"] and not t["loaded"]]
+    loaded_live = [t["period_ms"] for t in loaded[5:] if t["period_ms"]]
     return {
+        "scheduler_live_period_ms": {"idle": statistics.median(idle_live) if idle_live else None,
+                                     "loaded": statistics.median(loaded_live) if loaded_live else None},
         "frames_to_recover": recover, "frames_to_settle": frames_to_settle(timeline),
         "recover_definition": "frames run under load until the rolling median of 3 periods is within 10% "
                               "of the best static partition's period under the same load",

@@ -38,3 +38,36 @@ class CameraSync:
                         break
                     self.discarded += 1
             return [image for _, image in chosen], max(stamp for stamp, _ in chosen)
+
+
+class StampedHistory:
+    """The last `depth` stamped values of a stream (odometry), matched to a frame by stamp: the newest value
+    stamped at most `skew_ns` after the frame, accepted when it is at least `skew_ns` recent; waits up to
+    `wait_s` for it (callbacks of one time step may run in any order)."""
+
+    def __init__(self, depth: int = 200):
+        self.entries: deque = deque(maxlen=depth)
+        self.arrived = threading.Condition()
+
+    def add(self, stamp_ns: int, value) -> None:
+        with self.arrived:
+            self.entries.append((stamp_ns, value))
+            self.arrived.notify_all()
+
+    def _newest_until(self, stamp_ns: int):
+        matches = [entry for entry in self.entries if entry[0] <= stamp_ns]
+        return max(matches, key=lambda entry: entry[0]) if matches else None
+
+    def match(self, stamp_ns: int, skew_ns: int, wait_s: float = 0.0):
+        """-> (value or None, matched): `matched` is False when the value is older than the skew (or absent);
+        the newest older value is still returned then."""
+        def ready():
+            best = self._newest_until(stamp_ns + skew_ns)
+            return best is not None and best[0] >= stamp_ns - skew_ns
+
+        with self.arrived:
+            self.arrived.wait_for(ready, wait_s)
+            best = self._newest_until(stamp_ns + skew_ns)
+        if best is None:
+            return None, False
+        return best[1], best[0] >= stamp_ns - skew_ns

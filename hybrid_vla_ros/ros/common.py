@@ -104,8 +104,14 @@ class ParameterTable:
                 self.on_change(param.name, param.value)
 
 
+PROCESSING_TIME_TOPIC = "~/debug/processing_time_ms"            # Autoware's Float64Stamped
+PROCESSING_TIME_FALLBACK = "~/debug/processing_time_ms_float64"  # std_msgs/Float64 where that type is missing
+
+
 class DiagnosticsPublisher:
-    """/diagnostics (status names "<node>: <check>") and ~/debug/processing_time_ms."""
+    """/diagnostics (status names "<node>: <check>") and the processing time: Autoware's Float64Stamped on
+    ~/debug/processing_time_ms when autoware_internal_debug_msgs is importable; otherwise std_msgs/Float64
+    under another name (a different type under Autoware's name would clash in Autoware's tools)."""
 
     LEVELS = {0: DiagnosticStatus.OK, 1: DiagnosticStatus.WARN, 2: DiagnosticStatus.ERROR}
 
@@ -113,10 +119,18 @@ class DiagnosticsPublisher:
         self.node, self.health, self.worker, self.extra = node, health, worker, extra
         make = getattr(node, "configured_publisher", node.create_publisher)  # a stage node's: freed at cleanup
         self.pub = make(DiagnosticArray, "/diagnostics", 10)
-        self.time_pub = make(Float64, "~/debug/processing_time_ms", 10)
+        try:
+            from autoware_internal_debug_msgs.msg import Float64Stamped
+            self.time_cls, topic = Float64Stamped, PROCESSING_TIME_TOPIC
+        except ImportError:
+            self.time_cls, topic = Float64, PROCESSING_TIME_FALLBACK
+        self.time_pub = make(self.time_cls, topic, 1)
 
     def publish_time(self, ms: float) -> None:
-        self.time_pub.publish(Float64(data=float(ms)))
+        msg = self.time_cls(data=float(ms))
+        if hasattr(msg, "stamp"):
+            msg.stamp = self.node.get_clock().now().to_msg()
+        self.time_pub.publish(msg)
 
     def publish(self) -> None:
         msg = DiagnosticArray()

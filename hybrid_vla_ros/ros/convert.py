@@ -10,7 +10,7 @@ import numpy as np
 
 from ..engine.handover import BOUNDARY_LABEL
 from ..errors import InputError, expect
-from ..types import EgoState, Trajectory
+from ..types import EgoState, Pose2D, Trajectory, accelerations
 
 CHANNELS = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4, "mono8": 1}
 
@@ -76,6 +76,13 @@ def array_to_image(image: np.ndarray, msg):
     return msg
 
 
+def odometry_to_pose(msg) -> Pose2D:
+    """nav_msgs/Odometry -> the ego pose in its header frame (yaw from the orientation quaternion)."""
+    p, q = msg.pose.pose.position, msg.pose.pose.orientation
+    yaw = math.atan2(2.0 * (q.w * q.z + q.x * q.y), 1.0 - 2.0 * (q.y * q.y + q.z * q.z))
+    return Pose2D(float(p.x), float(p.y), yaw)
+
+
 def odometry_to_ego(msg) -> EgoState:
     return EgoState(speed_mps=float(msg.twist.twist.linear.x), yaw_rate_rps=float(msg.twist.twist.angular.z))
 
@@ -118,13 +125,15 @@ def _yaw_quaternion(orientation, heading: float) -> None:
     orientation.z, orientation.w = math.sin(heading / 2.0), math.cos(heading / 2.0)
 
 
-def trajectory_to_msg(traj: Trajectory, msg_cls, kind: str, frame_id: str):
+def trajectory_to_msg(traj: Trajectory, msg_cls, kind: str, frame_id: str, points=None):
+    """points: the (N, 5) points to publish (default: traj.points, the ego frame), e.g. traj.in_map(pose)."""
+    points = traj.points if points is None else points
     msg = msg_cls()
     msg.header.frame_id = frame_id
     ns_to_stamp(traj.stamp_ns, msg.header.stamp)
     if kind == "path":
         from geometry_msgs.msg import PoseStamped
-        for x, y, heading, _speed, _t in traj.points:
+        for x, y, heading, _speed, _t in points:
             pose = PoseStamped()
             pose.header = msg.header
             pose.pose.position.x, pose.pose.position.y = float(x), float(y)
@@ -133,11 +142,30 @@ def trajectory_to_msg(traj: Trajectory, msg_cls, kind: str, frame_id: str):
         return msg
     point_cls = type(msg).__module__  # the TrajectoryPoint class lives beside Trajectory
     point_type = __import__(point_cls.rsplit(".", 1)[0], fromlist=["TrajectoryPoint"]).TrajectoryPoint
-    for x, y, heading, speed, t in traj.points:
+    for (x, y, heading, speed, t), accel in zip(points, accelerations(points)):
         point = point_type()
         ns_to_stamp(int(round(float(t) * 1e9)), point.time_from_start)
         point.pose.position.x, point.pose.position.y = float(x), float(y)
         _yaw_quaternion(point.pose.orientation, float(heading))
         point.longitudinal_velocity_mps = float(speed)
+        point.acceleration_mps2 = float(accel)
         msg.points.append(point)
     return msg
+
+
+def trajectory_markers(points, frame_id: str, stamp_ns: int, marker_array_cls, marker_cls, point_cls):
+    """A visualization_msgs/MarkerArray with the predicted path as a line strip (RViz)."""
+    marker = marker_cls()
+    marker.header.frame_id = frame_id
+    ns_to_stamp(stamp_ns, marker.header.stamp)
+    marker.ns, marker.id, marker.type, marker.action = "hybrid_vla/trajectory", 0, marker_cls.LINE_STRIP, marker_cls.ADD
+    marker.scale.x = 0.3
+    marker.color.r, marker.color.g, marker.color.b, marker.color.a = 0.1, 0.8, 0.3, 1.0
+    marker.pose.orientation.w = 1.0
+    for x, y, *_ in points:
+        p = point_cls()
+        p.x, p.y = float(x), float(y)
+        marker.points.append(p)
+    array = marker_array_cls()
+    array.markers.append(marker)
+    return array

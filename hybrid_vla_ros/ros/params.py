@@ -120,7 +120,8 @@ SUFFIX_PARAMS = _common_model() + [
     ParamSpec("numa_node", "int", "pin the worker to this NUMA node's cores; -1 = no NUMA pinning", -1, 63),
     ParamSpec("output_type", "string", "trajectory message type; auto = Autoware when importable, else Path",
               choices=("auto", "autoware", "autoware_auto", "path")),
-    ParamSpec("frame_id", "string", "frame of the output trajectory"),
+    ParamSpec("frame_id", "string", "frame of the output trajectory: base_link = the ego frame as predicted; any "
+              "other (map) = waypoints moved with the pose of ~/input/kinematic_state matched to the frame"),
 ]
 
 SCHEDULER_PARAMS = [

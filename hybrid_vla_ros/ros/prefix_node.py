@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import deque
 
 from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
 from nav_msgs.msg import Odometry
@@ -12,15 +10,15 @@ from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Int32, UInt8MultiArray
 
-from ..engine.placement import Placement
-from ..engine.stages import PrefixStage
-from ..engine.sync import CameraSync
 from ..engine.cpu import default_stage_cores
 from ..engine.flight import FlightControl
 from ..engine.handover import PROCESS_REGISTRY, HandoverEncoder
-from ..types import EgoState, Frame
+from ..engine.placement import Placement
+from ..engine.stages import PrefixStage
+from ..engine.sync import CameraSync, StampedHistory
 from ..engine.worker import StageWorker
 from ..errors import ConfigError, HybridVLAError, expect
+from ..types import EgoState, Frame
 from . import convert
 from .common import DiagnosticsPublisher, StageNode
 from .params import chosen_cores
@@ -49,8 +47,7 @@ class PrefixNode(StageNode):
                                         ring_name=self.get_name(), flight=self.flight)
         self.seq = 0
         self.last_stamp_ns = -1
-        self.ego_history: deque = deque(maxlen=200)  # (stamp_ns, EgoState), matched to frames by stamp
-        self.ego_arrived = threading.Condition()
+        self.ego_history = StampedHistory()  # EgoState by stamp, matched to frames
         self.pub = self.configured_publisher(UInt8MultiArray, "~/output/boundary_state", BOUNDARY_QOS)
         self.info_pub = self.configured_publisher(DiagnosticStatus, "~/debug/frame_info", 10)
         self.worker = StageWorker("prefix", self._process, policy=p["input_policy"], capacity=p["max_in_flight"],
@@ -108,29 +105,17 @@ class PrefixNode(StageNode):
             self.worker.submit(frame)
 
     def _on_odometry(self, msg: Odometry) -> None:
-        with self.ego_arrived:
-            self.ego_history.append((convert.stamp_to_ns(msg.header.stamp), convert.odometry_to_ego(msg)))
-            self.ego_arrived.notify_all()
+        self.ego_history.add(convert.stamp_to_ns(msg.header.stamp), convert.odometry_to_ego(msg))
 
     def ego_at(self, stamp_ns: int) -> EgoState:
         """The kinematic state for a frame: the newest one stamped within the camera skew of the frame, waiting
-        up to KINEMATIC_WAIT_S for it (callbacks of one step may run in any order); else the newest older one,
-        counted as 'kinematic_state_late'."""
-        skew = int(self.params["sync_skew_ms"] * 1e6)
-
-        def newest_within():
-            matches = [(stamp, ego) for stamp, ego in self.ego_history if stamp <= stamp_ns + skew]
-            return max(matches, key=lambda m: m[0]) if matches else None
-
-        with self.ego_arrived:
-            self.ego_arrived.wait_for(lambda: (best := newest_within()) is not None and best[0] >= stamp_ns - skew,
-                                      KINEMATIC_WAIT_S if self.params["use_kinematic_state"] else 0)
-            best = newest_within()
-        if best is None or best[0] < stamp_ns - skew:
-            if self.params["use_kinematic_state"]:
-                self.health.reject("kinematic_state_late")
-            return best[1] if best else EgoState()
-        return best[1]
+        up to KINEMATIC_WAIT_S for it; else the newest older one, counted as 'kinematic_state_late'."""
+        use = self.params["use_kinematic_state"]
+        ego, matched = self.ego_history.match(stamp_ns, int(self.params["sync_skew_ms"] * 1e6),
+                                              KINEMATIC_WAIT_S if use else 0.0)
+        if not matched and use:
+            self.health.reject("kinematic_state_late")
+        return ego or EgoState()
 
     def _on_partition_topic(self, msg: Int32) -> None:
         try:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import time
 
 from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
+from nav_msgs.msg import Odometry
 from std_msgs.msg import UInt8MultiArray
 
 from ..engine.cpu import bind_memory_to_node, cores_of_numa_node, cpu_backend_report, default_stage_cores
 from ..engine.handover import HandoverDecoder
 from ..engine.placement import CPU, Placement, parse_dtype
+from ..engine.sync import StampedHistory
 from ..engine.stages import SuffixStage
 from ..engine.worker import StageWorker
 from ..errors import ConfigError, HybridVLAError
@@ -20,6 +22,9 @@ from .topics import BOUNDARY_QOS
 
 NODE_NAME = "hybrid_vla_suffix"
 SUFFIX_QUEUE = 64  # boundary states waiting for the suffix worker (the limit of max_in_flight)
+EGO_FRAME = "base_link"
+POSE_SKEW_NS = 50_000_000   # the kinematic state matched to a frame lies within this of its stamp
+POSE_WAIT_S = 0.1           # and may arrive up to this late
 
 
 class SuffixNode(StageNode):
@@ -48,6 +53,10 @@ class SuffixNode(StageNode):
                                   threads=p["threads"] or None, health=self.health, on_start=self._bind_memory,
                                   on_error=self._on_worker_error).start()
         self.configured_subscription(UInt8MultiArray, "~/input/boundary_state", self._on_boundary, BOUNDARY_QOS)
+        self.poses = StampedHistory() if p["frame_id"] != EGO_FRAME else None
+        if self.poses is not None:  # the map-frame output needs the ego pose of each frame
+            self.configured_subscription(Odometry, "~/input/kinematic_state", self._on_odometry, 50)
+        self.markers = self._marker_publisher()
         self.diagnostics = DiagnosticsPublisher(self, self.health, self.worker, self._extra_checks)
         self.configured_timer(p["diagnostics_period_s"], self.diagnostics.publish)
         self._log_configuration(reason, placement)
@@ -81,6 +90,37 @@ class SuffixNode(StageNode):
             self.stage.rematerialise()
         self.get_logger().info(f"suffix memory on NUMA node {node}: {self.memory_binding}")
 
+    def _marker_publisher(self):
+        try:
+            from visualization_msgs.msg import MarkerArray
+        except ImportError:
+            self.get_logger().info("visualization_msgs not importable: no ~/debug/markers")
+            return None
+        return self.configured_publisher(MarkerArray, "~/debug/markers", 1)
+
+    def _on_odometry(self, msg) -> None:
+        self.poses.add(convert.stamp_to_ns(msg.header.stamp), convert.odometry_to_pose(msg))
+
+    def _output_points(self, trajectory):
+        """The points in the output frame, or None (counted) when the map frame has no pose for this frame."""
+        if self.poses is None:
+            return trajectory.points
+        pose, matched = self.poses.match(trajectory.stamp_ns, POSE_SKEW_NS, POSE_WAIT_S)
+        if not matched:
+            self._reject("pose_missing", ConfigError(
+                f"no kinematic state within {POSE_SKEW_NS / 1e6:.0f} ms of frame {trajectory.seq}: the "
+                f"{self.params['frame_id']}-frame trajectory is not published (frame_id: base_link needs none)"))
+            return None
+        return trajectory.in_map(pose)
+
+    def _publish_markers(self, points, stamp_ns: int) -> None:
+        if self.markers is None:
+            return
+        from geometry_msgs.msg import Point
+        from visualization_msgs.msg import Marker, MarkerArray
+        self.markers.publish(convert.trajectory_markers(points, self.params["frame_id"], stamp_ns, MarkerArray,
+                                                        Marker, Point))
+
     def _on_boundary(self, msg: UInt8MultiArray) -> None:
         if self.accepting():
             self.worker.submit((bytes(msg.data), time.perf_counter()))
@@ -112,8 +152,12 @@ class SuffixNode(StageNode):
             self._reject("invalid_boundary", exc)
             return
         self.last_stamp_ns = state.stamp_ns
+        points = self._output_points(trajectory)
+        if points is None:
+            return
         self.pub.publish(convert.trajectory_to_msg(trajectory, self.msg_cls, self.output_kind,
-                                                   self.params["frame_id"]))
+                                                   self.params["frame_id"], points))
+        self._publish_markers(points, trajectory.stamp_ns)
         ms = (time.perf_counter() - t0) * 1e3
         self.info_pub.publish(DiagnosticStatus(name=f"{self.get_name()}: trajectory", values=[
             KeyValue(key=k, value=str(v)) for k, v in {

@@ -11,6 +11,9 @@ NODES = ("hybrid_vla_prefix", "hybrid_vla_suffix", "hybrid_vla_scheduler")
 BOUNDARY_TOPIC = "/hybrid_vla/boundary_state"
 PARTITION_TOPIC = "/hybrid_vla/partition_point"
 TRAJECTORY_TOPIC = "/planning/hybrid_vla/trajectory"
+# The launch files' default output: where Autoware's end-to-end planners publish (autoware_launch remaps the
+# end-to-end planner's output there); `hybrid-vla graph` keeps the package's own name beside a running stack.
+LAUNCH_TRAJECTORY_TOPIC = "/planning/trajectory"
 KINEMATIC_TOPIC = "/localization/kinematic_state"
 TRAJECTORY_INFO_TOPIC = "/hybrid_vla_suffix/debug/trajectory_info"   # per frame: partition, suffix_ms, ...
 PREFIX_INFO_TOPIC = "/hybrid_vla_prefix/debug/frame_info"             # per frame: partition, prefix_ms, ...
@@ -18,7 +21,8 @@ PREFIX_INFO_TOPIC = "/hybrid_vla_prefix/debug/frame_info"             # per fram
 REMAPS = {
     "hybrid_vla_prefix": {"~/output/boundary_state": BOUNDARY_TOPIC, "~/input/partition_point": PARTITION_TOPIC,
                           "~/input/kinematic_state": KINEMATIC_TOPIC},
-    "hybrid_vla_suffix": {"~/input/boundary_state": BOUNDARY_TOPIC, "~/output/trajectory": TRAJECTORY_TOPIC},
+    "hybrid_vla_suffix": {"~/input/boundary_state": BOUNDARY_TOPIC, "~/output/trajectory": TRAJECTORY_TOPIC,
+                          "~/input/kinematic_state": KINEMATIC_TOPIC},
     "hybrid_vla_scheduler": {"~/output/partition_point": PARTITION_TOPIC, "~/input/prefix_info": PREFIX_INFO_TOPIC,
                              "~/input/trajectory_info": TRAJECTORY_INFO_TOPIC},
 }
