@@ -118,3 +118,13 @@ def test_one_slow_frame_does_not_move_the_partition_but_a_sustained_slowdown_doe
     for _ in range(10):                              # a competing load that stays
         policy.update(steady(policy.partition, slow=2.0))
     assert policy.partition > start
+
+
+def test_both_policies_take_run_time_changes_through_one_interface():
+    cost, simple = CostPolicy(model(), 0, 8, partition=4), SimplePolicy(0, 8, 4)
+    for policy in (cost, simple):
+        policy.tune("cooldown_s", 3.0)
+        policy.tune("backlog_threshold", 5)
+        policy.tune("hysteresis", 5.0)
+        assert (policy.cooldown_s, policy.backlog_threshold) == (3.0, 5)
+    assert cost.hysteresis == 0.9 and simple.hysteresis == 5.0  # the cost policy's is a fraction of the period

@@ -104,6 +104,12 @@ class CostPolicy:
                    f"dynamic zone [{self.zone_min}, {self.zone_max}] keeps {need / 2**20:.1f} MiB on the prefix "
                    f"device, over the budget of {self.budget_bytes / 2**20:.1f} MiB; lower dynamic_zone_max")
 
+    HYSTERESIS_MAX = 0.9  # a fraction of the predicted period: 1 would never move
+
+    def tune(self, name: str, value) -> None:
+        """A run-time change of hysteresis (capped), cooldown_s or backlog_threshold."""
+        setattr(self, name, min(value, self.HYSTERESIS_MAX) if name == "hysteresis" else value)
+
     def candidates(self) -> list[int]:
         ps = range(self.zone_min, self.zone_max + 1)
         if self.budget_bytes is not None:

@@ -42,6 +42,10 @@ class SimplePolicy:
                f"scheduler: hysteresis {self.hysteresis}, cooldown {self.cooldown_s}, backlog threshold "
                f"{self.backlog_threshold}: expected >= 0, >= 0, >= 1")
 
+    def tune(self, name: str, value) -> None:
+        """A run-time change of hysteresis, cooldown_s or backlog_threshold."""
+        setattr(self, name, value)
+
     def update(self, sample: StageSample) -> int:
         """Returns the partition to use from now on (possibly unchanged). Stage times measured at another
         partition than the one held now (in flight across a move) say nothing about it and are ignored."""

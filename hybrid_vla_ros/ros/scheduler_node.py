@@ -31,7 +31,6 @@ from .topics import PARTITION_QOS
 
 NODE_NAME = "hybrid_vla_scheduler"
 PENDING_FRAMES = 64  # prefix infos waiting for their suffix info (bounded: a frame dropped later never joins)
-COST_HYSTERESIS_MAX = 0.9
 
 
 def info_values(msg: DiagnosticStatus) -> dict:
@@ -109,7 +108,7 @@ class SchedulerNode(ManagedNode):
         prefix_bytes = prefix_bytes_by_partition(self._shapes()) if budget > 0 else None
         return CostPolicy(costs, zone.lo, zone.hi, p["initial_partition"], prefix_bytes,
                           int(budget * 2**20) if budget > 0 else None,
-                          hysteresis=min(p["hysteresis"], COST_HYSTERESIS_MAX), cooldown_s=p["cooldown_s"],
+                          hysteresis=min(p["hysteresis"], CostPolicy.HYSTERESIS_MAX), cooldown_s=p["cooldown_s"],
                           backlog_threshold=p["backlog_threshold"])
 
     def _profile_costs(self, num_blocks: int) -> CostModel:
@@ -132,11 +131,8 @@ class SchedulerNode(ManagedNode):
         return load_vla(preset=p["model.preset"], shapes_only=True)
 
     def _on_param(self, name: str, value) -> None:
-        if self.policy is None or name not in ("hysteresis", "cooldown_s", "backlog_threshold"):
-            return
-        if name == "hysteresis" and isinstance(self.policy, CostPolicy):
-            value = min(value, COST_HYSTERESIS_MAX)  # a fraction of the predicted period for the cost policy
-        setattr(self.policy, name, value)
+        if self.policy is not None and name in ("hysteresis", "cooldown_s", "backlog_threshold"):
+            self.policy.tune(name, value)
 
     # ---- inputs: one sample per finished frame ---------------------------------------------------------
     def _on_prefix_info(self, msg: DiagnosticStatus) -> None:
