@@ -138,7 +138,7 @@ def test_map_frame_points_are_rotated_by_the_yaw_and_moved_to_the_pose():
     import math
     from hybrid_vla_ros.types import Pose2D
     moved = trajectory().in_map(Pose2D(10.0, 5.0, math.pi / 2))
-    np.testing.assert_allclose(moved[:, :2], [[10.0 - 0.5, 5.0 + 1.0], [10.0 - 1.0, 5.0 + 2.0]], atol=1e-9)
+    np.testing.assert_allclose(moved[:, :2], [[10.0 - 0.1, 5.0 + 1.0], [10.0 - 0.3, 5.0 + 2.0]], atol=1e-9)
     np.testing.assert_allclose(moved[:, 2], trajectory().points[:, 2] + math.pi / 2)
 
 
