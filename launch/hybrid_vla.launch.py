@@ -67,6 +67,7 @@ def generate_launch_description():
         if short in ("prefix", "suffix"):
             graph_args += ["--set", [f"{node}.cores=", LaunchConfiguration(f"{short}_cores")]]
         graph_args += [item for src, dst in remaps(node) for item in ("--remap", [f"{node}:{src}:=", dst])]
-    graph = Node(package=PACKAGE, executable="hybrid_vla_graph", name="hybrid_vla_graph", output="screen",
-                 arguments=graph_args, condition=IfCondition(single))
+    # No `name`: a launch-given node name would be a process-wide rename; the three nodes keep their own.
+    graph = Node(package=PACKAGE, executable="hybrid_vla_graph", output="screen", arguments=graph_args,
+                 condition=IfCondition(single))
     return LaunchDescription(args + nodes + [graph])

@@ -1,5 +1,6 @@
 """Test harness: the real graph (rclpy over loopback DDS) on the tiny model, plus a driver node."""
 
+import itertools
 import os
 import time
 
@@ -21,8 +22,14 @@ TINY_OVERRIDES = {
 }
 
 
-def domain_id(offset: int) -> int:
-    return 100 + (os.getpid() * 7 + offset) % 100
+_DOMAINS = itertools.count()
+
+
+def domain_id(offset: int | None = None) -> int:
+    """A DDS domain for one test: consecutive tests of a run never share one (a stale participant of the last
+    test must not answer for this one's nodes); runs in parallel start at different places (pid)."""
+    step = next(_DOMAINS) if offset is None else offset
+    return 100 + (os.getpid() * 7 + step) % 100
 
 
 def wait_until(predicate, spin, timeout_s=20.0):

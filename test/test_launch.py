@@ -163,7 +163,7 @@ class Probe:
                          ids=["py-processes", "xml-processes", "xml-single-process"])
 def test_launch_file_brings_the_graph_up_active_serves_frames_and_stops_cleanly(tmp_path, monkeypatch, launch_file,
                                                                                 single_process):
-    domain = domain_id(hash(f"launch{launch_file}{single_process}") % 50)
+    domain = domain_id()
     monkeypatch.setenv("ROS_DOMAIN_ID", str(domain))
     monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     proc = start_launch(tmp_path, launch_file, single_process, domain)

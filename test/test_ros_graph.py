@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def domain(monkeypatch, request):
-    monkeypatch.setenv("ROS_DOMAIN_ID", str(domain_id(hash(request.node.name) % 50)))
+    monkeypatch.setenv("ROS_DOMAIN_ID", str(domain_id()))
     monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
 
 

@@ -23,10 +23,12 @@ def _init(args, context) -> None:
 
 @contextmanager
 def ros_context(args: list[str] | None = None, context=None):
-    """rclpy initialised on `context` (a fresh one when None) for the body; shut down afterwards."""
+    """rclpy initialised on `context` (a fresh one when None) for the body; shut down afterwards. `args`: the
+    command line rcl parses (`ros2 run` entry points pass sys.argv); None: none at all, so nothing on this
+    process's command line (e.g. a launch file's `__node:=` rename) applies to the nodes made here."""
     import rclpy
     context = context or rclpy.Context()
-    _init(args, context)
+    _init(args if args is not None else [], context)
     try:
         yield context
     finally:
