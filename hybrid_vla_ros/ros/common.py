@@ -35,7 +35,7 @@ def shared_model(preset: str, checkpoint: str):
 
 
 def descriptor(spec) -> ParameterDescriptor:
-    d = ParameterDescriptor(type=int(PARAM_TYPES[spec.type]), description=spec.description,
+    d = ParameterDescriptor(type=PARAM_TYPES[spec.type].value, description=spec.description,  # Enum on jazzy
                             read_only=not spec.dynamic)
     if spec.choices:
         d.additional_constraints = f"one of {list(spec.choices)}"
