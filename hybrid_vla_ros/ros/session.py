@@ -53,7 +53,20 @@ def executor_with(nodes, context):
         executor.shutdown()
 
 
-def spin_until_stopped(executor, done=None, step_s: float = SPIN_STEP_S) -> None:
-    """Spin until a stop is requested (SIGINT/SIGTERM), `done()` is true, or the context goes down."""
+def spin_until_stopped(executor, done=None, step_s: float = SPIN_STEP_S, on_error=None) -> None:
+    """Spin until a stop is requested (SIGINT/SIGTERM), `done()` is true, or the context goes down. An
+    exception from one callback does not end the node (jazzy's rclpy raises from the lifecycle service on
+    an invalid transition request, e.g. `ros2 lifecycle set` of activate while unconfigured): it is handed
+    to on_error(exc) (default: printed) and spinning goes on."""
     while not stop.requested() and (done is None or not done()) and executor.context.ok():
-        executor.spin_once(timeout_sec=step_s)
+        try:
+            executor.spin_once(timeout_sec=step_s)
+        except Exception as exc:  # noqa: BLE001 - one bad callback must not stop the graph
+            if not executor.context.ok():
+                break
+            (on_error or _report)(exc)
+
+
+def _report(exc: Exception) -> None:
+    import sys
+    print(f"hybrid_vla_ros: a callback failed and was skipped: {type(exc).__name__}: {exc}", file=sys.stderr)
