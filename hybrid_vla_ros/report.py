@@ -17,18 +17,12 @@ def percentiles(values) -> dict:
 
 
 def write_report(report: dict, json_path: str | Path | None) -> str:
+    """The full report as JSON, written to `json_path` when given (folders made). -> the text."""
     text = json.dumps(report, indent=2)
     if json_path:
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)
         Path(json_path).write_text(text)
     return text
-
-
-def headline(report: dict) -> dict:
-    """The report without per-frame timelines (what the CLI prints)."""
-    out = {k: v for k, v in report.items() if k != "modes"}
-    out["modes"] = {name: {k: v for k, v in mode.items() if k != "timeline"} for name, mode in report["modes"].items()}
-    return out
 
 
 def pyplot():

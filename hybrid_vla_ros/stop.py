@@ -69,12 +69,6 @@ def request(why: str = "requested") -> None:
     _requests.append(why)
 
 
-def reset() -> None:
-    """Forget earlier requests (a test that runs several programs in one process)."""
-    _requests.clear()
-    _received.clear()
-
-
 def wait(timeout_s: float, step_s: float = 0.05) -> bool:
     """Sleep up to `timeout_s`, waking within `step_s` of a stop request. -> whether the stop was requested."""
     deadline = time.monotonic() + timeout_s

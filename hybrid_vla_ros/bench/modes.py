@@ -21,7 +21,7 @@ from ..model.vla import VLAModel
 from .profile import seed_cost_model
 from .graph import run_graph_mode
 from .handover import handover_microbench
-from ..report import headline, percentiles, pyplot, write_report  # noqa: F401 (headline, write_report: re-exported)
+from ..report import percentiles, pyplot
 
 
 def summarise(results: list[FrameResult], stats, warmup: int) -> dict:

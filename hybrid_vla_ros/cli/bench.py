@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .common import add_model_args, add_placement_args, model_from_args, placement_from_args, write_json
+from ..report import write_report
+from .common import add_model_args, add_placement_args, model_from_args, placement_from_args
 
 
 MODES_FRAMES, LOAD_STEP_FRAMES = 24, 80
@@ -23,7 +24,7 @@ def cmd_bench(args) -> int:
     report = run_bench(model, placement_from_args(args), num_frames=args.frames or MODES_FRAMES,
                        partition=args.partition, transports=transports, max_in_flight=args.max_in_flight,
                        warmup=args.warmup, modes=modes, progress=progress_printer("bench"))
-    write_json(report, args.json)
+    write_report(report, args.json)
     if args.plot:
         plot_bench(report, args.plot)
     print(f"{report['preset']}: {report['num_blocks']} blocks, partition {report['partition']}, "
@@ -42,7 +43,7 @@ def bench_load_step(args, model) -> int:
                            progress=progress_printer("load-step"),
                            step_off=args.step_off if args.step_off > 0 else None, zone=zone, budget_bytes=budget,
                            sweep_frames=args.sweep_frames)
-    write_json(report, args.json)
+    write_report(report, args.json)
     if args.plot:
         plot_load_step(report, args.plot)
     ratio, sched = report["scheduler_vs_best_static"], report["scheduler_period_ms"]
@@ -63,7 +64,7 @@ def cmd_profile(args) -> int:
     from ..report import key_value_table, progress_printer
     report = profile_report(model_from_args(args), placement_from_args(args), frames=args.frames,
                             progress=progress_printer("profile"))
-    write_json(report, args.json)
+    write_report(report, args.json)
     suffix = report["suffix"]
     print(f"profile of {report['preset']} ({report['num_blocks']} blocks, {report['tokens']} tokens)")
     print(key_value_table([

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 
 def add_model_args(parser: argparse.ArgumentParser, default_preset: str | None = "tiny") -> None:
@@ -38,12 +37,6 @@ def emit(result: dict, as_json: bool, text_lines) -> None:
     else:
         for line in text_lines(result):
             print(line)
-
-
-def write_json(report: dict, path: str | None) -> None:
-    if path:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(report, indent=2))
 
 
 def refuse_unless_default(parser_defaults: dict, args, options: list[str], why: str) -> None:
