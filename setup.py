@@ -19,7 +19,7 @@ setup(
     package_data={PACKAGE: ["data/sample_drive/*"]},
     include_package_data=True,
     install_requires=["setuptools", "numpy", "pyyaml", "safetensors", "transformers>=5.0", "torch",
-                      "matplotlib", "rosbags", "jsonschema", "psutil"],
+                      "matplotlib", "rosbags>=0.10.9", "jsonschema", "psutil"],
     zip_safe=False,
     maintainer="hybrid_vla_ros developers",
     maintainer_email="dev@hybrid-vla-ros.invalid",

@@ -8,6 +8,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
+@pytest.fixture
+def domain(monkeypatch):
+    """A DDS domain of this test's own (sequential: no stale participant of an earlier test answers), on
+    loopback."""
+    from ros_harness import domain_id
+    monkeypatch.setenv("ROS_DOMAIN_ID", str(domain_id()))
+    monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+
+
 @pytest.fixture(scope="session")
 def tiny_models():
     """One instance per family, built once (a few tens of ms each)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 
 from .. import stop
@@ -22,8 +23,8 @@ def _with_bag_node(job):
 
 
 def cmd_record(args) -> int:
-    from ..ros.bag import Recorder
-    topics = dict(t.split(":", 1) for t in args.topics)
+    from ..ros.record import Recorder
+    topics = {t.partition(":")[0]: t.partition(":")[2] or None for t in args.topics}
 
     def record(node, spin):
         recorder = Recorder(node, args.out, topics, args.storage)
@@ -38,14 +39,19 @@ def cmd_record(args) -> int:
 
 
 def cmd_replay(args) -> int:
-    from ..ros.bag import Replayer
+    from ..ros.replay import Replayer
 
     def replay(node, spin):
-        replayer = Replayer(node, args.bag)
-        replayer.wait_for_subscribers(5.0, spin)
+        replayer = Replayer(node, args.bag, skew_ms=args.skew_ms, clock=args.clock is not None,
+                            clock_hz=args.clock or 40.0)
+        if replayer.skipped:
+            print(f"replay: skipping topics whose message type is not installed here: {replayer.skipped}",
+                  file=sys.stderr)
+        replayer.wait_for_subscribers(args.wait_s, spin)
         # open loop: nothing answers a plain replay, so rate 0 means "publish as fast as possible"
         frames = replayer.run(spin, answered=lambda: 1 << 30, rate=args.rate)
-        print(json.dumps({"bag": args.bag, "frames": frames, "topics": replayer.topics()}))
+        print(json.dumps({"bag": args.bag, "frames": frames, "incomplete_frames": replayer.incomplete_frames,
+                          "topics": replayer.topics(), "skipped": replayer.skipped}))
         return 0
     return _with_bag_node(replay)
 
@@ -67,7 +73,9 @@ def cmd_make_sample_drive(args) -> int:
 def register(sub) -> None:
     p = sub.add_parser("record", help="record topics to a rosbag2 folder")
     p.add_argument("--out", required=True)
-    p.add_argument("--topics", nargs="+", required=True, help="TOPIC:TYPE, e.g. /a:nav_msgs/msg/Path")
+    p.add_argument("--topics", nargs="+", required=True,
+                   help="TOPIC or TOPIC:TYPE (e.g. /a:nav_msgs/msg/Path); without a type, the publishers' type. "
+                        "Each topic is subscribed once it has a publisher, with a QoS matching all of them")
     p.add_argument("--duration", type=float, default=10.0)
     p.add_argument("--storage", default="mcap", choices=("mcap", "sqlite3"))
     p.set_defaults(func=cmd_record)
@@ -75,6 +83,11 @@ def register(sub) -> None:
     p = sub.add_parser("replay", help="publish a rosbag2 folder")
     p.add_argument("bag")
     p.add_argument("--rate", type=float, default=1.0, help="1: recorded rate, 2: twice as fast, 0: as fast as possible")
+    p.add_argument("--clock", type=float, nargs="?", const=40.0, default=None, metavar="HZ",
+                   help="publish /clock with the bag's time (default 40 Hz), for nodes with use_sim_time:=true")
+    p.add_argument("--skew-ms", type=float, default=20.0,
+                   help="camera images whose header stamps lie within this form one frame")
+    p.add_argument("--wait-s", type=float, default=5.0, help="wait this long for the cameras' subscribers")
     p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("make-sample-drive", help="write a synthetic drive bag for a preset")

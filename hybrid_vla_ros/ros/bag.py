@@ -1,25 +1,40 @@
-"""rosbag2 record and replay with the pure-Python `rosbags` library (mcap by default, or sqlite3).
+"""rosbag2 storage with the pure-Python `rosbags` library (mcap by default, or sqlite3): writing, streaming
+reading, the offered QoS of each topic, and the message types a bag can hold.
 
-Messages travel as raw CDR bytes: replay publishes the recorded bytes unchanged (rclpy publishes bytes),
-record subscribes with raw=True, so nothing is converted on the way. Bags written here are read by
-`ros2 bag info/play` on a ROS machine (metadata version 8: Jazzy and newer; Humble's rosbag2 may refuse it).
+Messages travel as raw CDR bytes: replay publishes the recorded bytes unchanged, record subscribes with
+raw=True, so nothing is converted on the way. Bags written here use rosbag2 metadata version 8 (what
+Jazzy's rosbag2 writes); `ros2 bag info/play` read them on Jazzy and Kilted. Humble: docs/INTERFACES.md.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import queue
+import re
+import struct
+import sys
 import threading
-import time
 from collections import defaultdict
+from functools import lru_cache
 from pathlib import Path
+from typing import Iterator, NamedTuple
 
+from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime
 from rosbags.rosbag2 import Reader, StoragePlugin, Writer
 
 from ..errors import ConfigError, expect
 
 STORAGE = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}
 BAG_VERSION = 8
+MSG_PATH_ENV = "HVLA_MSG_PATH"  # extra folders holding <package>/msg/<Name>.msg (os.pathsep-separated)
+
+
+class BagMessage(NamedTuple):
+    receive_ns: int  # the bag's log time: when the recorder received it
+    topic: str
+    msgtype: str
+    raw: bytes
 
 
 def message_class(msgtype: str):
@@ -28,9 +43,125 @@ def message_class(msgtype: str):
     return getattr(importlib.import_module(f"{package}.msg"), name)
 
 
+# ---- QoS: rclpy profile <-> the bag's offered_qos_profiles (same enum values on both sides) ----
+
+def qos_to_bag(profile) -> Qos:
+    """An rclpy QoSProfile (what a publisher offers) -> rosbags' Qos, for the bag's metadata."""
+    def duration(d) -> QosTime:
+        ns = d.nanoseconds if hasattr(d, "nanoseconds") else 0
+        return QosTime(ns // 1_000_000_000, ns % 1_000_000_000)
+    return Qos(QosHistory(int(profile.history)), int(profile.depth), QosReliability(int(profile.reliability)),
+               QosDurability(int(profile.durability)), duration(profile.deadline), duration(profile.lifespan),
+               QosLiveliness(int(profile.liveliness)), duration(profile.liveliness_lease_duration),
+               bool(profile.avoid_ros_namespace_conventions))
+
+
+def qos_from_bag(offered: list[Qos], depth: int = 10):
+    """The profile to publish (replay) or subscribe (record) with, from what the publishers offer: best
+    effort if any of them is, transient local only if all are (what rosbag2 does). No profile: reliable."""
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+    reliable = all(q.reliability != QosReliability.BEST_EFFORT for q in offered)
+    latched = bool(offered) and all(q.durability == QosDurability.TRANSIENT_LOCAL for q in offered)
+    return QoSProfile(depth=depth,
+                      reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT,
+                      durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE)
+
+
+def reliable_qos() -> Qos:
+    """What a state estimator offers (rclpy's default profile: reliable, volatile, depth 10)."""
+    from rclpy.qos import QoSProfile
+    return qos_to_bag(QoSProfile(depth=10))
+
+
+def sensor_qos() -> Qos:
+    """What a camera driver offers (rclpy's qos_profile_sensor_data)."""
+    from rclpy.qos import qos_profile_sensor_data
+    return qos_to_bag(qos_profile_sensor_data)
+
+
+# ---- message types: the bag type store knows every type it writes ----
+
+PRIMITIVES = {"bool", "byte", "char", "float32", "float64", "int8", "uint8", "int16", "uint16", "int32",
+              "uint32", "int64", "uint64", "string", "wstring", "time", "duration"}
+
+
+def msg_search_path() -> list[Path]:
+    """Where .msg files are looked up: $HVLA_MSG_PATH, then each ament prefix's share/ (a sourced ROS or
+    Autoware install), then this Python's share/ (the ROS wheels put their .msg files there)."""
+    dirs = [Path(p) for p in os.environ.get(MSG_PATH_ENV, "").split(os.pathsep) if p]
+    dirs += [Path(p) / "share" for p in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep) if p]
+    return dirs + [Path(sys.prefix) / "share"]
+
+
+def find_msg_file(msgtype: str) -> Path | None:
+    package, _, name = msgtype.split("/")
+    return next((d / package / "msg" / f"{name}.msg" for d in msg_search_path()
+                 if (d / package / "msg" / f"{name}.msg").is_file()), None)
+
+
+def msg_dependencies(text: str, package: str) -> set[str]:
+    """The message types a .msg text refers to ('Header' and 'pkg/Name' and same-package 'Name')."""
+    deps = set()
+    for line in text.splitlines():
+        words = line.split("#", 1)[0].split()
+        if not words:  # (constants and default values are of primitive types: skipped below)
+            continue
+        base = re.sub(r"(\[.*\]|<=\d+)$", "", words[0])
+        if base in PRIMITIVES or base.startswith(("string<", "wstring<")):
+            continue
+        deps.add("std_msgs/msg/Header" if base == "Header" else
+                 f"{base.split('/')[0]}/msg/{base.split('/')[-1]}" if "/" in base else f"{package}/msg/{base}")
+    return deps
+
+
+@lru_cache(maxsize=1)
+def _base_typestore():
+    from rosbags.typesys import Stores, get_typestore
+    return get_typestore(Stores.ROS2_KILTED)
+
+
+def typestore_with(msgtypes) -> object:
+    """The bag type store, with every type in `msgtypes` (and what they refer to) registered from the .msg
+    files found (msg_search_path) when the built-in store does not know it. Unknown and not found: refused."""
+    from rosbags.typesys import get_types_from_msg
+    store = _base_typestore()
+    pending, found = [t for t in msgtypes if t not in store.fielddefs], {}
+    while pending:
+        msgtype = pending.pop()
+        if msgtype in found or msgtype in store.fielddefs:
+            continue
+        path = find_msg_file(msgtype)
+        expect(path is not None, ConfigError,
+               f"message type '{msgtype}' is not known to the bag type store and no {msgtype.split('/')[-1]}.msg "
+               f"was found under {[str(d) for d in msg_search_path()]} (set {MSG_PATH_ENV} or source its install)")
+        text = path.read_text()
+        found.update(get_types_from_msg(text, msgtype))
+        pending += sorted(msg_dependencies(text, msgtype.split("/")[0]))
+    if found:
+        store.register(found)
+    return store
+
+
+def header_first(msgtype: str) -> bool:
+    """True when the message starts with a std_msgs/Header (its stamp is then readable from the raw CDR)."""
+    fields = typestore_with([msgtype]).fielddefs[msgtype][1]
+    return bool(fields) and fields[0][1][1] == "std_msgs/msg/Header"
+
+
+def header_stamp_ns(raw: bytes) -> int:
+    """The header stamp of a header-first CDR message: after the 4-byte encapsulation, int32 sec and uint32
+    nanosec, little or big endian as the encapsulation says."""
+    expect(len(raw) >= 12, ConfigError, f"a {len(raw)}-byte message cannot hold a header stamp")
+    sec, nanosec = struct.unpack("<iI" if raw[1] & 1 else ">iI", raw[4:12])
+    return sec * 1_000_000_000 + nanosec
+
+
+# ---- writing and reading ----
+
 class BagWriter:
     """rosbag2 writer for raw CDR messages, safe to call from any thread: one thread owns the storage
-    (sqlite3 connections are bound to the thread that made them) and drains a queue."""
+    (sqlite3 connections are bound to the thread that made them) and drains a queue. A topic's offered QoS
+    is stored when declared before its first message."""
 
     def __init__(self, path: str | Path, storage: str = "mcap"):
         expect(storage in STORAGE, ConfigError, f"storage '{storage}' is not one of {sorted(STORAGE)}")
@@ -38,6 +169,7 @@ class BagWriter:
         expect(not self.path.exists(), ConfigError, f"bag '{self.path}' already exists; rosbag2 will not overwrite it")
         self.storage = storage
         self.count = defaultdict(int)
+        self.offered: dict[str, list[Qos]] = {}
         self.queue: queue.Queue = queue.Queue()
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._drain, name="hvla-bag-writer", daemon=True)
@@ -55,13 +187,19 @@ class BagWriter:
             while (item := self.queue.get()) is not None:
                 topic, msgtype, stamp_ns, data = item
                 if topic not in connections:
-                    connections[topic] = writer.add_connection(topic, msgtype, typestore=_typestore())
+                    connections[topic] = writer.add_connection(
+                        topic, msgtype, typestore=typestore_with([msgtype]),
+                        offered_qos_profiles=self.offered.get(topic, ()))
                 writer.write(connections[topic], stamp_ns, data)
                 self.count[topic] += 1
         except BaseException as exc:
             self.error = exc
         finally:
             writer.close()
+
+    def declare(self, topic: str, offered: list[Qos]) -> None:
+        """The QoS the topic's publishers offer (stored with the topic when its first message is written)."""
+        self.offered[topic] = list(offered)
 
     def write(self, topic: str, msgtype: str, stamp_ns: int, data: bytes) -> None:
         self.queue.put((topic, msgtype, stamp_ns, bytes(data)))
@@ -73,126 +211,34 @@ class BagWriter:
             raise ConfigError(f"bag '{self.path}': writing failed ({self.error})") from self.error
 
 
-def _typestore():
-    from rosbags.typesys import Stores, get_typestore
-    return get_typestore(Stores.ROS2_KILTED)
+class BagInfo(NamedTuple):
+    types: dict[str, str]  # topic -> msgtype
+    offered: dict[str, list[Qos]]  # topic -> offered QoS profiles (may be empty)
+    message_count: int
+    start_ns: int
 
 
-def read_bag(path: str | Path):
-    """-> list of (timestamp ns, topic, msgtype, raw bytes) in time order, and the topic -> type map."""
+def _checked(path: str | Path) -> Path:
     path = Path(path)
     expect(path.is_dir() and (path / "metadata.yaml").is_file(), ConfigError,
            f"bag '{path}': not a rosbag2 folder (no metadata.yaml)")
-    with Reader(path) as reader:
-        types = {c.topic: c.msgtype for c in reader.connections}
-        messages = [(t, c.topic, c.msgtype, bytes(raw)) for c, t, raw in reader.messages()]
-    return sorted(messages, key=lambda m: m[0]), types
+    return path
 
 
-def frame_groups(messages):
-    """Messages sharing a timestamp form one frame (cameras + kinematic state of one time step)."""
-    groups: dict[int, list] = defaultdict(list)
-    for message in messages:
-        groups[message[0]].append(message)
-    # within a step, non-image messages (kinematic state) go first so the frame sees them
-    return [sorted(groups[t], key=lambda m: "Image" in m[2]) for t in sorted(groups)]
+def bag_info(path: str | Path) -> BagInfo:
+    with Reader(_checked(path)) as reader:
+        return BagInfo({c.topic: c.msgtype for c in reader.connections},
+                       {c.topic: list(c.ext.offered_qos_profiles) for c in reader.connections},
+                       reader.message_count, reader.start_time)
 
 
-class Replayer:
-    """Publishes a bag's messages. rate > 0: recorded timing scaled by rate; rate == 0: as fast as the graph
-    takes it (closed loop: at most `window` frames published and not yet answered)."""
-
-    def __init__(self, node, path: str | Path, remap: dict[str, str] | None = None):
-        self.node = node
-        self.messages, self.types = read_bag(path)
-        self.remap = remap or {}
-        self.publishers = {topic: node.create_publisher(message_class(t), self.remap.get(topic, topic), 10)
-                           for topic, t in self.types.items()}
-        self.published_frames: list[tuple[int, float]] = []  # (bag stamp, wall time published)
-        self.presumed_lost = 0  # closed loop: frames never answered within the wait (dropped by the graph)
-
-    def topics(self) -> dict[str, str]:
-        return {self.remap.get(topic, topic): t for topic, t in self.types.items()}
-
-    def wait_for_subscribers(self, timeout_s: float = 10.0, spin=None) -> bool:
-        """Every camera topic has a subscriber (other topics, e.g. a kinematic state nobody reads, may not)."""
-        cameras = [p for topic, p in self.publishers.items() if "Image" in self.types[topic]] or \
-            list(self.publishers.values())
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if all(p.get_subscription_count() > 0 for p in cameras):
-                return True
-            spin(0.05) if spin else time.sleep(0.05)
-        return False
-
-    def _period_s(self) -> float:
-        times = [wall for _, wall in self.published_frames[-6:]]
-        return (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else 1.0
-
-    def publish_group(self, group) -> None:
-        for stamp, topic, _msgtype, raw in group:
-            self.publishers[topic].publish(raw)
-        self.published_frames.append((group[0][0], time.perf_counter()))
-
-    def first_stamp(self) -> int:
-        return frame_groups(self.messages)[0][0][0]
-
-    def probe(self, spin, answered, timeout_s: float = 60.0, every_s: float = 3.0) -> int:
-        """Readiness probe: publish the first frame, stamped before the bag starts, until the graph answers
-        (DDS matching is asymmetric: the first messages after start-up can be lost before both sides match).
-        Each attempt carries a newer stamp (10 s before the bag, +10 ms per attempt) so the graph does not
-        reject a retry as out of order. Returns the number of attempts sent once answered, 0 on timeout."""
-        from rclpy.serialization import deserialize_message, serialize_message
-        group = frame_groups(self.messages)[0]
-        decoded = [(topic, deserialize_message(raw, message_class(msgtype))) for _, topic, msgtype, raw in group]
-        start, deadline, attempt = answered(), time.monotonic() + timeout_s, 0
-        while time.monotonic() < deadline:
-            for topic, msg in decoded:
-                if hasattr(msg, "header"):
-                    ns = group[0][0] - 10_000_000_000 + attempt * 10_000_000
-                    msg.header.stamp.sec, msg.header.stamp.nanosec = ns // 1_000_000_000, ns % 1_000_000_000
-                self.publishers[topic].publish(serialize_message(msg))
-            attempt += 1
-            until = time.monotonic() + every_s
-            while time.monotonic() < until:
-                if answered() > start:
-                    return attempt
-                spin(0.02)
-        return 0
-
-    def run(self, spin, answered, rate: float = 0.0, window: int = 2, timeout_s: float = 30.0) -> int:
-        """spin(timeout) runs the executor; answered() counts outputs so far. Returns frames published."""
-        groups = frame_groups(self.messages)
-        start_wall, start_bag = time.perf_counter(), groups[0][0][0] if groups else 0
-        for index, group in enumerate(groups):
-            if rate > 0:
-                due = start_wall + (group[0][0] - start_bag) / 1e9 / rate
-                while time.perf_counter() < due:
-                    spin(min(0.01, max(0.0, due - time.perf_counter())))
-            else:
-                # closed loop: wait for an answer; a frame the graph dropped (and counted) must not stall us
-                deadline = time.monotonic() + min(timeout_s, max(2.0, 5 * self._period_s()))
-                while index - answered() - self.presumed_lost >= window:
-                    if time.monotonic() > deadline:
-                        self.presumed_lost += 1
-                        break
-                    spin(0.005)
-            self.publish_group(group)
-            spin(0)
-        return len(groups)
+def stream_bag(path: str | Path) -> Iterator[BagMessage]:
+    """The bag's messages in log-time order, one at a time (memory stays bounded whatever the bag's size)."""
+    with Reader(_checked(path)) as reader:
+        for connection, receive_ns, raw in reader.messages():
+            yield BagMessage(receive_ns, connection.topic, connection.msgtype, bytes(raw))
 
 
-class Recorder:
-    """Subscribes (raw) to topics and writes every message into a bag with its receive time."""
-
-    def __init__(self, node, path: str | Path, topics: dict[str, str], storage: str = "mcap", qos=10):
-        self.writer = BagWriter(path, storage)
-        self.subscriptions = [
-            node.create_subscription(message_class(msgtype), topic,
-                                     lambda raw, t=topic, m=msgtype: self.writer.write(t, m, time.time_ns(), raw),
-                                     qos, raw=True)
-            for topic, msgtype in topics.items()]
-
-    def close(self) -> dict[str, int]:
-        self.writer.close()
-        return dict(self.writer.count)
+def read_bag(path: str | Path) -> tuple[list[BagMessage], dict[str, str]]:
+    """Every message (small bags: tests, outputs) and the topic -> type map."""
+    return list(stream_bag(path)), bag_info(path).types

@@ -15,7 +15,9 @@ from ..model.spec import get_preset
 from .. import stop
 from ..report import percentiles, pyplot
 from . import convert
-from .bag import BagWriter, Recorder, Replayer
+from .bag import BagWriter, reliable_qos, sensor_qos
+from .record import Recorder
+from .replay import Replayer
 from .session import ros_context
 from .topics import BOUNDARY_TOPIC, KINEMATIC_TOPIC, TRAJECTORY_INFO_TOPIC as INFO_TOPIC, TRAJECTORY_TOPIC
 from .bringup import (InProcessGraph, graph_params, spawn_processes,
@@ -25,8 +27,11 @@ SAMPLE_DRIVE = Path(__file__).resolve().parents[1] / "data" / "sample_drive"
 
 
 def write_sample_drive(path: str | Path, preset: str, camera_topics: list[str], frames: int = 40,
-                       rate_hz: float = 10.0, storage: str = "mcap", compressed: bool = True, seed: int = 7) -> Path:
-    """Synthetic camera frames (+ kinematic state) for `preset`'s cameras, one frame per time step."""
+                       rate_hz: float = 10.0, storage: str = "mcap", compressed: bool = True, seed: int = 7,
+                       receive_delay_ms: tuple[float, float] = (2.0, 12.0)) -> Path:
+    """Synthetic camera frames (+ kinematic state) for `preset`'s cameras, one frame per time step, as a
+    real drive records them: each message logged at its own receive time (header stamp + a delay drawn in
+    `receive_delay_ms`, images later than the odometry), cameras offered best effort (sensor data QoS)."""
     from nav_msgs.msg import Odometry
     from rclpy.serialization import serialize_message
     from sensor_msgs.msg import CompressedImage, Image
@@ -34,23 +39,29 @@ def write_sample_drive(path: str | Path, preset: str, camera_topics: list[str], 
     expect(len(camera_topics) == spec.num_cameras, ConfigError,
            f"sample drive: {len(camera_topics)} camera topics for a {spec.num_cameras}-camera model")
     writer = BagWriter(path, storage)
+    for topic in camera_topics:
+        writer.declare(topic, [sensor_qos()])
+    writer.declare(KINEMATIC_TOPIC, [reliable_qos()])
+    rng, low, high = np.random.default_rng(seed), int(receive_delay_ms[0] * 1e6), int(receive_delay_ms[1] * 1e6)
+    camera_type = "sensor_msgs/msg/CompressedImage" if compressed else "sensor_msgs/msg/Image"
     start_ns = 1_700_000_000_000_000_000
     try:
         for seq in range(frames):
             stamp = start_ns + int(seq * 1e9 / rate_hz)
             frame = synthetic_frame(spec, seq, stamp_ns=stamp, seed=seed)
+            odom = Odometry()
+            convert.ns_to_stamp(stamp, odom.header.stamp)
+            odom.header.frame_id, odom.child_frame_id = "map", "base_link"
+            odom.twist.twist.linear.x, odom.twist.twist.angular.z = frame.ego.speed_mps, frame.ego.yaw_rate_rps
+            step = [(stamp + low // 2, KINEMATIC_TOPIC, "nav_msgs/msg/Odometry", serialize_message(odom))]
             for index, topic in enumerate(camera_topics):
                 msg = convert.array_to_compressed(frame.images[index], CompressedImage()) if compressed \
                     else convert.array_to_image(frame.images[index], Image())
                 convert.ns_to_stamp(stamp, msg.header.stamp)
                 msg.header.frame_id = f"camera{index}/camera_optical_link"
-                writer.write(topic, "sensor_msgs/msg/CompressedImage" if compressed else "sensor_msgs/msg/Image",
-                             stamp, serialize_message(msg))
-            odom = Odometry()
-            convert.ns_to_stamp(stamp, odom.header.stamp)
-            odom.header.frame_id, odom.child_frame_id = "map", "base_link"
-            odom.twist.twist.linear.x, odom.twist.twist.angular.z = frame.ego.speed_mps, frame.ego.yaw_rate_rps
-            writer.write(KINEMATIC_TOPIC, "nav_msgs/msg/Odometry", stamp, serialize_message(odom))
+                step.append((stamp + int(rng.integers(low, high + 1)), topic, camera_type, serialize_message(msg)))
+            for receive_ns, topic, msgtype, raw in sorted(step):
+                writer.write(topic, msgtype, receive_ns, raw)
     finally:
         writer.close()
     return Path(path)
@@ -59,11 +70,12 @@ def write_sample_drive(path: str | Path, preset: str, camera_topics: list[str], 
 class Driver:
     """A node that replays a bag into the graph, records the outputs and collects what the summary needs."""
 
-    def __init__(self, context, bag: str | Path, record_to: str | Path | None, storage: str = "mcap"):
+    def __init__(self, context, bag: str | Path, record_to: str | Path | None, storage: str = "mcap",
+                 skew_ms: float = 20.0):
         from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
         from rclpy.node import Node
         self.node = Node("hybrid_vla_demo_driver", context=context)
-        self.replayer = Replayer(self.node, bag)
+        self.replayer = Replayer(self.node, bag, skew_ms=skew_ms)
         self.infos: list[dict] = []
         self.trajectories: dict[int, np.ndarray] = {}
         self.rejections: dict[str, dict] = {}
@@ -142,6 +154,7 @@ def summarise(driver: Driver, published: int, wall_s: float) -> dict:
         "rejected": driver.rejections,
         "dropped_in_graph": driver.graph_drops, "camera_images_unmatched": driver.sync_discarded,
         "presumed_lost_by_replay": driver.replayer.presumed_lost,
+        "bag_frames_incomplete": driver.replayer.incomplete_frames,
     }
 
 
@@ -166,7 +179,7 @@ def _drive(context, bag, params, record_to, processes, rate, window, storage, co
         else:
             graph = InProcessGraph(params, context=context)
             executor = graph.executor
-        driver = Driver(context, bag, record_to, storage)
+        driver = Driver(context, bag, record_to, storage, float(params["hybrid_vla_prefix"].get("sync_skew_ms", 20.0)))
         executor.add_node(driver.node)
 
         def spin(timeout_s: float) -> None:
@@ -186,7 +199,7 @@ def _drive(context, bag, params, record_to, processes, rate, window, storage, co
         quiet_until = time.monotonic() + 2.0  # let every probe attempt drain before the bag starts
         while len(driver.infos) < attempts and time.monotonic() < quiet_until:
             spin(0.02)
-        progress(f"graph answered; replaying {len(driver.replayer.messages)} messages")
+        progress(f"graph answered; replaying {driver.replayer.message_count} messages")
         driver.start_recording()
         first_stamp = driver.replayer.first_stamp()
         answered = lambda: sum(int(i["stamp_ns"]) >= first_stamp for i in driver.infos)  # noqa: E731 (bag frames only)
