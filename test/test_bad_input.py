@@ -1,7 +1,5 @@
 """Bad input raises an error that names the value, what was expected and where it came from."""
 
-import dataclasses
-import json
 
 import numpy as np
 import pytest
@@ -11,7 +9,6 @@ from hybrid_vla_ros.engine.placement import Placement
 from hybrid_vla_ros.engine.stages import PrefixStage, SuffixStage
 from hybrid_vla_ros.types import EgoState
 from hybrid_vla_ros.errors import ConfigError, InputError
-from hybrid_vla_ros.model.checkpoint import SPEC_FILE, WEIGHTS_FILE, load_checkpoint, save_checkpoint
 from hybrid_vla_ros.model.inputs import synthetic_frame
 from hybrid_vla_ros.model.load import load_vla
 
@@ -116,54 +113,3 @@ def test_unavailable_cuda_and_unknown_dtype_are_refused():
             Placement.create(prefix_device="cuda")
     with pytest.raises(ConfigError, match="'int8' is not one of"):
         Placement.create(prefix_dtype="int8")
-
-
-# ---- checkpoints ---------------------------------------------------------------------------------------
-
-def test_checkpoint_round_trip_gives_identical_outputs(tmp_path, tiny):
-    save_checkpoint(tiny, tmp_path / "ckpt")
-    loaded = load_checkpoint(tmp_path / "ckpt")
-    frame = synthetic_frame(tiny.spec, 1)
-    a = SuffixStage(tiny, 2).run(PrefixStage(tiny, 2).run(frame))
-    b = SuffixStage(loaded, 2).run(PrefixStage(loaded, 2).run(frame))
-    np.testing.assert_array_equal(a.points, b.points)
-
-
-def test_missing_checkpoint_directory_is_refused(tmp_path):
-    with pytest.raises(ConfigError, match="no such directory"):
-        load_checkpoint(tmp_path / "nope")
-
-
-def test_checkpoint_without_safetensors_is_refused(tmp_path, tiny):
-    save_checkpoint(tiny, tmp_path)
-    (tmp_path / WEIGHTS_FILE).unlink()
-    (tmp_path / "pytorch_model.bin").write_bytes(b"pickle")
-    with pytest.raises(ConfigError, match="missing model.safetensors \\(only safetensors are loaded, never pickle\\)"):
-        load_checkpoint(tmp_path)
-
-
-def test_corrupt_safetensors_is_refused(tmp_path, tiny):
-    save_checkpoint(tiny, tmp_path)
-    data = (tmp_path / WEIGHTS_FILE).read_bytes()
-    (tmp_path / WEIGHTS_FILE).write_bytes(data[: len(data) // 2])
-    with pytest.raises(ConfigError, match="model.safetensors is corrupt or unreadable"):
-        load_checkpoint(tmp_path)
-
-
-def test_checkpoint_whose_weights_do_not_match_the_spec_is_refused(tmp_path, tiny):
-    save_checkpoint(tiny, tmp_path)
-    spec = json.loads((tmp_path / SPEC_FILE).read_text())
-    spec["num_blocks"] = 5
-    (tmp_path / SPEC_FILE).write_text(json.dumps(spec))
-    with pytest.raises(ConfigError, match=r"weights do not match spec 'tiny' \(missing \['backbone.language_model.layers.4"):
-        load_checkpoint(tmp_path)
-
-
-def test_checkpoint_with_malformed_spec_is_refused(tmp_path, tiny):
-    save_checkpoint(tiny, tmp_path)
-    (tmp_path / SPEC_FILE).write_text("{not json")
-    with pytest.raises(ConfigError, match="hybrid_vla.json is not valid JSON"):
-        load_checkpoint(tmp_path)
-    (tmp_path / SPEC_FILE).write_text(json.dumps({**dataclasses.asdict(tiny.spec), "bogus": 1}))
-    with pytest.raises(ConfigError, match=r"unknown spec fields \['bogus'\]"):
-        load_checkpoint(tmp_path)

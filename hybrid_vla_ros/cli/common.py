@@ -10,7 +10,10 @@ def add_model_args(parser: argparse.ArgumentParser, default_preset: str | None =
     from ..model.spec import PRESETS
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--preset", default=None, help=f"named preset, one of {sorted(PRESETS)} (default {default_preset})")
-    group.add_argument("--checkpoint", default=None, help="local checkpoint directory (hybrid_vla.json + model.safetensors)")
+    group.add_argument("--checkpoint", default=None,
+                       help="local Hugging Face model directory (config.json, safetensors, action_head.safetensors)")
+    parser.add_argument("--fresh-head", action="store_true",
+                        help="with --checkpoint: a directory without action_head.safetensors gets a freshly initialised head")
     parser.set_defaults(default_preset=default_preset)
 
 
@@ -23,7 +26,8 @@ def add_placement_args(parser: argparse.ArgumentParser) -> None:
 def model_from_args(args, shapes_only: bool = False):
     from ..model.load import load_vla
     preset = args.preset if args.preset or args.checkpoint else args.default_preset
-    return load_vla(preset=preset, checkpoint=args.checkpoint, shapes_only=shapes_only)
+    return load_vla(preset=preset, checkpoint=args.checkpoint, shapes_only=shapes_only,
+                    fresh_head=getattr(args, "fresh_head", False))
 
 
 def placement_from_args(args):

@@ -84,7 +84,7 @@ def run_serial(args) -> int:
 def cmd_export(args) -> int:
     from ..model.checkpoint import save_checkpoint
     model = model_from_args(args)
-    path = save_checkpoint(model, args.out)
+    path = save_checkpoint(model, args.out, max_shard_size=args.max_shard_size)
     print(f"wrote checkpoint of '{model.spec.name}' to {path}")
     return 0
 
@@ -120,7 +120,9 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_run)
     RUN_DEFAULTS.update(vars(p.parse_args([])))
 
-    p = sub.add_parser("export", help="write a preset's weights as a local safetensors checkpoint")
+    p = sub.add_parser("export", help="write a model as a Hugging Face directory (config.json, safetensors "
+                                      "shards + index, action_head.safetensors)")
     add_model_args(p)
     p.add_argument("--out", required=True)
+    p.add_argument("--max-shard-size", default="2GB", help="as transformers' save_pretrained, e.g. 50MB")
     p.set_defaults(func=cmd_export)

@@ -10,6 +10,7 @@ import torch
 from transformers.masking_utils import create_causal_mask
 
 from ..errors import ConfigError, InputError, expect
+from ..model.checkpoint import ensure_loaded
 from ..model.inputs import encode_frame
 from ..model.tokens import IMAGE_TOKEN, sequence_length
 from ..model.vla import VLAModel, waypoints_from_head
@@ -64,6 +65,7 @@ class PrefixStage:
         self.zone = Zone.around(self.partition, model.num_blocks, zone)
         hi = self.zone[1]
         device, dtype = placement.prefix_device, placement.prefix_dtype
+        ensure_loaded(model, prefix_modules(model, hi), dtype, device)  # a checkpoint's prefix side: read now
         if not all(is_placed(m, device, dtype) for m in prefix_modules(model, hi)):
             model = copy_sharing(model, suffix_modules(model, hi))
             for module in prefix_modules(model, hi):  # blocks [0, zone end) resident here
@@ -113,19 +115,15 @@ class SuffixStage:
         layers = model.decoder.layers
         placed_apart = placement.prefix_device != placement.suffix_device or \
             placement.prefix_dtype != placement.suffix_dtype
-
         device, dtype = placement.suffix_device, placement.suffix_dtype
-
-        def suffix_block(i: int) -> torch.nn.Module:
-            # Zone blocks [lo, hi) are resident on both sides: the suffix keeps its own copy when the prefix
-            # places them elsewhere (other device or dtype); on one device in one dtype they are shared.
-            if i < hi and placed_apart:
-                return copy.deepcopy(layers[i]).to(device=device, dtype=dtype)
-            return placed(layers[i], device, dtype)
-
-        self.blocks = {i: suffix_block(i) for i in range(lo, model.num_blocks)}
+        ensure_loaded(model, suffix_modules(model, lo), dtype, device)  # a checkpoint's suffix side: read now
+        # Zone blocks [lo, hi) are resident on both sides. Placed apart, the two sides never share a block: a
+        # block placed for the suffix is not placed for the prefix (which converts its own copy), and vice
+        # versa (placed() converts a copy here). On one device in one dtype they are shared.
+        self.blocks = {i: placed(layers[i], device, dtype) for i in range(lo, model.num_blocks)}
         self.norm, self.head = placed(model.decoder.norm, device, dtype), placed(model.action_head, device, dtype)
-        own = [b for i, b in self.blocks.items() if b is not layers[i]]  # copies: the model's own stay untouched
+        # the suffix's own blocks, free to optimise in place: copies, and zone blocks when placed apart
+        own = [b for i, b in self.blocks.items() if b is not layers[i] or (i < hi and placed_apart)]
         self.cpu_backend = optimise_for_cpu(own, placement.suffix_dtype)
         spec = model.spec
         self.seq_len = sequence_length(spec.num_cameras, model.family.image_tokens_per_camera(spec), spec.text_tokens)

@@ -1,64 +1,259 @@
-"""Local checkpoint directories: `hybrid_vla.json` (the VLASpec) + `model.safetensors`. Never pickle, no hub."""
+"""Checkpoint directories in Hugging Face's layout, read per stage. Never pickle, never the hub.
+
+    config.json                          the backbone's HF config (model_type qwen2_vl, qwen2_5_vl or llava)
+    model.safetensors                    the backbone's weights, or sharded:
+    model-0000X-of-0000N.safetensors     ... with model.safetensors.index.json (`weight_map`: key -> file)
+    action_head.safetensors              the action head (docs/CHECKPOINTS.md): mlp.0.{weight,bias},
+                                         mlp.2.{weight,bias}; metadata `hybrid_vla` = the VLA's own fields
+                                         (cameras, image size, prompt length, waypoints) as JSON
+
+`save_checkpoint` writes it with transformers' own `save_pretrained`. `load_checkpoint` builds the model
+with its parameters on the meta device (buffers such as rotary tables are computed as usual) and reads from
+the safetensors files only the tensors of the modules the caller keeps, straight into the wanted dtype:
+a stage's process never materialises the other side's weights, nor an fp32 copy of a bf16 model.
+"""
 
 from __future__ import annotations
 
 import json
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
+from torch import nn
 
 from ..errors import ConfigError, expect
+from .families import FAMILY_OF_MODEL_TYPE, load_backbone_config, spec_fields
 from .spec import VLASpec
-from .vla import VLAModel, build_model
+from .vla import VLAModel
 
-SPEC_FILE = "hybrid_vla.json"
+CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+HEAD_FILE = "action_head.safetensors"
+HEAD_FORMAT = "hybrid_vla_action_head/1"
+VLA_FIELDS = ("name", "num_cameras", "image_height", "image_width", "text_tokens", "num_waypoints",
+              "waypoint_dt_s", "head_hidden")
+PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt", "model.pth", "model.ckpt")
+HEAD_PREFIX = "action_head."
+# Key layouts of checkpoints saved from the generation classes (and older transformers): prefix -> ours.
+KEY_PREFIXES = (("model.language_model.", "language_model."), ("model.visual.", "visual."),
+                ("model.vision_tower.", "vision_tower."), ("model.multi_modal_projector.", "multi_modal_projector."),
+                ("language_model.model.", "language_model."), ("model.", "language_model."))
 
 
-def save_checkpoint(model: VLAModel, directory: str | Path) -> Path:
+def save_checkpoint(model: VLAModel, directory: str | Path, max_shard_size: str | int = "2GB") -> Path:
+    """The HF layout (transformers' save_pretrained for the backbone) plus the action head file."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / SPEC_FILE).write_text(json.dumps(model.spec.to_dict(), indent=2))
-    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    save_file(state, str(directory / WEIGHTS_FILE), metadata={"format": "pt", "producer": "hybrid_vla_ros"})
+    from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()
+    model.backbone.save_pretrained(directory, max_shard_size=max_shard_size, safe_serialization=True)
+    head = {k: v.detach().contiguous().cpu() for k, v in model.action_head.state_dict().items()}
+    vla = {name: getattr(model.spec, name) for name in VLA_FIELDS}
+    save_file(head, str(directory / HEAD_FILE), metadata={"format": HEAD_FORMAT, "hybrid_vla": json.dumps(vla)})
     return directory
 
 
-def load_spec(directory: Path) -> VLASpec:
-    spec_path = directory / SPEC_FILE
-    expect(spec_path.is_file(), ConfigError, f"checkpoint '{directory}': missing {SPEC_FILE}")
+@dataclass
+class CheckpointFiles:
+    """What a checkpoint directory holds, checked; `read_keys` records every tensor read (tests)."""
+    directory: Path
+    config: object  # the backbone's transformers config
+    weight_map: dict[str, Path]  # checkpoint key -> safetensors file
+    head_file: Path | None
+    vla: dict
+    read_keys: set[str] = field(default_factory=set)
+
+
+def _refuse_pickle(directory: Path) -> None:
+    offered = [name for name in PICKLE_FILES if (directory / name).exists()]
+    expect(not offered, ConfigError,
+           f"checkpoint '{directory}': {offered[0] if offered else ''} is a pickle file; only safetensors are "
+           f"loaded (convert it with transformers: save_pretrained(..., safe_serialization=True))")
+
+
+def _weight_map(directory: Path) -> dict[str, Path]:
+    index = directory / INDEX_FILE
+    if index.is_file():
+        try:
+            entries = json.loads(index.read_text())["weight_map"]
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
+            raise ConfigError(f"checkpoint '{directory}': {INDEX_FILE} is not a valid index ({exc})") from exc
+        files = {name: directory / name for name in set(entries.values())}
+        for name, path in sorted(files.items()):
+            expect(path.is_file(), ConfigError, f"checkpoint '{directory}': shard {name} named in {INDEX_FILE} is missing")
+        return {key: files[name] for key, name in entries.items()}
+    _refuse_pickle(directory)
+    single = directory / WEIGHTS_FILE
+    expect(single.is_file(), ConfigError,
+           f"checkpoint '{directory}': no {WEIGHTS_FILE} and no {INDEX_FILE} (only safetensors are loaded)")
+    with _opened(single) as handle:
+        return {key: single for key in handle.keys()}
+
+
+@contextmanager
+def _opened(path: Path, device: str = "cpu"):
     try:
-        data = json.loads(spec_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"checkpoint '{directory}': {SPEC_FILE} is not valid JSON ({exc})") from exc
-    expect(isinstance(data, dict), ConfigError, f"checkpoint '{directory}': {SPEC_FILE} must hold a JSON object")
-    return VLASpec.from_dict(data, source=str(spec_path))
+        with safe_open(str(path), framework="pt", device=device) as handle:
+            yield handle
+    except (SafetensorError, OSError) as exc:
+        raise ConfigError(f"checkpoint file '{path}' is corrupt or unreadable ({exc})") from exc
 
 
-def load_checkpoint(directory: str | Path, dtype: torch.dtype = torch.float32) -> VLAModel:
+def _head_metadata(directory: Path, fresh_head: bool) -> tuple[Path | None, dict]:
+    path = directory / HEAD_FILE
+    if not path.is_file():
+        expect(fresh_head, ConfigError,
+               f"checkpoint '{directory}': no {HEAD_FILE} (the action head; docs/CHECKPOINTS.md). Pass "
+               f"fresh_head / --fresh-head to start from a freshly initialised head on purpose")
+        return None, {}
+    with _opened(path) as handle:
+        meta = handle.metadata() or {}
+    expect(meta.get("format") == HEAD_FORMAT, ConfigError,
+           f"checkpoint '{path}': metadata format {meta.get('format')!r}, expected {HEAD_FORMAT!r}")
+    try:
+        vla = json.loads(meta.get("hybrid_vla", "{}"))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"checkpoint '{path}': metadata 'hybrid_vla' is not JSON ({exc})") from exc
+    unknown = sorted(set(vla) - set(VLA_FIELDS))
+    expect(isinstance(vla, dict) and not unknown, ConfigError,
+           f"checkpoint '{path}': unknown fields {unknown} in metadata 'hybrid_vla'; known: {list(VLA_FIELDS)}")
+    return path, vla
+
+
+def inspect_checkpoint(directory: str | Path, fresh_head: bool = False) -> CheckpointFiles:
     directory = Path(directory)
     expect(directory.is_dir(), ConfigError, f"checkpoint '{directory}': no such directory")
-    spec = load_spec(directory)
-    weights = directory / WEIGHTS_FILE
-    expect(weights.is_file(), ConfigError,
-           f"checkpoint '{directory}': missing {WEIGHTS_FILE} (only safetensors are loaded, never pickle)")
+    expect((directory / CONFIG_FILE).is_file(), ConfigError,
+           f"checkpoint '{directory}': missing {CONFIG_FILE} (a Hugging Face model directory is expected)")
+    config = load_backbone_config(directory)
+    weight_map = _weight_map(directory)
+    head_file, vla = _head_metadata(directory, fresh_head)
+    return CheckpointFiles(directory, config, weight_map, head_file, vla)
+
+
+def checkpoint_spec(files: CheckpointFiles) -> VLASpec:
+    name = files.vla.get("name") or files.directory.name
+    fields = {**spec_fields(files.config), **files.vla, "name": name}
     try:
-        state = load_file(str(weights))
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise ConfigError(f"checkpoint '{directory}': {WEIGHTS_FILE} is corrupt or unreadable ({exc})") from exc
-    model = build_model(spec, dtype=torch.float32)
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    expect(not missing and not unexpected, ConfigError,
-           f"checkpoint '{directory}': weights do not match spec '{spec.name}' "
-           f"(missing {missing[:5]}{'...' if len(missing) > 5 else ''}, "
-           f"unexpected {unexpected[:5]}{'...' if len(unexpected) > 5 else ''})")
-    for key, tensor in state.items():
-        expect(tuple(tensor.shape) == tuple(expected[key].shape), ConfigError,
-               f"checkpoint '{directory}': tensor '{key}' has shape {tuple(tensor.shape)}, "
-               f"spec expects {tuple(expected[key].shape)}")
-    model.load_state_dict(state, strict=True)
-    return model.to(dtype).eval()
+        return VLASpec(**fields)
+    except TypeError as exc:
+        raise ConfigError(f"checkpoint '{files.directory}': {exc}") from exc
+
+
+_BUILD_LOCK = threading.Lock()
+
+
+@contextmanager
+def parameters_on_meta():
+    """Modules built inside get their parameters on the meta device (no memory, no init); buffers are real.
+    Holds a lock: module construction elsewhere in the process waits (the patch is process-wide)."""
+    original = nn.Module.register_parameter
+
+    def register(module, name, param):
+        if param is not None and param.device.type != "meta":
+            param = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+        original(module, name, param)
+    with _BUILD_LOCK:
+        nn.Module.register_parameter = register
+        try:
+            yield
+        finally:
+            nn.Module.register_parameter = original
+
+
+def _checkpoint_key(key: str, available) -> str | None:
+    """Our parameter name -> the checkpoint's name for it (identity or a known layout), None if absent."""
+    if key in available:
+        return key
+    return next((theirs + key[len(ours):] for theirs, ours in KEY_PREFIXES
+                 if key.startswith(ours) and theirs + key[len(ours):] in available), None)
+
+
+def _read(files: CheckpointFiles, path: Path, key: str, expected: torch.Tensor, dtype: torch.dtype,
+          device: str) -> torch.Tensor:
+    with _opened(path, device) as handle:
+        expect(key in handle.keys(), ConfigError, f"checkpoint file '{path}': tensor '{key}' is not in it "
+                                                  f"(the index says it is)")
+        tensor = handle.get_tensor(key)
+    files.read_keys.add(key)
+    expect(tuple(tensor.shape) == tuple(expected.shape), ConfigError,
+           f"checkpoint file '{path}': tensor '{key}' has shape {tuple(tensor.shape)}, the config implies "
+           f"{tuple(expected.shape)}")
+    expect(tensor.is_floating_point() == expected.is_floating_point(), ConfigError,
+           f"checkpoint file '{path}': tensor '{key}' has dtype {tensor.dtype}, expected a "
+           f"{'floating point' if expected.is_floating_point() else 'integer'} tensor")
+    return tensor.to(dtype) if tensor.is_floating_point() else tensor
+
+
+def materialise(model: VLAModel, files: CheckpointFiles, modules, dtype: torch.dtype, device: str = "cpu") -> None:
+    """Read the parameters of `modules` (parts of `model`) from the checkpoint, in `dtype` on `device`
+    (safetensors reads them there: no CPU copy of a GPU stage's weights); the rest stays
+    on the meta device. A head missing on purpose (fresh_head) is initialised from the spec's seed."""
+    wanted = {id(p) for m in modules for p in m.parameters()}
+    head_keys = {}
+    if files.head_file is not None:
+        with _opened(files.head_file) as handle:
+            head_keys = {HEAD_PREFIX + k: files.head_file for k in handle.keys()}
+    for name, param in list(model.named_parameters()):
+        if id(param) not in wanted or param.device.type != "meta":
+            continue
+        owner, leaf = _owner(model, name)
+        if name.startswith(HEAD_PREFIX):
+            if files.head_file is None:
+                continue  # fresh head: initialised below
+            expect(name in head_keys, ConfigError, f"checkpoint file '{files.head_file}': tensor "
+                                                   f"'{name[len(HEAD_PREFIX):]}' is missing")
+            tensor = _read(files, files.head_file, name[len(HEAD_PREFIX):], param, dtype, device)
+        else:
+            key = _checkpoint_key(name[len("backbone."):], files.weight_map)
+            expect(key is not None, ConfigError, f"checkpoint '{files.directory}': tensor "
+                                                 f"'{name[len('backbone.'):]}' is in no safetensors file (nor in the index)")
+            tensor = _read(files, files.weight_map[key], key, param, dtype, device)
+        owner._parameters[leaf] = nn.Parameter(tensor, requires_grad=False)
+    if files.head_file is None and any(id(p) in wanted for p in model.action_head.parameters()):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(model.spec.seed)
+            model.action_head = type(model.action_head)(model.spec.hidden_size, model.spec.head_hidden,
+                                                        model.spec.num_waypoints).to(device, dtype)
+
+
+_LOAD_LOCK = threading.Lock()
+
+
+def ensure_loaded(model: VLAModel, modules, dtype: torch.dtype, device=torch.device("cpu")) -> None:
+    """A stage's modules of a checkpoint model read now (nodes sharing one model in a process each ask for
+    their side; what is already read stays). A preset model (seeded weights) is always whole: no-op."""
+    files = getattr(model, "checkpoint_files", None)
+    if files is not None:
+        with _LOAD_LOCK:
+            materialise(model, files, modules, dtype, str(device))
+            for module in modules:  # buffers (rotary tables) as a whole-model .to() would; meta stays meta
+                module.to(device=device, dtype=dtype)
+
+
+def _owner(model: nn.Module, name: str) -> tuple[nn.Module, str]:
+    path, _, leaf = name.rpartition(".")
+    return model.get_submodule(path), leaf
+
+
+def load_checkpoint(directory: str | Path, dtype: torch.dtype = torch.float32, keep=None,
+                    fresh_head: bool = False) -> VLAModel:
+    """The model of a checkpoint directory. keep(model) -> the modules to read (default: all of them);
+    everything else keeps its parameters on the meta device."""
+    files = inspect_checkpoint(directory, fresh_head)
+    spec = checkpoint_spec(files)
+    with parameters_on_meta():
+        model = VLAModel(spec, backbone_config=files.config)
+    model.checkpoint_files = files
+    ensure_loaded(model, keep(model) if keep else [model], dtype)
+    return model.eval()
+
+
+__all__ = ["CONFIG_FILE", "FAMILY_OF_MODEL_TYPE", "HEAD_FILE", "INDEX_FILE", "WEIGHTS_FILE", "ensure_loaded",
+           "inspect_checkpoint", "load_checkpoint", "save_checkpoint"]

@@ -10,6 +10,7 @@ import torch
 from transformers import (CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaModel, Qwen2VLConfig, Qwen2VLModel)
 from transformers.models.qwen2_5_vl import Qwen2_5_VLConfig, Qwen2_5_VLModel
 
+from ..errors import ConfigError, expect
 from .spec import VLASpec
 from .tokens import BOS, IMAGE_TOKEN, PAD, VISION_END, VISION_START, VIDEO_TOKEN
 
@@ -129,11 +130,6 @@ class LlavaFamily:
 
     @staticmethod
     def position_ids_shape(seq_len: int) -> tuple[int, ...]:
-        """M-RoPE: three rows (temporal, height, width) of positions per token."""
-        return (3, 1, seq_len)
-
-    @staticmethod
-    def position_ids_shape(seq_len: int) -> tuple[int, ...]:
         return (1, seq_len)
 
     def position_ids(self, vlm, input_ids: torch.Tensor, mm_token_type_ids: torch.Tensor, pixels: dict):
@@ -142,6 +138,54 @@ class LlavaFamily:
 
     def reference_kwargs(self, pixels: dict, mm_token_type_ids: torch.Tensor) -> dict:
         return {"pixel_values": pixels["pixel_values"]}
+
+
+FAMILY_OF_MODEL_TYPE = {"qwen2_vl": "qwen2_vl", "qwen2_5_vl": "qwen2_5_vl", "llava": "llava"}
+# The prompt's special tokens (model/tokens.py) as each family's config names them.
+TOKEN_FIELDS = {"image_token_id": IMAGE_TOKEN, "image_token_index": IMAGE_TOKEN, "video_token_id": VIDEO_TOKEN,
+                "vision_start_token_id": VISION_START, "vision_end_token_id": VISION_END}
+
+
+def load_backbone_config(directory):
+    """config.json of a checkpoint directory -> the transformers config, offline; unknown families refused."""
+    import json
+    from transformers import AutoConfig
+    path = directory / "config.json"
+    try:
+        model_type = json.loads(path.read_text()).get("model_type")
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as exc:
+        raise ConfigError(f"checkpoint '{path}': not a JSON object ({exc})") from exc
+    expect(model_type in FAMILY_OF_MODEL_TYPE, ConfigError,
+           f"checkpoint '{path}': model_type {model_type!r} is not supported; supported: {sorted(FAMILY_OF_MODEL_TYPE)}")
+    try:
+        return AutoConfig.from_pretrained(str(directory), local_files_only=True, attn_implementation=ATTN_IMPL)
+    except (ValueError, OSError, TypeError, KeyError) as exc:
+        raise ConfigError(f"checkpoint '{path}': transformers cannot read it ({exc})") from exc
+
+
+def spec_fields(config) -> dict:
+    """VLASpec fields implied by a backbone config (the VLA's own fields come from the head's metadata)."""
+    family = FAMILY_OF_MODEL_TYPE[config.model_type]
+    for name, ours in TOKEN_FIELDS.items():
+        theirs = getattr(config, name, ours)
+        expect(theirs in (ours, None), ConfigError,
+               f"checkpoint config: {name}={theirs}, the built-in prompt layout uses {ours}; checkpoints with "
+               f"their own tokenizer are not supported yet (docs/CHECKPOINTS.md)")
+    text, vision = config.get_text_config(), config.vision_config
+    fields = dict(family=family, num_blocks=text.num_hidden_layers, hidden_size=text.hidden_size,
+                  num_heads=text.num_attention_heads, num_kv_heads=text.num_key_value_heads,
+                  intermediate_size=text.intermediate_size, vocab_size=text.vocab_size, patch_size=vision.patch_size)
+    if family == "qwen2_vl":
+        fields.update(vision_depth=vision.depth, vision_hidden=vision.embed_dim, vision_heads=vision.num_heads,
+                      vision_intermediate=vision.embed_dim * vision.mlp_ratio)
+    elif family == "qwen2_5_vl":
+        fields.update(vision_depth=vision.depth, vision_hidden=vision.hidden_size, vision_heads=vision.num_heads,
+                      vision_intermediate=vision.intermediate_size)
+    else:
+        fields.update(vision_depth=vision.num_hidden_layers, vision_hidden=vision.hidden_size,
+                      vision_heads=vision.num_attention_heads, vision_intermediate=vision.intermediate_size,
+                      image_height=vision.image_size, image_width=vision.image_size)
+    return fields
 
 
 def get_family(name: str):

@@ -34,13 +34,15 @@ def waypoints_from_head(raw: torch.Tensor, dt_s: float) -> torch.Tensor:
 
 
 class VLAModel(nn.Module):
-    def __init__(self, spec: VLASpec):
+    """backbone_config: the HF config a checkpoint came with (exact rope, eps, ...); default: built from spec."""
+
+    def __init__(self, spec: VLASpec, backbone_config=None):
         super().__init__()
         expect(spec.vocab_size >= MIN_VOCAB, ConfigError,
                f"spec '{spec.name}': vocab_size={spec.vocab_size}, expected >= {MIN_VOCAB} (bytes + specials)")
         self.spec = spec
         self.family = get_family(spec.family)
-        self.backbone = self.family.model_class(self.family.build_config(spec))
+        self.backbone = self.family.model_class(backbone_config or self.family.build_config(spec))
         self.action_head = ActionHead(spec.hidden_size, spec.head_hidden, spec.num_waypoints)
 
     @property

@@ -1,0 +1,166 @@
+"""Hugging Face checkpoint directories, read per stage: exact at every partition, each stage reads only its
+own tensors (straight into its dtype), and every malformed directory is refused naming the file and tensor."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from hybrid_vla_ros.engine.partition import prefix_modules, suffix_modules
+from hybrid_vla_ros.engine.placement import Placement
+from hybrid_vla_ros.engine.stages import PrefixStage, SuffixStage, reference_forward
+from hybrid_vla_ros.errors import ConfigError
+from hybrid_vla_ros.model.checkpoint import HEAD_FILE, INDEX_FILE, load_checkpoint, save_checkpoint
+from hybrid_vla_ros.model.inputs import synthetic_frame
+
+FAMILIES = ("tiny", "tiny-qwen2.5", "tiny-llava")
+
+
+@pytest.fixture(scope="module")
+def exported(tiny_models, tmp_path_factory):
+    """Each family's tiny model through save_pretrained, in many shards."""
+    out = {}
+    for name in FAMILIES:
+        directory = tmp_path_factory.mktemp(name)
+        save_checkpoint(tiny_models[name], directory, max_shard_size="60KB")
+        out[name] = directory
+    return out
+
+
+def copy_of(src, dst):
+    import shutil
+    shutil.copytree(src, dst)
+    return dst
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_split_from_an_hf_directory_equals_hfs_own_forward_at_every_partition(name, tiny_models, exported):
+    assert len(list(exported[name].glob("model-*-of-*.safetensors"))) > 3 and (exported[name] / INDEX_FILE).is_file()
+    model = load_checkpoint(exported[name])
+    assert model.spec == tiny_models[name].spec
+    for seq in range(2):
+        frame = synthetic_frame(model.spec, seq)
+        _, reference = reference_forward(tiny_models[name], frame)  # the preset's own weights, unsplit
+        for p in range(model.num_blocks + 1):
+            split = SuffixStage(model, p).run(PrefixStage(model, p).run(frame))
+            assert np.abs(split.points - reference.points).max() <= 1e-6, (name, p)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_each_stage_reads_only_the_tensors_it_owns(name, tiny_models, exported):
+    """Two processes' worth of loading: the prefix reads vision + embeddings + blocks [0, hi), the suffix
+    blocks [lo, L) + norm + head; nothing else is read and nothing else is materialised."""
+    lo, hi, p = 1, 3, 2
+    prefix_model = load_checkpoint(exported[name], keep=lambda m: [])
+    prefix = PrefixStage(prefix_model, p, zone=(lo, hi))
+    suffix_model = load_checkpoint(exported[name], keep=lambda m: [])
+    suffix = SuffixStage(suffix_model, p, zone=(lo, hi))
+    read_prefix, read_suffix = prefix_model.checkpoint_files.read_keys, suffix_model.checkpoint_files.read_keys
+
+    def block(key):
+        parts = key.split(".")
+        return int(parts[parts.index("layers") + 1]) if "layers" in parts else None
+    assert all(block(k) is None or block(k) < hi for k in read_prefix)
+    assert not any(k.endswith("language_model.norm.weight") or "action_head" in k for k in read_prefix)
+    head = {"mlp.0.weight", "mlp.0.bias", "mlp.2.weight", "mlp.2.bias"}  # action_head.safetensors
+    norm = {k for k in read_suffix if k.replace(".model.", ".") == "language_model.norm.weight"}  # LLaVA: .model.
+    assert all(block(k) is not None and block(k) >= lo or k in norm or k in head for k in read_suffix)
+    assert head <= read_suffix and len(norm) == 1
+    assert not any(k.startswith(("visual.", "vision_tower.", "multi_modal_projector.")) or "embed_tokens" in k
+                   for k in read_suffix)
+    assert {block(k) for k in read_suffix} - {None} == set(range(lo, 4))
+    owned = {id(t) for m in prefix_modules(prefix_model, hi) for t in m.parameters()}
+    assert all(t.device.type == "meta" for t in prefix_model.parameters() if id(t) not in owned)
+    owned = {id(t) for m in suffix_modules(suffix_model, lo) for t in m.parameters()}
+    assert all(t.device.type == "meta" for t in suffix_model.parameters() if id(t) not in owned)
+    frame = synthetic_frame(tiny_models[name].spec, 3)
+    _, reference = reference_forward(tiny_models[name], frame)
+    for q in (lo, p, hi):  # the partition moves inside the zone with no further reads
+        prefix.set_partition(q), suffix.set_partition(q)
+        assert np.abs(suffix.run(prefix.run(frame)).points - reference.points).max() <= 1e-6
+    assert suffix_model.checkpoint_files.read_keys == read_suffix
+
+
+def test_a_bf16_checkpoint_is_read_straight_into_bf16(tmp_path):
+    from hybrid_vla_ros.model.load import load_vla
+    save_checkpoint(load_vla(preset="tiny", dtype=torch.bfloat16), tmp_path / "bf16", max_shard_size="60KB")
+    model = load_checkpoint(tmp_path / "bf16", dtype=torch.bfloat16)
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    stage = SuffixStage(model, 2, Placement(prefix_dtype=torch.bfloat16, suffix_dtype=torch.bfloat16))
+    assert all(b is model.decoder.layers[i] for i, b in stage.blocks.items())  # no converted copies
+
+
+def refused(directory, match, **kwargs):
+    with pytest.raises(ConfigError, match=match):
+        model = load_checkpoint(directory, **kwargs)
+        SuffixStage(model, 2).run(PrefixStage(model, 2).run(synthetic_frame(model.spec, 0)))
+
+
+def test_malformed_directories_are_refused_naming_file_and_tensor(exported, tmp_path):
+    src = exported["tiny"]
+    refused(tmp_path / "nope", "no such directory")
+    index = json.loads((src / INDEX_FILE).read_text())["weight_map"]
+    shard = index["language_model.layers.1.mlp.up_proj.weight"]
+
+    d = copy_of(src, tmp_path / "missing_shard")
+    (d / shard).unlink()
+    refused(d, f"shard {shard} named in {INDEX_FILE} is missing")
+
+    d = copy_of(src, tmp_path / "missing_entry")
+    data = json.loads((d / INDEX_FILE).read_text())
+    del data["weight_map"]["language_model.layers.1.mlp.up_proj.weight"]
+    (d / INDEX_FILE).write_text(json.dumps(data))
+    refused(d, "tensor 'language_model.layers.1.mlp.up_proj.weight' is in no safetensors file")
+
+    d = copy_of(src, tmp_path / "shape")
+    tensors = load_file(str(d / shard))
+    tensors["language_model.layers.1.mlp.up_proj.weight"] = torch.zeros(3, 3)
+    save_file(tensors, str(d / shard), metadata={"format": "pt"})
+    refused(d, rf"{shard}': tensor 'language_model.layers.1.mlp.up_proj.weight' has shape \(3, 3\)")
+
+    d = copy_of(src, tmp_path / "dtype")
+    tensors = load_file(str(d / shard))
+    key = "language_model.layers.1.mlp.up_proj.weight"
+    tensors[key] = torch.zeros_like(tensors[key], dtype=torch.int32)
+    save_file(tensors, str(d / shard), metadata={"format": "pt"})
+    refused(d, f"tensor '{key}' has dtype torch.int32, expected a floating point tensor")
+
+    d = copy_of(src, tmp_path / "model_type")
+    config = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**config, "model_type": "gpt2"}))
+    refused(d, r"model_type 'gpt2' is not supported; supported: \['llava', 'qwen2_5_vl', 'qwen2_vl'\]")
+
+    d = copy_of(src, tmp_path / "corrupt")
+    (d / shard).write_bytes((d / shard).read_bytes()[:100])
+    refused(d, f"{shard}' is corrupt or unreadable")
+
+
+def test_pickle_is_refused_and_a_missing_head_only_on_request(exported, tiny_models, tmp_path):
+    d = tmp_path / "pickle"
+    d.mkdir()
+    (d / "config.json").write_text((exported["tiny"] / "config.json").read_text())
+    (d / "pytorch_model.bin").write_bytes(b"\x80\x04pickle")
+    refused(d, "pytorch_model.bin is a pickle file; only safetensors are loaded")
+
+    d = copy_of(exported["tiny"], tmp_path / "headless")
+    (d / HEAD_FILE).unlink()
+    refused(d, f"no {HEAD_FILE} \\(the action head")
+    model = load_checkpoint(d, fresh_head=True)  # on purpose: a head to train
+    trajectory = SuffixStage(model, 2).run(PrefixStage(model, 2).run(synthetic_frame(model.spec, 0)))
+    assert np.isfinite(trajectory.points).all()
+
+    d = copy_of(exported["tiny"], tmp_path / "head_meta")
+    head = load_file(str(d / HEAD_FILE))
+    save_file(head, str(d / HEAD_FILE), metadata={"format": "something/else"})
+    refused(d, "metadata format 'something/else', expected 'hybrid_vla_action_head/1'")
+
+
+def test_the_package_never_unpickles():
+    import pathlib
+    import re
+    root = pathlib.Path(__file__).resolve().parents[1] / "hybrid_vla_ros"
+    pattern = re.compile(r"\bimport pickle\b|\bpickle\.loads?\(|torch\.load\(|weights_only\s*=\s*False")
+    offenders = [str(p) for p in root.rglob("*.py") if pattern.search(p.read_text())]
+    assert offenders == []
