@@ -552,3 +552,20 @@ def test_bf16_suffix_pinned_to_a_numa_node_serves_close_to_fp32(domain):
         assert 0 < diff < 0.1  # bf16 changes the numbers a little, not the plan
     finally:
         h.close()
+
+
+def test_graph_serves_an_hf_checkpoint_directory_exactly(domain, tmp_path):
+    """model.checkpoint: each stage node reads its side of the directory; the output equals the preset's."""
+    from hybrid_vla_ros.model.checkpoint import save_checkpoint
+    save_checkpoint(load_vla(preset="tiny"), tmp_path / "ckpt", max_shard_size="60KB")
+    overrides = {node: {"model.checkpoint": str(tmp_path / "ckpt")}
+                 for node in ("hybrid_vla_prefix", "hybrid_vla_suffix", "hybrid_vla_scheduler")}
+    h = Harness(overrides)
+    try:
+        h.send_frame(0)
+        assert wait_until(lambda: len(h.paths) == 1, h.spin)
+        xy = np.array([[p.pose.position.x, p.pose.position.y] for p in h.paths[0].poses])
+        assert np.abs(xy - reference_points(0)[:, :2]).max() <= 1e-6
+        assert h.suffix.model.checkpoint_files.read_keys  # read from the directory, not built from the preset
+    finally:
+        h.close()

@@ -77,6 +77,25 @@ def cmd_profile(args) -> int:
     return 0
 
 
+def cmd_memory(args) -> int:
+    from ..bench.memory import memory_report
+    from ..report import key_value_table
+    preset = None if args.checkpoint else (args.preset or "bench")
+    zone = tuple(int(x) for x in args.zone.split(",")) if args.zone else None
+    report = memory_report(args.checkpoint, preset, args.partition, zone, args.dtype, args.prefix_device)
+    write_report(report, args.json)
+    mib = 1024 ** 2
+    rows = [("baseline (python + torch)", f"{report['stages']['prefix']['baseline_rss_bytes'] / mib:.0f} MiB")]
+    for stage, r in report["stages"].items():
+        rows.append((f"{stage}: weights (info) / read at peak",
+                     f"{r['weight_bytes'] / mib:.1f} / {r['weights_rss_bytes'] / mib:.1f} MiB "
+                     f"({r['weights_rss_over_weight_bytes']:.2f}x, {'within' if r['within_target'] else 'outside'} 15%)"))
+        rows.append((f"{stage}: peak above baseline (code + weights)",
+                     f"{r['peak_rss_above_baseline_bytes'] / mib:.1f} MiB (imports {r['imports_rss_bytes'] / mib:.1f} MiB)"))
+    print(key_value_table(rows + [("full report", args.json or "(--json FILE)")]))
+    return 0
+
+
 def register(sub) -> None:
     p = sub.add_parser("bench", help="native vs serial vs pipelined (each transport), one run, JSON + plot")
     add_model_args(p, default_preset="bench"); add_placement_args(p)
@@ -99,6 +118,15 @@ def register(sub) -> None:
     p.add_argument("--prefix-budget-mb", type=float, default=0.0, help="load-step: prefix memory budget (0: none)")
     p.add_argument("--sweep-frames", type=int, default=12, help="load-step: frames per static p in the sweep")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("memory", help="each stage in a process of its own: peak RSS vs the weight bytes info reports")
+    add_model_args(p, default_preset="bench")
+    p.add_argument("--partition", type=int, required=True)
+    p.add_argument("--zone", default=None, help="dynamic zone 'lo,hi' (default: as info)")
+    p.add_argument("--dtype", default="fp32", help="stage dtype: fp32, bf16, fp16")
+    p.add_argument("--prefix-device", default="cpu", help="cpu or cuda (peak_cuda_bytes)")
+    p.add_argument("--json", default=None)
+    p.set_defaults(func=cmd_memory)
 
     p = sub.add_parser("profile", help="per-block times per device, handover cost, bf16 suffix speed and accuracy")
     add_model_args(p, default_preset="bench"); add_placement_args(p)

@@ -188,7 +188,10 @@ def _read(files: CheckpointFiles, path: Path, key: str, expected: torch.Tensor, 
     expect(tensor.is_floating_point() == expected.is_floating_point(), ConfigError,
            f"checkpoint file '{path}': tensor '{key}' has dtype {tensor.dtype}, expected a "
            f"{'floating point' if expected.is_floating_point() else 'integer'} tensor")
-    return tensor.to(dtype) if tensor.is_floating_point() else tensor
+    # Our own memory, not the file's mapping: resident as read (a map pulls in neighbouring tensors' pages
+    # on each fault, and follows the file if it is replaced while the car runs).
+    converted = tensor.to(dtype) if tensor.is_floating_point() else tensor
+    return converted.clone() if converted.data_ptr() == tensor.data_ptr() else converted
 
 
 def materialise(model: VLAModel, files: CheckpointFiles, modules, dtype: torch.dtype, device: str = "cpu") -> None:

@@ -1,0 +1,109 @@
+"""Memory measured, not assumed: each stage started in a process of its own, its peak RSS compared with the
+weight bytes `info` reports for it.
+
+Per stage: `weight_bytes` (info's resident bytes: the stage's blocks plus the dynamic zone), `peak_rss_bytes`
+above `baseline_rss_bytes` (a bare interpreter with torch imported), measured after the stage's weights
+were paged in (safetensors maps the files: a tensor's pages are resident, and shared with other processes
+mapping the same file, once touched), split into `imports_rss_bytes` (the
+package's code: transformers and the model classes, no weights) and `weights_rss_bytes` (what the loaded stage
+holds beyond the imports), and `peak_cuda_bytes` on a CUDA prefix. Run as a module, it is one stage's
+child process (one JSON line on stdout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+
+TARGET_FRACTION = 0.15  # weights_rss within 15% of weight_bytes
+BASELINE_CODE = ("import resource, torch, psutil; "
+                 "print(psutil.Process().memory_info().rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)")
+
+
+def _peak_rss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+
+
+def stage_in_this_process(stage: str, checkpoint: str | None, preset: str | None, partition: int,
+                          zone: tuple[int, int] | None, dtype: str, device: str) -> dict:
+    import psutil
+    import torch
+    from ..engine.partition import partition_report
+    from ..engine.placement import Placement
+    from ..engine.stages import PrefixStage, SuffixStage
+    from ..model.load import load_vla
+    placement = Placement.create(device, dtype, dtype)
+    shapes = load_vla(preset=preset, checkpoint=checkpoint, shapes_only=True).to(placement.prefix_dtype)
+    imports_rss = psutil.Process().memory_info().rss  # code and a weightless (meta) model: the lazy imports done
+    peak_before = _peak_rss()
+    model = load_vla(preset=preset, checkpoint=checkpoint, shapes_only=bool(checkpoint))
+    built = PrefixStage(model, partition, placement, zone) if stage == "prefix" else \
+        SuffixStage(model, partition, placement, zone)
+    with torch.no_grad():  # page the weights in, as the first frame does (safetensors maps them lazily)
+        for tensor in [t for m in built_modules(built) for t in m.parameters()]:
+            tensor.sum()
+    report = partition_report(shapes, partition, tuple(built.zone))
+    cuda = torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None
+    return {"stage": stage, "weight_bytes": report[f"{stage}_resident_bytes"], "imports_rss_bytes": imports_rss,
+            "rss_after_load_bytes": psutil.Process().memory_info().rss,
+            "peak_rss_after_imports_bytes": max(imports_rss, peak_before), "peak_rss_bytes": _peak_rss(),
+            "peak_cuda_bytes": cuda, "zone": list(built.zone),
+            "tensors_read": len(getattr(model, "checkpoint_files", None).read_keys) if checkpoint else None}
+
+
+def built_modules(stage) -> list:
+    """The modules a built stage computes with."""
+    if hasattr(stage, "norm"):  # suffix
+        return list(stage.blocks.values()) + [stage.norm, stage.head]
+    from ..engine.partition import prefix_modules
+    return prefix_modules(stage.model, stage.zone[1])
+
+
+def _child(args: list[str]) -> dict:
+    out = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=1800)
+    if out.returncode != 0:
+        raise RuntimeError(f"memory child {args[:3]} failed: {out.stderr.strip()[-2000:]}")
+    return out.stdout.strip().splitlines()[-1]
+
+
+def memory_report(checkpoint: str | None, preset: str | None, partition: int, zone: tuple[int, int] | None,
+                  dtype: str = "fp32", device: str = "cpu") -> dict:
+    rss, peak = (int(x) for x in _child(["-c", BASELINE_CODE]).split())
+    baseline = max(rss, peak)
+    stages = {}
+    for stage in ("prefix", "suffix"):
+        args = ["-m", __name__, "--stage", stage, "--partition", str(partition), "--dtype", dtype, "--device", device]
+        args += ["--checkpoint", checkpoint] if checkpoint else ["--preset", preset]
+        args += ["--zone", f"{zone[0]},{zone[1]}"] if zone else []
+        child = json.loads(_child(args))
+        weights_rss = child["rss_after_load_bytes"] - child["imports_rss_bytes"]
+        stages[stage] = {**child, "baseline_rss_bytes": baseline,
+                         "peak_rss_above_baseline_bytes": child["peak_rss_bytes"] - baseline,
+                         "imports_rss_bytes": child["imports_rss_bytes"] - baseline,
+                         "weights_rss_bytes": weights_rss,
+                         "weights_rss_over_weight_bytes": weights_rss / max(1, child["weight_bytes"]),
+                         "within_target": abs(weights_rss / max(1, child["weight_bytes"]) - 1) <= TARGET_FRACTION}
+    return {"checkpoint": checkpoint, "preset": preset, "partition": partition, "dtype": dtype, "device": device,
+            "target_fraction": TARGET_FRACTION, "stages": stages}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="one stage's memory, in this process (a child of `hybrid-vla memory`)")
+    p.add_argument("--stage", choices=("prefix", "suffix"), required=True)
+    p.add_argument("--checkpoint")
+    p.add_argument("--preset")
+    p.add_argument("--partition", type=int, required=True)
+    p.add_argument("--zone", default=None)
+    p.add_argument("--dtype", default="fp32")
+    p.add_argument("--device", default="cpu")
+    a = p.parse_args(argv)
+    zone = tuple(int(x) for x in a.zone.split(",")) if a.zone else None
+    print(json.dumps(stage_in_this_process(a.stage, a.checkpoint, a.preset, a.partition, zone, a.dtype, a.device)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
