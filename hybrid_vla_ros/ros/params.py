@@ -76,7 +76,7 @@ def _common_model() -> list[ParamSpec]:
     return [
         AUTOSTART,
         ParamSpec("model.preset", "string", "named preset (used when model.checkpoint is empty)"),
-        ParamSpec("model.checkpoint", "string", "local checkpoint directory; empty = use model.preset"),
+        ParamSpec("model.checkpoint", "string", "local Hugging Face model directory (docs/CHECKPOINTS.md); each stage reads its side; empty = use model.preset"),
         ParamSpec("dynamic_zone_min", "int", "first partition of the dynamic zone; -1 = the partition point", -1, 1024),
         ParamSpec("dynamic_zone_max", "int", "last partition of the dynamic zone; -1 = the partition point", -1, 1024),
         ParamSpec("processing_time_warn_ms", "double", "diagnostics WARN above this stage time", 0.0, 1e6),
