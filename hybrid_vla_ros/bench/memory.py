@@ -38,7 +38,6 @@ def stage_in_this_process(stage: str, checkpoint: str | None, preset: str | None
     placement = Placement.create(device, dtype, dtype)
     shapes = load_vla(preset=preset, checkpoint=checkpoint, shapes_only=True).to(placement.prefix_dtype)
     imports_rss = psutil.Process().memory_info().rss  # code and a weightless (meta) model: the lazy imports done
-    peak_before = _peak_rss()
     model = load_vla(preset=preset, checkpoint=checkpoint, shapes_only=bool(checkpoint))
     built = PrefixStage(model, partition, placement, zone) if stage == "prefix" else \
         SuffixStage(model, partition, placement, zone)
@@ -49,9 +48,9 @@ def stage_in_this_process(stage: str, checkpoint: str | None, preset: str | None
     cuda = torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None
     return {"stage": stage, "weight_bytes": report[f"{stage}_resident_bytes"], "imports_rss_bytes": imports_rss,
             "rss_after_load_bytes": psutil.Process().memory_info().rss,
-            "peak_rss_after_imports_bytes": max(imports_rss, peak_before), "peak_rss_bytes": _peak_rss(),
+            "peak_rss_bytes": _peak_rss(),
             "peak_cuda_bytes": cuda, "zone": list(built.zone),
-            "tensors_read": len(getattr(model, "checkpoint_files", None).read_keys) if checkpoint else None}
+            "tensors_read": len(model.checkpoint_files.read_keys) if checkpoint else None}
 
 
 def built_modules(stage) -> list:
@@ -62,7 +61,8 @@ def built_modules(stage) -> list:
     return prefix_modules(stage.model, stage.zone[1])
 
 
-def _child(args: list[str]) -> dict:
+def _child(args: list[str]) -> str:
+    """Runs `python ARGS`; -> its last stdout line."""
     out = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=1800)
     if out.returncode != 0:
         raise RuntimeError(f"memory child {args[:3]} failed: {out.stderr.strip()[-2000:]}")

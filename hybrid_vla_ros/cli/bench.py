@@ -87,7 +87,7 @@ def cmd_memory(args) -> int:
     mib = 1024 ** 2
     rows = [("baseline (python + torch)", f"{report['stages']['prefix']['baseline_rss_bytes'] / mib:.0f} MiB")]
     for stage, r in report["stages"].items():
-        rows.append((f"{stage}: weights (info) / read at peak",
+        rows.append((f"{stage}: weights (info) / resident",
                      f"{r['weight_bytes'] / mib:.1f} / {r['weights_rss_bytes'] / mib:.1f} MiB "
                      f"({r['weights_rss_over_weight_bytes']:.2f}x, {'within' if r['within_target'] else 'outside'} 15%)"))
         rows.append((f"{stage}: peak above baseline (code + weights)",

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rclpy.qos import ReliabilityPolicy
+
 from .bag import BagWriter, message_class, qos_from_bag, qos_to_bag
 
 
@@ -34,7 +36,7 @@ class Recorder:
                 continue
             offered = [qos_to_bag(i.qos_profile) for i in infos]
             qos = qos_from_bag(offered, self.depth)
-            reliable = int(qos.reliability) == 1
+            reliable = qos.reliability == ReliabilityPolicy.RELIABLE
             current = self.subscriptions.get(topic)
             if current is not None and (current[1] == reliable or not current[1]):
                 continue  # already matching every publisher

@@ -31,14 +31,14 @@ class FrameGrouper:
     def __init__(self, camera_topics: Iterable[str], skew_ns: int, hold_ns: int = 1_000_000_000):
         self.cameras = set(camera_topics)
         self.skew_ns, self.hold_ns = skew_ns, hold_ns
-        self.open: list[dict] = []  # {"stamp", "images": {topic: message}, "first_receive"}
+        self.open: list[dict] = []  # {"stamp" (first image's), "newest", "images": {topic: message}, "first_receive"}
         self.others: list[BagMessage] = []
 
     def _frame(self, entry: dict) -> BagFrame:
         images = [entry["images"][t] for t in sorted(entry["images"])]
         messages, self.others = self.others + images, []
-        return BagFrame(max(header_stamp_ns(m.raw) for m in images), max(m.receive_ns for m in messages),
-                        messages, set(entry["images"]) == self.cameras)
+        return BagFrame(entry["newest"], max(m.receive_ns for m in messages), messages,
+                        set(entry["images"]) == self.cameras)
 
     def push(self, message: BagMessage) -> list[BagFrame]:
         if not self.cameras:  # no cameras: each message is a step of its own
@@ -50,9 +50,10 @@ class FrameGrouper:
         entry = next((e for e in self.open if abs(e["stamp"] - stamp) <= self.skew_ns
                       and message.topic not in e["images"]), None)
         if entry is None:
-            entry = {"stamp": stamp, "images": {}, "first_receive": message.receive_ns}
+            entry = {"stamp": stamp, "newest": stamp, "images": {}, "first_receive": message.receive_ns}
             self.open.append(entry)
         entry["images"][message.topic] = message
+        entry["newest"] = max(entry["newest"], stamp)
         if set(entry["images"]) == self.cameras:  # complete: it and every older open frame go out
             index = self.open.index(entry)
             done, self.open = self.open[:index + 1], self.open[index + 1:]
