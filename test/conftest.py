@@ -6,6 +6,11 @@ import pytest
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# Camera frames of real sizes between processes: the package's DDS profile, as its own programs use it
+# (the test's helper processes and rclpy contexts inherit it).
+from hybrid_vla_ros.ros.dds import use_large_frame_profile  # noqa: E402
+
+use_large_frame_profile()
 
 
 @pytest.fixture

@@ -36,17 +36,19 @@ def test_unknown_preset_names_the_known_ones():
         load_vla(preset="huge")
 
 
-def test_wrong_image_size_names_camera_and_expected_size(tiny):
+def test_a_camera_of_another_size_is_resized_and_an_empty_one_is_refused(tiny):
     frame = synthetic_frame(tiny.spec, 7)
-    frame.images[1] = np.zeros((40, 56, 3), np.uint8)
-    with pytest.raises(InputError, match=r"frame 7 camera 1: image size 56x40, model 'tiny' expects 56x56"):
+    frame.images[1] = np.zeros((40, 72, 3), np.uint8)
+    assert PrefixStage(tiny, 2).run(frame).hidden.shape == PrefixStage(tiny, 2).run(synthetic_frame(tiny.spec, 7)).hidden.shape
+    frame.images[1] = np.zeros((0, 56, 3), np.uint8)
+    with pytest.raises(InputError, match=r"frame 7 camera 1: image shape \(0, 56, 3\), expected \(H, W, 3\)"):
         PrefixStage(tiny, 2).run(frame)
 
 
 def test_wrong_channel_count_is_refused(tiny):
     frame = synthetic_frame(tiny.spec, 0)
     frame.images[0] = np.zeros((56, 56, 4), np.uint8)
-    with pytest.raises(InputError, match=r"camera 0: image shape \(56, 56, 4\), expected 3 channels"):
+    with pytest.raises(InputError, match=r"camera 0: image shape \(56, 56, 4\), expected \(H, W, 3\)"):
         PrefixStage(tiny, 2).run(frame)
 
 

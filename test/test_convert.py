@@ -40,9 +40,50 @@ def test_bgr_rgba_mono_and_row_padding_are_converted_to_rgb():
 
 
 def test_unknown_encoding_is_rejected_with_the_supported_list():
-    msg = Image(height=4, width=5, encoding="yuv422", step=10, data=bytes(40))
-    with pytest.raises(InputError, match=r"cam0: image encoding 'yuv422' is not supported; expected one of"):
+    msg = Image(height=4, width=5, encoding="bayer_rggb8", step=5, data=bytes(20))
+    with pytest.raises(InputError, match=r"cam0: image encoding 'bayer_rggb8' is not supported; expected one of"):
         convert.image_to_array(msg, "cam0")
+
+
+def bt601_yuv(image):
+    """RGB -> (Y, U, V) float, BT.601 video range: the inverse of what cameras' 4:2:2 output is decoded with."""
+    r, g, b = (image[..., i].astype(np.float64) for i in range(3))
+    y = 16 + 0.257 * r + 0.504 * g + 0.098 * b
+    return y, 128 - 0.148 * r - 0.291 * g + 0.439 * b, 128 + 0.439 * r - 0.368 * g - 0.071 * b
+
+
+@pytest.mark.parametrize("encoding,order", [("yuv422", "UYVY"), ("uyvy", "UYVY"), ("yuv422_yuy2", "YUYV"),
+                                            ("yuyv", "YUYV")])
+def test_yuv422_cameras_decode_to_the_rgb_they_were_encoded_from(encoding, order):
+    """Pixel pairs share their chroma (4:2:2): an image whose pairs have one colour survives to a level or two."""
+    rng = np.random.default_rng(0)
+    image = np.repeat(rng.integers(0, 256, (6, 4, 3), dtype=np.uint8), 2, axis=1)   # (6, 8, 3), pairs equal
+    y, u, v = (np.clip(np.rint(c), 0, 255).astype(np.uint8) for c in bt601_yuv(image))
+    planes = {"Y0": y[:, 0::2], "Y1": y[:, 1::2], "U": u[:, 0::2], "V": v[:, 0::2]}
+    names = ("U", "Y0", "V", "Y1") if order == "UYVY" else ("Y0", "U", "Y1", "V")
+    packed = np.stack([planes[n] for n in names], axis=-1).reshape(6, 16)
+    rows = np.zeros((6, 20), np.uint8)                                               # 4 bytes of row padding
+    rows[:, :16] = packed
+    msg = Image(height=6, width=8, encoding=encoding, step=20, data=rows.tobytes())
+    out = convert.image_to_array(msg, "cam")
+    assert out.shape == (6, 8, 3) and np.abs(out.astype(int) - image).max() <= 2
+    white = Image(height=1, width=2, encoding=encoding, step=4,
+                  data=bytes([128, 235, 128, 235] if order == "UYVY" else [235, 128, 235, 128]))
+    assert convert.image_to_array(white, "cam").tolist() == [[[255, 255, 255]] * 2]
+
+
+def test_yuv422_needs_an_even_width_and_two_bytes_per_pixel():
+    with pytest.raises(InputError, match="yuv422 needs an even width, got 5"):
+        convert.image_to_array(Image(height=2, width=5, encoding="yuv422", step=10, data=bytes(20)), "cam")
+    with pytest.raises(InputError, match=r"step 6 is smaller than width 4 x 2 bytes"):
+        convert.image_to_array(Image(height=2, width=4, encoding="yuv422", step=6, data=bytes(12)), "cam")
+
+
+def test_camera_images_of_any_size_decode_at_their_own_size():
+    big = np.random.default_rng(1).integers(0, 256, (720, 1280, 3), dtype=np.uint8)
+    np.testing.assert_array_equal(convert.image_to_array(convert.array_to_image(big, Image()), "t"), big)
+    out = convert.compressed_to_array(convert.array_to_compressed(big, CompressedImage(), "png"), "t")
+    np.testing.assert_array_equal(out, big)
 
 
 def test_truncated_image_data_is_rejected():

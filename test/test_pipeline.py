@@ -90,10 +90,10 @@ def test_back_pressure_bounds_frames_in_flight(model, limit):
 
 def test_a_frame_that_fails_is_reported_and_the_next_goes_on(model):
     inputs = frames(model, 5)
-    inputs[2].images[0] = np.zeros((10, 10, 3), np.uint8)
+    inputs[2].images[0] = np.zeros((10, 10, 4), np.uint8)
     _, results = run_all(model, 2, PipelineConfig(), inputs)
     assert [r.seq for r in results] == list(range(5))
-    assert results[2].failed_stage == "prefix" and "image size 10x10" in results[2].error
+    assert results[2].failed_stage == "prefix" and "image shape (10, 10, 4)" in results[2].error
     assert all(r.ok for i, r in enumerate(results) if i != 2)
 
 

@@ -180,7 +180,7 @@ def run_accelerate_peer(model: VLAModel, partition: int, frames: list, warmup: i
 @torch.inference_mode()
 def reference_forward_on_cuda(model: VLAModel, frame) -> None:
     from ..model.inputs import encode_frame
-    encoded = encode_frame(frame, model.spec, model.family)
+    encoded = encode_frame(frame, model, "cuda")
     kwargs = model.family.reference_kwargs({k: v.cuda() for k, v in encoded.pixels.items()},
                                            encoded.mm_token_type_ids.cuda())
     if "pixel_values" in kwargs:

@@ -82,7 +82,7 @@ class PrefixStage:
     def run(self, frame: Frame) -> BoundaryState:
         t0 = time.perf_counter()
         model, place = self.model, self.placement
-        encoded = encode_frame(frame, model.spec, model.family)
+        encoded = encode_frame(frame, model, place.prefix_device)  # images resized/normalised on the prefix device
         input_ids = place.to_prefix(encoded.input_ids)                                 # (1, S)
         pixels = {k: place.to_prefix(v) for k, v in encoded.pixels.items()}
         if "pixel_values" in pixels:
@@ -189,7 +189,7 @@ class SuffixStage:
 @torch.inference_mode()
 def reference_forward(model: VLAModel, frame: Frame) -> tuple[torch.Tensor, Trajectory]:
     """The unsplit model through HF's own forward: (final hidden state (1, S, H), trajectory)."""
-    encoded = encode_frame(frame, model.spec, model.family)
+    encoded = encode_frame(frame, model)
     kwargs = model.family.reference_kwargs(encoded.pixels, encoded.mm_token_type_ids)
     out = model.backbone(input_ids=encoded.input_ids, attention_mask=torch.ones_like(encoded.input_ids), **kwargs)
     hidden = out.last_hidden_state                                                     # (1, S, H), normed

@@ -28,6 +28,7 @@ from torch import nn
 
 from ..errors import ConfigError, expect
 from .families import FAMILY_OF_MODEL_TYPE, load_backbone_config, spec_fields
+from .preprocess import ImageProcessing
 from .spec import VLASpec
 from .vla import VLAModel
 
@@ -35,6 +36,7 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 HEAD_FILE = "action_head.safetensors"
+PROCESSOR_FILE = "preprocessor_config.json"  # optional: the image processor's mean/std/rescale/centre crop
 HEAD_FORMAT = "hybrid_vla_action_head/1"
 VLA_FIELDS = ("name", "num_cameras", "image_height", "image_width", "text_tokens", "num_waypoints",
               "waypoint_dt_s", "head_hidden")
@@ -239,6 +241,18 @@ def ensure_loaded(model: VLAModel, modules, dtype: torch.dtype, device=torch.dev
                 module.to(device=device, dtype=dtype)
 
 
+def _processor_config(directory: Path) -> dict | None:
+    path = directory / PROCESSOR_FILE
+    if not path.is_file():
+        return None
+    try:
+        config = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"checkpoint '{path}': not JSON ({exc})") from exc
+    expect(isinstance(config, dict), ConfigError, f"checkpoint '{path}': expected a JSON object")
+    return config
+
+
 def _owner(model: nn.Module, name: str) -> tuple[nn.Module, str]:
     path, _, leaf = name.rpartition(".")
     return model.get_submodule(path), leaf
@@ -253,6 +267,8 @@ def load_checkpoint(directory: str | Path, dtype: torch.dtype = torch.float32, k
     with parameters_on_meta():
         model = VLAModel(spec, backbone_config=files.config)
     model.checkpoint_files = files
+    model.image_processing = ImageProcessing.for_spec(spec, _processor_config(files.directory),
+                                                      str(files.directory / PROCESSOR_FILE))
     ensure_loaded(model, keep(model) if keep else [model], dtype)
     return model.eval()
 

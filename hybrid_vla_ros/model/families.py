@@ -14,8 +14,6 @@ from ..errors import ConfigError, expect
 from .spec import VLASpec
 from .tokens import BOS, IMAGE_TOKEN, PAD, VISION_END, VISION_START, VIDEO_TOKEN
 
-CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
-CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 ATTN_IMPL = "sdpa"
 
 

@@ -1,4 +1,4 @@
-"""Frame -> model inputs (token ids, pixel tensors). Validates every image against the spec."""
+"""Frame -> model inputs (token ids, pixel tensors); images go through model/preprocess.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 
 from ..types import EgoState, Frame
 from ..errors import InputError, expect
-from .families import CLIP_MEAN, CLIP_STD
+from .preprocess import preprocess
 from .spec import VLASpec
 from .tokens import build_prompt
 
@@ -22,41 +22,22 @@ class EncodedFrame:
     pixels: dict                     # family-specific pixel tensors (see families.py)
 
 
-def check_image(image, spec: VLASpec, where: str) -> None:
-    expect(isinstance(image, np.ndarray), InputError,
-           f"{where}: image is {type(image).__name__}, expected a numpy array (H, W, 3) uint8")
-    expected = (spec.image_height, spec.image_width, 3)
-    expect(image.ndim == 3 and image.shape[2] == 3, InputError,
-           f"{where}: image shape {image.shape}, expected 3 channels (H, W, 3) = {expected}")
-    expect(image.shape == expected, InputError,
-           f"{where}: image size {image.shape[1]}x{image.shape[0]}, model '{spec.name}' expects "
-           f"{spec.image_width}x{spec.image_height} (shape {expected})")
-    expect(image.dtype == np.uint8, InputError, f"{where}: image dtype {image.dtype}, expected uint8")
-
-
-def images_to_tensor(images: list[np.ndarray], spec: VLASpec, where: str) -> torch.Tensor:
-    """list of (H, W, 3) uint8 -> (N, 3, H, W) float32, CLIP-normalised."""
-    expect(len(images) == spec.num_cameras, InputError,
-           f"{where}: {len(images)} camera images, model '{spec.name}' expects {spec.num_cameras}")
-    for i, image in enumerate(images):
-        check_image(image, spec, f"{where} camera {i}")
-    batch = torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).float().div_(255.0)  # (N, 3, H, W)
-    mean = torch.tensor(CLIP_MEAN).view(1, 3, 1, 1)
-    std = torch.tensor(CLIP_STD).view(1, 3, 1, 1)
-    return (batch - mean) / std
-
-
-def encode_frame(frame: Frame, spec: VLASpec, family) -> EncodedFrame:
-    where = f"frame {frame.seq}"
+def encode_frame(frame: Frame, model, device: torch.device | str = "cpu") -> EncodedFrame:
+    """Frame (camera images of any size) -> token ids and the family's pixel tensors; the images are
+    resized and normalised on `device` (the prefix's), ids stay on the CPU."""
+    spec, where = model.spec, f"frame {frame.seq}"
     ego = frame.ego or EgoState()
     for name in ("speed_mps", "yaw_rate_rps"):
         value = getattr(ego, name)
         expect(isinstance(value, (int, float)) and math.isfinite(value), InputError,
                f"{where}: ego {name}={value!r}, expected a finite number")
-    images = images_to_tensor(frame.images, spec, where)
-    input_ids, mm_types = build_prompt(spec.num_cameras, family.image_tokens_per_camera(spec), frame.instruction,
-                                       spec.text_tokens, float(ego.speed_mps), float(ego.yaw_rate_rps))
-    return EncodedFrame(input_ids, mm_types, family.pixel_inputs(spec, images))
+    expect(len(frame.images) == spec.num_cameras, InputError,
+           f"{where}: {len(frame.images)} camera images, model '{spec.name}' expects {spec.num_cameras}")
+    images = preprocess(frame.images, model.image_processing, device, where)       # (N, 3, H, W) float32
+    input_ids, mm_types = build_prompt(spec.num_cameras, model.family.image_tokens_per_camera(spec),
+                                       frame.instruction, spec.text_tokens, float(ego.speed_mps),
+                                       float(ego.yaw_rate_rps))
+    return EncodedFrame(input_ids, mm_types, model.family.pixel_inputs(spec, images))
 
 
 def synthetic_frame(spec: VLASpec, seq: int, stamp_ns: int | None = None, seed: int = 0) -> Frame:

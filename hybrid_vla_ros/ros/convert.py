@@ -13,6 +13,10 @@ from ..errors import InputError, expect
 from ..types import EgoState, Pose2D, Trajectory, accelerations
 
 CHANNELS = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4, "mono8": 1}
+# 4:2:2 YUV, two bytes per pixel, BT.601 video range (sensor_msgs image_encodings; uyvy/yuyv: newer names).
+YUV422 = {"yuv422": "uyvy", "uyvy": "uyvy", "yuv422_yuy2": "yuyv", "yuyv": "yuyv"}
+BYTES_PER_PIXEL = {**CHANNELS, **{name: 2 for name in YUV422}}
+COMPRESSED_FORMATS = ("jpeg", "jpg", "png")
 
 
 # ---- time ------------------------------------------------------------------------------------------------
@@ -27,19 +31,41 @@ def ns_to_stamp(ns: int, stamp) -> None:
 
 # ---- images ----------------------------------------------------------------------------------------------
 
-def image_to_array(msg, where: str) -> np.ndarray:
-    """sensor_msgs/Image -> (H, W, 3) uint8 RGB."""
+def check_image_msg(msg, where: str) -> None:
+    """The header of a sensor_msgs/Image against its data (no pixel touched: cheap enough for a callback)."""
     enc = msg.encoding.lower()
-    expect(enc in CHANNELS, InputError,
-           f"{where}: image encoding '{msg.encoding}' is not supported; expected one of {sorted(CHANNELS)}")
-    ch = CHANNELS[enc]
+    expect(enc in BYTES_PER_PIXEL, InputError,
+           f"{where}: image encoding '{msg.encoding}' is not supported; expected one of {sorted(BYTES_PER_PIXEL)}")
+    bpp = BYTES_PER_PIXEL[enc]
     h, w, step = int(msg.height), int(msg.width), int(msg.step)
     expect(h > 0 and w > 0, InputError, f"{where}: empty image {w}x{h}")
-    expect(step >= w * ch, InputError, f"{where}: step {step} is smaller than width {w} x {ch} channels")
-    data = np.frombuffer(bytes(msg.data) if not isinstance(msg.data, (bytes, bytearray)) else msg.data, np.uint8)
-    expect(data.size == step * h, InputError,
-           f"{where}: {data.size} data bytes, expected step {step} x height {h} = {step * h} (truncated image?)")
-    pixels = data.reshape(h, step)[:, : w * ch].reshape(h, w, ch)
+    expect(enc not in YUV422 or w % 2 == 0, InputError, f"{where}: {enc} needs an even width, got {w}")
+    expect(step >= w * bpp, InputError, f"{where}: step {step} is smaller than width {w} x {bpp} bytes")
+    expect(len(msg.data) == step * h, InputError,
+           f"{where}: {len(msg.data)} data bytes, expected step {step} x height {h} = {step * h} (truncated image?)")
+
+
+def _yuv422_to_rgb(packed: np.ndarray, order: str) -> np.ndarray:
+    """(H, W/2, 4) uint8 macropixels (uyvy: U Y0 V Y1; yuyv: Y0 U Y1 V) -> (H, W, 3) uint8 RGB, BT.601 video
+    range (what cv_bridge / OpenCV's YUV2RGB_UYVY give)."""
+    u, y0, v, y1 = (packed[..., i].astype(np.float32) for i in ((0, 1, 2, 3) if order == "uyvy" else (1, 0, 3, 2)))
+    y = np.stack([y0, y1], axis=-1).reshape(packed.shape[0], -1)                 # (H, W)
+    u, v = np.repeat(u, 2, axis=1) - 128.0, np.repeat(v, 2, axis=1) - 128.0      # (H, W) each
+    luma = 1.164 * (y - 16.0)
+    rgb = np.stack([luma + 1.596 * v, luma - 0.813 * v - 0.391 * u, luma + 2.018 * u], axis=-1)
+    return np.clip(np.rint(rgb), 0, 255).astype(np.uint8)
+
+
+def image_to_array(msg, where: str) -> np.ndarray:
+    """sensor_msgs/Image (any size; rgb8, bgr8, rgba8, bgra8, mono8, yuv422 variants) -> (H, W, 3) uint8 RGB."""
+    check_image_msg(msg, where)
+    enc = msg.encoding.lower()
+    bpp, h, w, step = BYTES_PER_PIXEL[enc], int(msg.height), int(msg.width), int(msg.step)
+    data = np.frombuffer(msg.data if isinstance(msg.data, (bytes, bytearray)) else bytes(msg.data), np.uint8)
+    rows = data.reshape(h, step)[:, : w * bpp]
+    if enc in YUV422:
+        return _yuv422_to_rgb(rows.reshape(h, w // 2, 4), YUV422[enc])
+    pixels = rows.reshape(h, w, bpp)
     if enc == "mono8":
         return np.repeat(pixels, 3, axis=2)
     if enc.startswith("bgr"):
@@ -47,16 +73,20 @@ def image_to_array(msg, where: str) -> np.ndarray:
     return np.ascontiguousarray(pixels[..., :3])
 
 
-def compressed_to_array(msg, where: str) -> np.ndarray:
-    """sensor_msgs/CompressedImage (jpeg/png) -> (H, W, 3) uint8 RGB."""
-    from PIL import Image, UnidentifiedImageError
-    fmt = msg.format.lower()
-    expect(any(k in fmt for k in ("jpeg", "jpg", "png")), InputError,
+def check_compressed_msg(msg, where: str) -> None:
+    expect(any(k in msg.format.lower() for k in COMPRESSED_FORMATS), InputError,
            f"{where}: compressed format '{msg.format}' is not supported; expected jpeg or png")
+    expect(len(msg.data) > 0, InputError, f"{where}: compressed image has no data")
+
+
+def compressed_to_array(msg, where: str) -> np.ndarray:
+    """sensor_msgs/CompressedImage (jpeg/png, any size) -> (H, W, 3) uint8 RGB."""
+    from PIL import Image, UnidentifiedImageError
+    check_compressed_msg(msg, where)
     try:
         with Image.open(io.BytesIO(bytes(msg.data))) as img:
             return np.asarray(img.convert("RGB"))
-    except (UnidentifiedImageError, OSError, ValueError) as exc:
+    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
         raise InputError(f"{where}: compressed image could not be decoded ({exc})") from exc
 
 

@@ -88,21 +88,34 @@ class PrefixNode(StageNode):
                                          qos_profile_sensor_data)
 
     def _on_image(self, camera: int, msg, compressed: bool) -> None:
+        """Headers are checked here; pixels are decoded only for a complete camera set the worker takes
+        (a set the synchroniser or the input policy drops is never decoded)."""
         if not self.accepting():
             return
         where = f"camera {camera} ({self.camera_topics[camera]})"
         try:
-            image = convert.compressed_to_array(msg, where) if compressed else convert.image_to_array(msg, where)
+            (convert.check_compressed_msg if compressed else convert.check_image_msg)(msg, where)
         except HybridVLAError as exc:
             self._reject("invalid_image", exc)
             return
-        ready = self.sync.add(camera, convert.stamp_to_ns(msg.header.stamp), image)
+        ready = self.sync.add(camera, convert.stamp_to_ns(msg.header.stamp), msg)
         if ready is not None:
-            images, stamp_ns = ready
-            frame = Frame(images=images, seq=self.seq, stamp_ns=stamp_ns, ego=None,
+            messages, stamp_ns = ready
+            frame = Frame(images=messages, seq=self.seq, stamp_ns=stamp_ns, ego=None,
                           instruction=self.params["instruction"])
             self.seq += 1
             self.worker.submit(frame)
+
+    def _decode(self, frame: Frame) -> bool:
+        """The frame's camera messages -> (H, W, 3) uint8 RGB arrays, on the worker's thread."""
+        compressed = self.params["image_transport"] == "compressed"
+        decode = convert.compressed_to_array if compressed else convert.image_to_array
+        try:
+            frame.images = [decode(msg, f"camera {i} ({self.camera_topics[i]})") for i, msg in enumerate(frame.images)]
+        except HybridVLAError as exc:
+            self._reject("invalid_image", exc)
+            return False
+        return True
 
     def _on_odometry(self, msg: Odometry) -> None:
         self.ego_history.add(convert.stamp_to_ns(msg.header.stamp), convert.odometry_to_ego(msg))
@@ -153,6 +166,8 @@ class PrefixNode(StageNode):
         if not self._admissible(frame):
             return False
         t0 = time.perf_counter()
+        if not self._decode(frame):
+            return False
         frame.ego = self.ego_at(frame.stamp_ns)  # at processing time: the matching odometry has arrived
         try:
             state = self.stage.run(frame)
