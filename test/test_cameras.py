@@ -97,3 +97,18 @@ def test_the_large_frame_profile_applies_unless_the_user_chose_a_profile():
     mine = {"FASTRTPS_DEFAULT_PROFILES_FILE": "/etc/mine.xml"}
     assert use_large_frame_profile(mine) == "user's FASTRTPS_DEFAULT_PROFILES_FILE='/etc/mine.xml'"
     assert mine == {"FASTRTPS_DEFAULT_PROFILES_FILE": "/etc/mine.xml"}
+
+
+def test_images_the_camera_synchroniser_drops_are_never_decoded(domain):
+    h = Harness()
+    try:
+        for seq in range(3):                                     # camera 0 alone: no set forms
+            h.image_pubs[0].publish(message(seq, 0, 720, 1280, "rgb8"))
+        h.settle(0.5)
+        assert h.prefix.images_decoded == 0
+        for cam, pub in enumerate(h.image_pubs):                 # one complete set
+            pub.publish(message(5, cam, 720, 1280, "rgb8"))
+        assert wait_until(lambda: len(h.infos) == 1, h.spin, 20)
+        assert h.prefix.images_decoded == 2 and h.prefix.sync.discarded >= 3
+    finally:
+        h.close()

@@ -131,3 +131,36 @@ def test_pinned_gives_the_thread_back_its_own_cores_and_threads():
     thread.join()
     assert seen["inside"] == ({allowed_cores()[-1]}, 1)
     assert seen["after"] == seen["before"]
+
+
+# ---- dtype: auto ----------------------------------------------------------------------------------------
+
+def test_auto_dtype_is_fp32_without_native_bf16_and_does_not_probe():
+    """This machine's CPU may have AMX; a CPU with only AVX2 is given as its flags (the probe must not run)."""
+    from hybrid_vla_ros.engine.cpu import choose_suffix_dtype
+
+    def must_not_run(*_):
+        raise AssertionError("probed without native bf16")
+    choice = choose_suffix_dtype(576, 1536, flags={"avx2", "fma"}, timer=must_not_run)
+    assert choice.dtype == "fp32" and "no native bf16" in choice.reason
+
+
+@pytest.mark.parametrize("bf16_ms,expected", [(0.4, "bf16"), (0.95, "fp32"), (1.5, "fp32")])
+def test_auto_dtype_takes_bf16_only_when_the_probe_measures_it_clearly_faster(bf16_ms, expected):
+    from hybrid_vla_ros.engine.cpu import choose_suffix_dtype
+    timings = {torch.float32: 1.0, torch.bfloat16: bf16_ms}
+    choice = choose_suffix_dtype(576, 1536, flags={"avx512_bf16"}, timer=lambda dtype, *_: timings[dtype])
+    assert (choice.dtype, choice.fp32_ms, choice.bf16_ms) == (expected, 1.0, bf16_ms)
+    assert f"bf16 {bf16_ms:.2f} ms vs fp32 1.00 ms -> {expected}" in choice.reason
+
+
+def test_auto_dtype_probe_on_this_cpu_is_short_and_consistent_with_its_timings():
+    import time
+    from hybrid_vla_ros.engine.cpu import BF16_MUST_BE_FASTER, choose_suffix_dtype, cpu_flags
+    t0 = time.perf_counter()
+    choice = choose_suffix_dtype(576, 1536, cores=sorted(os.sched_getaffinity(0))[-1:])
+    assert time.perf_counter() - t0 < 5.0
+    if {"amx_bf16", "avx512_bf16"} & cpu_flags():
+        assert choice.dtype == ("bf16" if choice.bf16_ms < BF16_MUST_BE_FASTER * choice.fp32_ms else "fp32")
+    else:
+        assert choice.dtype == "fp32" and choice.bf16_ms is None

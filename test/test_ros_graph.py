@@ -555,6 +555,20 @@ def test_bf16_suffix_pinned_to_a_numa_node_serves_close_to_fp32(domain):
         h.close()
 
 
+def test_suffix_dtype_auto_runs_what_its_probe_chose_and_reports_why(domain):
+    h = Harness({"hybrid_vla_suffix": {"dtype": "auto"}})
+    try:
+        h.send_frame(0)
+        choice = h.suffix.dtype_choice
+        assert choice.dtype in ("fp32", "bf16") and "->" in choice.reason or "no native bf16" in choice.reason
+        wanted = torch.bfloat16 if choice.dtype == "bf16" else torch.float32
+        assert all(b.self_attn.q_proj.weight.dtype == wanted for b in h.suffix.stage.blocks.values())
+        checks = {name: values for name, _level, _text, values in h.suffix._extra_checks()}
+        assert checks["dtype"] == {"dtype": choice.dtype, "dtype_reason": choice.reason}
+    finally:
+        h.close()
+
+
 def test_graph_serves_an_hf_checkpoint_directory_exactly(domain, tmp_path):
     """model.checkpoint: each stage node reads its side of the directory; the output equals the preset's."""
     from hybrid_vla_ros.model.checkpoint import save_checkpoint

@@ -21,7 +21,7 @@ def cmd_bench(args) -> int:
     unknown = sorted(set(modes) - set(DEFAULT_MODES))
     if unknown:
         raise ConfigError(f"--modes: unknown {unknown}; known: {list(DEFAULT_MODES)}")
-    report = run_bench(model, placement_from_args(args), num_frames=args.frames or MODES_FRAMES,
+    report = run_bench(model, placement_from_args(args, model), num_frames=args.frames or MODES_FRAMES,
                        partition=args.partition, transports=transports, max_in_flight=args.max_in_flight,
                        warmup=args.warmup, modes=modes, progress=progress_printer("bench"))
     write_report(report, args.json)
@@ -39,7 +39,7 @@ def bench_load_step(args, model) -> int:
     from ..report import fmt, key_value_table, progress_printer
     zone = tuple(int(x) for x in args.zone.split(",")) if args.zone else None
     budget = int(args.prefix_budget_mb * 2**20) if args.prefix_budget_mb else None
-    report = run_load_step(model, placement_from_args(args), frames=args.frames or LOAD_STEP_FRAMES, step_on=args.step_on,
+    report = run_load_step(model, placement_from_args(args, model), frames=args.frames or LOAD_STEP_FRAMES, step_on=args.step_on,
                            progress=progress_printer("load-step"),
                            step_off=args.step_off if args.step_off > 0 else None, zone=zone, budget_bytes=budget,
                            sweep_frames=args.sweep_frames)
@@ -62,7 +62,8 @@ def bench_load_step(args, model) -> int:
 def cmd_profile(args) -> int:
     from ..bench.profile import profile_report
     from ..report import key_value_table, progress_printer
-    report = profile_report(model_from_args(args), placement_from_args(args), frames=args.frames,
+    model = model_from_args(args)
+    report = profile_report(model, placement_from_args(args, model), frames=args.frames,
                             progress=progress_printer("profile"))
     write_report(report, args.json)
     suffix = report["suffix"]

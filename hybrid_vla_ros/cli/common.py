@@ -20,7 +20,9 @@ def add_model_args(parser: argparse.ArgumentParser, default_preset: str | None =
 def add_placement_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prefix-device", default="auto", help="auto (cuda if available), cuda, or cpu")
     parser.add_argument("--dtype", default="fp32", help="prefix dtype: fp32, bf16, fp16")
-    parser.add_argument("--suffix-dtype", default=None, help="CPU suffix dtype (default: same as --dtype)")
+    parser.add_argument("--suffix-dtype", default=None,
+                        help="CPU suffix dtype: fp32, bf16, fp16, or auto (bf16 only where a probe on the suffix's "
+                             "cores measures it faster); default: same as --dtype")
 
 
 def model_from_args(args, shapes_only: bool = False):
@@ -30,9 +32,16 @@ def model_from_args(args, shapes_only: bool = False):
                     fresh_head=getattr(args, "fresh_head", False))
 
 
-def placement_from_args(args):
+def placement_from_args(args, model):
+    import sys
+    from ..engine.cpu import choose_suffix_dtype, default_stage_cores
     from ..engine.placement import Placement
-    return Placement.create(args.prefix_device, args.dtype, args.suffix_dtype or args.dtype)
+    suffix_dtype = args.suffix_dtype or args.dtype
+    if suffix_dtype == "auto":
+        choice = choose_suffix_dtype(model.spec.hidden_size, model.spec.intermediate_size, default_stage_cores(1))
+        print(f"suffix dtype auto: {choice.reason}", file=sys.stderr)
+        suffix_dtype = choice.dtype
+    return Placement.create(args.prefix_device, args.dtype, suffix_dtype)
 
 
 def emit(result: dict, as_json: bool, text_lines) -> None:

@@ -12,7 +12,7 @@ from .common import add_model_args, add_placement_args, emit, model_from_args, p
 def cmd_verify(args) -> int:
     from ..engine.verify import verify_partitions
     model = model_from_args(args)
-    result = verify_partitions(model, placement_from_args(args), frames=args.frames)
+    result = verify_partitions(model, placement_from_args(args, model), frames=args.frames)
     emit(result, args.json, lambda r: [f"{r['preset']} ({r['family']}, {r['num_blocks']} blocks, {r['dtype']})"] +
          [f"  p={x['partition']:3d}  max_abs_diff={x['max_abs_diff']:.3e}" for x in r["results"]])
     return 0 if result["max_abs_diff"] <= args.tolerance else 1
@@ -60,7 +60,8 @@ def run_serial(args) -> int:
     import torch
     from ..engine.stages import PrefixStage, SuffixStage, check_partition
     from ..model.inputs import synthetic_frame
-    model, placement = model_from_args(args), placement_from_args(args)
+    model = model_from_args(args)
+    placement = placement_from_args(args, model)
     partition = check_partition(args.partition if args.partition is not None else model.num_blocks // 2,
                                 model.num_blocks, "--partition")
     prefix, suffix = PrefixStage(model, partition, placement), SuffixStage(model, partition, placement)

@@ -112,7 +112,9 @@ PREFIX_PARAMS = _common_model() + [
 ]
 
 SUFFIX_PARAMS = _common_model() + [
-    ParamSpec("dtype", "string", "CPU suffix compute dtype", choices=("fp32", "bf16", "fp16")),
+    ParamSpec("dtype", "string", "CPU suffix compute dtype; auto: bf16 only where a start-up probe on the "
+              "worker's cores measures it faster (native bf16: AMX or avx512_bf16), else fp32",
+              choices=("fp32", "bf16", "fp16", "auto")),
     ParamSpec("boundary_dtype", "string", "dtype of incoming boundary states (the prefix dtype)",
               choices=("fp32", "bf16", "fp16")),
     ParamSpec("partition_point", "int", "expected partition; each state runs from its own within the zone",

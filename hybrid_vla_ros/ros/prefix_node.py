@@ -46,6 +46,7 @@ class PrefixNode(StageNode):
         self.handover = HandoverEncoder(p["boundary_transport"], ring_slots=p["max_in_flight"],
                                         ring_name=self.get_name(), flight=self.flight)
         self.seq = 0
+        self.images_decoded = 0  # camera images decoded: only those of sets the worker took
         self.last_stamp_ns = -1
         self.ego_history = StampedHistory()  # EgoState by stamp, matched to frames
         self.pub = self.configured_publisher(UInt8MultiArray, "~/output/boundary_state", BOUNDARY_QOS)
@@ -110,6 +111,7 @@ class PrefixNode(StageNode):
         """The frame's camera messages -> (H, W, 3) uint8 RGB arrays, on the worker's thread."""
         compressed = self.params["image_transport"] == "compressed"
         decode = convert.compressed_to_array if compressed else convert.image_to_array
+        self.images_decoded += len(frame.images)
         try:
             frame.images = [decode(msg, f"camera {i} ({self.camera_topics[i]})") for i, msg in enumerate(frame.images)]
         except HybridVLAError as exc:
@@ -199,5 +201,6 @@ class PrefixNode(StageNode):
         return [("partition", 0, f"p={self.stage.partition}",
                  {"partition": str(self.stage.partition), "zone_min": str(self.zone[0]), "zone_max": str(self.zone[1]),
                   "num_blocks": str(self.model.num_blocks), "camera_sync_discarded": str(self.sync.discarded),
+                  "images_decoded": str(self.images_decoded),
                   "inproc_handles_evicted": str(PROCESS_REGISTRY.evicted)})]
 

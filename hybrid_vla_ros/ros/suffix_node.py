@@ -8,7 +8,8 @@ from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
 from nav_msgs.msg import Odometry
 from std_msgs.msg import UInt8MultiArray
 
-from ..engine.cpu import bind_memory_to_node, cores_of_numa_node, cpu_backend_report, default_stage_cores
+from ..engine.cpu import (DtypeChoice, bind_memory_to_node, choose_suffix_dtype, cores_of_numa_node, cpu_backend_report,
+                          default_stage_cores)
 from ..engine.handover import HandoverDecoder
 from ..engine.placement import CPU, Placement, parse_dtype
 from ..engine.sync import StampedHistory
@@ -36,12 +37,13 @@ class SuffixNode(StageNode):
 
     def configure_stage(self) -> None:
         p = self.params
-        placement = Placement(prefix_device=CPU, prefix_dtype=parse_dtype(p["boundary_dtype"], "boundary_dtype"),
-                              suffix_dtype=parse_dtype(p["dtype"], "dtype"))
-        self.stage = SuffixStage(self.model, p["partition_point"], placement, self.zone)
         # cores [-1]: the NUMA node's cores when numa_node is set, else the suffix's share of a default split
         self.cores = chosen_cores(p["cores"]) or (cores_of_numa_node(p["numa_node"]) if p["numa_node"] >= 0
                                                   else default_stage_cores(1))
+        self.dtype_choice = self._choose_dtype()
+        placement = Placement(prefix_device=CPU, prefix_dtype=parse_dtype(p["boundary_dtype"], "boundary_dtype"),
+                              suffix_dtype=parse_dtype(self.dtype_choice.dtype, "dtype"))
+        self.stage = SuffixStage(self.model, p["partition_point"], placement, self.zone)
         self.msg_cls, self.output_kind, reason = convert.resolve_trajectory_type(p["output_type"])
         self.decoder = HandoverDecoder()
         self.last_stamp_ns = -1
@@ -61,12 +63,20 @@ class SuffixNode(StageNode):
         self.configured_timer(p["diagnostics_period_s"], self.diagnostics.publish)
         self._log_configuration(reason, placement)
 
+    def _choose_dtype(self) -> DtypeChoice:
+        """dtype: auto -> measured on this CPU and the worker's cores (engine/cpu.py); else the parameter."""
+        if self.params["dtype"] != "auto":
+            return DtypeChoice(self.params["dtype"], "set by the dtype parameter")
+        spec = self.model.spec
+        return choose_suffix_dtype(spec.hidden_size, spec.intermediate_size, self.cores)
+
     def _log_configuration(self, reason: str, placement) -> None:
         p = self.params
         backend = cpu_backend_report(placement.suffix_dtype)
         self.get_logger().info(
             f"suffix: publishing {self.msg_cls.__module__.split('.')[0]}/{self.msg_cls.__name__} on "
-            f"~/output/trajectory ({reason}); blocks from zone {list(self.zone)}, dtype {p['dtype']}, "
+            f"~/output/trajectory ({reason}); blocks from zone {list(self.zone)}, dtype "
+            f"{self.dtype_choice.dtype} ({self.dtype_choice.reason}), "
             f"worker cores {self.cores or 'unpinned'}"
             + (f" (NUMA node {p['numa_node']})" if p["numa_node"] >= 0 and not chosen_cores(p["cores"]) else "")
             + f"; CPU backend: {self.stage.cpu_backend} ({backend['backend']}, isa {backend['isa']}, "
@@ -171,5 +181,7 @@ class SuffixNode(StageNode):
         loads = psutil.cpu_percent(percpu=True)
         cores = self.cores or list(range(len(loads)))
         load = sum(loads[c] for c in cores if c < len(loads)) / max(1, len(cores))
-        return [("cpu_load", 0, f"{load:.0f}% on cores {cores}", {"cpu_load_percent": f"{load:.1f}"})]
+        return [("cpu_load", 0, f"{load:.0f}% on cores {cores}", {"cpu_load_percent": f"{load:.1f}"}),
+                ("dtype", 0, self.dtype_choice.dtype, {"dtype": self.dtype_choice.dtype,
+                                                       "dtype_reason": self.dtype_choice.reason})]
 
