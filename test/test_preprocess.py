@@ -1,6 +1,7 @@
 """Camera images of any size -> model pixels, compared with transformers' own image processors on the same
 image. The two differ where PIL's fixed-point resampling rounds to the other uint8 level: at most one level
-(1/255/std = 0.015 after normalisation), on a few pixels in 10,000."""
+(1/255/std = 0.015 after normalisation), on a few values in 1,000. Both resampling paths are compared: torch's
+uint8 kernel (the CPU's) and the float passes (what a CUDA prefix runs)."""
 
 import dataclasses
 import json
@@ -30,11 +31,20 @@ def camera(h, w, seed=0):
 def assert_close_to_hf(ours, theirs):
     diff = (ours - theirs).abs()
     assert diff.max().item() <= ONE_LEVEL, diff.max().item()
-    assert (diff > 1e-4).float().mean().item() < 1e-3   # one level off on under 0.1% of the values
+    assert (diff > 1e-4).float().mean().item() < 1e-2   # one level off on under 1% of the values
+
+
+@pytest.fixture(params=["uint8", "float"])
+def kernel(request, monkeypatch):
+    """Which resampling path preprocess takes: the CPU's uint8 kernel, or the float passes a GPU runs."""
+    from hybrid_vla_ros.model import preprocess as module
+    if request.param == "float":
+        monkeypatch.setattr(module, "resample_uint8", module.resample_float)
+    return request.param
 
 
 @pytest.mark.parametrize("size", [(720, 1280), (1080, 1920)])
-def test_qwen_family_matches_transformers_qwen2_vl_image_processor(size):
+def test_qwen_family_matches_transformers_qwen2_vl_image_processor(size, kernel):
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
     spec = dataclasses.replace(get_preset("tiny"), image_height=252, image_width=448)  # 16:9, like the cameras
     pixels = 252 * 448  # smart_resize then picks 252x448 for a 16:9 camera: the spec's own input size
@@ -48,7 +58,7 @@ def test_qwen_family_matches_transformers_qwen2_vl_image_processor(size):
 
 
 @pytest.mark.parametrize("size", [(720, 1280), (1080, 1920), (1280, 720)])
-def test_llava_family_matches_transformers_clip_image_processor(size):
+def test_llava_family_matches_transformers_clip_image_processor(size, kernel):
     from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
     spec = get_preset("tiny-llava")
     side = spec.image_height

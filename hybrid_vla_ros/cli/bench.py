@@ -16,6 +16,8 @@ def cmd_bench(args) -> int:
     model = model_from_args(args)
     if args.scenario == "load-step":
         return bench_load_step(args, model)
+    if args.scenario == "preprocess":
+        return bench_preprocess(args, model)
     transports = tuple(t for t in args.transports.split(",") if t)
     modes = tuple(m for m in args.modes.split(",") if m)
     unknown = sorted(set(modes) - set(DEFAULT_MODES))
@@ -56,6 +58,25 @@ def bench_load_step(args, model) -> int:
         ("frames to recover / settle", f"{report['frames_to_recover']} / {report['frames_to_settle']}"),
         ("moves (frame, from, to)", report["moves"]),
         ("full report", args.json or "(--json FILE)")]))
+    return 0
+
+
+def bench_preprocess(args, model) -> int:
+    from ..bench.preprocess import plot_preprocess, run_preprocess_bench
+    from ..errors import ConfigError
+    from ..report import key_value_table
+    try:
+        width, height = (int(v) for v in args.camera.lower().split("x"))
+    except ValueError as exc:
+        raise ConfigError(f"--camera '{args.camera}': expected WIDTHxHEIGHT, e.g. 1920x1080") from exc
+    report = run_preprocess_bench(model, placement_from_args(args, model), width, height, args.frames or 10)
+    write_report(report, args.json)
+    if args.plot:
+        plot_preprocess(report, args.plot)
+    print(f"{report['preset']}: {report['cameras']} cameras x {report['camera']} -> {report['input']} on "
+          f"{report['prefix_device']}, cores {report['cores']}")
+    print(key_value_table([(k, f"{v['p50']:.1f} ms (p99 {v['p99']:.1f})") for k, v in report.items()
+                           if k.endswith("_ms")]))
     return 0
 
 
@@ -111,8 +132,10 @@ def register(sub) -> None:
                         "one process per node)")
     p.add_argument("--json", default=None, help="write the full report (with per-frame timelines) here")
     p.add_argument("--plot", default=None, help="write the timeline/period PNG here")
-    p.add_argument("--scenario", default="modes", choices=("modes", "load-step"),
-                   help="modes: native/serial/pipelined side by side; load-step: scheduler under a competing load")
+    p.add_argument("--scenario", default="modes", choices=("modes", "load-step", "preprocess"),
+                   help="modes: native/serial/pipelined side by side; load-step: scheduler under a competing load; "
+                        "preprocess: decoding and resize/normalise of camera frames of --camera size")
+    p.add_argument("--camera", default="1920x1080", help="preprocess: camera size WIDTHxHEIGHT")
     p.add_argument("--step-on", type=int, default=25, help="load-step: frame at which the load starts")
     p.add_argument("--step-off", type=int, default=55, help="load-step: frame at which it stops (0: never)")
     p.add_argument("--zone", default=None, help="load-step: dynamic zone 'lo,hi' (default 0,L)")
