@@ -12,7 +12,6 @@ from transformers.masking_utils import create_causal_mask
 from ..errors import ConfigError, InputError, expect
 from ..model.checkpoint import ensure_loaded
 from ..model.inputs import encode_frame
-from ..model.tokens import IMAGE_TOKEN, sequence_length
 from ..model.vla import VLAModel, waypoints_from_head
 from .cpu import optimise_for_cpu
 from .partition import Zone, check_partition, partition_report, prefix_modules, suffix_modules  # noqa: F401
@@ -90,7 +89,7 @@ class PrefixStage:
         decoder = model.decoder
         embeds = decoder.embed_tokens(input_ids)                                       # (1, S, H)
         features = model.family.image_features(model.backbone, pixels).to(embeds.dtype)  # (n_img, H)
-        image_mask = (input_ids == IMAGE_TOKEN).unsqueeze(-1)                          # (1, S, 1)
+        image_mask = (input_ids == model.prompt.image_token_id).unsqueeze(-1)          # (1, S, 1)
         embeds = embeds.masked_scatter(image_mask, features)
         position_ids = model.family.position_ids(model.backbone, input_ids, place.to_prefix(encoded.mm_token_type_ids),
                                                  pixels)                               # (3, 1, S) or (1, S)
@@ -126,7 +125,8 @@ class SuffixStage:
         own = [b for i, b in self.blocks.items() if b is not layers[i] or (i < hi and placed_apart)]
         self.cpu_backend = optimise_for_cpu(own, placement.suffix_dtype)
         spec = model.spec
-        self.seq_len = sequence_length(spec.num_cameras, model.family.image_tokens_per_camera(spec), spec.text_tokens)
+        self.seq_len = model.prompt.sequence_length(spec.num_cameras, model.family.image_tokens_per_camera(spec),
+                                                    spec.text_tokens)
 
     def set_partition(self, partition: int) -> None:
         """The partition the suffix expects by default; each state still runs from its own partition."""

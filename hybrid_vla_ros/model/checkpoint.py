@@ -29,6 +29,7 @@ from torch import nn
 from ..errors import ConfigError, expect
 from .families import FAMILY_OF_MODEL_TYPE, load_backbone_config, spec_fields
 from .preprocess import ImageProcessing
+from .prompt import has_tokenizer, load_prompt
 from .spec import VLASpec
 from .vla import VLAModel
 
@@ -40,6 +41,7 @@ PROCESSOR_FILE = "preprocessor_config.json"  # optional: the image processor's m
 HEAD_FORMAT = "hybrid_vla_action_head/1"
 VLA_FIELDS = ("name", "num_cameras", "image_height", "image_width", "text_tokens", "num_waypoints",
               "waypoint_dt_s", "head_hidden")
+PROMPT_FIELDS = ("plan_token",)  # head metadata beside the spec's fields: the action head's query token
 PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt", "model.pth", "model.ckpt")
 HEAD_PREFIX = "action_head."
 # Key layouts of checkpoints saved from the generation classes (and older transformers): prefix -> ours.
@@ -57,6 +59,9 @@ def save_checkpoint(model: VLAModel, directory: str | Path, max_shard_size: str 
     model.backbone.save_pretrained(directory, max_shard_size=max_shard_size, safe_serialization=True)
     head = {k: v.detach().contiguous().cpu() for k, v in model.action_head.state_dict().items()}
     vla = {name: getattr(model.spec, name) for name in VLA_FIELDS}
+    if hasattr(model.prompt, "tokenizer"):  # a checkpoint's own tokenizer goes along, with its query token
+        model.prompt.tokenizer.save_pretrained(directory)
+        vla["plan_token"] = model.prompt.plan_token
     save_file(head, str(directory / HEAD_FILE), metadata={"format": HEAD_FORMAT, "hybrid_vla": json.dumps(vla)})
     return directory
 
@@ -122,9 +127,10 @@ def _head_metadata(directory: Path, fresh_head: bool) -> tuple[Path | None, dict
         vla = json.loads(meta.get("hybrid_vla", "{}"))
     except json.JSONDecodeError as exc:
         raise ConfigError(f"checkpoint '{path}': metadata 'hybrid_vla' is not JSON ({exc})") from exc
-    unknown = sorted(set(vla) - set(VLA_FIELDS))
+    unknown = sorted(set(vla) - set(VLA_FIELDS) - set(PROMPT_FIELDS))
     expect(isinstance(vla, dict) and not unknown, ConfigError,
-           f"checkpoint '{path}': unknown fields {unknown} in metadata 'hybrid_vla'; known: {list(VLA_FIELDS)}")
+           f"checkpoint '{path}': unknown fields {unknown} in metadata 'hybrid_vla'; known: "
+           f"{list(VLA_FIELDS + PROMPT_FIELDS)}")
     return path, vla
 
 
@@ -141,7 +147,8 @@ def inspect_checkpoint(directory: str | Path, fresh_head: bool = False) -> Check
 
 def checkpoint_spec(files: CheckpointFiles) -> VLASpec:
     name = files.vla.get("name") or files.directory.name
-    fields = {**spec_fields(files.config), **files.vla, "name": name}
+    own = {k: v for k, v in files.vla.items() if k not in PROMPT_FIELDS}
+    fields = {**spec_fields(files.config, own_tokenizer=has_tokenizer(files.directory)), **own, "name": name}
     try:
         return VLASpec(**fields)
     except TypeError as exc:
@@ -267,6 +274,8 @@ def load_checkpoint(directory: str | Path, dtype: torch.dtype = torch.float32, k
     with parameters_on_meta():
         model = VLAModel(spec, backbone_config=files.config)
     model.checkpoint_files = files
+    if has_tokenizer(files.directory):
+        model.prompt = load_prompt(files.directory, spec.family, files.config, files.vla.get("plan_token"))
     model.image_processing = ImageProcessing.for_spec(spec, _processor_config(files.directory),
                                                       str(files.directory / PROCESSOR_FILE))
     ensure_loaded(model, keep(model) if keep else [model], dtype)

@@ -161,14 +161,15 @@ def load_backbone_config(directory):
         raise ConfigError(f"checkpoint '{path}': transformers cannot read it ({exc})") from exc
 
 
-def spec_fields(config) -> dict:
-    """VLASpec fields implied by a backbone config (the VLA's own fields come from the head's metadata)."""
+def spec_fields(config, own_tokenizer: bool = False) -> dict:
+    """VLASpec fields implied by a backbone config (the VLA's own fields come from the head's metadata).
+    Without its own tokenizer, a checkpoint must use the built-in prompt's special-token ids."""
     family = FAMILY_OF_MODEL_TYPE[config.model_type]
     for name, ours in TOKEN_FIELDS.items():
         theirs = getattr(config, name, ours)
-        expect(theirs in (ours, None), ConfigError,
-               f"checkpoint config: {name}={theirs}, the built-in prompt layout uses {ours}; checkpoints with "
-               f"their own tokenizer are not supported yet (docs/CHECKPOINTS.md)")
+        expect(own_tokenizer or theirs in (ours, None), ConfigError,
+               f"checkpoint config: {name}={theirs}, the built-in prompt layout uses {ours}; a checkpoint with "
+               f"other special tokens must bring its tokenizer (tokenizer.json; docs/CHECKPOINTS.md)")
     text, vision = config.get_text_config(), config.vision_config
     fields = dict(family=family, num_blocks=text.num_hidden_layers, hidden_size=text.hidden_size,
                   num_heads=text.num_attention_heads, num_kv_heads=text.num_key_value_heads,

@@ -12,7 +12,6 @@ from ..types import EgoState, Frame
 from ..errors import InputError, expect
 from .preprocess import preprocess
 from .spec import VLASpec
-from .tokens import build_prompt
 
 
 @dataclass
@@ -34,9 +33,9 @@ def encode_frame(frame: Frame, model, device: torch.device | str = "cpu") -> Enc
     expect(len(frame.images) == spec.num_cameras, InputError,
            f"{where}: {len(frame.images)} camera images, model '{spec.name}' expects {spec.num_cameras}")
     images = preprocess(frame.images, model.image_processing, device, where)       # (N, 3, H, W) float32
-    input_ids, mm_types = build_prompt(spec.num_cameras, model.family.image_tokens_per_camera(spec),
-                                       frame.instruction, spec.text_tokens, float(ego.speed_mps),
-                                       float(ego.yaw_rate_rps))
+    input_ids, mm_types = model.prompt.build(spec.num_cameras, model.family.image_tokens_per_camera(spec),
+                                             frame.instruction, spec.text_tokens, float(ego.speed_mps),
+                                             float(ego.yaw_rate_rps))                # (1, S) each
     return EncodedFrame(input_ids, mm_types, model.family.pixel_inputs(spec, images))
 
 

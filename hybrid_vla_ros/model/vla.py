@@ -8,6 +8,7 @@ from torch import nn
 from ..errors import ConfigError, expect
 from .families import get_family, language_model
 from .preprocess import ImageProcessing
+from .prompt import BytePrompt
 from .spec import VLASpec
 from .tokens import MIN_VOCAB
 
@@ -44,6 +45,7 @@ class VLAModel(nn.Module):
         self.spec = spec
         self.family = get_family(spec.family)
         self.image_processing = ImageProcessing.for_spec(spec)  # a checkpoint's preprocessor_config may change it
+        self.prompt = BytePrompt()                                # a checkpoint's own tokenizer replaces it
         self.backbone = self.family.model_class(backbone_config or self.family.build_config(spec))
         self.action_head = ActionHead(spec.hidden_size, spec.head_hidden, spec.num_waypoints)
 
