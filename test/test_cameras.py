@@ -29,13 +29,21 @@ def expected_points(seq, height, width, kind, instruction):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("width,height,kind", [(1280, 720, "rgb8"), (1280, 720, "jpeg"), (1920, 1080, "bgr8"),
-                                               (1920, 1080, "png")])
-def test_large_cameras_from_another_process_give_one_trajectory_per_frame(domain, width, height, kind):
+@pytest.mark.parametrize("width,height,kind,exported", [(1280, 720, "rgb8", False), (1280, 720, "jpeg", True),
+                                                        (1920, 1080, "bgr8", False), (1920, 1080, "png", False)])
+def test_large_cameras_from_another_process_give_one_trajectory_per_frame(domain, tmp_path, width, height, kind,
+                                                                          exported):
+    """exported: the graph pointed at an HF checkpoint directory written by `export` (issue 9's done-when)."""
     compressed = kind in ("jpeg", "png")
     topics = [t + "/compressed" for t in CAMERAS] if compressed else CAMERAS
-    h = Harness({"hybrid_vla_prefix": {"camera_topics": topics, "image_transport": "compressed" if compressed
-                                       else "raw"}})
+    overrides = {"hybrid_vla_prefix": {"camera_topics": topics, "image_transport": "compressed" if compressed
+                                       else "raw"}}
+    if exported:
+        from hybrid_vla_ros.model.checkpoint import save_checkpoint
+        save_checkpoint(load_vla(preset="tiny"), tmp_path / "ckpt", max_shard_size="60KB")
+        for node in ("hybrid_vla_prefix", "hybrid_vla_suffix", "hybrid_vla_scheduler"):
+            overrides.setdefault(node, {})["model.checkpoint"] = str(tmp_path / "ckpt")
+    h = Harness(overrides)
     try:
         proc = subprocess.Popen([sys.executable, str(PUBLISHER), str(width), str(height), kind, str(FRAMES), "0.4"],
                                 cwd=PUBLISHER.parent)
@@ -47,6 +55,7 @@ def test_large_cameras_from_another_process_give_one_trajectory_per_frame(domain
         xy = np.array([[p.pose.position.x, p.pose.position.y] for p in h.paths[-1].poses])
         reference = expected_points(FRAMES - 1, height, width, kind, h.prefix.params["instruction"])
         assert np.abs(xy - reference[:, :2]).max() <= 1e-5
+        assert bool(getattr(h.suffix.model, "checkpoint_files", None)) == exported
     finally:
         h.close()
 
