@@ -100,9 +100,11 @@ def test_a_corrupt_jpeg_is_refused_when_its_set_is_taken_and_counted(domain):
 
 def test_the_large_frame_profile_applies_unless_the_user_chose_a_profile():
     from hybrid_vla_ros.ros.dds import PROFILE, use_large_frame_profile
-    env = {}
-    assert "large-frame profile" in use_large_frame_profile(env) and PROFILE.is_file()
-    assert env == {"FASTDDS_DEFAULT_PROFILES_FILE": str(PROFILE), "FASTRTPS_DEFAULT_PROFILES_FILE": str(PROFILE)}
+    for distro, name in (("jazzy", "FASTRTPS_DEFAULT_PROFILES_FILE"), ("humble", "FASTRTPS_DEFAULT_PROFILES_FILE"),
+                         ("kilted", "FASTDDS_DEFAULT_PROFILES_FILE")):
+        env = {"ROS_DISTRO": distro}
+        assert "large-frame profile" in use_large_frame_profile(env) and PROFILE.is_file()
+        assert env == {"ROS_DISTRO": distro, name: str(PROFILE)}  # only the name that Fast DDS reads
     mine = {"FASTRTPS_DEFAULT_PROFILES_FILE": "/etc/mine.xml"}
     assert use_large_frame_profile(mine) == "user's FASTRTPS_DEFAULT_PROFILES_FILE='/etc/mine.xml'"
     assert mine == {"FASTRTPS_DEFAULT_PROFILES_FILE": "/etc/mine.xml"}
