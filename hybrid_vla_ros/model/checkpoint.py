@@ -59,9 +59,7 @@ def save_checkpoint(model: VLAModel, directory: str | Path, max_shard_size: str 
     model.backbone.save_pretrained(directory, max_shard_size=max_shard_size, safe_serialization=True)
     head = {k: v.detach().contiguous().cpu() for k, v in model.action_head.state_dict().items()}
     vla = {name: getattr(model.spec, name) for name in VLA_FIELDS}
-    if hasattr(model.prompt, "tokenizer"):  # a checkpoint's own tokenizer goes along, with its query token
-        model.prompt.tokenizer.save_pretrained(directory)
-        vla["plan_token"] = model.prompt.plan_token
+    vla.update(model.prompt.save(directory))  # a checkpoint's own tokenizer goes along, with its query token
     save_file(head, str(directory / HEAD_FILE), metadata={"format": HEAD_FORMAT, "hybrid_vla": json.dumps(vla)})
     return directory
 

@@ -36,6 +36,10 @@ class BytePrompt:
     def describe(self) -> str:
         return "built-in byte-level tokenizer"
 
+    def save(self, directory: Path) -> dict:
+        """Write what a checkpoint needs to rebuild this prompt; -> the head metadata fields it adds."""
+        return {}
+
 
 class TokenizerPrompt:
     def __init__(self, tokenizer, family: str, config, plan_token: str, source: str):
@@ -82,6 +86,10 @@ class TokenizerPrompt:
 
     def sequence_length(self, num_cameras: int, image_tokens: int, text_tokens: int) -> int:
         return len(self.bos) + num_cameras * len(self._image_block(image_tokens)) + text_tokens + EGO_BYTES + 1
+
+    def save(self, directory: Path) -> dict:
+        self.tokenizer.save_pretrained(directory)
+        return {"plan_token": self.plan_token}
 
     def describe(self) -> str:
         return f"checkpoint tokenizer ({type(self.tokenizer).__name__}), plan token {self.plan_token!r}"
