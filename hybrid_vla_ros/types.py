@@ -33,6 +33,7 @@ class Frame:
     stamp_ns: int = 0
     ego: EgoState | None = None
     instruction: str = "drive safely to the goal"
+    arrival_ns: int = 0  # wall clock (ns since the epoch) when the frame was complete at the prefix; 0 = unknown
 
 
 @dataclass
@@ -91,6 +92,7 @@ class BoundaryState:
     seq: int = 0
     stamp_ns: int = 0
     query_index: int = -1  # position of the planning query token the head reads
+    arrival_ns: int = 0    # the frame's arrival at the prefix (Frame.arrival_ns), carried in the envelope
     timings: dict = field(default_factory=dict)
     # Set by an in-process handover: the sender's FlightControl (engine/flight.py); the receiver reports
     # suffix_started() / suffix_finished(s) to it, which frees the sender's in-flight slot. Never serialised.

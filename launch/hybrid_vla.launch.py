@@ -3,7 +3,9 @@
 Separate processes (default): one process per node. single_process:=true: the three nodes in one process
 (zero-copy boundary handover). Every node is a lifecycle node and brings itself to active (`autostart`, a
 parameter: no lifecycle event handlers needed, so this works the same on Humble, Jazzy and Kilted);
-`ros2 lifecycle` works on each. Prefix and suffix are pinned to disjoint core sets by default (their
+`ros2 lifecycle` works on each. A node process that dies (crash, OOM, SIGKILL) is started again after
+RESPAWN_DELAY_S (plain values, not substitutions: Humble's launch takes only those); the others keep
+running (docs/RELIABILITY.md). Prefix and suffix are pinned to disjoint core sets by default (their
 `cores: [-1]`), or to `prefix_cores` / `suffix_cores`. Topic names and remaps come from
 hybrid_vla_ros.ros.topics, the module the nodes and `hybrid-vla graph` use too.
 """
@@ -18,6 +20,7 @@ from launch_ros.substitutions import FindPackageShare
 from hybrid_vla_ros.ros.topics import KINEMATIC_TOPIC, LAUNCH_TRAJECTORY_TOPIC, NODES, REMAPS
 
 PACKAGE = "hybrid_vla_ros"
+RESPAWN_DELAY_S = 1.0
 ARGUMENTS = {
     "single_process": ("false", "all three nodes in one process (zero-copy handover)"),
     "input/kinematic_state": (KINEMATIC_TOPIC, "odometry the prefix reads (nav_msgs/Odometry)"),
@@ -57,7 +60,8 @@ def generate_launch_description():
     nodes = [LifecycleNode(package=PACKAGE, executable=node, name=node, namespace="", output="screen",
                            parameters=[LaunchConfiguration(f"{node.removeprefix('hybrid_vla_')}_param_file"),
                                        overrides(node)],
-                           remappings=remaps(node), condition=UnlessCondition(single))
+                           remappings=remaps(node), condition=UnlessCondition(single),
+                           respawn=True, respawn_delay=RESPAWN_DELAY_S)
              for node in NODES]
     graph_args = []
     for node in NODES:
@@ -69,5 +73,5 @@ def generate_launch_description():
         graph_args += [item for src, dst in remaps(node) for item in ("--remap", [f"{node}:{src}:=", dst])]
     # No `name`: a launch-given node name would be a process-wide rename; the three nodes keep their own.
     graph = Node(package=PACKAGE, executable="hybrid_vla_graph", output="screen", arguments=graph_args,
-                 condition=IfCondition(single))
+                 condition=IfCondition(single), respawn=True, respawn_delay=RESPAWN_DELAY_S)
     return LaunchDescription(args + nodes + [graph])

@@ -15,7 +15,9 @@ TINY_OVERRIDES = {
     "hybrid_vla_prefix": {**ZONE, "camera_topics": CAMERAS, "image_transport": "raw", "input_policy": "lossless",
                           "use_kinematic_state": False,
                           "diagnostics_period_s": 0.2, "max_in_flight": 2},
-    "hybrid_vla_suffix": {**ZONE, "diagnostics_period_s": 0.2, "frame_id": "base_link"},
+    # Lossless replays queue frames on purpose (every frame is wanted, however late): no output age limit here;
+    # test_ros_graph's stale-output test sets one.
+    "hybrid_vla_suffix": {**ZONE, "diagnostics_period_s": 0.2, "frame_id": "base_link", "max_output_age_ms": 0.0},
     "hybrid_vla_scheduler": {"model.preset": "tiny", "initial_partition": 2, "dynamic_zone_min": 1,
                              "dynamic_zone_max": 3, "hysteresis": 10.0, "update_period_s": 0.2,
                              "policy": "simple"},

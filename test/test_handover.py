@@ -71,13 +71,17 @@ def test_foreign_process_handles_and_bad_headers_are_refused(decoder):
         decoder.decode(bytes(good))
 
 
+GONE = f"hvla_u{os.getuid()}_local_1_gone".encode()  # this user's, this scope, no such segment
+
+
 @pytest.mark.parametrize("body, reason", [
     (b"", "has no segment name"),                                   # was struct.error in the worker
     (struct.pack("<H", 40) + b"hvla_x", "segment name of 40 bytes"),
     (struct.pack("<H", 6) + b"hvla_x" + bytes(3), "slot descriptor: 3 bytes"),
     (struct.pack("<H", 10) + b"hvla_gone_" + bytes(40), "slot descriptor: magic"),
     (struct.pack("<H", 9) + b"not_ours_" + DESCRIPTOR.pack(DESCRIPTOR_MAGIC, 1, 0, 0, 0, 0), "not a hybrid_vla_ros ring"),
-    (struct.pack("<H", 10) + b"hvla_gone_" + DESCRIPTOR.pack(DESCRIPTOR_MAGIC, 1, 0, 0, 0, 0), "does not exist"),
+    (struct.pack("<H", 10) + b"hvla_gone_" + DESCRIPTOR.pack(DESCRIPTOR_MAGIC, 1, 0, 0, 0, 0), "not one of this user's rings"),
+    (struct.pack("<H", len(GONE)) + GONE + DESCRIPTOR.pack(DESCRIPTOR_MAGIC, 1, 0, 0, 0, 0), "does not exist"),
 ])
 def test_malformed_shared_memory_bodies_are_refused_with_the_reason(decoder, body, reason):
     with pytest.raises(InputError, match=reason):
@@ -101,4 +105,4 @@ def test_a_truncated_segment_is_refused_not_read_past_its_end(decoder):
         fresh.close()
     finally:
         encoder.close()
-    assert ENVELOPE.size == 28
+    assert ENVELOPE.size == 44

@@ -109,6 +109,6 @@ def test_compressed_camera_image(fmt, data):
 
 
 def test_the_envelope_header_is_what_the_fuzzers_assume():
-    assert ENVELOPE.size == 28 and struct.calcsize("<Q") == 8
+    assert ENVELOPE.size == 44 and struct.calcsize("<Q") == 8
     with pytest.raises(InputError):
         HandoverDecoder().decode(b"")

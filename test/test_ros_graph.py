@@ -464,19 +464,10 @@ def shm_segments() -> set:
 
 
 def orphaned(segments: set) -> set:
-    """Segments whose owner process is gone (left behind), not those of processes still running elsewhere
-    on this machine (another test run shares /dev/shm)."""
-    from hybrid_vla_ros.engine.shm import SEGMENT_PREFIX
-    left = set()
-    for name in segments:
-        pid = int(name[len(SEGMENT_PREFIX):].split("_", 1)[0])
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            left.add(name)
-        except PermissionError:
-            pass
-    return left
+    """Segments no live owner holds (left behind), not those of processes still running elsewhere on this
+    machine (another test run shares /dev/shm)."""
+    from hybrid_vla_ros.engine.shm import SHM_DIR, _owner_alive
+    return {name for name in segments if not _owner_alive(SHM_DIR / name)}
 
 
 # When the signal comes: during imports, while models and nodes are being built, or with the graph up.

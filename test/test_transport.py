@@ -6,6 +6,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 import torch
@@ -87,7 +88,7 @@ def test_shm_ring_round_trip_permissions_and_cleanup():
         assert_same(state, transport.receive(transport.send(state)))
     path = transport.ring.path
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-    assert path.name.startswith(f"hvla_{os.getpid()}_")
+    assert path.name.startswith(f"hvla_u{os.getuid()}_local_{os.getpid()}_")  # user, graph scope, pid
     transport.close()
     assert not path.exists()
 
@@ -132,6 +133,75 @@ def test_shm_ring_rejects_a_corrupted_slot_and_frees_it():
         assert ring.read(ring.write(make_state(seq=2))).seq == 2
     finally:
         ring.close()
+
+
+def test_a_slot_whose_reader_is_gone_is_taken_back_counted_and_a_late_read_is_refused():
+    ring = SharedMemoryRing.create("reclaim", slots=2, slot_capacity=codec.encoded_size(make_state()))
+    try:
+        lost = ring.write(make_state(0))
+        ring.write(make_state(1))
+        with pytest.raises(TimeoutError):  # a live reader that is merely slow keeps its slots ...
+            ring.write(make_state(2), timeout_s=0.05, reclaim_after_s=10.0)
+        time.sleep(0.06)
+        ring.write(make_state(2), timeout_s=1.0, reclaim_after_s=0.05)  # ... a gone one loses them
+        assert ring.reclaimed == 1
+        with pytest.raises(InputError, match="holds frame 2 .* descriptor says frame 0"):
+            ring.read(lost)  # the restarted reader's stale descriptor (had it kept one) finds another frame
+        assert ring.read(SlotDescriptor(lost.segment, lost.ring_id, 0, 3, 2, lost.length)).seq == 2
+    finally:
+        ring.close()
+
+
+def test_a_read_overlapping_a_take_back_is_refused_and_leaves_the_slot_to_the_writer(monkeypatch):
+    ring = SharedMemoryRing.create("overlap", slots=1, slot_capacity=codec.encoded_size(make_state()))
+    try:
+        desc = ring.write(make_state(5))
+        real_decode = codec.decode
+
+        def writer_takes_it_back_meanwhile(*args, **kwargs):
+            state = real_decode(*args, **kwargs)
+            ring.write(make_state(6), reclaim_after_s=0.0)  # the writer gave up on the reader mid-copy
+            return state
+        monkeypatch.setattr(codec, "decode", writer_takes_it_back_meanwhile)
+        with pytest.raises(InputError, match="taken back by the writer while being read"):
+            ring.read(desc)
+        monkeypatch.setattr(codec, "decode", real_decode)
+        assert ring.free_slots() == 0  # frame 6 is still there for its own descriptor
+        assert ring.read(SlotDescriptor(desc.segment, desc.ring_id, 0, 3, 6, desc.length)).seq == 6
+    finally:
+        ring.close()
+
+
+def test_liveness_is_the_owners_lock_not_its_pid(tmp_path):
+    """Containers share /dev/shm across PID namespaces: a PID that is alive here may be another process,
+    and a live owner's PID may not exist here. Only the lock the owner holds counts."""
+    ring = SharedMemoryRing.create("held", slots=1, slot_capacity=codec.encoded_size(make_state()), directory=tmp_path)
+    # A segment left by a dead owner in another PID namespace whose PID (1) is alive in ours:
+    orphan = tmp_path / f"hvla_u{os.getuid()}_local_1_orphan"
+    orphan.write_bytes(b"\0" * 128)
+    try:
+        assert reclaim_stale_segments(tmp_path) == [orphan.name]
+        assert ring.path.exists()  # held by this live owner
+    finally:
+        ring.close()
+    assert not ring.path.exists()
+
+
+def test_rings_are_named_per_user_and_graph_and_a_reader_opens_only_its_own():
+    writer = SharedMemoryTransport(slots=1, scope="d7")
+    reader_same, reader_other = SharedMemoryTransport(scope="d7"), SharedMemoryTransport(scope="d8")
+    try:
+        handle = writer.send(make_state(3))
+        assert handle[0].startswith(f"hvla_u{os.getuid()}_d7_")
+        with pytest.raises(InputError, match="not one of this user's rings in graph scope 'd8'"):
+            reader_other.receive(handle)
+        assert reader_same.receive(handle).seq == 3
+        other_user = handle[0].replace(f"_u{os.getuid()}_", f"_u{os.getuid() + 1}_")
+        with pytest.raises(InputError, match="not one of this user's rings"):
+            SharedMemoryRing.attach(other_user, scope="d7")
+    finally:
+        for t in (writer, reader_same, reader_other):
+            t.close()
 
 
 def test_attach_to_missing_or_foreign_segment_is_refused(tmp_path):

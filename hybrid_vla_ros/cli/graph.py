@@ -15,7 +15,7 @@ def run_graph(args, refuse: list[str] = (), defaults: dict | None = None) -> int
     if refuse:
         refuse_unless_default(defaults, args, list(refuse), "to the ROS graph (set them in its parameter files)")
     if args.processes:
-        return run_processes(args.config)
+        return run_processes(args.config, getattr(args, "respawn_delay", 1.0))
     return run_in_process(graph_params(args.config))
 
 
@@ -67,6 +67,9 @@ def register(sub) -> None:
     p = sub.add_parser("graph", help="start the three ROS 2 nodes (config/*.param.yaml, or --config)")
     p.add_argument("--config", default=None, help="one params YAML keyed by node name")
     p.add_argument("--processes", action="store_true", help="one process per node, each pinned to its cores")
+    p.add_argument("--respawn-delay", type=float, default=1.0,
+                   help="--processes: restart a node that died after this many seconds; negative: no respawn, "
+                        "the graph ends with it (default 1.0)")
     p.set_defaults(func=run_graph)
 
     p = sub.add_parser("demo", help="graph + sample drive replay + trajectory bag + summary + PNG report")

@@ -99,7 +99,7 @@ class PrefixStage:
         place.synchronize()
         return BoundaryState(hidden=hidden, position_ids=position_ids, attention_mask=attention_mask,
                              partition=partition, seq=frame.seq, stamp_ns=frame.stamp_ns,
-                             query_index=input_ids.shape[1] - 1,
+                             query_index=input_ids.shape[1] - 1, arrival_ns=frame.arrival_ns,
                              timings={"prefix_ms": (time.perf_counter() - t0) * 1e3})
 
 

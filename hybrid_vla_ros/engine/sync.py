@@ -11,10 +11,11 @@ import numpy as np
 class CameraSync:
     """Buffers the last few images per camera. When an image arrives and every camera holds an image within
     `skew_ns` of its stamp, those images form a frame (stamp = newest of them); everything older is discarded
-    and counted in `discarded`. Arrival order across cameras does not matter."""
+    and counted in `discarded` (on_discard(stamp_ns) hears each). Arrival order across cameras does not matter."""
 
-    def __init__(self, num_cameras: int, skew_ns: int, depth: int = 4):
+    def __init__(self, num_cameras: int, skew_ns: int, depth: int = 4, on_discard=None):
         self.num_cameras, self.skew_ns = num_cameras, skew_ns
+        self.on_discard = on_discard or (lambda stamp_ns: None)
         self.buffers: list[deque] = [deque(maxlen=depth) for _ in range(num_cameras)]
         self.discarded = 0
         self.lock = threading.Lock()
@@ -24,6 +25,7 @@ class CameraSync:
             buffer = self.buffers[camera]
             if len(buffer) == buffer.maxlen:
                 self.discarded += 1  # the oldest falls out unmatched
+                self.on_discard(buffer[0][0])
             buffer.append((stamp_ns, image))
             chosen = []
             for other in self.buffers:
@@ -37,6 +39,7 @@ class CameraSync:
                     if entry is pick:
                         break
                     self.discarded += 1
+                    self.on_discard(entry[0])
             return [image for _, image in chosen], max(stamp for stamp, _ in chosen)
 
 

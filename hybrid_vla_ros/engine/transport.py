@@ -97,30 +97,38 @@ class InlineTransport:
 
 class SharedMemoryTransport:
     """Same host: the prefix side owns the ring (created at the first state, sized to it); the handle is
-    the 40-byte descriptor; the suffix side attaches by segment name."""
+    the 40-byte descriptor; the suffix side attaches by segment name, only to this user's rings of its
+    `scope` (the ROS graph)."""
 
     name = "shm"
 
-    def __init__(self, slots: int = 2, name: str | None = None):
-        self.slots = slots
+    def __init__(self, slots: int = 2, name: str | None = None, scope: str = "local"):
+        self.slots, self.scope = slots, scope
         self.name_hint = name or f"ring{secrets.token_hex(4)}"
         self.ring: SharedMemoryRing | None = None
         self._reader: SharedMemoryRing | None = None
 
+    @property
+    def reclaimed(self) -> int:
+        """Slots the writer took back from a reader that never read them (frames lost with a dead reader)."""
+        return self.ring.reclaimed if self.ring is not None else 0
+
     def send(self, state: BoundaryState) -> tuple[str, bytes]:
         if self.ring is None:
-            self.ring = SharedMemoryRing.create(self.name_hint, self.slots, codec.encoded_size(state))
+            self.ring = SharedMemoryRing.create(self.name_hint, self.slots, codec.encoded_size(state),
+                                                scope=self.scope)
         desc = self.ring.write(state)
         return desc.segment, desc.pack()
 
     def receive(self, handle: tuple[str, bytes]) -> BoundaryState:
         segment, packed = handle
         desc = SlotDescriptor.unpack(segment, packed)  # checked before any segment is opened
-        if self._reader is None or self._reader.segment != segment:
+        if self._reader is None or self._reader.segment != segment:  # first state, or a restarted writer
             if self._reader is not None and self._reader is not self.ring:
                 self._reader.close()
+            self._reader = None
             self._reader = self.ring if self.ring is not None and self.ring.segment == segment \
-                else SharedMemoryRing.attach(segment)
+                else SharedMemoryRing.attach(segment, scope=self.scope)
         return self._reader.read(desc)
 
     def close(self) -> None:

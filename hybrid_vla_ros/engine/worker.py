@@ -77,6 +77,13 @@ class StageHealth:
     ends: deque = field(default_factory=lambda: deque(maxlen=100))
     consecutive_slow: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # listener(kind, reason, stamp_ns): every frame lost here, one call per frame whose stamp is known
+    # (kind: "dropped", "rejected" or "failed"); the nodes publish them on ~/debug/dropped_frames.
+    listener: object = None
+
+    def _tell(self, kind: str, reason: str, stamp_ns: int | None) -> None:
+        if self.listener is not None and stamp_ns is not None:
+            self.listener(kind, reason, stamp_ns)
 
     def record(self, ms: float) -> None:
         with self.lock:
@@ -90,12 +97,13 @@ class StageHealth:
         with self.lock:
             self.consecutive_failures = 0
 
-    def fail(self, kind: str) -> None:
+    def fail(self, kind: str, stamp_ns: int | None = None) -> None:
         """A frame whose handler raised: counted by kind; ERROR once it happens error_after times in a row."""
         with self.lock:
             self.failed += 1
             self.failures[kind] += 1
             self.consecutive_failures += 1
+        self._tell("failed", kind, stamp_ns)
 
     def failure_check(self) -> tuple[str, int, str, dict]:
         with self.lock:
@@ -104,14 +112,16 @@ class StageHealth:
         return ("failures", level, f"{sum(failures.values())} frames failed, {streak} in a row",
                 {"failed": str(sum(failures.values())), **{f"failed.{k}": str(v) for k, v in failures.items()}})
 
-    def drop(self, reason: str) -> None:
+    def drop(self, reason: str, stamp_ns: int | None = None) -> None:
         with self.lock:
             self.dropped += 1
             self.drop_reasons[reason] += 1
+        self._tell("dropped", reason, stamp_ns)
 
-    def reject(self, reason: str) -> None:
+    def reject(self, reason: str, stamp_ns: int | None = None) -> None:
         with self.lock:
             self.rejected[reason] += 1
+        self._tell("rejected", reason, stamp_ns)
 
     def stage_ms(self, recent: int = 5) -> float:
         """Median of the last `recent` stage times (recent, so a partition change shows up quickly)."""
@@ -160,14 +170,15 @@ class StageWorker:
     def __init__(self, name: str, handler, policy: str = "lossless", capacity: int = 16,
                  cores: list[int] | None = None, threads: int | None = None, health: StageHealth | None = None,
                  on_start=None, on_error=None, stuck_after_s: float = 30.0, admit=None, on_admitted_stop=None,
-                 source=None, on_displaced=None):
+                 source=None, on_displaced=None, stamp_of=None):
         """admit(stopped) -> bool: called before each take; False ends the worker (on_admitted_stop() is
         called when a take after a successful admit finds the end of input). source() -> item | None: pull
         items from it instead of the mailbox (None ends the worker). on_displaced(item): a latest-policy
-        drop."""
+        drop. stamp_of(item) -> the frame stamp of an item, or None: reported with each frame lost here."""
         self.name, self.handler, self.on_start, self.on_error = name, handler, on_start, on_error
         self.stuck_after_s, self.admit, self.on_admitted_stop = stuck_after_s, admit, on_admitted_stop
         self.source, self.on_displaced = source, on_displaced
+        self.stamp_of = stamp_of or (lambda item: None)
         self._busy_since: float | None = None
         self._hard_stop = False
         self.cores, self.threads = cores, threads
@@ -186,10 +197,10 @@ class StageWorker:
         try:
             displaced = self._mailbox.put(item, timeout_s)
         except TimeoutError:
-            self.health.drop("queue_full")
+            self.health.drop("queue_full", self.stamp_of(item))
             return False
         if displaced is not None:
-            self.health.drop("displaced")
+            self.health.drop("displaced", self.stamp_of(displaced))
             if self.on_displaced is not None:
                 self.on_displaced(displaced)
             return False
@@ -257,7 +268,7 @@ class StageWorker:
                 self.handler(item)
                 self.health.handled()
             except Exception as exc:  # noqa: BLE001 - a frame's failure must never end the stage
-                self.health.fail(type(exc).__name__)
+                self.health.fail(type(exc).__name__, self.stamp_of(item))
                 if self.on_error is not None:
                     self.on_error(exc)
             finally:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import torch
 
 from ..errors import ConfigError, expect
@@ -20,3 +22,27 @@ def load_vla(preset: str | None = None, checkpoint: str | None = None, dtype: to
                                fresh_head=fresh_head)
     spec = get_preset(preset)
     return build_model(spec, dtype=dtype, device="meta" if shapes_only or spec.shape_only else "cpu")
+
+
+WEIGHT_SAMPLE_BYTES = 1 << 16
+
+
+def model_id(model: VLAModel) -> int:
+    """A 63-bit id of the model a stage runs, equal on every stage that loads the same model: the spec (seeded
+    weights of a preset follow from it) and, for a checkpoint, each weight file's name, size and last 64 KiB
+    (fine-tunes of one architecture differ there). Computed once per model. Never 0 (0 = "any")."""
+    cached = getattr(model, "_model_id", None)
+    if cached is not None:
+        return cached
+    digest = hashlib.sha256(repr(model.spec).encode())
+    files = getattr(model, "checkpoint_files", None)
+    if files is not None:
+        paths = set(files.weight_map.values()) | ({files.head_file} if files.head_file else set())
+        for path in sorted(paths):
+            size = path.stat().st_size
+            digest.update(f"{path.name}:{size}".encode())
+            with open(path, "rb") as f:
+                f.seek(max(0, size - WEIGHT_SAMPLE_BYTES))
+                digest.update(f.read())
+    model._model_id = (int.from_bytes(digest.digest()[:8], "little") >> 1) or 1
+    return model._model_id

@@ -158,21 +158,29 @@ def run_in_process(params: dict[str, dict], remaps: dict[str, dict] | None = Non
     return 0
 
 
-def spawn_processes(config: str | None, env: dict | None = None) -> list[subprocess.Popen]:
-    """One OS process per node, each pinned to its cores before it starts. The parent resolves the
-    parameters once (default core split included) and hands every child the same resolved file. Children
-    start with SIGINT/SIGTERM blocked until their stop handler is in place (hybrid_vla_ros.stop)."""
+def child_commands(config: str | None) -> dict[str, list[str]]:
+    """node -> argv of its own process, each pinned to its cores before it starts. The parameters are
+    resolved once here (default core split included) and every child gets the same resolved file."""
     import tempfile
     params = graph_params(config)
     resolved = write_combined_config(params, Path(tempfile.mkdtemp(prefix="hvla_")) / "graph.param.yaml")
-    procs = []
+    commands = {}
     for node in NODES:
-        if stop.requested():
-            break
         cmd = [sys.executable, "-m", "hybrid_vla_ros.ros.bringup", "--node", node, "--config", str(resolved)]
         cores = chosen_cores(params[node].get("cores", []))
         if cores:
             cmd += ["--pin", ",".join(map(str, cores))]
+        commands[node] = cmd
+    return commands
+
+
+def spawn_processes(config: str | None, env: dict | None = None) -> list[subprocess.Popen]:
+    """One OS process per node (child_commands), unsupervised. Children start with SIGINT/SIGTERM blocked until
+    their stop handler is in place (hybrid_vla_ros.stop)."""
+    procs = []
+    for cmd in child_commands(config).values():
+        if stop.requested():
+            break
         with stop.signals_blocked():
             procs.append(subprocess.Popen(cmd, env={**os.environ, **(env or {})}))
     return procs
@@ -192,15 +200,11 @@ def stop_processes(procs: list[subprocess.Popen], timeout_s: float = 20.0) -> No
             proc.wait(5)
 
 
-def run_processes(config: str | None) -> int:
-    """Parent of `--processes`: runs until a stop request or a child's exit; exit code: the worst child's."""
-    procs = spawn_processes(config)
-    try:
-        while all(p.poll() is None for p in procs) and not stop.wait(0.2):
-            pass
-    finally:
-        stop_processes(procs)
-    return max([abs(p.returncode or 0) for p in procs], default=0)
+def run_processes(config: str | None, respawn_delay_s: float = 1.0) -> int:
+    """Parent of `--processes`: supervises one process per node until a stop request; a child that dies is
+    restarted after respawn_delay_s (< 0: the graph ends instead). Exit code: the worst child's."""
+    from .supervise import Supervisor
+    return Supervisor(child_commands(config), dict(os.environ), respawn_delay_s).run()
 
 
 def run_single_node(node: str, config: str | None, pin: list[int] | None, autostart: bool = True) -> int:

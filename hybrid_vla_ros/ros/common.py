@@ -194,7 +194,7 @@ class StageNode(ManagedNode):
 
     def __init__(self, node_name: str, table: str, **kwargs):
         self.health = StageHealth()
-        self.model = self.zone = self.stage = None
+        self.model = self.zone = self.stage = self.lost_pub = None
         self.active = False
         self._entities: list = []  # publishers, subscriptions, timers made by on_configure
         super().__init__(node_name, **kwargs)
@@ -205,6 +205,8 @@ class StageNode(ManagedNode):
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         p = self.params
         try:
+            self.lost_pub = self.configured_publisher(DiagnosticStatus, "~/debug/dropped_frames", 50)
+            self.health.listener = self._report_lost
             self.model = shared_model(p["model.preset"], p["model.checkpoint"])
             self.zone = Zone.from_parameters(p["dynamic_zone_min"], p["dynamic_zone_max"], p["partition_point"],
                                              self.model.num_blocks)
@@ -218,6 +220,16 @@ class StageNode(ManagedNode):
     def configure_stage(self) -> None:
         raise NotImplementedError
 
+    def _report_lost(self, kind: str, reason: str, stamp_ns: int) -> None:
+        """One frame lost in this node (dropped, rejected or failed), on ~/debug/dropped_frames: with the
+        trajectories and frame infos, every camera frame can be accounted for (bench --scenario faults)."""
+        pub = self.lost_pub
+        if pub is None:
+            return
+        pub.publish(DiagnosticStatus(name=f"{self.get_name()}: {kind}", message=reason, values=[
+            KeyValue(key="stamp_ns", value=str(stamp_ns)), KeyValue(key="kind", value=kind),
+            KeyValue(key="reason", value=reason)]))
+
     def release_stage(self) -> None:
         """Stop the worker and free what configure_stage made besides the tracked ROS entities."""
 
@@ -228,7 +240,7 @@ class StageNode(ManagedNode):
             {"publisher": self.destroy_publisher, "subscription": self.destroy_subscription,
              "timer": self.destroy_timer}[entity[0]](entity[1])
         self._entities.clear()
-        self.stage = None
+        self.stage = self.lost_pub = None
 
     # ---- ROS entities that live from configure to cleanup ---------------------------------------------
     def configured_publisher(self, *args):
@@ -261,9 +273,19 @@ class StageNode(ManagedNode):
         """A frame's unexpected failure (the worker goes on; counted in the 'failures' diagnostic)."""
         self.get_logger().error(f"frame failed ({type(exc).__name__}): {exc}", throttle_duration_sec=1.0)
 
-    def _reject(self, reason: str, exc: Exception) -> None:
-        self.health.reject(reason)
+    def _reject(self, reason: str, exc: Exception, stamp_ns: int | None = None) -> None:
+        self.health.reject(reason, stamp_ns)
         self.get_logger().warning(f"rejected ({reason}): {exc}", throttle_duration_sec=1.0)
+
+
+def graph_scope(node) -> str:
+    """The scope of a graph's shared-memory rings: its ROS domain and namespace (`d0`, `d3_car1`). Prefix and
+    suffix of one graph agree on it; rings of another graph (or user: segment names carry the uid) are never
+    opened."""
+    import os
+    domain = "".join(ch for ch in os.environ.get("ROS_DOMAIN_ID", "0") if ch.isdigit()) or "0"
+    namespace = "".join(ch if ch.isalnum() else "_" for ch in node.get_namespace().strip("/"))
+    return f"d{domain}" + (f"_{namespace}" if namespace else "")
 
 
 def bring_up(node) -> bool:

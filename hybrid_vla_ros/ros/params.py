@@ -119,6 +119,8 @@ SUFFIX_PARAMS = _common_model() + [
               choices=("fp32", "bf16", "fp16")),
     ParamSpec("partition_point", "int", "expected partition; each state runs from its own within the zone",
               0, 1024, dynamic=True),
+    ParamSpec("max_output_age_ms", "double", "drop (and count as stale_output) a trajectory whose frame arrived at "
+              "the prefix longer ago than this at publish time; 0 = never", 0.0, 1e7, dynamic=True),
     ParamSpec("numa_node", "int", "pin the worker to this NUMA node's cores; -1 = no NUMA pinning", -1, 63),
     ParamSpec("output_type", "string", "trajectory message type; auto = Autoware when importable, else Path",
               choices=("auto", "autoware", "autoware_auto", "path")),

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 
-from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from nav_msgs.msg import Odometry
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image
@@ -12,20 +13,22 @@ from std_msgs.msg import Int32, UInt8MultiArray
 
 from ..engine.cpu import default_stage_cores
 from ..engine.flight import FlightControl
-from ..engine.handover import PROCESS_REGISTRY, HandoverEncoder
+from ..engine.handover import HOST_ID, PROCESS_REGISTRY, HandoverEncoder
 from ..engine.placement import Placement
 from ..engine.stages import PrefixStage
 from ..engine.sync import CameraSync, StampedHistory
 from ..engine.worker import StageWorker
 from ..errors import ConfigError, HybridVLAError, expect
+from ..model.load import model_id
 from ..types import EgoState, Frame
 from . import convert
-from .common import DiagnosticsPublisher, StageNode
+from .common import DiagnosticsPublisher, StageNode, graph_scope
 from .params import chosen_cores
 from .topics import BOUNDARY_QOS
 
 NODE_NAME = "hybrid_vla_prefix"
 KINEMATIC_WAIT_S = 0.1               # longest wait for the kinematic state matching a frame
+SENT_STAMPS_KEPT = 256               # seq -> stamp of frames handed over (to name those lost in the ring)
 FLIGHT_SLOT_TIMEOUT_S = 10.0         # an in-flight slot nobody freed (a lost handle) is reclaimed after this
 
 
@@ -44,7 +47,10 @@ class PrefixNode(StageNode):
         # otherwise the slot is freed once the state left this process, and the ring bounds what waits).
         self.flight = FlightControl(p["max_in_flight"], just_in_time=True, slot_timeout_s=FLIGHT_SLOT_TIMEOUT_S)
         self.handover = HandoverEncoder(p["boundary_transport"], ring_slots=p["max_in_flight"],
-                                        ring_name=self.get_name(), flight=self.flight)
+                                        ring_name=self.get_name(), flight=self.flight, scope=graph_scope(self),
+                                        model_id=model_id(self.model))
+        self.receiver_domains: dict[str, int] = {}
+        self.sent_stamps: OrderedDict = OrderedDict()  # seq -> stamp of the last frames handed over  # suffix node name -> the shm domain it reported
         self.seq = 0
         self.images_decoded = 0  # camera images decoded: only those of sets the worker took
         self.last_stamp_ns = -1
@@ -54,11 +60,12 @@ class PrefixNode(StageNode):
         self.worker = StageWorker("prefix", self._process, policy=p["input_policy"], capacity=p["max_in_flight"],
                                   cores=self.cores, threads=p["threads"] or None, health=self.health,
                                   on_error=self._on_worker_error, admit=self.flight.admit,
-                                  on_admitted_stop=self.flight.release).start()
+                                  on_admitted_stop=self.flight.release, stamp_of=lambda frame: frame.stamp_ns).start()
         self._subscribe_cameras()
         if p["use_kinematic_state"]:
             self.configured_subscription(Odometry, "~/input/kinematic_state", self._on_odometry, 10)
         self.configured_subscription(Int32, "~/input/partition_point", self._on_partition_topic, 10)
+        self.configured_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
         self.diagnostics = DiagnosticsPublisher(self, self.health, self.worker, self._extra_checks)
         self.configured_timer(p["diagnostics_period_s"], self.diagnostics.publish)
         self.get_logger().info(
@@ -81,7 +88,8 @@ class PrefixNode(StageNode):
         expect(len(topics) == self.model.spec.num_cameras, ConfigError,
                f"camera_topics: {len(topics)} topics, model '{self.model.spec.name}' takes "
                f"{self.model.spec.num_cameras} cameras")
-        self.sync = CameraSync(len(topics), int(self.params["sync_skew_ms"] * 1e6))
+        self.sync = CameraSync(len(topics), int(self.params["sync_skew_ms"] * 1e6),
+                               on_discard=lambda stamp: self.health.drop("camera_set_incomplete", stamp))
         compressed = self.params["image_transport"] == "compressed"
         msg_type = CompressedImage if compressed else Image
         for index, topic in enumerate(topics):
@@ -103,7 +111,7 @@ class PrefixNode(StageNode):
         if ready is not None:
             messages, stamp_ns = ready
             frame = Frame(images=messages, seq=self.seq, stamp_ns=stamp_ns, ego=None,
-                          instruction=self.params["instruction"])
+                          instruction=self.params["instruction"], arrival_ns=time.time_ns())
             self.seq += 1
             self.worker.submit(frame)
 
@@ -115,7 +123,7 @@ class PrefixNode(StageNode):
         try:
             frame.images = [decode(msg, f"camera {i} ({self.camera_topics[i]})") for i, msg in enumerate(frame.images)]
         except HybridVLAError as exc:
-            self._reject("invalid_image", exc)
+            self._reject("invalid_image", exc, frame.stamp_ns)
             return False
         return True
 
@@ -131,6 +139,21 @@ class PrefixNode(StageNode):
         if not matched and use:
             self.health.reject("kinematic_state_late")
         return ego or EgoState()
+
+    def _on_diagnostics(self, msg: DiagnosticArray) -> None:
+        """Suffix nodes report the shared-memory domain they can reach ("<node>: handover", receives_shm_domain): with
+        boundary_transport auto, a receiver on another host or /dev/shm makes the handover inline."""
+        for status in msg.status:
+            values = {kv.key: kv.value for kv in status.values}
+            if status.name.endswith(": handover") and "receives_shm_domain" in values:
+                try:
+                    self.receiver_domains[status.name.rsplit(": ", 1)[0]] = int(values["receives_shm_domain"], 16)
+                except ValueError:
+                    continue
+        topic = getattr(self.pub, "topic_name", None)
+        readers = {i.node_name for i in self.get_subscriptions_info_by_topic(topic)} if topic else None
+        known = {d for n, d in self.receiver_domains.items() if readers is None or n in readers}
+        self.handover.receivers = known or None  # None: none reported yet (same host assumed)
 
     def _on_partition_topic(self, msg: Int32) -> None:
         try:
@@ -154,12 +177,13 @@ class PrefixNode(StageNode):
     def _admissible(self, frame: Frame) -> bool:
         if frame.stamp_ns <= self.last_stamp_ns:
             self._reject("out_of_order", ConfigError(
-                f"frame stamp {frame.stamp_ns} is not newer than the last processed {self.last_stamp_ns}"))
+                f"frame stamp {frame.stamp_ns} is not newer than the last processed {self.last_stamp_ns}"), frame.stamp_ns)
             return False
         stale_ms = self.params["stale_after_ms"]
         age_ms = (self.get_clock().now().nanoseconds - frame.stamp_ns) / 1e6
         if stale_ms > 0 and age_ms > stale_ms:
-            self._reject("stale", ConfigError(f"frame {frame.seq} is {age_ms:.1f} ms old (stale_after_ms {stale_ms})"))
+            self._reject("stale", ConfigError(f"frame {frame.seq} is {age_ms:.1f} ms old (stale_after_ms {stale_ms})"),
+                         frame.stamp_ns)
             return False
         return True
 
@@ -174,15 +198,16 @@ class PrefixNode(StageNode):
         try:
             state = self.stage.run(frame)
         except HybridVLAError as exc:
-            self._reject("invalid_input", exc)
+            self._reject("invalid_input", exc, frame.stamp_ns)
             return False
         self.last_stamp_ns = frame.stamp_ns
         kind = self.handover.kind()
         try:
             envelope = self.handover.encode(state, kind)
         except (HybridVLAError, TimeoutError) as exc:
-            self._reject("handover", exc)
+            self._reject("handover", exc, frame.stamp_ns)
             return False
+        self._report_reclaimed(state)
         self.flight.prefix_finished(state.timings["prefix_ms"] / 1e3, handed_to_suffix=kind == "inproc")
         self.pub.publish(convert.boundary_to_msg(envelope, UInt8MultiArray()))
         self._publish_frame_info(state)
@@ -190,6 +215,14 @@ class PrefixNode(StageNode):
         self.health.record(ms)
         self.diagnostics.publish_time(ms)
         return kind == "inproc"
+
+    def _report_reclaimed(self, state) -> None:
+        """Frames whose ring slots the writer took back (their reader died before reading them): lost."""
+        self.sent_stamps[state.seq] = state.stamp_ns
+        while len(self.sent_stamps) > SENT_STAMPS_KEPT:
+            self.sent_stamps.popitem(last=False)
+        for seq in self.handover.take_reclaimed():
+            self.health.drop("ring_slot_reclaimed", self.sent_stamps.get(seq))
 
     def _publish_frame_info(self, state) -> None:
         self.info_pub.publish(DiagnosticStatus(name=f"{self.get_name()}: frame", values=[
@@ -202,5 +235,10 @@ class PrefixNode(StageNode):
                  {"partition": str(self.stage.partition), "zone_min": str(self.zone[0]), "zone_max": str(self.zone[1]),
                   "num_blocks": str(self.model.num_blocks), "camera_sync_discarded": str(self.sync.discarded),
                   "images_decoded": str(self.images_decoded),
-                  "inproc_handles_evicted": str(PROCESS_REGISTRY.evicted)})]
+                  "inproc_handles_evicted": str(PROCESS_REGISTRY.evicted)}),
+                ("handover", 0, f"{self.handover.kind()} to receivers in shm domains "
+                                f"{sorted(f'{d:016x}' for d in self.handover.receivers or [])}",
+                 {"transport": self.handover.kind(), "shm_domain": f"{HOST_ID:016x}",
+                  "model_id": f"{self.handover.model_id:016x}",
+                  "ring_slots_reclaimed": str(self.handover.reclaimed)})]
 

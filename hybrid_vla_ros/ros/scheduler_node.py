@@ -2,7 +2,9 @@
 
 configure: read parameters, size the zone from the model, build the policy, create publisher, subscriptions
            and timer.
-activate: publish the initial partition, then feed the policy every finished frame each update_period_s.
+activate: adopt the partition of a graph that is already running (a restarted scheduler: the stages kept
+          their partition while it was away), else publish the initial partition after RESUME_WAIT_S; then
+          feed the policy every finished frame each update_period_s.
 deactivate: stop publishing (the lifecycle publisher goes inactive; the policy is not run).
 cleanup: destroy what configure created.  shutdown: the same, from any state.
 
@@ -31,6 +33,7 @@ from .topics import PARTITION_QOS
 
 NODE_NAME = "hybrid_vla_scheduler"
 PENDING_FRAMES = 64  # prefix infos waiting for their suffix info (bounded: a frame dropped later never joins)
+RESUME_WAIT_S = 1.0  # after activation: a running graph reports its partition within this, else start afresh
 
 
 def info_values(msg: DiagnosticStatus) -> dict:
@@ -48,6 +51,7 @@ class SchedulerNode(ManagedNode):
         self.fed: list[StageSample] = []                  # the most recent samples given to the policy
         self.suffix_backlog = 0
         self.history: list[tuple[float, int]] = []
+        self.resume_until: float | None = None  # while set: listening for a running graph's partition
         super().__init__(node_name, **kwargs)
         self.params = ParameterTable(self, NODE_NAME, on_change=self._on_param)
 
@@ -70,6 +74,18 @@ class SchedulerNode(ManagedNode):
         return TransitionCallbackReturn.SUCCESS
 
     def activated(self) -> None:
+        self.resume_until = time.monotonic() + RESUME_WAIT_S
+
+    def _resume(self, running: int | None) -> None:
+        """End the listening after activation: adopt `running` (the partition the stages run at) when there
+        is one in the zone, without publishing: nothing changes for a graph that kept driving; else publish
+        the initial partition."""
+        self.resume_until = None
+        if running is not None and self.policy.zone_min <= running <= self.policy.zone_max:
+            self.policy.partition = running
+            self.history.append((time.monotonic(), running))
+            self.get_logger().info(f"resumed a running graph at p={running} (its partition is kept)")
+            return
         self._publish()
 
     def _release(self) -> None:
@@ -141,6 +157,8 @@ class SchedulerNode(ManagedNode):
             self.prefix_infos[int(v["stamp_ns"])] = (int(v["partition"]), float(v["prefix_ms"]))
         except (KeyError, ValueError):
             return
+        if self.resume_until is not None and self.active and self.policy is not None:
+            self._resume(int(v["partition"]))
         while len(self.prefix_infos) > PENDING_FRAMES:
             self.prefix_infos.popitem(last=False)
 
@@ -166,6 +184,10 @@ class SchedulerNode(ManagedNode):
     def _tick(self) -> None:
         if not self.active or self.policy is None:
             return
+        if self.resume_until is not None:
+            if time.monotonic() < self.resume_until:
+                return
+            self._resume(None)
         samples, self.samples = self.samples, []
         before = self.policy.partition
         for sample in samples:

@@ -10,14 +10,15 @@ from std_msgs.msg import UInt8MultiArray
 
 from ..engine.cpu import (DtypeChoice, bind_memory_to_node, choose_suffix_dtype, cores_of_numa_node, cpu_backend_report,
                           default_stage_cores)
-from ..engine.handover import HandoverDecoder
+from ..engine.handover import HOST_ID, HandoverDecoder, envelope_stamp
 from ..engine.placement import CPU, Placement, parse_dtype
 from ..engine.sync import StampedHistory
 from ..engine.stages import SuffixStage
 from ..engine.worker import StageWorker
 from ..errors import ConfigError, HybridVLAError
+from ..model.load import model_id
 from . import convert
-from .common import DiagnosticsPublisher, StageNode
+from .common import DiagnosticsPublisher, StageNode, graph_scope
 from .params import chosen_cores
 from .topics import BOUNDARY_QOS
 
@@ -45,7 +46,7 @@ class SuffixNode(StageNode):
                               suffix_dtype=parse_dtype(self.dtype_choice.dtype, "dtype"))
         self.stage = SuffixStage(self.model, p["partition_point"], placement, self.zone)
         self.msg_cls, self.output_kind, reason = convert.resolve_trajectory_type(p["output_type"])
-        self.decoder = HandoverDecoder()
+        self.decoder = HandoverDecoder(scope=graph_scope(self), model_id=model_id(self.model))
         self.last_stamp_ns = -1
         self.pub = self.configured_publisher(self.msg_cls, "~/output/trajectory", 10)
         self.info_pub = self.configured_publisher(DiagnosticStatus, "~/debug/trajectory_info", 10)
@@ -53,7 +54,7 @@ class SuffixNode(StageNode):
         # across processes the ring does (shm). A full mailbox drops and counts, never blocks the executor.
         self.worker = StageWorker("suffix", self._process, policy="lossless", capacity=SUFFIX_QUEUE, cores=self.cores,
                                   threads=p["threads"] or None, health=self.health, on_start=self._bind_memory,
-                                  on_error=self._on_worker_error).start()
+                                  on_error=self._on_worker_error, stamp_of=lambda item: envelope_stamp(item[0])).start()
         self.configured_subscription(UInt8MultiArray, "~/input/boundary_state", self._on_boundary, BOUNDARY_QOS)
         self.poses = StampedHistory() if p["frame_id"] != EGO_FRAME else None
         if self.poses is not None:  # the map-frame output needs the ego pose of each frame
@@ -111,6 +112,24 @@ class SuffixNode(StageNode):
     def _on_odometry(self, msg) -> None:
         self.poses.add(convert.stamp_to_ns(msg.header.stamp), convert.odometry_to_pose(msg))
 
+    def activated(self) -> None:
+        self.diagnostics.publish()  # at once: the prefix learns where this receiver is before the first frame
+
+    def _fresh(self, state) -> bool:
+        """False (counted as stale_output) when the frame arrived at the prefix more than max_output_age_ms
+        ago: a planner must never get a trajectory for a world that has moved on. Ages come from the
+        prefix's wall clock (hosts of one car are time-synchronised); 0 = unknown arrival (not checked)."""
+        limit_ms = self.params["max_output_age_ms"]
+        if limit_ms <= 0 or not state.arrival_ns:
+            return True
+        age_ms = (time.time_ns() - state.arrival_ns) / 1e6
+        if age_ms <= limit_ms:
+            return True
+        self._reject("stale_output", ConfigError(
+            f"trajectory of frame {state.seq} is {age_ms:.0f} ms old at publish time (max_output_age_ms {limit_ms:g})"),
+            state.stamp_ns)
+        return False
+
     def _output_points(self, trajectory):
         """The points in the output frame, or None (counted) when the map frame has no pose for this frame."""
         if self.poses is None:
@@ -119,7 +138,8 @@ class SuffixNode(StageNode):
         if not matched:
             self._reject("pose_missing", ConfigError(
                 f"no kinematic state within {POSE_SKEW_NS / 1e6:.0f} ms of frame {trajectory.seq}: the "
-                f"{self.params['frame_id']}-frame trajectory is not published (frame_id: base_link needs none)"))
+                f"{self.params['frame_id']}-frame trajectory is not published (frame_id: base_link needs none)"),
+                trajectory.stamp_ns)
             return None
         return trajectory.in_map(pose)
 
@@ -141,7 +161,7 @@ class SuffixNode(StageNode):
         try:
             state, transport = self.decoder.decode(data)
         except HybridVLAError as exc:
-            self._reject("invalid_boundary", exc)
+            self._reject("invalid_boundary", exc, envelope_stamp(data))
             return
         if state.flight is not None:  # handed over in this process: report to the prefix's in-flight gate
             state.flight.suffix_started()
@@ -154,16 +174,17 @@ class SuffixNode(StageNode):
     def _serve(self, state, transport: str, t0: float, received: float) -> None:
         if state.stamp_ns <= self.last_stamp_ns:
             self._reject("out_of_order", ConfigError(
-                f"boundary state of frame {state.seq} has stamp {state.stamp_ns}, not newer than {self.last_stamp_ns}"))
+                f"boundary state of frame {state.seq} has stamp {state.stamp_ns}, not newer than {self.last_stamp_ns}"),
+                state.stamp_ns)
             return
         try:
             trajectory = self.stage.run(state)
         except HybridVLAError as exc:
-            self._reject("invalid_boundary", exc)
+            self._reject("invalid_boundary", exc, state.stamp_ns)
             return
         self.last_stamp_ns = state.stamp_ns
         points = self._output_points(trajectory)
-        if points is None:
+        if points is None or not self._fresh(state):
             return
         self.pub.publish(convert.trajectory_to_msg(trajectory, self.msg_cls, self.output_kind,
                                                    self.params["frame_id"], points))
@@ -183,5 +204,7 @@ class SuffixNode(StageNode):
         load = sum(loads[c] for c in cores if c < len(loads)) / max(1, len(cores))
         return [("cpu_load", 0, f"{load:.0f}% on cores {cores}", {"cpu_load_percent": f"{load:.1f}"}),
                 ("dtype", 0, self.dtype_choice.dtype, {"dtype": self.dtype_choice.dtype,
-                                                       "dtype_reason": self.dtype_choice.reason})]
+                                                       "dtype_reason": self.dtype_choice.reason}),
+                ("handover", 0, f"receives shared memory of domain {HOST_ID:016x}",
+                 {"receives_shm_domain": f"{HOST_ID:016x}", "model_id": f"{self.decoder.model_id:016x}"})]
 
