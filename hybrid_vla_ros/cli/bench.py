@@ -13,6 +13,8 @@ def cmd_bench(args) -> int:
     from ..bench.modes import DEFAULT_MODES, plot_bench, run_bench
     from ..report import modes_table, progress_printer
     from ..errors import ConfigError
+    if args.scenario == "faults":
+        return bench_faults(args)
     model = model_from_args(args)
     if args.scenario == "load-step":
         return bench_load_step(args, model)
@@ -118,6 +120,25 @@ def cmd_memory(args) -> int:
     return 0
 
 
+def bench_faults(args) -> int:
+    from ..bench.faults import plot_faults, run_faults
+    from ..report import key_value_table, progress_printer
+    report = run_faults(preset=args.preset or "tiny", soak_frames=args.soak_frames,
+                        progress=progress_printer("faults"))
+    write_report(report, args.json)
+    if args.plot:
+        plot_faults(report, args.plot)
+    rows = [(k["node"], f"recovered {k['recovered']}, first trajectory after {k['seconds_to_first_trajectory']} s, "
+                        f"lost {k['lost_in_killed_process']}, dropped {k['dropped_counted']}, unaccounted "
+                        f"{k['frames_unaccounted']}") for k in report["kills"]]
+    rows += [(f"soak {m}", f"{s['frames']} frames, RSS {s['rss_growth_fraction']:+.2%}, fds {s['fds_at_base']}->"
+                           f"{s['fds_at_end']}, burst {s['burst']['delivered']}/{s['burst']['frames']} delivered, "
+                           f"unaccounted {s['frames_unaccounted']}") for m, s in report["soak"]["modes"].items()]
+    print(key_value_table(rows + [("full report", args.json or "(--json FILE)")]))
+    unaccounted = sum(k["frames_unaccounted"] for k in report["kills"]) + report["soak"]["frames_unaccounted"]
+    return 0 if all(k["recovered"] for k in report["kills"]) and not unaccounted else 1
+
+
 def register(sub) -> None:
     p = sub.add_parser("bench", help="native vs serial vs pipelined (each transport), one run, JSON + plot")
     add_model_args(p, default_preset="bench"); add_placement_args(p)
@@ -132,9 +153,12 @@ def register(sub) -> None:
                         "one process per node)")
     p.add_argument("--json", default=None, help="write the full report (with per-frame timelines) here")
     p.add_argument("--plot", default=None, help="write the timeline/period PNG here")
-    p.add_argument("--scenario", default="modes", choices=("modes", "load-step", "preprocess"),
+    p.add_argument("--scenario", default="modes", choices=("modes", "load-step", "preprocess", "faults"),
                    help="modes: native/serial/pipelined side by side; load-step: scheduler under a competing load; "
-                        "preprocess: decoding and resize/normalise of camera frames of --camera size")
+                        "preprocess: decoding and resize/normalise of camera frames of --camera size; faults: "
+                        "SIGKILL each node of a supervised graph mid-drive, then a soak (tiny preset unless "
+                        "--preset names another)")
+    p.add_argument("--soak-frames", type=int, default=1500, help="faults: frames per soak mode (10000: the long one)")
     p.add_argument("--camera", default="1920x1080", help="preprocess: camera size WIDTHxHEIGHT")
     p.add_argument("--step-on", type=int, default=25, help="load-step: frame at which the load starts")
     p.add_argument("--step-off", type=int, default=55, help="load-step: frame at which it stops (0: never)")

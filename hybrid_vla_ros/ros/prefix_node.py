@@ -53,6 +53,7 @@ class PrefixNode(StageNode):
         self.sent_stamps: OrderedDict = OrderedDict()  # seq -> stamp of the last frames handed over  # suffix node name -> the shm domain it reported
         self.seq = 0
         self.images_decoded = 0  # camera images decoded: only those of sets the worker took
+        self.images_received = 0  # camera images the callbacks got (while active)
         self.last_stamp_ns = -1
         self.ego_history = StampedHistory()  # EgoState by stamp, matched to frames
         self.pub = self.configured_publisher(UInt8MultiArray, "~/output/boundary_state", BOUNDARY_QOS)
@@ -101,6 +102,7 @@ class PrefixNode(StageNode):
         (a set the synchroniser or the input policy drops is never decoded)."""
         if not self.accepting():
             return
+        self.images_received += 1
         where = f"camera {camera} ({self.camera_topics[camera]})"
         try:
             (convert.check_compressed_msg if compressed else convert.check_image_msg)(msg, where)
@@ -234,7 +236,7 @@ class PrefixNode(StageNode):
         return [("partition", 0, f"p={self.stage.partition}",
                  {"partition": str(self.stage.partition), "zone_min": str(self.zone[0]), "zone_max": str(self.zone[1]),
                   "num_blocks": str(self.model.num_blocks), "camera_sync_discarded": str(self.sync.discarded),
-                  "images_decoded": str(self.images_decoded),
+                  "images_decoded": str(self.images_decoded), "images_received": str(self.images_received),
                   "inproc_handles_evicted": str(PROCESS_REGISTRY.evicted)}),
                 ("handover", 0, f"{self.handover.kind()} to receivers in shm domains "
                                 f"{sorted(f'{d:016x}' for d in self.handover.receivers or [])}",

@@ -1,0 +1,219 @@
+"""`hybrid-vla bench --scenario faults`: the graph keeps driving through faults (docs/RELIABILITY.md).
+
+Kills: the graph runs as supervised processes (`hybrid-vla graph --processes`); a camera publishes at a fixed
+rate; the suffix, the prefix and the scheduler are SIGKILLed in turn mid-drive. Per kill: whether the node
+came back with no manual step, seconds from the kill to the first trajectory of a frame published after it,
+and what became of every frame. Soak: a long drive in one process and in separate processes, RSS and open
+file descriptors of the whole process tree sampled each second, then a burst faster than the graph.
+
+Accounting: each published frame is delivered (a trajectory), reported lost by a node with a reason
+(~/debug/dropped_frames), or lost in the killed process: published within the longest delivery latency of
+the run before the kill, up to the first trajectory after it. Anything else is `frames_unaccounted`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+import time
+from pathlib import Path
+
+from ..errors import ConfigError
+from ..report import percentiles, pyplot
+from .drive import Camera, GraphProcess, Ledger, graph_config
+
+KILLS = ("hybrid_vla_suffix", "hybrid_vla_prefix", "hybrid_vla_scheduler")
+START_TIMEOUT_S = 120.0
+
+
+def isolate_dds() -> None:
+    """A DDS domain of its own on loopback, for this process and the graph it starts."""
+    os.environ["ROS_DOMAIN_ID"] = str(150 + os.getpid() % 80)
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+
+
+def wait_for_graph(camera: Camera, rate_hz: float) -> None:
+    camera.drive(START_TIMEOUT_S, rate_hz, until=lambda: bool(camera.ledger.delivered))
+    if not camera.ledger.delivered:
+        raise ConfigError(f"the graph produced no trajectory within {START_TIMEOUT_S:g} s")
+
+
+def first_delivery_after(ledger: Ledger, t: float) -> float | None:
+    times = [ledger.delivered[s] for s, t_pub in ledger.published.items() if t_pub > t and s in ledger.delivered]
+    return min(times) if times else None
+
+
+def kill_and_recover(graph: GraphProcess, camera: Camera, node: str, rate_hz: float, timeout_s: float) -> dict:
+    """SIGKILL the node's process, drive on until it is back and a new frame has come through."""
+    pid = graph.node_pid(node)
+    if pid is None:
+        raise ConfigError(f"no process runs {node}")
+    t_kill = time.monotonic()
+    os.kill(pid, signal.SIGKILL)
+
+    def back() -> bool:
+        new = graph.node_pid(node)
+        return new is not None and new != pid and first_delivery_after(camera.ledger, t_kill) is not None
+    camera.drive(timeout_s, rate_hz, until=back)
+    if node == "hybrid_vla_scheduler":
+        camera.drive(3.0, rate_hz)  # the new scheduler resumes; the stages never stopped
+    first = first_delivery_after(camera.ledger, t_kill)
+    new_pid = graph.node_pid(node)
+    return {"node": node, "pid_killed": pid, "pid_after": new_pid, "t_kill": t_kill,
+            "recovered": bool(new_pid and new_pid != pid and first is not None),
+            "seconds_to_first_trajectory": None if first is None else round(first - t_kill, 3),
+            "t_back": first}
+
+
+def graph_up_at(ledger: Ledger) -> float:
+    """Publish time of the first frame the prefix handled or reported: frames before it were published while
+    the graph was still starting (nobody subscribed yet) and are left out of the accounting."""
+    seen = [ledger.published[s] for s in list(ledger.handed) + list(ledger.lost) if s in ledger.published]
+    return min(seen, default=float("inf"))
+
+
+def account(ledger: Ledger, kills: list[dict], end: float) -> None:
+    """Fill each kill's counts (see the module doc); the segment of a kill runs to the next kill."""
+    latency = max([ledger.delivered[s] - t for s, t in ledger.published.items() if s in ledger.delivered], default=0)
+    up = graph_up_at(ledger)
+    starts = [up] + [k["t_kill"] - latency for k in kills[1:]] + [end]
+    for i, kill in enumerate(kills):
+        lo, hi = starts[i], starts[i + 1]
+        window_end = kill["t_back"] if kill["t_back"] and kill["node"] != "hybrid_vla_scheduler" else kill["t_kill"]
+        counts = {"published": 0, "delivered": 0, "dropped_counted": 0, "lost_in_killed_process": 0,
+                  "frames_unaccounted": 0}
+        reasons: dict = {}
+        for stamp, t_pub in ledger.published.items():
+            if not lo <= t_pub < hi:
+                continue
+            counts["published"] += 1
+            if stamp in ledger.delivered:
+                counts["delivered"] += 1
+            elif stamp in ledger.lost:
+                counts["dropped_counted"] += 1
+                reasons[ledger.lost[stamp]] = reasons.get(ledger.lost[stamp], 0) + 1
+            elif kill["t_kill"] - latency <= t_pub <= window_end:
+                counts["lost_in_killed_process"] += 1
+            else:
+                counts["frames_unaccounted"] += 1
+        kill.update(counts, dropped_reasons=reasons, max_latency_s=round(latency, 3),
+                    partitions_after=sorted({p for t, p in ledger.partitions if t > kill["t_kill"]}))
+
+
+def run_kills(preset: str, config: Path, rate_hz: float, before_s: float, timeout_s: float, progress) -> dict:
+    graph = GraphProcess(config, processes=True, env=dict(os.environ))
+    camera = Camera(preset)
+    try:
+        progress("kills: starting the graph (supervised processes)")
+        wait_for_graph(camera, rate_hz)
+        camera.drive(before_s, rate_hz)
+        kills = []
+        for node in KILLS:
+            progress(f"kills: SIGKILL {node}")
+            kills.append(kill_and_recover(graph, camera, node, rate_hz, timeout_s))
+            camera.drive(before_s, rate_hz)
+        end = time.monotonic()
+        camera.spin(3.0)  # frames in flight finish
+        exit_code = graph.stop()
+    finally:
+        camera.close()
+        graph.stop()
+    account(camera.ledger, kills, end)
+    return {"kills": kills, "graph_exit_code": exit_code, "partitions_before": sorted(
+        {p for t, p in camera.ledger.partitions if t < kills[0]["t_kill"]})}
+
+
+def run_soak(preset: str, config: Path, processes: bool, frames: int, rate_hz: float, burst: int, progress) -> dict:
+    """frames at rate_hz with the tree's RSS and fds sampled each second, then `burst` frames back to back."""
+    graph = GraphProcess(config, processes=processes, env=dict(os.environ))
+    camera = Camera(preset)
+    mode = "processes" if processes else "one_process"
+    samples = []
+    try:
+        wait_for_graph(camera, rate_hz)
+        start = len(camera.ledger.published)
+        while len(camera.ledger.published) - start < frames:
+            camera.drive(1.0, rate_hz)
+            samples.append((len(camera.ledger.published) - start, *graph.tree_usage()))
+            progress(f"soak ({mode}): {samples[-1][0]}/{frames} frames, RSS {samples[-1][1] / 2**20:.0f} MiB")
+        t_burst = time.monotonic()
+        for _ in range(burst):
+            camera.publish()
+            camera.spin(0.0005)
+        camera.drive(2.0, rate_hz)  # steady frames again: images of incomplete burst sets are flushed (reported)
+        camera.spin(3.0)
+        images = (len(camera.ledger.published) * len(camera.pubs), camera.prefix_images, len(camera.pubs))
+        exit_code = graph.stop()
+    finally:
+        camera.close()
+        graph.stop()
+    return soak_summary(camera.ledger, samples, frames, t_burst, mode, exit_code, images)
+
+
+def soak_summary(ledger: Ledger, samples: list, frames: int, t_burst: float, mode: str, exit_code: int,
+                 images: tuple[int, int, int]) -> dict:
+    """images: (camera images published, images the prefix received, cameras), whole run: the burst's frames no node
+    reported never reached the prefix (shed by DDS keep-last, sensor-data QoS) when that gap holds all their
+    images; frames beyond that would be unaccounted."""
+    base = next(s for s in samples if s[0] >= min(1000, frames // 10))
+    last = samples[-1]
+    up = graph_up_at(ledger)
+    steady = [(s, t) for s, t in ledger.published.items() if up <= t < t_burst]
+    latencies = [(ledger.delivered[s] - t) * 1e3 for s, t in steady if s in ledger.delivered]
+    tenth = max(1, len(latencies) // 10)
+    burst = [s for s, t in ledger.published.items() if t >= t_burst]
+    unreported = [s for s in ledger.published if s not in ledger.delivered and s not in ledger.lost]
+    cameras = images[2]
+    shed_by_dds = min(len(unreported), max(0, images[0] - images[1]) // cameras)
+    return {"mode": mode, "frames": len(steady), "delivered": sum(s in ledger.delivered for s, _ in steady),
+            "rss_bytes_at_base": base[1], "rss_bytes_at_end": last[1], "base_frame": base[0],
+            "rss_growth_fraction": round((last[1] - base[1]) / base[1], 4),
+            "fds_at_base": base[2], "fds_at_end": last[2],
+            "latency_ms_first_tenth": percentiles(latencies[:tenth]),
+            "latency_ms_last_tenth": percentiles(latencies[-tenth:]),
+            "burst": {"frames": len(burst), "delivered": sum(s in ledger.delivered for s in burst),
+                      "dropped_counted": sum(s in ledger.lost for s in burst)},
+            "dropped_reasons": sorted({ledger.lost[s] for s in ledger.lost}),
+            "images_published": images[0], "images_received_by_prefix": images[1],
+            "frames_shed_by_dds": shed_by_dds, "frames_unaccounted": len(unreported) - shed_by_dds,
+            "graph_exit_code": exit_code,
+            "samples": [[n, rss, fds] for n, rss, fds in samples]}
+
+
+def run_faults(preset: str = "tiny", rate_hz: float = 20.0, before_s: float = 4.0, recover_timeout_s: float = 90.0,
+               soak_frames: int = 1500, soak_rate_hz: float = 30.0, burst: int = 200, progress=print) -> dict:
+    isolate_dds()
+    config = graph_config(preset, Path(tempfile.mkdtemp(prefix="hvla_faults_")))
+    kills = run_kills(preset, config, rate_hz, before_s, recover_timeout_s, progress)
+    soak = {}
+    for processes in (False, True):
+        result = run_soak(preset, config, processes, soak_frames, soak_rate_hz, burst, progress)
+        soak[result["mode"]] = result
+    return {"scenario": "faults", "preset": preset, "rate_hz": rate_hz, **kills,
+            "soak": {"frames": min(s["frames"] for s in soak.values()),
+                     "rss_growth_fraction": max(s["rss_growth_fraction"] for s in soak.values()),
+                     "frames_unaccounted": sum(s["frames_unaccounted"] for s in soak.values()), "modes": soak}}
+
+
+def plot_faults(report: dict, path: str) -> None:
+    plt = pyplot()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    kills = report["kills"]
+    names = [k["node"].removeprefix("hybrid_vla_") for k in kills]
+    ax1.bar(names, [k["seconds_to_first_trajectory"] or 0 for k in kills], color="tab:red")
+    for i, k in enumerate(kills):
+        ax1.text(i, (k["seconds_to_first_trajectory"] or 0), f"lost {k['lost_in_killed_process']}\n"
+                 f"unaccounted {k['frames_unaccounted']}", ha="center", va="bottom", fontsize=8)
+    ax1.set_ylabel("s from SIGKILL to the first trajectory")
+    ax1.set_title(f"respawn under a {report['rate_hz']:g} Hz camera ({report['preset']})")
+    for mode, soak in report["soak"]["modes"].items():
+        n = [s[0] for s in soak["samples"]]
+        ax2.plot(n, [s[1] / 2**20 for s in soak["samples"]], label=f"{mode} (growth {soak['rss_growth_fraction']:+.1%})")
+    ax2.set_xlabel("frames")
+    ax2.set_ylabel("RSS of the graph's processes (MiB)")
+    ax2.set_title("soak")
+    ax2.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
