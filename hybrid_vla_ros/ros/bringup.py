@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from .. import stop
@@ -16,6 +14,7 @@ from ..engine.cpu import allowed_cores, default_stage_cores
 from ..errors import ConfigError, expect
 from .params import NODE_PARAMS, chosen_cores, load_node_params
 from .session import executor_with, ros_context, spin_until_stopped
+from .supervise import Supervisor, stop_processes  # noqa: F401 (stop_processes: the demo's)
 from .topics import NODES, REMAPS
 
 SHORT = {"prefix": "hybrid_vla_prefix", "suffix": "hybrid_vla_suffix", "scheduler": "hybrid_vla_scheduler"}
@@ -186,24 +185,9 @@ def spawn_processes(config: str | None, env: dict | None = None) -> list[subproc
     return procs
 
 
-def stop_processes(procs: list[subprocess.Popen], timeout_s: float = 20.0) -> None:
-    """SIGINT to every child still running, then wait; a child that does not stop in time is killed."""
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-    deadline = time.monotonic() + timeout_s
-    for proc in procs:
-        try:
-            proc.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-
-
 def run_processes(config: str | None, respawn_delay_s: float = 1.0) -> int:
     """Parent of `--processes`: supervises one process per node until a stop request; a child that dies is
     restarted after respawn_delay_s (< 0: the graph ends instead). Exit code: the worst child's."""
-    from .supervise import Supervisor
     return Supervisor(child_commands(config), dict(os.environ), respawn_delay_s).run()
 
 

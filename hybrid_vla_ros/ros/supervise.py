@@ -10,6 +10,7 @@ child and nothing is restarted.
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -24,6 +25,20 @@ GIVE_UP_AFTER = 3        # failed starts in a row
 
 def log(message: str) -> None:
     print(f"[hybrid-vla supervisor] {message}", file=sys.stderr, flush=True)
+
+
+def stop_processes(procs: list[subprocess.Popen], timeout_s: float = 20.0) -> None:
+    """SIGINT to every child still running, then wait; a child that does not stop in time is killed."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+    deadline = time.monotonic() + timeout_s
+    for proc in procs:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
 
 
 class Supervisor:
@@ -79,7 +94,6 @@ class Supervisor:
     def run(self, poll_s: float = 0.2) -> int:
         """Supervise until a stop request (-> the children's worst exit code, 0 on a clean stop) or until the
         graph has to end."""
-        from .bringup import stop_processes
         self.start_all()
         code = None
         try:
