@@ -112,3 +112,69 @@ def test_the_envelope_header_is_what_the_fuzzers_assume():
     assert ENVELOPE.size == 44 and struct.calcsize("<Q") == 8
     with pytest.raises(InputError):
         HandoverDecoder().decode(b"")
+
+
+# ---- parameter values: every node's table ---------------------------------------------------------------
+
+ANY_VALUE = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), st.text(max_size=20),
+                      st.lists(st.one_of(st.integers(), st.text(max_size=5), st.booleans()), max_size=5))
+
+
+@FUZZ
+@given(st.data())
+def test_parameter_values(data):
+    """Any value for any parameter: accepted only when it has the declared type and lies in range or among the
+    choices; otherwise a ConfigError that names the parameter."""
+    from hybrid_vla_ros.errors import ConfigError
+    from hybrid_vla_ros.ros.params import NODE_PARAMS
+    node = data.draw(st.sampled_from(sorted(NODE_PARAMS)))
+    spec = data.draw(st.sampled_from(NODE_PARAMS[node]))
+    value = data.draw(ANY_VALUE)
+    try:
+        spec.check(value)
+    except ConfigError as exc:
+        assert spec.name in str(exc)
+        return
+    if spec.minimum is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
+        assert spec.minimum <= value <= spec.maximum
+    if spec.choices:
+        assert value in spec.choices
+
+
+# ---- checkpoint metadata: config.json and the head's metadata ----------------------------------------
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    from hybrid_vla_ros.model.checkpoint import save_checkpoint
+    from hybrid_vla_ros.model.load import load_vla
+    directory = tmp_path_factory.mktemp("ckpt")
+    save_checkpoint(load_vla(preset="tiny"), directory)
+    return directory
+
+
+@settings(max_examples=max(30, EXAMPLES // 10), deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_checkpoint_config(exported, tmp_path_factory, data):
+    """config.json with a field removed, retyped or replaced by junk bytes: loaded or refused with a
+    ConfigError/InputError; nothing else escapes."""
+    import json
+    import shutil
+    from hybrid_vla_ros.errors import HybridVLAError
+    from hybrid_vla_ros.model.checkpoint import checkpoint_spec, inspect_checkpoint
+    directory = tmp_path_factory.mktemp("mutated")
+    shutil.copytree(exported, directory, dirs_exist_ok=True)
+    config = json.loads((directory / "config.json").read_text())
+    if data.draw(st.booleans()):
+        key = data.draw(st.sampled_from(sorted(config)))
+        if data.draw(st.booleans()):
+            config.pop(key)
+        else:
+            config[key] = data.draw(ANY_VALUE)
+        text = json.dumps(config)
+    else:
+        text = data.draw(st.binary(max_size=64)).decode("latin-1")
+    (directory / "config.json").write_text(text)
+    try:
+        checkpoint_spec(inspect_checkpoint(directory))
+    except HybridVLAError:
+        pass

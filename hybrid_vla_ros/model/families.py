@@ -157,8 +157,8 @@ def load_backbone_config(directory):
            f"checkpoint '{path}': model_type {model_type!r} is not supported; supported: {sorted(FAMILY_OF_MODEL_TYPE)}")
     try:
         return AutoConfig.from_pretrained(str(directory), local_files_only=True, attn_implementation=ATTN_IMPL)
-    except (ValueError, OSError, TypeError, KeyError) as exc:
-        raise ConfigError(f"checkpoint '{path}': transformers cannot read it ({exc})") from exc
+    except Exception as exc:  # noqa: BLE001 - transformers/huggingface_hub raise their own validation types
+        raise ConfigError(f"checkpoint '{path}': transformers cannot read it ({type(exc).__name__}: {exc})") from exc
 
 
 def spec_fields(config, own_tokenizer: bool = False) -> dict:
