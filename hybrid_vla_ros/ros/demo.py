@@ -21,7 +21,7 @@ from .replay import Replayer
 from .session import ros_context
 from .topics import BOUNDARY_TOPIC, KINEMATIC_TOPIC, TRAJECTORY_INFO_TOPIC as INFO_TOPIC, TRAJECTORY_TOPIC
 from .bringup import (InProcessGraph, graph_params, spawn_processes,
-                      stop_processes)
+                      stop_processes, write_combined_config)
 
 SAMPLE_DRIVE = Path(__file__).resolve().parents[1] / "data" / "sample_drive"
 
@@ -247,6 +247,11 @@ def run_demo(out_dir: str | Path = "out/demo", bag: str | Path = SAMPLE_DRIVE, c
     out.mkdir(parents=True, exist_ok=True)
     record_to = out / f"trajectories_{time.strftime('%Y%m%d_%H%M%S')}"
     params = graph_params(config)
+    if rate == 0:  # as fast as the graph takes it: each frame waits behind the one in flight by design, so its
+        # age says nothing about staleness (with --rate 1 the shipped max_output_age_ms applies)
+        import tempfile
+        params["hybrid_vla_suffix"]["max_output_age_ms"] = 0.0
+        config = str(write_combined_config(params, Path(tempfile.mkdtemp(prefix="hvla_demo_")) / "graph.param.yaml"))
     summary, _ = drive_graph(bag, params, record_to, processes=processes, rate=rate, storage=storage, config=config,
                              progress=progress)
     summary.update(bag=str(bag), trajectory_bag=str(record_to), model=params["hybrid_vla_prefix"]["model.preset"],
