@@ -118,6 +118,7 @@ def test_a_stale_trajectory_is_dropped_counted_and_reported_not_published(domain
         h.node.create_subscription(DiagnosticStatus, "/hybrid_vla_suffix/debug/dropped_frames",
                                    lambda m: lost.append({kv.key: kv.value for kv in m.values}), 10)
         h.send_frame(0)
+        assert wait_until(lambda: len(h.paths) == 1, h.spin, 10)  # the path and the info travel apart
         h.suffix.params.values["max_output_age_ms"] = 0.001  # any real frame is older than 1 us at publish
         frame = h.frame(1)
         h.publish_images(frame.images, frame.stamp_ns)
@@ -126,7 +127,7 @@ def test_a_stale_trajectory_is_dropped_counted_and_reported_not_published(domain
         assert lost == [{"stamp_ns": str(frame.stamp_ns), "kind": "rejected", "reason": "stale_output"}]
         h.suffix.params.values["max_output_age_ms"] = 500.0
         h.send_frame(2)
-        assert len(h.paths) == 2
+        assert wait_until(lambda: len(h.paths) == 2, h.spin, 10)
     finally:
         h.close()
 

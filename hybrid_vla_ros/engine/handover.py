@@ -107,8 +107,7 @@ class HandoverEncoder:
         with _local_lock:
             if _local_receivers:
                 return "inproc"
-        known = self.receivers
-        return choose_transport(same_process=False, same_host=known is None or (bool(known) and known == {HOST_ID}))
+        return choose_transport(same_process=False, same_host=self.receivers in (None, {HOST_ID}))
 
     def encode(self, state: BoundaryState, kind: str | None = None) -> bytes:
         """state -> envelope bytes (kind: from kind() when not given). Raises InputError (too large for the

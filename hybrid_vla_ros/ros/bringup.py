@@ -174,15 +174,11 @@ def child_commands(config: str | None) -> dict[str, list[str]]:
 
 
 def spawn_processes(config: str | None, env: dict | None = None) -> list[subprocess.Popen]:
-    """One OS process per node (child_commands), unsupervised. Children start with SIGINT/SIGTERM blocked until
-    their stop handler is in place (hybrid_vla_ros.stop)."""
-    procs = []
-    for cmd in child_commands(config).values():
-        if stop.requested():
-            break
-        with stop.signals_blocked():
-            procs.append(subprocess.Popen(cmd, env={**os.environ, **(env or {})}))
-    return procs
+    """One OS process per node (child_commands), started like the supervisor starts them but not watched
+    (the demo's driver watches them itself)."""
+    supervisor = Supervisor(child_commands(config), {**os.environ, **(env or {})})
+    supervisor.start_all()
+    return list(supervisor.procs.values())
 
 
 def run_processes(config: str | None, respawn_delay_s: float = 1.0) -> int:

@@ -143,15 +143,20 @@ class PrefixNode(StageNode):
         return ego or EgoState()
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
-        """Suffix nodes report the shared-memory domain they can reach ("<node>: handover", receives_shm_domain): with
-        boundary_transport auto, a receiver on another host or /dev/shm makes the handover inline."""
+        """Suffix nodes report the shared-memory domain they can reach ("<node>: handover", receives_shm_domain):
+        with boundary_transport auto, a receiver on another host or /dev/shm makes the handover inline. The
+        graph is asked who reads the boundary topic only until a receiver is known, and when a report changes."""
+        reported = {}
         for status in msg.status:
             values = {kv.key: kv.value for kv in status.values}
             if status.name.endswith(": handover") and "receives_shm_domain" in values:
                 try:
-                    self.receiver_domains[status.name.rsplit(": ", 1)[0]] = int(values["receives_shm_domain"], 16)
+                    reported[status.name.rsplit(": ", 1)[0]] = int(values["receives_shm_domain"], 16)
                 except ValueError:
                     continue
+        if not reported or (reported.items() <= self.receiver_domains.items() and self.handover.receivers is not None):
+            return
+        self.receiver_domains.update(reported)
         topic = getattr(self.pub, "topic_name", None)
         readers = {i.node_name for i in self.get_subscriptions_info_by_topic(topic)} if topic else None
         known = {d for n, d in self.receiver_domains.items() if readers is None or n in readers}

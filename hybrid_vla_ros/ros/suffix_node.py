@@ -172,6 +172,8 @@ class SuffixNode(StageNode):
                 state.flight.suffix_finished(time.perf_counter() - t0)
 
     def _serve(self, state, transport: str, t0: float, received: float) -> None:
+        if not self._fresh(state):  # already too old: not worth the compute
+            return
         if state.stamp_ns <= self.last_stamp_ns:
             self._reject("out_of_order", ConfigError(
                 f"boundary state of frame {state.seq} has stamp {state.stamp_ns}, not newer than {self.last_stamp_ns}"),
