@@ -11,21 +11,24 @@ from .common import refuse_unless_default
 
 def run_graph(args, refuse: list[str] = (), defaults: dict | None = None) -> int:
     """The three nodes from config/ (or --config), in one process or one process per node."""
-    from ..ros.bringup import graph_params, run_in_process, run_processes
+    from ..ros.bringup import graph_params, node_names, run_in_process, run_processes
     if refuse:
         refuse_unless_default(defaults, args, list(refuse), "to the ROS graph (set them in its parameter files)")
+    nodes = node_names(getattr(args, "nodes", None) or "prefix,suffix,scheduler")
     if args.processes:
-        return run_processes(args.config, getattr(args, "respawn_delay", 1.0))
-    return run_in_process(graph_params(args.config))
+        return run_processes(args.config, getattr(args, "respawn_delay", 1.0), nodes)
+    return run_in_process(graph_params(args.config), nodes=nodes)
 
 
 def cmd_demo(args) -> int:
     # A self-contained showcase: keep DDS discovery on this machine unless the user's environment says otherwise.
-    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    if not args.graph_running:  # a graph that runs elsewhere may be on other computers
+        os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     from ..report import key_value_table, pair, progress_printer
     from ..ros.demo import SAMPLE_DRIVE, run_demo
     summary = run_demo(args.out, bag=args.bag or SAMPLE_DRIVE, config=args.config, rate=args.rate,
-                       storage=args.storage, processes=args.processes, progress=progress_printer("demo"))
+                       storage=args.storage, processes=args.processes, progress=progress_printer("demo"),
+                       graph_running=args.graph_running)
     changes = [pt for i, pt in enumerate(summary["partition_over_time"])
                if i == 0 or pt[1] != summary["partition_over_time"][i - 1][1]]
     print(f"demo: {summary['trajectories']}/{summary['frames_published']} frames of {summary['bag']} through the "
@@ -70,6 +73,9 @@ def register(sub) -> None:
     p.add_argument("--respawn-delay", type=float, default=1.0,
                    help="--processes: restart a node that died after this many seconds; negative: no respawn, "
                         "the graph ends with it (default 1.0)")
+    p.add_argument("--nodes", default=None,
+                   help="start only these nodes, e.g. prefix,scheduler on one computer and suffix on another "
+                        "(default: all three)")
     p.set_defaults(func=run_graph)
 
     p = sub.add_parser("demo", help="graph + sample drive replay + trajectory bag + summary + PNG report")
@@ -79,6 +85,9 @@ def register(sub) -> None:
     p.add_argument("--rate", type=float, default=0.0, help="0: as fast as the graph takes it; 1: recorded rate")
     p.add_argument("--storage", default="mcap", choices=("mcap", "sqlite3"))
     p.add_argument("--processes", action="store_true")
+    p.add_argument("--graph-running", action="store_true",
+                   help="drive a graph that is already running (e.g. `graph --nodes` on two computers); start "
+                        "nothing; --config must be the graph's")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("schema", help="write the JSON schema of each node's parameters")

@@ -116,16 +116,16 @@ class InProcessGraph:
     ends it early: `complete` then says so and `shutdown()` releases what was built."""
 
     def __init__(self, params: dict[str, dict], context=None, activate_scheduler: bool = True,
-                 remaps: dict[str, dict] | None = None):
+                 remaps: dict[str, dict] | None = None, nodes: tuple[str, ...] = NODES):
         from rclpy.executors import SingleThreadedExecutor
         from .common import bring_up
         tune_interpreter()
         if not activate_scheduler:
             params = {**params, "hybrid_vla_scheduler": {**params["hybrid_vla_scheduler"], "autostart": False}}
-        self.context = context
+        self.context, self.wanted = context, [n for n in NODES if n in nodes]
         self.nodes = {}
         self.executor = SingleThreadedExecutor(context=context)
-        for node in NODES:  # prefix first: it places shared blocks before the suffix decides on copies
+        for node in self.wanted:  # prefix first: it places shared blocks before the suffix decides on copies
             if stop.requested():
                 return
             self.nodes[node] = make_node(node, params[node], context, (remaps or {}).get(node))
@@ -134,7 +134,7 @@ class InProcessGraph:
 
     @property
     def complete(self) -> bool:
-        return len(self.nodes) == len(NODES)
+        return len(self.nodes) == len(self.wanted)
 
     def spin_once(self, timeout_sec: float = 0.05) -> None:
         self.executor.spin_once(timeout_sec=timeout_sec)
@@ -146,10 +146,12 @@ class InProcessGraph:
         self.executor.shutdown()
 
 
-def run_in_process(params: dict[str, dict], remaps: dict[str, dict] | None = None) -> int:
-    """All three nodes in this process until SIGINT/SIGTERM; exit code 0 on a requested stop."""
+def run_in_process(params: dict[str, dict], remaps: dict[str, dict] | None = None,
+                   nodes: tuple[str, ...] = NODES) -> int:
+    """The graph's nodes (all three, or those named) in this process until SIGINT/SIGTERM; exit code 0 on a
+    requested stop."""
     with ros_context() as context:
-        graph = InProcessGraph(params, context=context, remaps=remaps)
+        graph = InProcessGraph(params, context=context, remaps=remaps, nodes=nodes)
         try:
             spin_until_stopped(graph.executor)
         finally:
@@ -157,14 +159,15 @@ def run_in_process(params: dict[str, dict], remaps: dict[str, dict] | None = Non
     return 0
 
 
-def child_commands(config: str | None) -> dict[str, list[str]]:
-    """node -> argv of its own process, each pinned to its cores before it starts. The parameters are
-    resolved once here (default core split included) and every child gets the same resolved file."""
+def child_commands(config: str | None, nodes: tuple[str, ...] = NODES) -> dict[str, list[str]]:
+    """node -> argv of its own process (all three nodes, or those named), each pinned to its cores before it
+    starts. The parameters are resolved once here (default core split included) and every child gets the same
+    resolved file."""
     import tempfile
     params = graph_params(config)
     resolved = write_combined_config(params, Path(tempfile.mkdtemp(prefix="hvla_")) / "graph.param.yaml")
     commands = {}
-    for node in NODES:
+    for node in (n for n in NODES if n in nodes):
         cmd = [sys.executable, "-m", "hybrid_vla_ros.ros.bringup", "--node", node, "--config", str(resolved)]
         cores = chosen_cores(params[node].get("cores", []))
         if cores:
@@ -181,10 +184,19 @@ def spawn_processes(config: str | None, env: dict | None = None) -> list[subproc
     return list(supervisor.procs.values())
 
 
-def run_processes(config: str | None, respawn_delay_s: float = 1.0) -> int:
+def run_processes(config: str | None, respawn_delay_s: float = 1.0, nodes: tuple[str, ...] = NODES) -> int:
     """Parent of `--processes`: supervises one process per node until a stop request; a child that dies is
     restarted after respawn_delay_s (< 0: the graph ends instead). Exit code: the worst child's."""
-    return Supervisor(child_commands(config), dict(os.environ), respawn_delay_s).run()
+    return Supervisor(child_commands(config, nodes), dict(os.environ), respawn_delay_s).run()
+
+
+def node_names(text: str) -> tuple[str, ...]:
+    """`prefix,scheduler` (short or full names) -> the graph's node names, in graph order."""
+    wanted = {w.strip() for w in text.split(",") if w.strip()}
+    full = {w if w in NODES else f"hybrid_vla_{w}" for w in wanted}
+    expect(full and full <= set(NODES), ConfigError,
+           f"--nodes {text!r}: expected a comma-separated subset of {', '.join(SHORT)}")
+    return tuple(n for n in NODES if n in full)
 
 
 def run_single_node(node: str, config: str | None, pin: list[int] | None, autostart: bool = True) -> int:

@@ -160,21 +160,24 @@ def summarise(driver: Driver, published: int, wall_s: float) -> dict:
 
 def drive_graph(bag: str | Path, params: dict, record_to: str | Path | None = None, processes: bool = False,
                 rate: float = 0.0, window: int = 2, storage: str = "mcap", config: str | None = None,
-                settle_s: float = 30.0, progress=None) -> tuple[dict, dict]:
+                settle_s: float = 30.0, progress=None, graph_running: bool = False) -> tuple[dict, dict]:
     """Run the graph (one process, or separate processes) on a bag. -> (summary, trajectories by stamp).
-    progress(text), when given, hears each step."""
+    graph_running: the graph is already up elsewhere (e.g. its stages on two computers): start nothing,
+    drive it. progress(text), when given, hears each step."""
     with ros_context() as context:
-        return _drive(context, bag, params, record_to, processes, rate, window, storage, config, settle_s,
-                      progress or (lambda text: None))
+        return _drive(context, bag, params, record_to, "running" if graph_running else processes, rate, window,
+                      storage, config, settle_s, progress or (lambda text: None))
 
 
 def _drive(context, bag, params, record_to, processes, rate, window, storage, config, settle_s, progress):
+    """processes: False (one process, here), True (spawned, one per node) or "running" (started by others)."""
     from rclpy.executors import SingleThreadedExecutor
     graph, procs = None, []
     try:
-        progress("starting the graph (" + ("one process per node" if processes else "one process") + ")")
+        progress({False: "starting the graph (one process)", True: "starting the graph (one process per node)",
+                  "running": "driving the running graph"}[processes])
         if processes:
-            procs = spawn_processes(config)
+            procs = spawn_processes(config) if processes is True else []
             executor = SingleThreadedExecutor(context=context)
         else:
             graph = InProcessGraph(params, context=context)
@@ -242,20 +245,22 @@ def plot_demo(summary: dict, path: str | Path) -> None:
 
 
 def run_demo(out_dir: str | Path = "out/demo", bag: str | Path = SAMPLE_DRIVE, config: str | None = None,
-             rate: float = 0.0, storage: str = "mcap", processes: bool = False, progress=None) -> dict:
+             rate: float = 0.0, storage: str = "mcap", processes: bool = False, progress=None,
+             graph_running: bool = False) -> dict:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     record_to = out / f"trajectories_{time.strftime('%Y%m%d_%H%M%S')}"
     params = graph_params(config)
-    if rate == 0:  # as fast as the graph takes it: each frame waits behind the one in flight by design, so its
+    if rate == 0 and not graph_running:  # as fast as the graph takes it: each frame waits behind the one in flight by design, so its
         # age says nothing about staleness (with --rate 1 the shipped max_output_age_ms applies)
         import tempfile
         params["hybrid_vla_suffix"]["max_output_age_ms"] = 0.0
         config = str(write_combined_config(params, Path(tempfile.mkdtemp(prefix="hvla_demo_")) / "graph.param.yaml"))
     summary, _ = drive_graph(bag, params, record_to, processes=processes, rate=rate, storage=storage, config=config,
-                             progress=progress)
+                             progress=progress, graph_running=graph_running)
+    mode = "running graph" if graph_running else "separate processes" if processes else "one process"
     summary.update(bag=str(bag), trajectory_bag=str(record_to), model=params["hybrid_vla_prefix"]["model.preset"],
-                   mode="separate processes" if processes else "one process")
+                   mode=mode)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     plot_demo(summary, out / "report.png")
     summary["report_png"] = str(out / "report.png")
