@@ -16,6 +16,7 @@ import struct
 import sys
 import threading
 from collections import defaultdict
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterator, NamedTuple
@@ -225,8 +226,21 @@ def _checked(path: str | Path) -> Path:
     return path
 
 
+@contextmanager
+def _reading(path: Path):
+    """A damaged bag (metadata, index, chunk or database) makes the reader library raise whatever its parser
+    met (its own errors, yaml, sqlite3, zstd, struct, KeyError...): that is a ConfigError naming the bag."""
+    try:
+        yield
+    except (ConfigError, GeneratorExit, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # noqa: BLE001 (third-party parsers of untrusted files)
+        raise ConfigError(f"bag '{path}': unreadable ({type(exc).__name__}: {str(exc)[:200]})") from exc
+
+
 def bag_info(path: str | Path) -> BagInfo:
-    with Reader(_checked(path)) as reader:
+    path = _checked(path)
+    with _reading(path), Reader(path) as reader:
         return BagInfo({c.topic: c.msgtype for c in reader.connections},
                        {c.topic: list(c.ext.offered_qos_profiles) for c in reader.connections},
                        reader.message_count, reader.start_time)
@@ -234,7 +248,8 @@ def bag_info(path: str | Path) -> BagInfo:
 
 def stream_bag(path: str | Path) -> Iterator[BagMessage]:
     """The bag's messages in log-time order, one at a time (memory stays bounded whatever the bag's size)."""
-    with Reader(_checked(path)) as reader:
+    path = _checked(path)
+    with _reading(path), Reader(path) as reader:
         for connection, receive_ns, raw in reader.messages():
             yield BagMessage(receive_ns, connection.topic, connection.msgtype, bytes(raw))
 

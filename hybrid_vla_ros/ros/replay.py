@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Iterable, Iterator, NamedTuple
 
+from ..errors import ConfigError, expect
 from .bag import BagMessage, bag_info, header_first, header_stamp_ns, message_class, qos_from_bag, stream_bag
 
 CAMERA_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
@@ -84,6 +85,15 @@ def bag_frames(path: str | Path, skew_ns: int, camera_topics: Iterable[str] | No
     yield from grouper.flush()
 
 
+def decoded_message(message: BagMessage, deserialize):
+    """A bag message as its ROS type; a payload that does not decode is a ConfigError naming topic and time."""
+    try:
+        return deserialize(message.raw, message_class(message.msgtype))
+    except Exception as exc:  # noqa: BLE001 (rmw's deserializer raises its own error types)
+        raise ConfigError(f"bag message on {message.topic} at {message.receive_ns} ns does not decode as "
+                          f"{message.msgtype} ({type(exc).__name__})") from exc
+
+
 class Replayer:
     """Publishes a bag's frames. rate > 0: recorded receive timing scaled by rate; rate == 0: as fast as
     the graph takes it (closed loop: at most `window` frames published and not yet answered). With
@@ -157,7 +167,9 @@ class Replayer:
             self.incomplete_frames += 1
 
     def first_frame(self) -> BagFrame:
-        return next(f for f in self.frames() if f.complete)
+        frame = next((f for f in self.frames() if f.complete), None)
+        expect(frame is not None, ConfigError, f"bag '{self.path}': no frame with an image from every camera")
+        return frame
 
     def first_stamp(self) -> int:
         return self.first_frame().stamp_ns
@@ -169,7 +181,7 @@ class Replayer:
         reject a retry as out of order. Returns the number of attempts sent once answered, 0 on timeout."""
         from rclpy.serialization import deserialize_message, serialize_message
         frame = self.first_frame()
-        decoded = [(m.topic, deserialize_message(m.raw, message_class(m.msgtype))) for m in frame.messages]
+        decoded = [(m.topic, decoded_message(m, deserialize_message)) for m in frame.messages]
         start, deadline, attempt = answered(), time.monotonic() + timeout_s, 0
         while time.monotonic() < deadline:
             ns = frame.stamp_ns - 10_000_000_000 + attempt * 10_000_000
