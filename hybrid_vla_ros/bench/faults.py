@@ -25,6 +25,7 @@ from .drive import Camera, GraphProcess, Ledger, graph_config
 
 KILLS = ("hybrid_vla_suffix", "hybrid_vla_prefix", "hybrid_vla_scheduler")
 START_TIMEOUT_S = 120.0
+QUIET_S = 2.0  # > two diagnostics periods of the bench graph (0.5 s): the counts they carry are current
 
 
 def isolate_dds() -> None:
@@ -125,45 +126,51 @@ def run_kills(preset: str, config: Path, rate_hz: float, before_s: float, timeou
 
 
 def run_soak(preset: str, config: Path, processes: bool, frames: int, rate_hz: float, burst: int, progress) -> dict:
-    """frames at rate_hz with the tree's RSS and fds sampled each second, then `burst` frames back to back."""
+    """frames at rate_hz with the tree's RSS and fds sampled each second, then `burst` frames back to back.
+    The frames that brought the graph up (readiness probes, published while nodes were still matching or
+    inactive) are left out; the camera is quiet for QUIET_S before the soak so the prefix's image count
+    (periodic diagnostics) is exact at its start."""
     graph = GraphProcess(config, processes=processes, env=dict(os.environ))
     camera = Camera(preset)
     mode = "processes" if processes else "one_process"
     samples = []
     try:
         wait_for_graph(camera, rate_hz)
-        start = len(camera.ledger.published)
-        while len(camera.ledger.published) - start < frames:
+        camera.spin(QUIET_S)
+        probes, base_images, t_start = len(camera.ledger.published), camera.prefix_images, time.monotonic()
+        while len(camera.ledger.published) - probes < frames:
             camera.drive(1.0, rate_hz)
-            samples.append((len(camera.ledger.published) - start, *graph.tree_usage()))
+            samples.append((len(camera.ledger.published) - probes, *graph.tree_usage()))
             progress(f"soak ({mode}): {samples[-1][0]}/{frames} frames, RSS {samples[-1][1] / 2**20:.0f} MiB")
         t_burst = time.monotonic()
         for _ in range(burst):
             camera.publish()
             camera.spin(0.0005)
         camera.drive(2.0, rate_hz)  # steady frames again: images of incomplete burst sets are flushed (reported)
-        camera.spin(3.0)
-        images = (len(camera.ledger.published) * len(camera.pubs), camera.prefix_images, len(camera.pubs))
+        camera.spin(QUIET_S)
+        images = ((len(camera.ledger.published) - probes) * len(camera.pubs), camera.prefix_images - base_images,
+                  len(camera.pubs))
         exit_code = graph.stop()
     finally:
         camera.close()
         graph.stop()
-    return soak_summary(camera.ledger, samples, frames, t_burst, mode, exit_code, images)
+    return soak_summary(camera.ledger, samples, frames, (t_start, t_burst), mode, exit_code, images)
 
 
-def soak_summary(ledger: Ledger, samples: list, frames: int, t_burst: float, mode: str, exit_code: int,
+def soak_summary(ledger: Ledger, samples: list, frames: int, window: tuple[float, float], mode: str, exit_code: int,
                  images: tuple[int, int, int]) -> dict:
-    """images: (camera images published, images the prefix received, cameras), whole run: the burst's frames no node
-    reported never reached the prefix (shed by DDS keep-last, sensor-data QoS) when that gap holds all their
-    images; frames beyond that would be unaccounted."""
+    """window: (soak start, burst start). images: (camera images published, images the prefix received,
+    cameras) from the soak's start: frames no node reported never reached the prefix (shed by DDS keep-last,
+    sensor-data QoS) when that gap holds all their images; frames beyond that would be unaccounted."""
     base = next(s for s in samples if s[0] >= min(1000, frames // 10))
     last = samples[-1]
-    up = graph_up_at(ledger)
-    steady = [(s, t) for s, t in ledger.published.items() if up <= t < t_burst]
+    t_start, t_burst = window
+    steady = [(s, t) for s, t in ledger.published.items() if t_start <= t < t_burst]
     latencies = [(ledger.delivered[s] - t) * 1e3 for s, t in steady if s in ledger.delivered]
     tenth = max(1, len(latencies) // 10)
     burst = [s for s, t in ledger.published.items() if t >= t_burst]
-    unreported = [s for s in ledger.published if s not in ledger.delivered and s not in ledger.lost]
+    unreported = [s for s, t in ledger.published.items() if t >= t_start and s not in ledger.delivered
+                  and s not in ledger.lost]
     cameras = images[2]
     shed_by_dds = min(len(unreported), max(0, images[0] - images[1]) // cameras)
     return {"mode": mode, "frames": len(steady), "delivered": sum(s in ledger.delivered for s, _ in steady),
@@ -176,7 +183,7 @@ def soak_summary(ledger: Ledger, samples: list, frames: int, t_burst: float, mod
                       "dropped_counted": sum(s in ledger.lost for s in burst)},
             "dropped_reasons": sorted({ledger.lost[s] for s in ledger.lost}),
             "images_published": images[0], "images_received_by_prefix": images[1],
-            "frames_shed_by_dds": shed_by_dds, "frames_unaccounted": len(unreported) - shed_by_dds,
+            "probe_frames": sum(t < t_start for t in ledger.published.values()), "frames_shed_by_dds": shed_by_dds, "frames_unaccounted": len(unreported) - shed_by_dds,
             "graph_exit_code": exit_code,
             "samples": [[n, rss, fds] for n, rss, fds in samples]}
 
