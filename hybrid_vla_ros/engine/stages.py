@@ -52,6 +52,23 @@ def copy_sharing(model: VLAModel, shared: list[torch.nn.Module]) -> VLAModel:
     return copy.deepcopy(model, memo={id(m): m for m in shared})
 
 
+def frame_embeddings(model: VLAModel, frame: Frame, place: Placement = Placement()):
+    """Frame -> (input embeddings (1, S, H) with the image features in place, position ids (3, 1, S) or
+    (1, S), token ids (1, S)), on the prefix device: what block 0 takes."""
+    encoded = encode_frame(frame, model, place.prefix_device)  # images resized/normalised on the prefix device
+    input_ids = place.to_prefix(encoded.input_ids)                                     # (1, S)
+    pixels = {k: place.to_prefix(v) for k, v in encoded.pixels.items()}
+    if "pixel_values" in pixels:
+        pixels["pixel_values"] = pixels["pixel_values"].to(place.prefix_dtype)
+    embeds = model.decoder.embed_tokens(input_ids)                                     # (1, S, H)
+    features = model.family.image_features(model.backbone, pixels).to(embeds.dtype)   # (n_img, H)
+    image_mask = (input_ids == model.prompt.image_token_id).unsqueeze(-1)              # (1, S, 1)
+    embeds = embeds.masked_scatter(image_mask, features)
+    position_ids = model.family.position_ids(model.backbone, input_ids, place.to_prefix(encoded.mm_token_type_ids),
+                                             pixels)                                   # (3, 1, S) or (1, S)
+    return embeds, position_ids, input_ids
+
+
 class PrefixStage:
     """Vision encoder + embeddings + blocks [0, p) on the prefix device. When the prefix device or dtype
     differs from the model's, the stage works on its own placed copy of the prefix parts (the model it was
@@ -81,18 +98,8 @@ class PrefixStage:
     def run(self, frame: Frame) -> BoundaryState:
         t0 = time.perf_counter()
         model, place = self.model, self.placement
-        encoded = encode_frame(frame, model, place.prefix_device)  # images resized/normalised on the prefix device
-        input_ids = place.to_prefix(encoded.input_ids)                                 # (1, S)
-        pixels = {k: place.to_prefix(v) for k, v in encoded.pixels.items()}
-        if "pixel_values" in pixels:
-            pixels["pixel_values"] = pixels["pixel_values"].to(place.prefix_dtype)
+        embeds, position_ids, input_ids = frame_embeddings(model, frame, place)
         decoder = model.decoder
-        embeds = decoder.embed_tokens(input_ids)                                       # (1, S, H)
-        features = model.family.image_features(model.backbone, pixels).to(embeds.dtype)  # (n_img, H)
-        image_mask = (input_ids == model.prompt.image_token_id).unsqueeze(-1)          # (1, S, 1)
-        embeds = embeds.masked_scatter(image_mask, features)
-        position_ids = model.family.position_ids(model.backbone, input_ids, place.to_prefix(encoded.mm_token_type_ids),
-                                                 pixels)                               # (3, 1, S) or (1, S)
         attention_mask = torch.ones_like(input_ids)                                    # (1, S)
         partition = self.partition  # read once: a concurrent set_partition applies from the next frame
         hidden = run_blocks(decoder, self.blocks[:partition], embeds, position_ids, attention_mask)
@@ -108,6 +115,10 @@ class SuffixStage:
 
     def __init__(self, model: VLAModel, partition: int, placement: Placement = Placement(),
                  zone: tuple[int, int] | None = None):
+        expect(model.spec.action_head == "waypoints", ConfigError,
+               f"model '{model.spec.name}' decodes action tokens: it runs through the ActionFlow engine "
+               f"(engine/actionflow.py, `hybrid-vla bench --head action-tokens`); the ROS graph serves waypoint-head "
+               f"models only so far")
         self.model, self.placement = model, placement
         self.partition = check_partition(partition, model.num_blocks, "suffix partition")
         self.zone = lo, hi = Zone.around(self.partition, model.num_blocks, zone)

@@ -52,6 +52,8 @@ KEY_PREFIXES = (("model.language_model.", "language_model."), ("model.visual.", 
 
 def save_checkpoint(model: VLAModel, directory: str | Path, max_shard_size: str | int = "2GB") -> Path:
     """The HF layout (transformers' save_pretrained for the backbone) plus the action head file."""
+    expect(model.spec.action_head == "waypoints", ConfigError,
+           f"model '{model.spec.name}': checkpoints of action-token models are not supported yet (presets only)")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     from transformers.utils import logging as hf_logging

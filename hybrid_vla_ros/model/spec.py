@@ -11,11 +11,13 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError, expect
+from .tokens import MIN_VOCAB
 
 FAMILIES = ("qwen2_vl", "qwen2_5_vl", "llava")
 # Patches merged per image side before the LLM (Qwen merges 2x2 patches): image sides are multiples of
 # patch_size x this. Family facts live in model/families.py; this one is needed to validate a spec cheaply.
 PATCH_MERGE = {"qwen2_vl": 2, "qwen2_5_vl": 2, "llava": 1}
+ACTION_HEADS = ("waypoints", "tokens")
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,12 @@ class VLASpec:
     num_waypoints: int = 8
     waypoint_dt_s: float = 0.5
     head_hidden: int = 64
+    # "waypoints": a head reads all waypoints from the query token's hidden state in one forward;
+    # "tokens": each waypoint step's x and y are action tokens decoded one at a time (OpenVLA-style), from
+    # `action_bins` bins over [-action_step_range_m, +action_step_range_m] at the top of the vocabulary.
+    action_head: str = "waypoints"
+    action_bins: int = 256
+    action_step_range_m: float = 4.0
     # Shape-only presets are never materialised (meta device); they answer memory questions.
     shape_only: bool = False
     seed: int = 0
@@ -62,6 +70,15 @@ class VLASpec:
                f"spec '{self.name}': hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
         expect(self.waypoint_dt_s > 0, ConfigError,
                f"spec '{self.name}': waypoint_dt_s={self.waypoint_dt_s}, expected > 0")
+        expect(self.action_head in ACTION_HEADS, ConfigError,
+               f"spec '{self.name}': action_head '{self.action_head}' is not one of {ACTION_HEADS}")
+        if self.action_head == "tokens":
+            free = self.vocab_size - MIN_VOCAB
+            expect(isinstance(self.action_bins, int) and 2 <= self.action_bins <= free, ConfigError,
+                   f"spec '{self.name}': action_bins={self.action_bins!r}, expected 2..{free} (the vocabulary "
+                   f"ids above the prompt's {MIN_VOCAB}; raise vocab_size for more)")
+            expect(self.action_step_range_m > 0, ConfigError,
+                   f"spec '{self.name}': action_step_range_m={self.action_step_range_m}, expected > 0")
         step = self.patch_size * PATCH_MERGE[self.family]
         for side in ("image_height", "image_width"):
             expect(getattr(self, side) % step == 0, ConfigError,
@@ -102,6 +119,17 @@ PRESETS: dict[str, VLASpec] = {
     "bench-llava": VLASpec(name="bench-llava", family="llava",
                            **{**_BENCH, "image_height": 56, "image_width": 56},
                            notes="LLaVA family at bench size"),
+    # Action tokens (engine/actionflow.py): each waypoint step's x, y decoded as tokens.
+    "tiny-act": VLASpec(name="tiny-act", family="qwen2_vl", **{**_TINY, "num_waypoints": 4}, action_head="tokens",
+                        vocab_size=MIN_VOCAB + 256, notes="Qwen2-VL family, action tokens (8 per frame), unit-test size"),
+    "tiny-llava-act": VLASpec(name="tiny-llava-act", family="llava",
+                              **{**_TINY, "image_height": 28, "image_width": 28, "num_waypoints": 4},
+                              action_head="tokens", vocab_size=MIN_VOCAB + 256,
+                              notes="LLaVA family, action tokens (8 per frame), unit-test size"),
+    # bench-act: a short prompt (one camera) and 16 action tokens, so decode steps dominate a frame's time.
+    "bench-act": VLASpec(name="bench-act", family="qwen2_vl", **{**_BENCH, "num_cameras": 1, "text_tokens": 16},
+                         action_head="tokens", vocab_size=MIN_VOCAB + 256,
+                         notes="Qwen2-VL family, one camera, 16 action tokens per frame: decode-bound"),
     # Shape-only: never materialised; answer memory questions (`hybrid-vla info`).
     "orion-like": VLASpec(name="orion-like", family="llava", num_blocks=32, hidden_size=4096, num_heads=32,
                           num_kv_heads=32, intermediate_size=11008, vocab_size=32064, vision_depth=24,

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError, expect
+from .action_tokens import ActionTokenizer, TokenHead
 from .families import get_family, language_model
 from .preprocess import ImageProcessing
 from .prompt import BytePrompt
@@ -47,7 +48,11 @@ class VLAModel(nn.Module):
         self.image_processing = ImageProcessing.for_spec(spec)  # a checkpoint's preprocessor_config may change it
         self.prompt = BytePrompt()                                # a checkpoint's own tokenizer replaces it
         self.backbone = self.family.model_class(backbone_config or self.family.build_config(spec))
-        self.action_head = ActionHead(spec.hidden_size, spec.head_hidden, spec.num_waypoints)
+        if spec.action_head == "tokens":
+            self.action_head = TokenHead(spec.hidden_size, spec.action_bins)
+            self.action_tokenizer = ActionTokenizer(spec)
+        else:
+            self.action_head = ActionHead(spec.hidden_size, spec.head_hidden, spec.num_waypoints)
 
     @property
     def decoder(self):
