@@ -124,3 +124,25 @@ def test_pack_and_ring_size_are_validated_with_a_reason(act_models):
         ActionFlow(load_vla(preset="tiny"), 2)
     with pytest.raises(ConfigError, match="partition"):
         ActionFlow(model, 2, partition=9)
+
+
+def test_bench_reports_each_pack_unsplit_and_split_with_exactness(act_models, tmp_path):
+    from hybrid_vla_ros.bench.actionflow import plot_actionflow, run_actionflow_bench
+    report = run_actionflow_bench(act_models["tiny-act"], [1, 2], frames=4, partition=2, progress=lambda t: None)
+    assert report["exact"] is True and report["tokens_per_frame"] == 8
+    for side in (report["pack"], report["split"]["pack"]):
+        for k in ("1", "2"):
+            assert side[k]["frames_per_s"] > 0 and side[k]["latency_ms"]["p50"] > 0
+            assert side[k]["speedup_vs_sequential"] == pytest.approx(side[k]["frames_per_s"] /
+                                                                     report["sequential"]["frames_per_s"])
+    assert 0 < report["split"]["pack"]["2"]["slower_stage_fraction"] <= 1.0
+    plot_actionflow(report, tmp_path / "af.png")
+    assert (tmp_path / "af.png").stat().st_size > 1000
+
+
+def test_bench_cli_refuses_a_bad_pack_list():
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "hybrid_vla_ros.cli", "bench", "--head", "action-tokens",
+                          "--preset", "tiny-act", "--pack", "1,x"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "--pack '1,x'" in out.stderr, out.stderr

@@ -15,6 +15,8 @@ def cmd_bench(args) -> int:
     from ..errors import ConfigError
     if args.scenario == "faults":
         return bench_faults(args)
+    if args.head == "action-tokens":
+        return bench_actionflow(args)
     model = model_from_args(args)
     if args.scenario == "load-step":
         return bench_load_step(args, model)
@@ -120,6 +122,32 @@ def cmd_memory(args) -> int:
     return 0
 
 
+def bench_actionflow(args) -> int:
+    from ..bench.actionflow import plot_actionflow, run_actionflow_bench
+    from ..errors import ConfigError
+    from ..report import key_value_table, progress_printer
+    if not (args.preset or args.checkpoint):
+        args.preset = "bench-act"
+    model = model_from_args(args)
+    try:
+        packs = [int(k) for k in args.pack.split(",") if k]
+    except ValueError as exc:
+        raise ConfigError(f"--pack '{args.pack}': expected comma-separated integers, e.g. 1,2,4,8") from exc
+    report = run_actionflow_bench(model, packs, frames=args.frames or 24, partition=args.partition,
+                                  progress=progress_printer("actionflow"))
+    write_report(report, args.json)
+    if args.plot:
+        plot_actionflow(report, args.plot)
+    rows = [("sequential (HF cache)", f"{report['sequential']['frames_per_s']:.2f} frames/s")]
+    for k, e in report["pack"].items():
+        split = report["split"]["pack"][k]
+        rows.append((f"K={k}", f"unsplit {e['frames_per_s']:.2f} frames/s ({e['speedup_vs_sequential']:.2f}x), "
+                               f"split {split['frames_per_s']:.2f} frames/s ({split['speedup_vs_sequential']:.2f}x, "
+                               f"{split['slower_stage_fraction']:.0%} of the slower side)"))
+    print(key_value_table(rows + [("exact", report["exact"]), ("full report", args.json or "(--json FILE)")]))
+    return 0 if report["exact"] else 1
+
+
 def bench_faults(args) -> int:
     from ..bench.faults import plot_faults, run_faults
     from ..report import key_value_table, progress_printer
@@ -158,6 +186,9 @@ def register(sub) -> None:
                         "preprocess: decoding and resize/normalise of camera frames of --camera size; faults: "
                         "SIGKILL each node of a supervised graph mid-drive, then a soak (tiny preset unless "
                         "--preset names another)")
+    p.add_argument("--head", default="waypoints", choices=("waypoints", "action-tokens"),
+                   help="action-tokens: ActionFlow packed decoding vs sequential (default preset bench-act)")
+    p.add_argument("--pack", default="1,2,4,8", help="action-tokens: frames in flight K to compare")
     p.add_argument("--soak-frames", type=int, default=1500, help="faults: frames per soak mode (10000: the long one)")
     p.add_argument("--camera", default="1920x1080", help="preprocess: camera size WIDTHxHEIGHT")
     p.add_argument("--step-on", type=int, default=25, help="load-step: frame at which the load starts")

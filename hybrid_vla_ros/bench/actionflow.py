@@ -1,0 +1,141 @@
+"""`hybrid-vla bench --head action-tokens --pack 1,2,4,8`: ActionFlow's packed prefill + decode against plain
+sequential decoding (transformers' layers and cache, one frame at a time), on the same frames, in one run:
+unsplit on all cores, and split at p with two packed groups alternating (prefix side on core 0, suffix side
+on core 1: the two-core stand-in for GPU + CPU). `exact`: every frame's tokens equal sequential decoding's."""
+
+from __future__ import annotations
+
+import os
+import time
+from contextlib import contextmanager
+
+import torch
+
+from ..engine.actionflow import ActionFlow, run_alternating, sequential_results
+from ..engine.cpu import allowed_cores
+from ..model.inputs import synthetic_frame
+from ..report import percentiles, pyplot
+
+
+@contextmanager
+def cores_and_threads(cores: set[int], threads: int):
+    """This thread on `cores` with `threads` intra-op threads, restored afterwards."""
+    old_cores, old_threads = os.sched_getaffinity(0), torch.get_num_threads()
+    os.sched_setaffinity(0, cores)
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, old_cores)
+        torch.set_num_threads(old_threads)
+
+
+class TimedFlow(ActionFlow):
+    """ActionFlow that adds up the time each side works and the rows of each step (the bench's breakdown)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.busy_s = {"prefix": 0.0, "suffix": 0.0}
+        self.rows: list[int] = []
+
+    def prefix_step(self):
+        t0 = time.perf_counter()
+        state = super().prefix_step()
+        self.busy_s["prefix"] += time.perf_counter() - t0
+        if state is not None:
+            self.rows.append(int(state.hidden.shape[0]))
+        return state
+
+    def suffix_step(self, state):
+        t0 = time.perf_counter()
+        tokens = super().suffix_step(state)
+        self.busy_s["suffix"] += time.perf_counter() - t0
+        return tokens
+
+
+def _summary(results, wall_s: float, sequential_fps: float, reference: dict) -> dict:
+    done = [r for r in results if r.tokens is not None]
+    fps = len(done) / wall_s
+    return {"frames_per_s": fps, "latency_ms": percentiles([r.latency_s * 1e3 for r in done]),
+            "speedup_vs_sequential": fps / sequential_fps, "wall_s": wall_s,
+            "exact": len(done) == len(reference) and all(r.tokens == reference[r.seq] for r in done)}
+
+
+def run_actionflow_bench(model, packs: list[int], frames: int = 24, partition: int | None = None,
+                         progress=print) -> dict:
+    spec = model.spec
+    cores = sorted(allowed_cores())
+    inputs = [synthetic_frame(spec, i) for i in range(frames)]
+    partition = spec.num_blocks // 2 if partition is None else partition
+    with cores_and_threads(set(cores), len(cores)):
+        sequential_results(model, inputs[:1])  # warm-up
+        t0 = time.perf_counter()
+        sequential = sequential_results(model, inputs)
+        seq_wall = time.perf_counter() - t0
+    reference = {r.seq: r.tokens for r in sequential}
+    seq_fps = frames / seq_wall
+    progress(f"sequential: {seq_fps:.2f} frames/s")
+    report = {"preset": spec.name, "frames": frames, "tokens_per_frame": model.action_tokenizer.tokens_per_frame,
+              "prompt_tokens": model.prompt.sequence_length(spec.num_cameras, model.family.image_tokens_per_camera(spec),
+                                                            spec.text_tokens),
+              "cores": cores, "sequential": {"frames_per_s": seq_fps, "wall_s": seq_wall,
+                                             "latency_ms": percentiles([r.latency_s * 1e3 for r in sequential])},
+              "pack": {}, "split": {"partition": partition, "prefix_cores": cores[:1], "suffix_cores": cores[1:2] or cores[:1],
+                                    "pack": {}}}
+    for pack in packs:
+        with cores_and_threads(set(cores), len(cores)):
+            flow = TimedFlow(model, pack)
+            t0 = time.perf_counter()
+            results = flow.run(inputs)
+            entry = _summary(results, time.perf_counter() - t0, seq_fps, reference)
+        entry.update(steps=len(flow.rows), rows_per_step=sum(flow.rows) / max(1, len(flow.rows)),
+                     step_ms=flow.busy_s["prefix"] * 1e3 / max(1, len(flow.rows)) +
+                     flow.busy_s["suffix"] * 1e3 / max(1, len(flow.rows)))
+        report["pack"][str(pack)] = entry
+        report["split"]["pack"][str(pack)] = _split_run(model, pack, partition, inputs, seq_fps, reference, report)
+        progress(f"pack {pack}: unsplit {entry['frames_per_s']:.2f} frames/s ({entry['speedup_vs_sequential']:.2f}x), "
+                 f"split {report['split']['pack'][str(pack)]['frames_per_s']:.2f} frames/s")
+    report["exact"] = all(e["exact"] for e in report["pack"].values()) and \
+        all(e["exact"] for e in report["split"]["pack"].values())
+    return report
+
+
+def _split_run(model, pack: int, partition: int, inputs, seq_fps: float, reference: dict, report: dict) -> dict:
+    """Two groups alternating across the cut; each side single-threaded on its own core. Also: how close the
+    wall time comes to the slower side's busy time (1.0 = the slower side never waits)."""
+    prefix_cores, suffix_cores = set(report["split"]["prefix_cores"]), set(report["split"]["suffix_cores"])
+    groups = [TimedFlow(model, pack, partition=partition) for _ in range(2)]
+    with cores_and_threads(prefix_cores, 1):
+        t0 = time.perf_counter()
+        results = run_alternating(groups, inputs, suffix_cores=suffix_cores)
+        wall = time.perf_counter() - t0
+    entry = _summary(results, wall, seq_fps, reference)
+    busy = {side: sum(g.busy_s[side] for g in groups) for side in ("prefix", "suffix")}
+    entry.update(prefix_busy_s=busy["prefix"], suffix_busy_s=busy["suffix"],
+                 slower_stage_fraction=max(busy.values()) / wall)
+    return entry
+
+
+def plot_actionflow(report: dict, path: str) -> None:
+    plt = pyplot()
+    packs = list(report["pack"])
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    x = range(len(packs))
+    axes[0].bar([i - 0.2 for i in x], [report["pack"][k]["frames_per_s"] for k in packs], 0.4, label="packed, unsplit")
+    axes[0].bar([i + 0.2 for i in x], [report["split"]["pack"][k]["frames_per_s"] for k in packs], 0.4,
+                label=f"packed, split at p={report['split']['partition']} (2 groups)")
+    axes[0].axhline(report["sequential"]["frames_per_s"], color="k", ls="--", label="sequential (HF cache)")
+    axes[0].set_xticks(list(x), [f"K={k}" for k in packs])
+    axes[0].set_ylabel("frames / s")
+    axes[0].legend(fontsize=8)
+    axes[0].set_title(f"{report['preset']}: {report['tokens_per_frame']} action tokens, "
+                      f"{report['prompt_tokens']}-token prompt, exact={report['exact']}", fontsize=9)
+    axes[1].plot(packs, [report["pack"][k]["latency_ms"]["p50"] for k in packs], "o-", label="unsplit")
+    axes[1].plot(packs, [report["split"]["pack"][k]["latency_ms"]["p50"] for k in packs], "s-", label="split")
+    axes[1].axhline(report["sequential"]["latency_ms"]["p50"], color="k", ls="--", label="sequential")
+    axes[1].set_xlabel("K (frames in flight)")
+    axes[1].set_ylabel("latency p50 (ms, submit -> last token)")
+    axes[1].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
