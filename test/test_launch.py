@@ -88,7 +88,16 @@ def start_launch(tmp: Path, launch_file: str, single_process: bool, domain: int)
              "prefix_cores:=[0]", f"single_process:={'true' if single_process else 'false'}"]
     path = prefix / "share" / "hybrid_vla_ros" / "launch" / launch_file
     return subprocess.Popen([sys.executable, "-c", RUNNER, str(path), *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=terminal_signals)
+
+
+def terminal_signals() -> None:
+    """launch as a terminal starts it: SIGINT and SIGQUIT at their default action. A suite run in the
+    background of a non-interactive shell inherits them ignored (POSIX), and launch then never hears the
+    Ctrl-C: its nodes stop (they install their own handlers) and launch respawns them."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 class Probe:
@@ -186,7 +195,12 @@ def test_launch_file_brings_the_graph_up_active_serves_frames_and_stops_cleanly(
         if probe is not None:
             probe.close()
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in the terminal reaches launch and every node
-        out, _ = proc.communicate(timeout=60)
+        try:
+            out, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+            pytest.fail("launch did not stop within 60 s of Ctrl-C; its output:\n" + out[-6000:])
     assert proc.returncode == 0, out[-3000:]
     assert "has died" not in out and "Traceback" not in out, out[-3000:]
     expected = 1 if single_process else 3
