@@ -54,3 +54,35 @@ def test_a_drive_is_deterministic_from_its_seed_and_differs_across_seeds():
     assert [f.images[0].shape for f in a] == [(56, 56, 3)] * 6 and a[0].truth.shape == (4, 4)
     speeds = [f.scene.speed_mps for f in a]
     assert max(abs(s1 - s0) for s0, s1 in zip(speeds, speeds[1:])) < 0.5  # smooth from frame to frame
+
+
+def test_a_road_drive_is_a_bag_the_graph_takes_with_its_ground_truth(tmp_path):
+    from nav_msgs.msg import Path
+    from rclpy.serialization import deserialize_message
+    from hybrid_vla_ros.ros.bag import read_bag
+    from hybrid_vla_ros.ros.drives import GROUND_TRUTH_TOPIC, write_road_drive
+    from hybrid_vla_ros.ros.replay import bag_frames
+    topics = ["/cam0/image/compressed", "/cam1/image/compressed"]
+    bag = write_road_drive(tmp_path / "road", "tiny", topics, frames=5, seed=3)
+    frames = list(bag_frames(bag, skew_ns=20_000_000, camera_topics=topics))
+    assert len(frames) == 5 and all(f.complete for f in frames)
+    messages, types = read_bag(bag)
+    assert types[GROUND_TRUTH_TOPIC] == "nav_msgs/msg/Path"
+    truths = [deserialize_message(m.raw, Path) for m in messages if m.topic == GROUND_TRUTH_TOPIC]
+    first = list(drive(3, 1, 2, 56, 56, 8, 0.5))[0]
+    assert len(truths) == 5 and len(truths[0].poses) == 8 and truths[0].header.frame_id == "base_link"
+    assert [p.pose.position.y for p in truths[0].poses] == pytest.approx(first.truth[:, 1])
+
+
+@pytest.mark.slow
+def test_the_graph_serves_a_road_drive_as_it_is(domain, tmp_path):
+    from ros_harness import TINY_OVERRIDES
+    from hybrid_vla_ros.ros.bringup import graph_params
+    from hybrid_vla_ros.ros.demo import drive_graph
+    from hybrid_vla_ros.ros.drives import write_road_drive
+    topics = ["/cam0/image/compressed", "/cam1/image/compressed"]
+    bag = write_road_drive(tmp_path / "road", "tiny", topics, frames=5, seed=4)
+    overrides = {k: dict(v) for k, v in TINY_OVERRIDES.items()}
+    overrides["hybrid_vla_prefix"].update(image_transport="compressed", camera_topics=topics, use_kinematic_state=True)
+    summary, trajectories = drive_graph(bag, graph_params(overrides=overrides), settle_s=20)
+    assert summary["frames_published"] == summary["trajectories"] == len(trajectories) == 5, summary

@@ -65,8 +65,13 @@ def cmd_make_sample_drive(args) -> int:
     spec = PRESETS[args.preset]
     topics = topics if len(topics) == spec.num_cameras else [f"/sensing/camera/camera{i}/image_rect_color/compressed"
                                                             for i in range(spec.num_cameras)]
-    path = write_sample_drive(args.out, args.preset, topics, args.frames, args.rate_hz, args.storage)
-    print(f"wrote {args.frames} frames x {spec.num_cameras} cameras to {path}")
+    if args.road:
+        from ..ros.drives import write_road_drive
+        path = write_road_drive(args.out, args.preset, topics, args.frames, args.seed, args.rate_hz, args.storage)
+    else:
+        path = write_sample_drive(args.out, args.preset, topics, args.frames, args.rate_hz, args.storage)
+    print(f"wrote {args.frames} frames x {spec.num_cameras} cameras to {path}"
+          + (" (+ ground truth on /ground_truth/trajectory)" if args.road else ""))
     return 0
 
 
@@ -96,4 +101,8 @@ def register(sub) -> None:
     p.add_argument("--frames", type=int, default=40)
     p.add_argument("--rate-hz", type=float, default=10.0)
     p.add_argument("--storage", default="mcap", choices=("mcap", "sqlite3"))
+    p.add_argument("--road", action="store_true",
+                   help="the synthetic road (lane lines, curves, a lead vehicle, light and fog) with the ground-truth "
+                        "future path, instead of plain synthetic frames")
+    p.add_argument("--seed", type=int, default=0, help="--road: the drive's seed")
     p.set_defaults(func=cmd_make_sample_drive)

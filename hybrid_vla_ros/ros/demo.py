@@ -15,7 +15,7 @@ from ..model.spec import get_preset
 from .. import stop
 from ..report import percentiles, pyplot
 from . import convert
-from .bag import BagWriter, reliable_qos, sensor_qos
+from .drives import DriveStep, write_drive
 from .record import Recorder
 from .replay import Replayer
 from .session import ros_context
@@ -29,42 +29,14 @@ SAMPLE_DRIVE = Path(__file__).resolve().parents[1] / "data" / "sample_drive"
 def write_sample_drive(path: str | Path, preset: str, camera_topics: list[str], frames: int = 40,
                        rate_hz: float = 10.0, storage: str = "mcap", compressed: bool = True, seed: int = 7,
                        receive_delay_ms: tuple[float, float] = (2.0, 12.0)) -> Path:
-    """Synthetic camera frames (+ kinematic state) for `preset`'s cameras, one frame per time step, as a
-    real drive records them: each message logged at its own receive time (header stamp + a delay drawn in
-    `receive_delay_ms`, images later than the odometry), cameras offered best effort (sensor data QoS)."""
-    from nav_msgs.msg import Odometry
-    from rclpy.serialization import serialize_message
-    from sensor_msgs.msg import CompressedImage, Image
+    """Synthetic camera frames (+ kinematic state) for `preset`'s cameras, one frame per time step, recorded
+    as a car records them (ros/drives.py)."""
     spec = get_preset(preset)
     expect(len(camera_topics) == spec.num_cameras, ConfigError,
            f"sample drive: {len(camera_topics)} camera topics for a {spec.num_cameras}-camera model")
-    writer = BagWriter(path, storage)
-    for topic in camera_topics:
-        writer.declare(topic, [sensor_qos()])
-    writer.declare(KINEMATIC_TOPIC, [reliable_qos()])
-    rng, low, high = np.random.default_rng(seed), int(receive_delay_ms[0] * 1e6), int(receive_delay_ms[1] * 1e6)
-    camera_type = "sensor_msgs/msg/CompressedImage" if compressed else "sensor_msgs/msg/Image"
-    start_ns = 1_700_000_000_000_000_000
-    try:
-        for seq in range(frames):
-            stamp = start_ns + int(seq * 1e9 / rate_hz)
-            frame = synthetic_frame(spec, seq, stamp_ns=stamp, seed=seed)
-            odom = Odometry()
-            convert.ns_to_stamp(stamp, odom.header.stamp)
-            odom.header.frame_id, odom.child_frame_id = "map", "base_link"
-            odom.twist.twist.linear.x, odom.twist.twist.angular.z = frame.ego.speed_mps, frame.ego.yaw_rate_rps
-            step = [(stamp + low // 2, KINEMATIC_TOPIC, "nav_msgs/msg/Odometry", serialize_message(odom))]
-            for index, topic in enumerate(camera_topics):
-                msg = convert.array_to_compressed(frame.images[index], CompressedImage()) if compressed \
-                    else convert.array_to_image(frame.images[index], Image())
-                convert.ns_to_stamp(stamp, msg.header.stamp)
-                msg.header.frame_id = f"camera{index}/camera_optical_link"
-                step.append((stamp + int(rng.integers(low, high + 1)), topic, camera_type, serialize_message(msg)))
-            for receive_ns, topic, msgtype, raw in sorted(step):
-                writer.write(topic, msgtype, receive_ns, raw)
-    finally:
-        writer.close()
-    return Path(path)
+    steps = (DriveStep(f.images, f.ego.speed_mps, f.ego.yaw_rate_rps, None)
+             for f in (synthetic_frame(spec, seq, seed=seed) for seq in range(frames)))
+    return write_drive(path, camera_topics, steps, rate_hz, storage, compressed, seed, receive_delay_ms)
 
 
 class Driver:
