@@ -92,6 +92,20 @@ def test_a_bf16_checkpoint_is_read_straight_into_bf16(tmp_path):
     assert all(b is model.decoder.layers[i] for i, b in stage.blocks.items())  # no converted copies
 
 
+def test_a_bf16_suffix_never_converts_the_shared_checkpoint_model(exported):
+    """Found by `hybrid-vla eval`: a bf16 suffix stage built on an fp32 checkpoint model turned the shared
+    model's blocks into bf16 in place, so the prefix (or the next fp32 split) then ran rounded weights."""
+    model = load_checkpoint(exported["tiny"])
+    frame = synthetic_frame(model.spec, 0)
+    native = reference_forward(model, frame)[1].points
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    prefix = PrefixStage(model, 2, Placement(suffix_dtype=torch.bfloat16))
+    SuffixStage(model, 2, Placement(suffix_dtype=torch.bfloat16)).run(prefix.run(frame))
+    assert all(torch.equal(p, before[n]) and p.dtype == torch.float32 for n, p in model.named_parameters())
+    split = SuffixStage(model, 3).run(PrefixStage(model, 3).run(frame)).points
+    np.testing.assert_allclose(split, native, atol=1e-5)
+
+
 def refused(directory, match, **kwargs):
     with pytest.raises(ConfigError, match=match):
         model = load_checkpoint(directory, **kwargs)

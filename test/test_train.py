@@ -33,3 +33,18 @@ def test_training_is_reproducible_from_its_seed(samples):
         train(model, TrainConfig(steps=3, batch=4, seed=5), samples=samples)
         runs.append(torch.cat([p.detach().flatten() for p in model.action_head.parameters()]))
     assert torch.equal(runs[0], runs[1])
+
+
+def test_eval_reports_every_setting_and_fp32_hybrid_equals_native(tmp_path):
+    from hybrid_vla_ros.learn.evaluate import evaluate, plot_evaluation
+    report = evaluate(load_vla(preset="drive"), drives=1, seed=7, frames_per_drive=3, partitions=(2,),
+                      progress=lambda t: None)
+    assert set(report["settings"]) == {"constant_velocity", "native", "hybrid_fp32_p2", "hybrid_bf16_p2"}
+    assert all(v["ade_m"] > 0 and v["fde_m"] >= 0 for v in report["settings"].values())
+    assert report["settings"]["hybrid_fp32_p2"]["max_diff_vs_native_m"] < 1e-4 and report["fp32_identical_to_native"]
+    assert 0 < report["settings"]["hybrid_bf16_p2"]["max_diff_vs_native_m"] < 0.5
+    from hybrid_vla_ros.errors import ConfigError
+    with pytest.raises(ConfigError, match="training drives"):
+        evaluate(load_vla(preset="drive"), drives=2, seed=999)
+    plot_evaluation(report, tmp_path / "eval.png")
+    assert (tmp_path / "eval.png").stat().st_size > 1000

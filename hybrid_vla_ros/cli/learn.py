@@ -1,4 +1,4 @@
-"""Learning commands: train (a small driving VLA on synthetic road drives)."""
+"""Learning commands: train (a small driving VLA on synthetic road drives), eval (its driving quality)."""
 
 from __future__ import annotations
 
@@ -44,6 +44,28 @@ def cmd_train(args) -> int:
     return 0
 
 
+def cmd_eval(args) -> int:
+    from ..errors import ConfigError
+    from ..learn.evaluate import evaluate, plot_evaluation
+    from ..report import key_value_table, progress_printer, write_report
+    model = model_from_args(args)
+    try:
+        partitions = tuple(int(p) for p in args.partitions.split(",") if p) if args.partitions else None
+    except ValueError as exc:
+        raise ConfigError(f"--partitions '{args.partitions}': expected comma-separated integers") from exc
+    report = evaluate(model, args.drives, args.seed, args.frames_per_drive, partitions, progress_printer("eval"))
+    write_report(report, args.json)
+    if args.plot:
+        plot_evaluation(report, args.plot)
+    print(key_value_table([(name, f"ADE {v['ade_m']:.3f} m, FDE {v['fde_m']:.3f} m"
+                            + (f", max diff vs native {v['max_diff_vs_native_m']:.2e} m" if "max_diff_vs_native_m" in v else ""))
+                           for name, v in report["settings"].items()]
+                          + [("ADE below constant velocity", f"{report['ade_reduction_vs_constant_velocity']:.1%}"),
+                             ("bf16 ADE change", f"{report['bf16_ade_change']:.3%}"),
+                             ("full report", args.json or "(--json FILE)")]))
+    return 0
+
+
 def register(sub) -> None:
     p = sub.add_parser("train", help="train a small driving VLA on synthetic road drives (CPU), save a checkpoint")
     add_model_args(p, default_preset="drive")
@@ -56,3 +78,14 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--plot", default=None, help="loss curve PNG (default OUT/loss.png)")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("eval", help="ADE/FDE on held-out synthetic drives: constant velocity, native, hybrid fp32 "
+                                    "and bf16 at several p")
+    add_model_args(p, default_preset="drive")
+    p.add_argument("--drives", type=int, default=10)
+    p.add_argument("--seed", type=int, default=0, help="first held-out drive seed (seeds below 1000)")
+    p.add_argument("--frames-per-drive", type=int, default=40)
+    p.add_argument("--partitions", default=None, help="comma-separated p (default: 1, L/2, L-1)")
+    p.add_argument("--json", default=None)
+    p.add_argument("--plot", default=None)
+    p.set_defaults(func=cmd_eval)

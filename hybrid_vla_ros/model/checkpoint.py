@@ -239,12 +239,14 @@ _LOAD_LOCK = threading.Lock()
 
 def ensure_loaded(model: VLAModel, modules, dtype: torch.dtype, device=torch.device("cpu")) -> None:
     """A stage's modules of a checkpoint model read now (nodes sharing one model in a process each ask for
-    their side; what is already read stays). A preset model (seeded weights) is always whole: no-op."""
+    their side; what is already read stays as it is: a stage that wants it in another dtype converts its own
+    copy, never the shared module). A preset model (seeded weights) is always whole: no-op."""
     files = getattr(model, "checkpoint_files", None)
     if files is not None:
         with _LOAD_LOCK:
+            unread = [m for m in modules if any(p.device.type == "meta" for p in m.parameters())]
             materialise(model, files, modules, dtype, str(device))
-            for module in modules:  # buffers (rotary tables) as a whole-model .to() would; meta stays meta
+            for module in unread:  # their buffers (rotary tables) as a whole-model .to() would
                 module.to(device=device, dtype=dtype)
 
 

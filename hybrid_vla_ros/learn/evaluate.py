@@ -1,0 +1,91 @@
+"""Driving quality on held-out synthetic drives (seeds below TRAIN_SEED_BASE): ADE and FDE against the ground
+truth for a constant-velocity baseline, the native (unsplit, transformers' own forward) model, the hybrid
+split in fp32 at several p and the hybrid split with a bf16 CPU suffix; plus the largest trajectory
+difference between native and each hybrid setting."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..engine.placement import Placement
+from ..errors import ConfigError, expect
+from ..engine.stages import PrefixStage, SuffixStage, reference_forward
+from ..model.vla import VLAModel
+from ..report import pyplot
+from .train import TRAIN_SEED_BASE, Sample, road_samples
+
+
+def displacement(pred_xy: np.ndarray, truth_xy: np.ndarray) -> tuple[float, float]:
+    """(N, 2) each -> (average, final) displacement error in metres."""
+    dist = np.linalg.norm(pred_xy - truth_xy, axis=-1)
+    return float(dist.mean()), float(dist[-1])
+
+
+def predictions(model: VLAModel, samples: list[Sample], partition: int | None, suffix_dtype=torch.float32) -> list:
+    """(N, 2) predicted positions per sample: native (partition None) or split at `partition`."""
+    if partition is None:
+        return [reference_forward(model, s.frame)[1].points[:, :2] for s in samples]
+    placement = Placement(suffix_dtype=suffix_dtype)
+    prefix, suffix = PrefixStage(model, partition, placement), SuffixStage(model, partition, placement)
+    return [suffix.run(prefix.run(s.frame)).points[:, :2] for s in samples]
+
+
+def score(preds: list, samples: list[Sample]) -> dict:
+    errors = np.array([displacement(p, s.truth[:, :2]) for p, s in zip(preds, samples)])
+    return {"ade_m": float(errors[:, 0].mean()), "fde_m": float(errors[:, 1].mean())}
+
+
+def constant_velocity(samples: list[Sample], dt_s: float) -> list:
+    """Straight ahead at the frame's speed (what the ego state alone says)."""
+    out = []
+    for s in samples:
+        t = np.arange(1, len(s.truth) + 1) * dt_s
+        out.append(np.column_stack([s.frame.ego.speed_mps * t, np.zeros_like(t)]))
+    return out
+
+
+def evaluate(model: VLAModel, drives: int = 10, seed: int = 0, frames_per_drive: int = 40,
+             partitions: tuple[int, ...] | None = None, progress=print) -> dict:
+    """Held-out drives seed, seed + 1, ... (all below TRAIN_SEED_BASE)."""
+    spec = model.spec
+    seeds = list(range(seed, seed + drives))
+    expect(seed >= 0 and max(seeds) < TRAIN_SEED_BASE, ConfigError,
+           f"held-out drives {seeds[0]}..{seeds[-1]}: evaluation seeds must lie in 0..{TRAIN_SEED_BASE - 1} "
+           f"(from {TRAIN_SEED_BASE} on they are training drives)")
+    samples = road_samples(spec, seeds, frames_per_drive)
+    partitions = partitions or tuple(sorted({1, spec.num_blocks // 2, spec.num_blocks - 1}))
+    report = {"preset": spec.name, "drives": drives, "seeds": seeds, "frames": len(samples), "settings": {}}
+    settings = report["settings"]
+    settings["constant_velocity"] = score(constant_velocity(samples, spec.waypoint_dt_s), samples)
+    native = predictions(model, samples, None)
+    settings["native"] = score(native, samples)
+    progress(f"native: ADE {settings['native']['ade_m']:.3f} m")
+    for p in partitions:
+        for name, dtype in ((f"hybrid_fp32_p{p}", torch.float32), (f"hybrid_bf16_p{p}", torch.bfloat16)):
+            preds = predictions(model, samples, p, dtype)
+            settings[name] = {**score(preds, samples),
+                              "max_diff_vs_native_m": float(max(np.abs(a - b).max() for a, b in zip(preds, native)))}
+            progress(f"{name}: ADE {settings[name]['ade_m']:.3f} m")
+    cv, nat = settings["constant_velocity"]["ade_m"], settings["native"]["ade_m"]
+    report["ade_reduction_vs_constant_velocity"] = 1 - nat / cv
+    report["bf16_ade_change"] = max(abs(settings[f"hybrid_bf16_p{p}"]["ade_m"] - nat) / nat for p in partitions)
+    report["fp32_identical_to_native"] = all(settings[f"hybrid_fp32_p{p}"]["max_diff_vs_native_m"] < 1e-4
+                                             for p in partitions)
+    return report
+
+
+def plot_evaluation(report: dict, path: str) -> None:
+    plt = pyplot()
+    names = list(report["settings"])
+    fig, ax = plt.subplots(figsize=(max(6, len(names) * 0.9), 4))
+    x = np.arange(len(names))
+    ax.bar(x - 0.2, [report["settings"][n]["ade_m"] for n in names], 0.4, label="ADE")
+    ax.bar(x + 0.2, [report["settings"][n]["fde_m"] for n in names], 0.4, label="FDE")
+    ax.set_xticks(x, names, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("metres")
+    ax.set_title(f"{report['preset']} on {report['drives']} held-out drives ({report['frames']} frames)", fontsize=9)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
