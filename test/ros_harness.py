@@ -108,6 +108,6 @@ class Harness:
     def close(self):
         import rclpy
         self.graph.executor.remove_node(self.node)
+        self.graph.shutdown()  # shuts the executor down before destroying anything (session.RELEASE_NOTE)
         self.node.destroy_node()
-        self.graph.shutdown()
         rclpy.shutdown(context=self.context)

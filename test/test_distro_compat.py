@@ -61,3 +61,4 @@ def test_newer_rclpy_apis_are_used_only_where_guarded():
 def test_no_with_rclpy_init_which_humble_lacks():
     for path in PACKAGE.rglob("*.py"):
         assert "with rclpy.init(" not in path.read_text(), path
+

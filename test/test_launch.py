@@ -162,6 +162,7 @@ class Probe:
     def close(self):
         import rclpy
         self.executor.remove_node(self.node)
+        self.executor.shutdown()  # before destroying the node: session.RELEASE_NOTE
         self.node.destroy_node()
         rclpy.shutdown(context=self.context)
 

@@ -349,8 +349,8 @@ def test_scheduler_lifecycle_over_services_from_another_process(domain, tmp_path
         assert state() == State.PRIMARY_STATE_FINALIZED
     finally:
         executor.remove_node(node)
+        executor.shutdown()  # before destroying the node: session.RELEASE_NOTE
         node.destroy_node()
-        executor.shutdown()
         rclpy.shutdown(context=context)
         proc.send_signal(2)
         proc.wait(20)

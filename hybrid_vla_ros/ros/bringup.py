@@ -142,8 +142,9 @@ class InProcessGraph:
     def shutdown(self) -> None:
         for n in self.nodes.values():
             self.executor.remove_node(n)
+        self.executor.shutdown()  # first: it releases the entities its last wait holds (session.RELEASE_NOTE)
+        for n in self.nodes.values():
             n.destroy_node()
-        self.executor.shutdown()
 
 
 def run_in_process(params: dict[str, dict], remaps: dict[str, dict] | None = None,

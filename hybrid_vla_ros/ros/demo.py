@@ -189,6 +189,7 @@ def _drive(context, bag, params, record_to, processes, rate, window, storage, co
             spin(0.02)
         summary = summarise(driver, published, time.perf_counter() - start)
         executor.remove_node(driver.node)
+        executor.shutdown()  # before the driver destroys its entities (session.RELEASE_NOTE); not spun again
         summary["recorded"] = driver.close()
         return summary, driver.trajectories
     finally:

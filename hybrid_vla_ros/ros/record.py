@@ -22,6 +22,7 @@ class Recorder:
         self.node, self.depth = node, depth
         self.writer = BagWriter(path, storage)
         self.wanted = dict(topics)
+        self.closed = False
         self.subscriptions: dict[str, tuple[object, bool]] = {}  # topic -> (subscription, reliable)
         self.timer = node.create_timer(discover_period_s, self.discover)
         self.discover()
@@ -46,13 +47,15 @@ class Recorder:
             self.writer.declare(topic, offered)
             subscription = self.node.create_subscription(
                 message_class(msgtype), topic,
-                lambda raw, t=topic, m=msgtype: self.writer.write(t, m, self.node.get_clock().now().nanoseconds, raw),
+                lambda raw, t=topic, m=msgtype: self.closed or
+                self.writer.write(t, m, self.node.get_clock().now().nanoseconds, raw),
                 qos, raw=True)
             self.subscriptions[topic] = (subscription, reliable)
 
     def close(self) -> dict[str, int]:
-        self.node.destroy_timer(self.timer)
-        for subscription, _ in self.subscriptions.values():
-            self.node.destroy_subscription(subscription)
+        """Stop writing and finish the bag. The subscriptions go with the node (destroying them here could wait
+        forever on an executor's suspended wait: session.RELEASE_NOTE); nothing is written after this."""
+        self.timer.cancel()
+        self.closed = True
         self.writer.close()
         return dict(self.writer.count)

@@ -38,6 +38,13 @@ def ros_context(args: list[str] | None = None, context=None):
             context.try_shutdown()
 
 
+RELEASE_NOTE = """Executors are shut down before their nodes are destroyed: an rclpy executor keeps its last wait as
+a suspended generator holding the waited entities' handles, so destroying entities while it lives can
+leave them to be finalised later, from whatever thread drops the generator. Seen once (2026-11-30, loaded
+2-core machine): a test process stuck inside Node.destroy_node (in rcl/DDS, GIL held) after a probe's last
+spin; the order here rules the executor out, the DDS side was not reproduced."""
+
+
 @contextmanager
 def executor_with(nodes, context):
     """A single-threaded executor holding `nodes`; every node is removed and destroyed at the end, in order,
@@ -51,8 +58,9 @@ def executor_with(nodes, context):
     finally:
         for node in nodes:
             executor.remove_node(node)
+        executor.shutdown()  # first: see release_before_destroy
+        for node in nodes:
             node.destroy_node()
-        executor.shutdown()
 
 
 def spin_until_stopped(executor, done=None, step_s: float = SPIN_STEP_S, on_error=None) -> None:
