@@ -38,6 +38,9 @@ def cmd_record(args) -> int:
     return _with_bag_node(record)
 
 
+SETTLE_S = 0.5
+
+
 def cmd_replay(args) -> int:
     from ..ros.replay import Replayer
 
@@ -47,7 +50,12 @@ def cmd_replay(args) -> int:
         if replayer.skipped:
             print(f"replay: skipping topics whose message type is not installed here: {replayer.skipped}",
                   file=sys.stderr)
-        replayer.wait_for_subscribers(args.wait_s, spin)
+        if replayer.wait_for_subscribers(args.wait_s, spin):
+            # matching is asymmetric: the readers may learn of our writers a little after we saw them, and a
+            # best-effort sample sent before that is lost; a short settle keeps the first frame
+            deadline = time.monotonic() + SETTLE_S
+            while time.monotonic() < deadline:
+                spin(0.05)
         # open loop: nothing answers a plain replay, so rate 0 means "publish as fast as possible"
         frames = replayer.run(spin, answered=lambda: 1 << 30, rate=args.rate)
         print(json.dumps({"bag": args.bag, "frames": frames, "incomplete_frames": replayer.incomplete_frames,
