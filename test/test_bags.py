@@ -11,6 +11,7 @@ import pytest
 
 from hybrid_vla_ros.errors import ConfigError
 from hybrid_vla_ros.ros import convert
+from hybrid_vla_ros.ros.bag import with_header_stamp
 from hybrid_vla_ros.ros.bag import (BagMessage, BagWriter, bag_info, header_stamp_ns, msg_dependencies, read_bag,
                                     typestore_with)
 from hybrid_vla_ros.ros.replay import FrameGrouper, bag_frames
@@ -33,8 +34,12 @@ def image(topic: str, stamp_ns: int, receive_ns: int) -> BagMessage:
 
 def test_header_stamp_is_read_from_the_raw_message():
     assert header_stamp_ns(image("/a", 1_700_000_000_123_456_789, 0).raw) == 1_700_000_000_123_456_789
-    with pytest.raises(ConfigError, match="cannot hold a header stamp"):
+    with pytest.raises(ConfigError, match="not a plain CDR message with a header stamp"):
         header_stamp_ns(b"\x00\x01\x00\x00")
+    raw = image("/a", 5, 0).raw
+    assert header_stamp_ns(with_header_stamp(raw, 1_700_000_000_000_000_042)) == 1_700_000_000_000_000_042
+    with pytest.raises(ConfigError, match="not a plain CDR"):
+        header_stamp_ns(b"\x00\x0a\x17\x6b" + raw[4:])  # another encapsulation: refused, never decoded
 
 
 def test_images_of_one_instant_received_at_different_times_form_one_frame():

@@ -149,12 +149,27 @@ def header_first(msgtype: str) -> bool:
     return bool(fields) and fields[0][1][1] == "std_msgs/msg/Header"
 
 
+PLAIN_CDR = (b"\x00\x00", b"\x00\x01")  # encapsulation ids of plain CDR, big and little endian (what ROS 2 writes)
+
+
+def _stamp_format(raw: bytes) -> str:
+    expect(len(raw) >= 12 and bytes(raw[:2]) in PLAIN_CDR, ConfigError,
+           f"a {len(raw)}-byte message starting {bytes(raw[:4]).hex()} is not a plain CDR message with a header stamp")
+    return "<iI" if raw[1] & 1 else ">iI"
+
+
 def header_stamp_ns(raw: bytes) -> int:
     """The header stamp of a header-first CDR message: after the 4-byte encapsulation, int32 sec and uint32
     nanosec, little or big endian as the encapsulation says."""
-    expect(len(raw) >= 12, ConfigError, f"a {len(raw)}-byte message cannot hold a header stamp")
-    sec, nanosec = struct.unpack("<iI" if raw[1] & 1 else ">iI", raw[4:12])
+    sec, nanosec = struct.unpack(_stamp_format(raw), raw[4:12])
     return sec * 1_000_000_000 + nanosec
+
+
+def with_header_stamp(raw: bytes, stamp_ns: int) -> bytes:
+    """The same header-first CDR message with its header stamp set to stamp_ns; nothing else is decoded."""
+    sec, nanosec = divmod(int(stamp_ns), 1_000_000_000)
+    expect(-2**31 <= sec < 2**31, ConfigError, f"stamp {stamp_ns} ns does not fit a header stamp (int32 seconds)")
+    return bytes(raw[:4]) + struct.pack(_stamp_format(raw), sec, nanosec) + bytes(raw[12:])
 
 
 # ---- writing and reading ----
