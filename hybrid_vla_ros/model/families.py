@@ -153,7 +153,7 @@ def load_backbone_config(directory):
         model_type = json.loads(path.read_text()).get("model_type")
     except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as exc:
         raise ConfigError(f"checkpoint '{path}': not a JSON object ({exc})") from exc
-    expect(model_type in FAMILY_OF_MODEL_TYPE, ConfigError,
+    expect(isinstance(model_type, str) and model_type in FAMILY_OF_MODEL_TYPE, ConfigError,
            f"checkpoint '{path}': model_type {model_type!r} is not supported; supported: {sorted(FAMILY_OF_MODEL_TYPE)}")
     try:
         return AutoConfig.from_pretrained(str(directory), local_files_only=True, attn_implementation=ATTN_IMPL)
