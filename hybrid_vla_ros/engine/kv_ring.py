@@ -55,6 +55,19 @@ class KVRing:
         self.keys[layer][slot, :, start:end] = keys.transpose(0, 1)
         self.values[layer][slot, :, start:end] = values.transpose(0, 1)
 
+    def write_rows(self, layer: int, slots: torch.Tensor, positions: torch.Tensor, keys: torch.Tensor,
+                   values: torch.Tensor) -> None:
+        """One token per frame: keys, values (n, kv_heads, head_dim) at (slots[i], positions[i]), one write."""
+        expect(int(positions.max()) < self.slot_tokens, ConfigError,
+               f"KV ring: a frame needs position {int(positions.max())}, slots hold {self.slot_tokens} tokens")
+        self.keys[layer][slots, :, positions] = keys
+        self.values[layer][slots, :, positions] = values
+
+    def gather(self, layer: int, slots: torch.Tensor, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first `end` positions of several slots (n, kv_heads, end, head_dim): one gather per step and
+        layer for all decode rows (a copy; positions past a frame's own length are masked by the caller)."""
+        return self.keys[layer][slots, :, :end], self.values[layer][slots, :, :end]
+
     def read(self, layer: int, slot: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Views of the slot's keys and values (kv_heads, end, head_dim)."""
         return self.keys[layer][slot, :, :end], self.values[layer][slot, :, :end]

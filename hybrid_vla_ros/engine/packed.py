@@ -37,10 +37,31 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return x * cos.unsqueeze(1) + rotated * sin.unsqueeze(1)
 
 
+@dataclass
+class DecodeRows:
+    """The decode rows of a step (one query each), gathered once per step for every layer: their rows, slots,
+    positions, and the mask of each one's keys (positions 0..its own) over the longest."""
+    rows: torch.Tensor        # (n,)
+    slots: torch.Tensor       # (n,)
+    positions: torch.Tensor   # (n,)
+    mask: torch.Tensor        # (n, 1, 1, L) bool
+
+    @classmethod
+    def of(cls, segments: list[Segment]) -> "DecodeRows | None":
+        decode = [s for s in segments if s.count == 1]
+        if not decode:
+            return None
+        positions = torch.tensor([s.start for s in decode])
+        mask = torch.arange(int(positions.max()) + 1) <= positions[:, None]             # (n, L)
+        return cls(torch.tensor([s.row for s in decode]), torch.tensor([s.slot for s in decode]), positions,
+                   mask[:, None, None, :])
+
+
 def packed_block(block, layer: int, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                 segments: list[Segment], ring: KVRing) -> torch.Tensor:
+                 segments: list[Segment], ring: KVRing, decode: DecodeRows | None) -> torch.Tensor:
     """One decoder block (Llama / Qwen2 layout: pre-norm attention + MLP) over packed rows (R, H). Keys are
-    rotated once and written to the ring at their positions; each segment attends to its own slot."""
+    rotated once and written to the ring at their positions; each frame attends to its own slot only: a
+    prefill causally over its rows, the decode rows together (one query each, masked to their own lengths)."""
     attn = block.self_attn
     rows, head_dim = hidden.shape[0], attn.head_dim
     x = block.input_layernorm(hidden)
@@ -49,13 +70,19 @@ def packed_block(block, layer: int, hidden: torch.Tensor, cos: torch.Tensor, sin
     v = attn.v_proj(x).view(rows, -1, head_dim)
     out = torch.empty_like(q)
     for seg in segments:
+        if seg.count == 1:
+            continue
         span = slice(seg.row, seg.row + seg.count)
         ring.write(layer, seg.slot, seg.start, k[span], v[span])
-        keys, values = ring.read(layer, seg.slot, seg.start + seg.count)                # (kv_heads, L, D)
-        query = q[span].transpose(0, 1)                                                # (heads, n, D)
-        # a prefill (n > 1) starts its slot: causal over its own rows; a decode row sees the whole slot
-        out[span] = F.scaled_dot_product_attention(query, keys, values, is_causal=seg.count > 1,
+        keys, values = ring.read(layer, seg.slot, seg.start + seg.count)                # (kv_heads, S, D)
+        out[span] = F.scaled_dot_product_attention(q[span].transpose(0, 1), keys, values, is_causal=True,
                                                    scale=attn.scaling, enable_gqa=True).transpose(0, 1)
+    if decode is not None:
+        ring.write_rows(layer, decode.slots, decode.positions, k[decode.rows], v[decode.rows])
+        keys, values = ring.gather(layer, decode.slots, decode.mask.shape[-1])          # (n, kv_heads, L, D)
+        query = q[decode.rows].unsqueeze(2)                                              # (n, heads, 1, D)
+        out[decode.rows] = F.scaled_dot_product_attention(query, keys, values, attn_mask=decode.mask,
+                                                          scale=attn.scaling, enable_gqa=True)[:, :, 0]
     hidden = hidden + attn.o_proj(out.reshape(rows, -1))
     return hidden + block.mlp(block.post_attention_layernorm(hidden))
 
@@ -77,8 +104,9 @@ class PackedSide:
             return state
         hidden = state.hidden
         cos, sin = self.model.decoder.rotary_emb(hidden.unsqueeze(0), state.positions)   # (1, R, D) each
+        decode = DecodeRows.of(state.segments)
         for offset, block in enumerate(self.blocks):
-            hidden = packed_block(block, self.lo + offset, hidden, cos[0], sin[0], state.segments, self.ring)
+            hidden = packed_block(block, self.lo + offset, hidden, cos[0], sin[0], state.segments, self.ring, decode)
         return PackedState(hidden, state.positions, state.segments)
 
     @torch.inference_mode()
