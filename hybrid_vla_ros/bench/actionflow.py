@@ -134,7 +134,7 @@ def plot_actionflow(report: dict, path: str) -> None:
     axes[1].plot(packs, [report["split"]["pack"][k]["latency_ms"]["p50"] for k in packs], "s-", label="split")
     axes[1].axhline(report["sequential"]["latency_ms"]["p50"], color="k", ls="--", label="sequential")
     axes[1].set_xlabel("K (frames in flight)")
-    axes[1].set_ylabel("latency p50 (ms, submit -> last token)")
+    axes[1].set_ylabel("latency p50 (ms, prefill start -> last token)")
     axes[1].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -41,7 +41,7 @@ class InFlight:
     length: int = 0               # tokens of this frame in its KV slot
     next_position: int = 0        # RoPE position of the next token fed back
     tokens: list[int] = field(default_factory=list)
-    submitted: float = 0.0
+    started: float = 0.0          # when its prefill was packed (latency = started -> its last token)
 
 
 @dataclass
@@ -73,14 +73,14 @@ class ActionFlow:
             check_partition(partition, spec.num_blocks, "ActionFlow partition")
         self.prefix = PackedSide(model, 0, self.partition, slots, slot_tokens)
         self.suffix = PackedSide(model, self.partition, spec.num_blocks, slots, slot_tokens)
-        self.waiting: deque[tuple[Frame, float]] = deque()
+        self.waiting: deque[Frame] = deque()
         self.flight: dict[int, InFlight] = {}        # seq -> frame being decoded
         self.failed: list[ActionResult] = []
         self.steps = 0
 
     # ---- the host side: what is in flight -------------------------------------------------------------------
     def submit(self, frame: Frame) -> None:
-        self.waiting.append((frame, time.perf_counter()))
+        self.waiting.append(frame)
 
     @property
     def busy(self) -> bool:
@@ -92,7 +92,7 @@ class ActionFlow:
         self.prefix.ring.release(entry.slot)
         if error:
             self.failed.append(ActionResult(seq, entry.frame.stamp_ns, None, None,
-                                            time.perf_counter() - entry.submitted, error))
+                                            time.perf_counter() - entry.started, error))
 
     # ---- one packed step ---------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -122,7 +122,7 @@ class ActionFlow:
         """The oldest waiting frame, embedded, in a fresh slot; a frame that cannot be embedded fails alone.
         The prefix side's ring hands out the slots; the suffix's ring follows the slot numbers of the layout."""
         while self.waiting and len(self.flight) < self.pack:
-            frame, submitted = self.waiting.popleft()
+            frame = self.waiting.popleft()
             try:
                 embeds, pos, _ = frame_embeddings(self.model, frame)                   # (1, S, H), (.., 1, S)
             except HybridVLAError as exc:
@@ -130,7 +130,7 @@ class ActionFlow:
                 continue
             # after the prompt, text continues at its largest position + 1 (in all three M-RoPE rows)
             entry = InFlight(frame, self.prefix.ring.acquire(), next_position=int(pos.max()) + 1,
-                             submitted=submitted)
+                             started=time.perf_counter())
             self.flight[frame.seq] = entry
             return entry, embeds[0], pos
         return None
@@ -163,7 +163,7 @@ class ActionFlow:
         trajectory = Trajectory(points=points, seq=entry.frame.seq, stamp_ns=entry.frame.stamp_ns,
                                 partition=self.partition)
         return ActionResult(entry.frame.seq, entry.frame.stamp_ns, list(entry.tokens), trajectory,
-                            time.perf_counter() - entry.submitted)
+                            time.perf_counter() - entry.started)
 
     def step(self) -> list[ActionResult]:
         state = self.prefix_step()
