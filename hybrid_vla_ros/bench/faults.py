@@ -8,7 +8,8 @@ file descriptors of the whole process tree sampled each second, then a burst fas
 
 Accounting: each published frame is delivered (a trajectory), reported lost by a node with a reason
 (~/debug/dropped_frames), or lost in the killed process: published within the longest delivery latency of
-the run before the kill, up to the first trajectory after it. Anything else is `frames_unaccounted`.
+the run before the kill, up to the first trajectory after it, or (killed suffix) handed to it by the prefix
+shortly before the kill. Anything else is `frames_unaccounted`.
 """
 
 from __future__ import annotations
@@ -74,6 +75,19 @@ def graph_up_at(ledger: Ledger) -> float:
     return min(seen, default=float("inf"))
 
 
+INFO_TRANSIT_S = 0.2  # a frame info published just before a kill may reach the bench just after it
+HELD_S = 2.0          # the longest a handed frame can wait in the suffix (its bounded queue at the camera rate)
+
+
+def inside_killed(ledger: Ledger, kill: dict, stamp: int) -> bool:
+    """The killed suffix held the frame: the prefix handed it on (its frame info says so) within HELD_S
+    before the kill and nothing came out. A frame waiting in the suffix's queue can be older than the run's
+    longest delivery, which the plain window assumes."""
+    handed = ledger.handed.get(stamp)
+    return kill["node"] == "hybrid_vla_suffix" and handed is not None and \
+        kill["t_kill"] - HELD_S <= handed <= kill["t_kill"] + INFO_TRANSIT_S
+
+
 def account(ledger: Ledger, kills: list[dict], end: float) -> None:
     """Fill each kill's counts (see the module doc); the segment of a kill runs to the next kill."""
     latency = max([ledger.delivered[s] - t for s, t in ledger.published.items() if s in ledger.delivered], default=0)
@@ -94,7 +108,7 @@ def account(ledger: Ledger, kills: list[dict], end: float) -> None:
             elif stamp in ledger.lost:
                 counts["dropped_counted"] += 1
                 reasons[ledger.lost[stamp]] = reasons.get(ledger.lost[stamp], 0) + 1
-            elif kill["t_kill"] - latency <= t_pub <= window_end:
+            elif kill["t_kill"] - latency <= t_pub <= window_end or inside_killed(ledger, kill, stamp):
                 counts["lost_in_killed_process"] += 1
             else:
                 counts["frames_unaccounted"] += 1
