@@ -9,7 +9,7 @@ head) with AdamW on a smooth L1 loss of the cumulated positions (metres) plus th
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -97,7 +97,3 @@ def train(model: VLAModel, config: TrainConfig, samples: list[Sample] | None = N
             progress(step, history[-1]["loss"])
     model.eval()
     return history
-
-
-def config_dict(config: TrainConfig) -> dict:
-    return asdict(config)
