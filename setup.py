@@ -16,7 +16,7 @@ setup(
         (f"share/{PACKAGE}/launch", glob("launch/*.py") + glob("launch/*.xml")),
         (f"share/{PACKAGE}/config", glob("config/*.yaml") + glob("config/*.json")),
     ],
-    package_data={PACKAGE: ["data/sample_drive/*", "data/dds/*"]},
+    package_data={PACKAGE: ["data/sample_drive/*", "data/road_drive/*", "data/models/*/*", "data/dds/*"]},
     include_package_data=True,
     install_requires=["setuptools", "numpy", "pyyaml", "safetensors", "transformers>=5.0", "torch",
                       "matplotlib", "rosbags>=0.10.9", "jsonschema", "psutil"],

@@ -48,3 +48,23 @@ def test_eval_reports_every_setting_and_fp32_hybrid_equals_native(tmp_path):
         evaluate(load_vla(preset="drive"), drives=2, seed=999)
     plot_evaluation(report, tmp_path / "eval.png")
     assert (tmp_path / "eval.png").stat().st_size > 1000
+
+
+def test_train_and_eval_commands_write_a_checkpoint_a_loss_curve_and_a_report(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    def main(argv):  # a process of its own: the CLI installs its stop handlers for SIGINT/SIGTERM
+        return subprocess.run([sys.executable, "-m", "hybrid_vla_ros.cli"] + argv, timeout=300).returncode
+    out = tmp_path / "ckpt"
+    assert main(["train", "--out", str(out), "--steps", "3", "--batch", "2", "--drives", "1",
+                 "--frames-per-drive", "4"]) == 0
+    assert {"config.json", "model.safetensors", "action_head.safetensors", "loss.png", "training.json"} <= \
+        {p.name for p in out.iterdir()}
+    training = json.loads((out / "training.json").read_text())
+    assert training["config"]["steps"] == 3 and training["config"]["lr"] == 1e-3 and len(training["history"]) == 3
+    assert main(["eval", "--checkpoint", str(out), "--drives", "1", "--frames-per-drive", "2", "--partitions", "2",
+                 "--json", str(tmp_path / "eval.json")]) == 0
+    report = json.loads((tmp_path / "eval.json").read_text())
+    assert {"constant_velocity", "native", "hybrid_fp32_p2", "hybrid_bf16_p2"} == set(report["settings"])

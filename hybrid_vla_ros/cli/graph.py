@@ -25,8 +25,8 @@ def cmd_demo(args) -> int:
     if not args.graph_running:  # a graph that runs elsewhere may be on other computers
         os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     from ..report import key_value_table, pair, progress_printer
-    from ..ros.demo import SAMPLE_DRIVE, run_demo
-    summary = run_demo(args.out, bag=args.bag or SAMPLE_DRIVE, config=args.config, rate=args.rate,
+    from ..ros.demo import run_demo
+    summary = run_demo(args.out, bag=args.bag, config=args.config, rate=args.rate,
                        storage=args.storage, processes=args.processes, progress=progress_printer("demo"),
                        graph_running=args.graph_running)
     changes = [pt for i, pt in enumerate(summary["partition_over_time"])

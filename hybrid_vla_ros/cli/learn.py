@@ -11,11 +11,10 @@ from .common import add_model_args, model_from_args
 def cmd_train(args) -> int:
     from tqdm import tqdm
     from .. import stop
-    from ..learn.train import TrainConfig, train
+    from ..learn.train import TrainConfig, plot_loss, train
     from ..model.checkpoint import save_checkpoint
-    from ..report import pyplot
-    config = TrainConfig(steps=args.steps, batch=args.batch, lr=args.lr, drives=args.drives,
-                         frames_per_drive=args.frames_per_drive, seed=args.seed)
+    given = {name: getattr(args, name) for name in ("steps", "batch", "lr", "drives", "frames_per_drive", "seed")}
+    config = TrainConfig(**{name: value for name, value in given.items() if value is not None})  # else its defaults
     model = model_from_args(args)
     bar = tqdm(total=config.steps, desc="train", unit="step")
 
@@ -28,17 +27,7 @@ def cmd_train(args) -> int:
     out = Path(args.out)
     save_checkpoint(model, out)
     (out / "training.json").write_text(json.dumps({"config": vars(config), "history": history}, indent=1))
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot([h["step"] for h in history], [h["loss"] for h in history], lw=0.8)
-    ax.set_yscale("log")
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss (smooth L1, m)")
-    ax.set_title(f"{model.spec.name}: {config.drives} drives x {config.frames_per_drive} frames, seed {config.seed}, "
-                 f"{history[-1]['seconds'] / 60:.1f} min", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(args.plot or out / "loss.png", dpi=110)
-    plt.close(fig)
+    plot_loss(history, config, model.spec.name, args.plot or out / "loss.png")
     print(f"trained '{model.spec.name}' for {config.steps} steps (final loss {history[-1]['loss']:.3f}); "
           f"checkpoint in {out}, loss curve {args.plot or out / 'loss.png'}")
     return 0
@@ -70,12 +59,13 @@ def register(sub) -> None:
     p = sub.add_parser("train", help="train a small driving VLA on synthetic road drives (CPU), save a checkpoint")
     add_model_args(p, default_preset="drive")
     p.add_argument("--out", required=True, help="checkpoint directory to write")
-    p.add_argument("--steps", type=int, default=1500)
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--drives", type=int, default=40, help="training drives (seeds 1000, 1001, ...)")
-    p.add_argument("--frames-per-drive", type=int, default=60)
-    p.add_argument("--seed", type=int, default=0)
+    # defaults (None here): learn/train.py TrainConfig, the settings of the shipped data/models/drive
+    p.add_argument("--steps", type=int, default=None, help="optimiser steps (default 3000)")
+    p.add_argument("--batch", type=int, default=None, help="frames per step (default 16)")
+    p.add_argument("--lr", type=float, default=None, help="peak learning rate (default 1e-3)")
+    p.add_argument("--drives", type=int, default=None, help="training drives, seeds 1000, 1001, ... (default 80)")
+    p.add_argument("--frames-per-drive", type=int, default=None, help="(default 60)")
+    p.add_argument("--seed", type=int, default=None, help="initialisation and batch order (default 0)")
     p.add_argument("--plot", default=None, help="loss curve PNG (default OUT/loss.png)")
     p.set_defaults(func=cmd_train)
 

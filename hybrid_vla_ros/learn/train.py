@@ -8,6 +8,7 @@ head) with AdamW on a smooth L1 loss of the cumulated positions (metres) plus th
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -25,11 +26,11 @@ TRAIN_SEED_BASE = 1000   # training drives: seeds 1000, 1001, ...; held-out driv
 
 @dataclass
 class TrainConfig:
-    steps: int = 1500
+    steps: int = 3000
     batch: int = 16
     lr: float = 1e-3
     weight_decay: float = 0.01
-    drives: int = 40
+    drives: int = 80
     frames_per_drive: int = 60
     rate_hz: float = 10.0
     seed: int = 0
@@ -71,6 +72,17 @@ def waypoint_loss(raw: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
             + 2.0 * F.smooth_l1_loss(raw[..., 2], truth[..., 2]))
 
 
+def warmup_cosine(steps: int, warmup_fraction: float = 0.1):
+    """LR factor per step: linear warm-up over the first tenth, then cosine down to 0 (any steps >= 1)."""
+    warmup = max(1, int(steps * warmup_fraction))
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
+    return factor
+
+
 def train(model: VLAModel, config: TrainConfig, samples: list[Sample] | None = None, progress=None) -> list[dict]:
     """Trains `model` in place. -> history: one {step, loss, seconds} per step. progress(step, loss), if given,
     hears every step (the CLI draws a progress bar with it)."""
@@ -81,8 +93,7 @@ def train(model: VLAModel, config: TrainConfig, samples: list[Sample] | None = N
     truths = torch.tensor(np.stack([s.truth for s in samples]), dtype=torch.float32)  # (n, N, 4)
     model.train()
     optimiser = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    schedule = torch.optim.lr_scheduler.OneCycleLR(optimiser, max_lr=config.lr, total_steps=config.steps,
-                                                   pct_start=0.1)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimiser, warmup_cosine(config.steps))
     history, start = [], time.perf_counter()
     for step in range(config.steps):
         index = rng.choice(len(samples), size=min(config.batch, len(samples)), replace=False)
@@ -97,3 +108,24 @@ def train(model: VLAModel, config: TrainConfig, samples: list[Sample] | None = N
             progress(step, history[-1]["loss"])
     model.eval()
     return history
+
+
+def plot_loss(history: list[dict], config: TrainConfig, name: str, path) -> None:
+    """The loss per step and its running mean, log scale."""
+    from ..report import pyplot
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    steps, losses = [h["step"] for h in history], [h["loss"] for h in history]
+    ax.plot(steps, losses, lw=0.6, alpha=0.5, label="per step")
+    window = max(1, len(losses) // 50)
+    ax.plot(steps[window - 1:], np.convolve(losses, np.ones(window) / window, mode="valid"), lw=1.5,
+            label=f"mean of {window} steps")
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (smooth L1, m)")
+    ax.set_title(f"{name}: {config.drives} drives x {config.frames_per_drive} frames, batch {config.batch}, "
+                 f"seed {config.seed}, {history[-1]['seconds'] / 60:.1f} min", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import torch
 
@@ -12,13 +13,33 @@ from .spec import get_preset
 from .vla import VLAModel, build_model
 
 
+BUILTIN_PREFIX = "builtin:"
+BUILTIN_DIR = Path(__file__).resolve().parents[1] / "data" / "models"   # checkpoints shipped in the package
+
+
+def builtin_checkpoints() -> list[str]:
+    return sorted(p.name for p in BUILTIN_DIR.iterdir() if p.is_dir()) if BUILTIN_DIR.is_dir() else []
+
+
+def resolve_checkpoint(checkpoint: str) -> str:
+    """'builtin:NAME' -> the directory of the checkpoint shipped in the package; any other value as given."""
+    if not checkpoint.startswith(BUILTIN_PREFIX):
+        return checkpoint
+    name = checkpoint[len(BUILTIN_PREFIX):]
+    expect(name in builtin_checkpoints(), ConfigError,
+           f"checkpoint '{checkpoint}': no such built-in checkpoint (shipped: "
+           f"{', '.join(BUILTIN_PREFIX + n for n in builtin_checkpoints()) or 'none'})")
+    return str(BUILTIN_DIR / name)
+
+
 def load_vla(preset: str | None = None, checkpoint: str | None = None, dtype: torch.dtype = torch.float32,
              shapes_only: bool = False, keep=None, fresh_head: bool = False) -> VLAModel:
-    """keep(model) -> modules: with a checkpoint, read only those (the rest stays on the meta device)."""
+    """keep(model) -> modules: with a checkpoint (a directory, or 'builtin:NAME' for one shipped in the package),
+    read only those (the rest stays on the meta device)."""
     expect((preset is None) != (checkpoint is None), ConfigError,
            f"give exactly one of a preset or a checkpoint directory (got preset={preset!r}, checkpoint={checkpoint!r})")
     if checkpoint is not None:
-        return load_checkpoint(checkpoint, dtype=dtype, keep=(lambda m: []) if shapes_only else keep,
+        return load_checkpoint(resolve_checkpoint(checkpoint), dtype=dtype, keep=(lambda m: []) if shapes_only else keep,
                                fresh_head=fresh_head)
     spec = get_preset(preset)
     return build_model(spec, dtype=dtype, device="meta" if shapes_only or spec.shape_only else "cpu")

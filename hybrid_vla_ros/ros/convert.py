@@ -165,9 +165,10 @@ def trajectory_to_msg(traj: Trajectory, msg_cls, kind: str, frame_id: str, point
     ns_to_stamp(traj.stamp_ns, msg.header.stamp)
     if kind == "path":
         from geometry_msgs.msg import PoseStamped
-        for x, y, heading, _speed, _t in points:
-            pose = PoseStamped()
-            pose.header = msg.header
+        for x, y, heading, _speed, t in points:
+            pose = PoseStamped()  # each pose stamped with the time the car is to be there
+            pose.header.frame_id = frame_id
+            ns_to_stamp(traj.stamp_ns + int(round(float(t) * 1e9)), pose.header.stamp)
             pose.pose.position.x, pose.pose.position.y = float(x), float(y)
             _yaw_quaternion(pose.pose.orientation, float(heading))
             msg.poses.append(pose)

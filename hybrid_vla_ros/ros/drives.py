@@ -6,12 +6,13 @@ base_link at the frame's stamp)."""
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 from typing import Iterable, NamedTuple
 
 import numpy as np
 
-from ..errors import ConfigError, expect
+from ..errors import ConfigError, InputError, expect
 from ..model.spec import get_preset
 from ..types import Trajectory
 from . import convert
@@ -83,3 +84,40 @@ def write_road_drive(path: str | Path, preset: str, camera_topics: list[str], fr
     expect(len(camera_topics) == spec.num_cameras, ConfigError,
            f"road drive: {len(camera_topics)} camera topics for a {spec.num_cameras}-camera model")
     return write_drive(path, camera_topics, road_steps(preset, frames, seed, rate_hz), rate_hz, storage, seed=seed)
+
+
+def read_drive_view(path: str | Path, camera_topic: str | None = None, predictions: dict | None = None) -> list:
+    """A drive bag -> sim.view.ViewFrame per odometry message (by header stamp): the front camera's image
+    (`camera_topic`, default: the first camera topic), speed and yaw rate, the recorded ground truth when the
+    bag has it, and `predictions` (stamp -> (N, 2)) when given. Decoded with the bag type store (pure
+    Python), never rclpy: a damaged message is skipped, not a crash."""
+    from ..sim.view import ViewFrame
+    from .bag import bag_info, stream_bag, typestore_with
+    from .replay import CAMERA_TYPES
+    types = bag_info(path).types
+    cameras = [t for t, m in types.items() if m in CAMERA_TYPES]
+    camera_topic = camera_topic or (sorted(cameras)[0] if cameras else None)
+    wanted = {t for t in (camera_topic, KINEMATIC_TOPIC, GROUND_TRUTH_TOPIC) if t in types}
+    store = typestore_with({types[t] for t in wanted})
+    images, odometry, truths = {}, {}, {}
+    for message in stream_bag(path):
+        if message.topic not in wanted:
+            continue
+        try:
+            msg = store.deserialize_cdr(message.raw, message.msgtype)
+            stamp = convert.stamp_to_ns(msg.header.stamp)
+            if message.topic == KINEMATIC_TOPIC:
+                odometry[stamp] = (float(msg.twist.twist.linear.x), float(msg.twist.twist.angular.z))
+            elif message.topic == GROUND_TRUTH_TOPIC:
+                truths[stamp] = np.array([[p.pose.position.x, p.pose.position.y,
+                                           (convert.stamp_to_ns(p.header.stamp) - stamp) * 1e-9] for p in msg.poses])
+            else:
+                images[stamp] = (convert.compressed_to_array(msg, message.topic) if hasattr(msg, "format")
+                                 else convert.image_to_array(msg, message.topic))
+        except (InputError, ValueError, IndexError, KeyError, AttributeError, struct.error, UnicodeDecodeError):
+            # a picture of the drive: a damaged message is left out
+            continue
+    predictions = predictions or {}
+    return [ViewFrame(stamp, images.get(stamp), speed, yaw_rate, truth[:, :2] if truth is not None else None,
+                      predictions.get(stamp), truth[:, 2] if truth is not None else None)
+            for stamp, (speed, yaw_rate), truth in ((s, o, truths.get(s)) for s, o in sorted(odometry.items()))]

@@ -76,7 +76,7 @@ def _common_model() -> list[ParamSpec]:
     return [
         AUTOSTART,
         ParamSpec("model.preset", "string", "named preset (used when model.checkpoint is empty)"),
-        ParamSpec("model.checkpoint", "string", "local Hugging Face model directory (docs/CHECKPOINTS.md); each stage reads its side; empty = use model.preset"),
+        ParamSpec("model.checkpoint", "string", "local Hugging Face model directory (docs/CHECKPOINTS.md) or builtin:NAME (shipped, e.g. builtin:drive); each stage reads its side; empty = use model.preset"),
         ParamSpec("dynamic_zone_min", "int", "first partition of the dynamic zone; -1 = the partition point", -1, 1024),
         ParamSpec("dynamic_zone_max", "int", "last partition of the dynamic zone; -1 = the partition point", -1, 1024),
         ParamSpec("processing_time_warn_ms", "double", "diagnostics WARN above this stage time", 0.0, 1e6),
@@ -131,7 +131,7 @@ SUFFIX_PARAMS = _common_model() + [
 SCHEDULER_PARAMS = [
     AUTOSTART,
     ParamSpec("model.preset", "string", "preset whose block count bounds the partition"),
-    ParamSpec("model.checkpoint", "string", "checkpoint whose block count bounds the partition; empty = preset"),
+    ParamSpec("model.checkpoint", "string", "checkpoint (directory or builtin:NAME) whose block count bounds the partition; empty = preset"),
     ParamSpec("initial_partition", "int", "partition published on activation", 0, 1024),
     ParamSpec("dynamic_zone_min", "int", "lowest partition the scheduler may choose; -1 = initial_partition (as for the stages)", -1, 1024),
     ParamSpec("dynamic_zone_max", "int", "highest partition the scheduler may choose; -1 = initial_partition (as for the stages)", -1, 1024),

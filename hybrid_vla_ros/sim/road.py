@@ -91,6 +91,18 @@ def render(scene: RoadScene, height: int, width: int, yaw_rad: float = 0.0, fov_
     return np.clip(image, 0, 255).astype(np.uint8)
 
 
+def project_to_image(points_xy: np.ndarray, height: int, width: int, fov_rad: float = math.radians(90)) -> np.ndarray:
+    """Ground points (N, 2) x forward, y left (ego frame, metres) -> (N, 2) pixel u, v in the front camera's
+    image as render() draws it (yaw 0); points less than 0.5 m ahead come back as NaN."""
+    focal = (width / 2) / math.tan(fov_rad / 2)
+    x, y = points_xy[:, 0], points_xy[:, 1]
+    ahead = x > 0.5
+    safe = np.where(ahead, x, 1.0)
+    u = np.where(ahead, width / 2 - y * focal / safe, np.nan)
+    v = np.where(ahead, height / 2 + CAMERA_HEIGHT_M * focal / safe, np.nan)
+    return np.column_stack([u, v])
+
+
 def _draw_lead(image, distance, scene: RoadScene, focal, horizon, yaw_rad, width):
     """The lead vehicle as a dark box standing on the lane centre, occluding what lies behind it."""
     x = scene.lead_m
