@@ -17,6 +17,10 @@ PYEOF
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 timeout 60 "$PY" -m hybrid_vla_ros.cli verify --preset tiny --prefix-device cuda --tolerance 1e-4 --json > "$OUT/verify_tiny_cuda.json"
 timeout 60 "$PY" -m hybrid_vla_ros.cli verify --preset tiny-llava --prefix-device cuda --tolerance 1e-4 --json > "$OUT/verify_tiny_llava_cuda.json"
+# the trained driving model with its prefix on the GPU: ADE vs native (CPU, fp32) and the largest difference
+timeout 200 "$PY" -m hybrid_vla_ros.cli eval --checkpoint builtin:drive --drives 10 --seed 0 --prefix-device cuda \
+  --json "$OUT/eval_drive_cuda.json" > "$OUT/eval_drive_cuda.txt"
+tail -5 "$OUT/eval_drive_cuda.txt"
 timeout 150 "$PY" -m hybrid_vla_ros.cli bench --preset bench --prefix-device cuda --dtype fp16 --suffix-dtype bf16 \
   --frames 20 --json "$OUT/bench_cuda.json" --plot "$OUT/bench_cuda.png" > "$OUT/bench_cuda_headline.json"
 "$PY" - "$OUT" <<'PYEOF'

@@ -114,3 +114,19 @@ def test_fp32_stages_on_one_device_share_the_models_blocks():
     prefix, suffix = PrefixStage(model, 2, zone=(1, 3)), SuffixStage(model, 2, zone=(1, 3))
     assert prefix.blocks[1] is suffix.blocks[1] is model.decoder.layers[1]  # zone block: resident once
     assert suffix.blocks[3] is model.decoder.layers[3]
+
+
+def test_an_fp32_prefix_on_cuda_turns_tf32_off_and_others_leave_it_alone():
+    """On an H200, cuDNN's default TF32 made the CUDA prefix differ from HF's CPU forward by 6.5e-4
+    (docs/BENCHMARKS.md). Only the flags are checked here (no GPU); the GPU check measures the effect."""
+    from hybrid_vla_ros.engine.placement import Placement
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        Placement().exact_fp32()                                                     # CPU prefix
+        Placement(prefix_device=torch.device("cuda"), prefix_dtype=torch.float16).exact_fp32()
+        assert torch.backends.cudnn.allow_tf32 and torch.backends.cuda.matmul.allow_tf32
+        Placement(prefix_device=torch.device("cuda")).exact_fp32()
+        assert not torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved

@@ -42,7 +42,8 @@ def cmd_eval(args) -> int:
         partitions = tuple(int(p) for p in args.partitions.split(",") if p) if args.partitions else None
     except ValueError as exc:
         raise ConfigError(f"--partitions '{args.partitions}': expected comma-separated integers") from exc
-    report = evaluate(model, args.drives, args.seed, args.frames_per_drive, partitions, progress_printer("eval"))
+    report = evaluate(model, args.drives, args.seed, args.frames_per_drive, partitions, progress_printer("eval"),
+                      prefix=(args.prefix_device, args.prefix_dtype))
     write_report(report, args.json)
     if args.plot:
         plot_evaluation(report, args.plot)
@@ -76,6 +77,9 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="first held-out drive seed (seeds below 1000)")
     p.add_argument("--frames-per-drive", type=int, default=40)
     p.add_argument("--partitions", default=None, help="comma-separated p (default: 1, L/2, L-1)")
+    p.add_argument("--prefix-device", default="cpu",
+                   help="the hybrid settings' prefix device: cpu (default; fp32 then equals native exactly), cuda, auto")
+    p.add_argument("--prefix-dtype", default="fp32", help="the hybrid settings' prefix dtype: fp32, bf16, fp16")
     p.add_argument("--json", default=None)
     p.add_argument("--plot", default=None)
     p.set_defaults(func=cmd_eval)

@@ -57,6 +57,15 @@ class Placement:
     def uses_cuda(self) -> bool:
         return self.prefix_device.type == "cuda"
 
+    def exact_fp32(self) -> None:
+        """fp32 on the GPU means fp32: TF32 off for matmuls and cuDNN convolutions. PyTorch leaves cuDNN's TF32
+        on by default, and the vision patch embedding (a convolution) then differs from the CPU by ~1e-3
+        (measured on an H200: verify --preset tiny 6.5e-4). Process-wide, as PyTorch's switches are; a
+        reduced-precision prefix dtype (fp16/bf16) leaves them alone."""
+        if self.uses_cuda and self.prefix_dtype == torch.float32:
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
+
     def describe(self) -> dict:
         return {"prefix_device": str(self.prefix_device), "prefix_dtype": DTYPE_NAMES[self.prefix_dtype],
                 "suffix_device": str(self.suffix_device), "suffix_dtype": DTYPE_NAMES[self.suffix_dtype]}

@@ -81,6 +81,7 @@ class PrefixStage:
         self.zone = Zone.around(self.partition, model.num_blocks, zone)
         hi = self.zone[1]
         device, dtype = placement.prefix_device, placement.prefix_dtype
+        placement.exact_fp32()
         ensure_loaded(model, prefix_modules(model, hi), dtype, device)  # a checkpoint's prefix side: read now
         if not all(is_placed(m, device, dtype) for m in prefix_modules(model, hi)):
             model = copy_sharing(model, suffix_modules(model, hi))

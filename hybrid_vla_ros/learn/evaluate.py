@@ -6,7 +6,6 @@ difference between native and each hybrid setting."""
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from ..engine.placement import Placement
 from ..errors import ConfigError, expect
@@ -22,11 +21,13 @@ def displacement(pred_xy: np.ndarray, truth_xy: np.ndarray) -> tuple[float, floa
     return float(dist.mean()), float(dist[-1])
 
 
-def predictions(model: VLAModel, samples: list[Sample], partition: int | None, suffix_dtype=torch.float32) -> list:
-    """(N, 2) predicted positions per sample: native (partition None) or split at `partition`."""
+def predictions(model: VLAModel, samples: list[Sample], partition: int | None, suffix_dtype: str = "fp32",
+                prefix: tuple[str, str] = ("cpu", "fp32")) -> list:
+    """(N, 2) predicted positions per sample: native (partition None; the CPU, fp32) or split at `partition`
+    with the prefix on `prefix` = (device, dtype) and the suffix on the CPU in `suffix_dtype`."""
     if partition is None:
         return [reference_forward(model, s.frame)[1].points[:, :2] for s in samples]
-    placement = Placement(suffix_dtype=suffix_dtype)
+    placement = Placement.create(prefix[0], prefix[1], suffix_dtype)
     prefix, suffix = PrefixStage(model, partition, placement), SuffixStage(model, partition, placement)
     return [suffix.run(prefix.run(s.frame)).points[:, :2] for s in samples]
 
@@ -46,8 +47,9 @@ def constant_velocity(samples: list[Sample], dt_s: float) -> list:
 
 
 def evaluate(model: VLAModel, drives: int = 10, seed: int = 0, frames_per_drive: int = 40,
-             partitions: tuple[int, ...] | None = None, progress=print) -> dict:
-    """Held-out drives seed, seed + 1, ... (all below TRAIN_SEED_BASE)."""
+             partitions: tuple[int, ...] | None = None, progress=print, prefix: tuple[str, str] = ("cpu", "fp32")) -> dict:
+    """Held-out drives seed, seed + 1, ... (all below TRAIN_SEED_BASE). prefix: the hybrid settings' prefix
+    (device, dtype); native is always transformers' forward on the CPU in fp32."""
     spec = model.spec
     seeds = list(range(seed, seed + drives))
     expect(seed >= 0 and max(seeds) < TRAIN_SEED_BASE, ConfigError,
@@ -55,15 +57,17 @@ def evaluate(model: VLAModel, drives: int = 10, seed: int = 0, frames_per_drive:
            f"(from {TRAIN_SEED_BASE} on they are training drives)")
     samples = road_samples(spec, seeds, frames_per_drive)
     partitions = partitions or tuple(sorted({1, spec.num_blocks // 2, spec.num_blocks - 1}))
-    report = {"preset": spec.name, "drives": drives, "seeds": seeds, "frames": len(samples), "settings": {}}
+    report = {"preset": spec.name, "drives": drives, "seeds": seeds, "frames": len(samples),
+              "hybrid_prefix": {"device": prefix[0], "dtype": prefix[1]}, "settings": {}}
     settings = report["settings"]
     settings["constant_velocity"] = score(constant_velocity(samples, spec.waypoint_dt_s), samples)
     native = predictions(model, samples, None)
     settings["native"] = score(native, samples)
     progress(f"native: ADE {settings['native']['ade_m']:.3f} m")
     for p in partitions:
-        for name, dtype in ((f"hybrid_fp32_p{p}", torch.float32), (f"hybrid_bf16_p{p}", torch.bfloat16)):
-            preds = predictions(model, samples, p, dtype)
+        for dtype in ("fp32", "bf16"):
+            name = f"hybrid_{dtype}_p{p}"
+            preds = predictions(model, samples, p, dtype, prefix)
             settings[name] = {**score(preds, samples),
                               "max_diff_vs_native_m": float(max(np.abs(a - b).max() for a, b in zip(preds, native)))}
             progress(f"{name}: ADE {settings[name]['ade_m']:.3f} m")
