@@ -58,3 +58,14 @@ def test_a_road_drive_bag_reads_back_and_draws(tmp_path):
     assert frames[1].predicted_xy is not None and frames[0].predicted_xy is None
     plot_drive(frames, tmp_path / "drive.png", "test")
     assert (tmp_path / "drive.png").stat().st_size > 10_000
+
+
+def test_a_drive_without_ground_truth_gets_the_birds_eye_view_only(tmp_path):
+    """A recorded drive (no ground truth): its camera is not the sim's, so no paths are drawn over it."""
+    from hybrid_vla_ros.ros.demo import write_sample_drive
+    from hybrid_vla_ros.ros.drives import read_drive_view
+    bag = write_sample_drive(tmp_path / "drive", "tiny", ["/cam0/image/compressed", "/cam1/image/compressed"], frames=4)
+    frames = read_drive_view(bag)
+    assert len(frames) == 4 and all(f.image is None and f.truth_xy is None for f in frames)
+    plot_drive(frames, tmp_path / "drive.png", "no ground truth")
+    assert (tmp_path / "drive.png").stat().st_size > 5_000

@@ -87,9 +87,9 @@ def write_road_drive(path: str | Path, preset: str, camera_topics: list[str], fr
 
 
 def read_drive_view(path: str | Path, camera_topic: str | None = None, predictions: dict | None = None) -> list:
-    """A drive bag -> sim.view.ViewFrame per odometry message (by header stamp): the front camera's image
-    (`camera_topic`, default: the first camera topic), speed and yaw rate, the recorded ground truth when the
-    bag has it, and `predictions` (stamp -> (N, 2)) when given. Decoded with the bag type store (pure
+    """A drive bag -> sim.view.ViewFrame per odometry message (by header stamp): speed and yaw rate, the
+    recorded ground truth and the front camera's image (`camera_topic`, default: the first camera topic) when
+    the bag is a synthetic road drive (it has the ground truth), and `predictions` (stamp -> (N, 2)). Decoded with the bag type store (pure
     Python), never rclpy: a damaged message is skipped, not a crash."""
     from ..sim.view import ViewFrame
     from .bag import bag_info, stream_bag, typestore_with
@@ -97,7 +97,9 @@ def read_drive_view(path: str | Path, camera_topic: str | None = None, predictio
     types = bag_info(path).types
     cameras = [t for t, m in types.items() if m in CAMERA_TYPES]
     camera_topic = camera_topic or (sorted(cameras)[0] if cameras else None)
-    wanted = {t for t in (camera_topic, KINEMATIC_TOPIC, GROUND_TRUTH_TOPIC) if t in types}
+    # images only for the sim's drives (the ground truth says so): the paths are drawn with its camera model
+    synthetic = GROUND_TRUTH_TOPIC in types
+    wanted = {t for t in (camera_topic if synthetic else None, KINEMATIC_TOPIC, GROUND_TRUTH_TOPIC) if t in types}
     store = typestore_with({types[t] for t in wanted})
     images, odometry, truths = {}, {}, {}
     for message in stream_bag(path):
