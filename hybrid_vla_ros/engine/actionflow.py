@@ -25,11 +25,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..errors import ConfigError, HybridVLAError, expect
+from ..errors import ConfigError, HybridVLAError, InputError, expect
 from ..model.vla import VLAModel
 from ..types import Frame, Trajectory
 from .kv_ring import check_ring
 from .packed import PackedSide, PackedState, Segment
+from .packed_codec import check_fits, decode_state, encode_tokens
 from .partition import check_partition
 from .stages import frame_embeddings
 
@@ -139,6 +140,20 @@ class ActionFlow:
     def suffix_step(self, state: PackedState) -> dict[int, int]:
         """Blocks [p, L) + norm + head: seq -> the frame's next token."""
         return self.suffix.next_tokens(self.suffix.blocks_forward(state))
+
+    def suffix_step_payload(self, payload: bytes) -> bytes:
+        """The suffix side in another process: the packed state as bytes in (engine/packed_codec.py), the next
+        tokens as bytes out, for the same step. Only this side's ring is used; a payload that is damaged, cut
+        elsewhere or does not fit this ring is an InputError."""
+        state, partition, step = decode_state(payload)
+        expect(partition == self.partition, InputError,
+               f"packed boundary cut at p={partition}, this suffix runs blocks [{self.partition}, L)")
+        check_fits(state, self.suffix.ring.slots, self.suffix.ring.slot_tokens, "packed boundary")
+        dtype = self.model.decoder.norm.weight.dtype
+        expect(state.hidden.shape[1] == self.model.spec.hidden_size and state.hidden.dtype == dtype, InputError,
+               f"packed boundary: hidden rows of {state.hidden.shape[1]} {state.hidden.dtype}, this model's are "
+               f"{self.model.spec.hidden_size} {dtype}")
+        return encode_tokens(self.suffix_step(state), step)
 
     def finish(self, state: PackedState, tokens: dict[int, int]) -> list[ActionResult]:
         """Append each frame's new token; frames with all their tokens are complete: slot freed, result out."""

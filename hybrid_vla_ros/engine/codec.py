@@ -40,11 +40,51 @@ def _frombuffer(view: memoryview) -> torch.Tensor:
         return torch.frombuffer(view, dtype=torch.uint8)
 
 
+def tensors_size(tensors) -> int:
+    """Bytes of `tensors` as write_tensor lays them out."""
+    return sum(TENSOR_HEAD.size + U64.size * (t.dim() + 1) + t.numel() * t.element_size() for t in tensors)
+
+
+def write_tensor(buffer, pos: int, t: torch.Tensor) -> int:
+    """dtype code, ndim, dims, nbytes, raw bytes at `pos` -> the position after them."""
+    expect(t.dtype in DTYPE_CODES, InputError, f"cannot encode tensor of dtype {t.dtype}")
+    TENSOR_HEAD.pack_into(buffer, pos, DTYPE_CODES[t.dtype], t.dim())
+    pos += TENSOR_HEAD.size
+    for dim in t.shape:
+        U64.pack_into(buffer, pos, dim)
+        pos += U64.size
+    raw = _tensor_bytes(t)
+    U64.pack_into(buffer, pos, raw.nbytes)
+    pos += U64.size
+    buffer[pos:pos + raw.nbytes] = raw
+    return pos + raw.nbytes
+
+
+def read_tensor(view: memoryview, pos: int, name: str, source: str, copy: bool = True) -> tuple[torch.Tensor, int]:
+    """The tensor write_tensor wrote at `pos`, every field checked against the buffer -> (tensor, next pos)."""
+    expect(view.nbytes >= pos + TENSOR_HEAD.size, InputError, f"{source}: truncated before tensor '{name}'")
+    code, ndim = TENSOR_HEAD.unpack_from(view, pos)
+    pos += TENSOR_HEAD.size
+    expect(code in CODE_DTYPES, InputError, f"{source}: tensor '{name}' has unknown dtype code {code}")
+    expect(0 < ndim <= MAX_NDIM, InputError, f"{source}: tensor '{name}' has {ndim} dims, expected 1..{MAX_NDIM}")
+    expect(view.nbytes >= pos + U64.size * (ndim + 1), InputError, f"{source}: truncated in header of '{name}'")
+    shape = [U64.unpack_from(view, pos + U64.size * i)[0] for i in range(ndim)]
+    nbytes = U64.unpack_from(view, pos + U64.size * ndim)[0]
+    pos += U64.size * (ndim + 1)
+    dtype = CODE_DTYPES[code]
+    expected = dtype.itemsize
+    for dim in shape:
+        expected *= dim
+    expect(nbytes == expected, InputError,
+           f"{source}: tensor '{name}' declares {nbytes} bytes, shape {tuple(shape)} of {dtype} needs {expected}")
+    expect(view.nbytes >= pos + nbytes, InputError,
+           f"{source}: tensor '{name}' truncated ({view.nbytes - pos} of {nbytes} bytes present)")
+    tensor = _frombuffer(view[pos:pos + nbytes]).view(dtype).reshape(shape)
+    return (tensor.clone() if copy else tensor), pos + nbytes
+
+
 def encoded_size(state: BoundaryState) -> int:
-    size = HEADER.size
-    for t in (state.hidden, state.position_ids, state.attention_mask):
-        size += TENSOR_HEAD.size + U64.size * (t.dim() + 1) + t.numel() * t.element_size()
-    return size
+    return HEADER.size + tensors_size((state.hidden, state.position_ids, state.attention_mask))
 
 
 def encode_into(state: BoundaryState, buffer, offset: int = 0) -> int:
@@ -54,17 +94,7 @@ def encode_into(state: BoundaryState, buffer, offset: int = 0) -> int:
                      state.query_index, len(tensors))
     pos = offset + HEADER.size
     for t in tensors:
-        expect(t.dtype in DTYPE_CODES, InputError, f"cannot encode tensor of dtype {t.dtype}")
-        TENSOR_HEAD.pack_into(buffer, pos, DTYPE_CODES[t.dtype], t.dim())
-        pos += TENSOR_HEAD.size
-        for dim in t.shape:
-            U64.pack_into(buffer, pos, dim)
-            pos += U64.size
-        raw = _tensor_bytes(t)
-        U64.pack_into(buffer, pos, raw.nbytes)
-        pos += U64.size
-        buffer[pos:pos + raw.nbytes] = raw
-        pos += raw.nbytes
+        pos = write_tensor(buffer, pos, t)
     return pos - offset
 
 
@@ -85,27 +115,8 @@ def decode(buffer, source: str = "boundary payload", copy: bool = True) -> Bound
     expect(count == len(TENSOR_NAMES), InputError, f"{source}: {count} tensors, expected {len(TENSOR_NAMES)}")
     pos, tensors = HEADER.size, []
     for name in TENSOR_NAMES:
-        expect(view.nbytes >= pos + TENSOR_HEAD.size, InputError, f"{source}: truncated before tensor '{name}'")
-        code, ndim = TENSOR_HEAD.unpack_from(view, pos)
-        pos += TENSOR_HEAD.size
-        expect(code in CODE_DTYPES, InputError, f"{source}: tensor '{name}' has unknown dtype code {code}")
-        expect(0 < ndim <= MAX_NDIM, InputError, f"{source}: tensor '{name}' has {ndim} dims, expected 1..{MAX_NDIM}")
-        expect(view.nbytes >= pos + U64.size * (ndim + 1), InputError, f"{source}: truncated in header of '{name}'")
-        shape = [U64.unpack_from(view, pos + U64.size * i)[0] for i in range(ndim)]
-        nbytes = U64.unpack_from(view, pos + U64.size * ndim)[0]
-        pos += U64.size * (ndim + 1)
-        dtype = CODE_DTYPES[code]
-        expected = dtype.itemsize
-        for dim in shape:
-            expected *= dim
-        expect(nbytes == expected, InputError,
-               f"{source}: tensor '{name}' declares {nbytes} bytes, shape {tuple(shape)} of {dtype} needs {expected}")
-        expect(view.nbytes >= pos + nbytes, InputError,
-               f"{source}: tensor '{name}' truncated ({view.nbytes - pos} of {nbytes} bytes present)")
-        raw = _frombuffer(view[pos:pos + nbytes])
-        tensor = raw.view(dtype).reshape(shape)
-        tensors.append(tensor.clone() if copy else tensor)
-        pos += nbytes
+        tensor, pos = read_tensor(view, pos, name, source, copy)
+        tensors.append(tensor)
     expect(pos == view.nbytes, InputError, f"{source}: {view.nbytes - pos} trailing bytes after the last tensor")
     return BoundaryState(hidden=tensors[0], position_ids=tensors[1], attention_mask=tensors[2], partition=partition,
                          seq=seq, stamp_ns=stamp, query_index=query)

@@ -34,7 +34,7 @@ _DEMO_MODEL = {"model.preset": "drive", "model.checkpoint": "builtin:drive", "pa
                "dynamic_zone_min": 1, "dynamic_zone_max": 3}
 DEMO_OVERRIDES = {
     "hybrid_vla_prefix": {**_DEMO_MODEL, "camera_topics": [FRONT_CAMERA]},
-    "hybrid_vla_suffix": dict(_DEMO_MODEL),
+    "hybrid_vla_suffix": {**_DEMO_MODEL, "frame_id": "base_link"},  # the ego frame, as the ground truth is
     "hybrid_vla_scheduler": {"model.preset": "drive", "model.checkpoint": "builtin:drive", "initial_partition": 2,
                              "dynamic_zone_min": 1, "dynamic_zone_max": 3}}
 
@@ -261,6 +261,8 @@ def run_demo(out_dir: str | Path = "out/demo", bag: str | Path | None = None, co
         config = str(write_combined_config(params, Path(tempfile.mkdtemp(prefix="hvla_demo_")) / "graph.param.yaml"))
     summary, trajectories = drive_graph(bag, params, record_to, processes=processes, rate=rate, storage=storage,
                                         config=config, progress=progress, graph_running=graph_running)
+    if params["hybrid_vla_suffix"]["frame_id"] != "base_link":
+        trajectories = {}  # in the map frame: not comparable with the ego-frame ground truth as they are
     mode = "running graph" if graph_running else "separate processes" if processes else "one process"
     model = params["hybrid_vla_prefix"]["model.checkpoint"] or params["hybrid_vla_prefix"]["model.preset"]
     summary.update(bag=str(bag), trajectory_bag=str(record_to), model=model, mode=mode)
@@ -273,7 +275,7 @@ def run_demo(out_dir: str | Path = "out/demo", bag: str | Path | None = None, co
 
 def draw_drive(bag: Path, trajectories: dict, path: Path, model: str) -> dict:
     """The drive's picture (sim/view.py) and, when the bag records the ground truth, the trajectories' ADE /
-    FDE against it and against the constant-velocity baseline."""
+    FDE against it and against the constant-velocity baseline. trajectories: stamp -> (N, 2) in base_link."""
     from ..sim.view import constant_velocity, displacement_errors, plot_drive
     from .drives import read_drive_view
     frames = read_drive_view(bag, predictions=trajectories)
