@@ -37,9 +37,18 @@ def cmd_demo(args) -> int:
         ("period p50 / p99", pair(summary["period_ms"])), ("latency p50 / p99", pair(summary["latency_ms"])),
         ("dropped", summary["dropped"]), ("transports", ", ".join(summary["transports"])),
         ("partition changes [s, p]", changes), ("rejected inputs", sum(int(v.get("rejected", 0)) for v in summary["rejected"].values())),
+        ("driving", driving_line(summary["driving"])),
         ("trajectory bag", summary["trajectory_bag"]),
-        ("report", f"{summary['report_png']}, {Path(args.out) / 'summary.json'}")]))
+        ("report", f"{summary['report_png']}, {summary['driving']['drive_png']}, {Path(args.out) / 'summary.json'}")]))
     return 0 if summary["trajectories"] > 0 else 1
+
+
+def driving_line(driving: dict) -> str:
+    model, baseline = driving.get("model") or {}, driving.get("constant_velocity") or {}
+    if not model.get("frames"):
+        return "no ground truth in the bag (or map-frame output): not scored"
+    return (f"ADE {model['ade_m']:.2f} m, FDE {model['fde_m']:.2f} m over {model['frames']} frames "
+            f"(constant velocity: ADE {baseline['ade_m']:.2f} m)")
 
 
 def rewrite_parameter_tables(doc_path: str) -> None:
