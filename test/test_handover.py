@@ -45,10 +45,21 @@ def test_envelope_round_trip_through_each_transport(kind, decoder):
 
 
 def test_auto_is_in_process_while_a_decoder_lives_here_and_shared_memory_otherwise():
+    import gc
+    gc.collect()  # decoders other tests dropped without close() stop counting once collected (weak registry)
     encoder = HandoverEncoder("auto", ring_slots=2, ring_name="test_auto")
     decoder = HandoverDecoder()
     assert encoder.kind() == "inproc"
     decoder.close()
+    assert encoder.kind() == "shm"
+    encoder.close()
+
+
+def test_a_decoder_dropped_without_close_stops_counting_once_collected():
+    import gc
+    encoder = HandoverEncoder("auto", ring_slots=2, ring_name="test_dropped")
+    HandoverDecoder()  # never closed, no reference kept
+    gc.collect()
     assert encoder.kind() == "shm"
     encoder.close()
 

@@ -16,6 +16,7 @@ import os
 import socket
 import struct
 import threading
+import weakref
 import zlib
 
 from ..errors import InputError, expect
@@ -60,7 +61,9 @@ def _release_evicted(state: BoundaryState) -> None:
 
 
 PROCESS_REGISTRY = InProcessTransport(max_pending=64, on_evict=_release_evicted)  # handles inside this process
-_local_receivers: set[int] = set()                      # suffix decoders living in this process
+_local_receivers: "weakref.WeakSet[HandoverDecoder]" = weakref.WeakSet()  # suffix decoders living in this process
+# (weak: a decoder dropped without close() stops counting once collected, instead of keeping `auto` on
+# in-process handles that nobody here reads)
 _local_lock = threading.Lock()
 
 
@@ -156,7 +159,7 @@ class HandoverDecoder:
         self.shm = SharedMemoryTransport(scope=scope)
         self.model_id = model_id
         with _local_lock:
-            _local_receivers.add(id(self))
+            _local_receivers.add(self)
 
     def decode(self, data: bytes) -> tuple[BoundaryState, str]:
         view = memoryview(data)
@@ -201,5 +204,5 @@ class HandoverDecoder:
 
     def close(self) -> None:
         with _local_lock:
-            _local_receivers.discard(id(self))
+            _local_receivers.discard(self)
         self.shm.close()
