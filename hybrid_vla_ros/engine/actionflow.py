@@ -35,6 +35,30 @@ from .partition import check_partition
 from .stages import frame_embeddings
 
 
+def slot_tokens_of(model: VLAModel) -> int:
+    """KV positions one frame needs: its prompt + its action tokens but the last (never fed back)."""
+    spec = model.spec
+    seq_len = model.prompt.sequence_length(spec.num_cameras, model.family.image_tokens_per_camera(spec),
+                                           spec.text_tokens)
+    return seq_len + model.action_tokenizer.tokens_per_frame - 1
+
+
+def stamps(frame: Frame) -> tuple[int, int]:
+    """What a frame's segments carry besides their rows: its stamp and arrival."""
+    return frame.stamp_ns, frame.arrival_ns or 0
+
+
+def check_rows_fit_model(state: PackedState, model: VLAModel, source: str = "packed boundary") -> None:
+    """Hidden rows of this model's width and dtype, positions of its family's layout (M-RoPE or 1-D)."""
+    dtype, width = model.decoder.norm.weight.dtype, model.spec.hidden_size
+    expect(state.hidden.shape[1] == width and state.hidden.dtype == dtype, InputError,
+           f"{source}: hidden rows of {state.hidden.shape[1]} {state.hidden.dtype}, this model's are {width} {dtype}")
+    layout = model.family.position_ids_shape(1)
+    expect(state.positions.dim() == len(layout), InputError,
+           f"{source}: positions of {state.positions.dim()} dims, model '{model.spec.name}' uses "
+           f"{len(layout)} ({'M-RoPE' if len(layout) == 3 else '1-D'} positions)")
+
+
 @dataclass
 class InFlight:
     frame: Frame
@@ -60,20 +84,27 @@ class ActionFlow:
     `partition` (None: unsplit). step() = plan -> prefix side -> suffix side -> finish; the split runner
     (run_alternating) overlaps the two sides of two independent groups."""
 
-    def __init__(self, model: VLAModel, pack: int, partition: int | None = None, ring_tokens: int | None = None):
+    def __init__(self, model: VLAModel, pack: int, partition: int | None = None, ring_tokens: int | None = None,
+                 prefix_side: PackedSide | None = None, with_suffix: bool = True, prepare=None):
+        """prefix_side: a prefix side shared with other groups (its ring hands out the slots of all of them;
+        partition is then its cut); with_suffix=False: the suffix side lives elsewhere (another process).
+        prepare(frame): runs before a frame's prefill (the ROS node decodes its images there); a
+        HybridVLAError fails that frame alone."""
         spec = model.spec
         expect(spec.action_head == "tokens", ConfigError,
                f"model '{spec.name}' has a waypoint head; ActionFlow needs an action-token model (e.g. tiny-act)")
-        self.model, self.pack = model, pack
+        self.model, self.pack, self.prepare = model, pack, prepare
         self.tokens_per_frame = model.action_tokenizer.tokens_per_frame
-        seq_len = model.prompt.sequence_length(spec.num_cameras, model.family.image_tokens_per_camera(spec),
-                                               spec.text_tokens)
-        slot_tokens = seq_len + self.tokens_per_frame - 1  # the last token is never fed back
-        slots = check_ring(pack, slot_tokens, ring_tokens)
-        self.partition = spec.num_blocks if partition is None else \
-            check_partition(partition, spec.num_blocks, "ActionFlow partition")
-        self.prefix = PackedSide(model, 0, self.partition, slots, slot_tokens)
-        self.suffix = PackedSide(model, self.partition, spec.num_blocks, slots, slot_tokens)
+        if prefix_side is not None:
+            check_ring(pack, prefix_side.ring.slot_tokens, None)
+            self.prefix, self.partition = prefix_side, prefix_side.hi
+        else:
+            slots = check_ring(pack, slot_tokens_of(model), ring_tokens)
+            self.partition = spec.num_blocks if partition is None else \
+                check_partition(partition, spec.num_blocks, "ActionFlow partition")
+            self.prefix = PackedSide(model, 0, self.partition, slots, slot_tokens_of(model))
+        self.suffix = PackedSide(model, self.partition, spec.num_blocks, self.prefix.ring.slots,
+                                 self.prefix.ring.slot_tokens) if with_suffix else None
         self.waiting: deque[Frame] = deque()
         self.flight: dict[int, InFlight] = {}        # seq -> frame being decoded
         self.failed: list[ActionResult] = []
@@ -106,12 +137,12 @@ class ActionFlow:
         for entry in self.flight.values():
             rows.append(decoder.embed_tokens(torch.tensor([entry.tokens[-1]])))       # (1, H)
             positions.append(torch.full(layout, entry.next_position, dtype=torch.long))
-            segments.append(Segment(entry.frame.seq, entry.slot, entry.length, count, 1))
+            segments.append(Segment(entry.frame.seq, entry.slot, entry.length, count, 1, *stamps(entry.frame)))
             count += 1
         admitted = self._admit()
         if admitted is not None:
             entry, embeds, pos = admitted
-            segments.append(Segment(entry.frame.seq, entry.slot, 0, count, embeds.shape[0]))
+            segments.append(Segment(entry.frame.seq, entry.slot, 0, count, embeds.shape[0], *stamps(entry.frame)))
             rows.append(embeds)
             positions.append(pos)
         if not segments:
@@ -125,6 +156,8 @@ class ActionFlow:
         while self.waiting and len(self.flight) < self.pack:
             frame = self.waiting.popleft()
             try:
+                if self.prepare is not None:
+                    self.prepare(frame)
                 embeds, pos, _ = frame_embeddings(self.model, frame)                   # (1, S, H), (.., 1, S)
             except HybridVLAError as exc:
                 self.failed.append(ActionResult(frame.seq, frame.stamp_ns, None, None, 0.0, str(exc)))
@@ -145,14 +178,11 @@ class ActionFlow:
         """The suffix side in another process: the packed state as bytes in (engine/packed_codec.py), the next
         tokens as bytes out, for the same step. Only this side's ring is used; a payload that is damaged, cut
         elsewhere or does not fit this ring is an InputError."""
-        state, partition, step = decode_state(payload)
+        state, (partition, step, _slots) = decode_state(payload)
         expect(partition == self.partition, InputError,
                f"packed boundary cut at p={partition}, this suffix runs blocks [{self.partition}, L)")
         check_fits(state, self.suffix.ring.slots, self.suffix.ring.slot_tokens, "packed boundary")
-        dtype = self.model.decoder.norm.weight.dtype
-        expect(state.hidden.shape[1] == self.model.spec.hidden_size and state.hidden.dtype == dtype, InputError,
-               f"packed boundary: hidden rows of {state.hidden.shape[1]} {state.hidden.dtype}, this model's are "
-               f"{self.model.spec.hidden_size} {dtype}")
+        check_rows_fit_model(state, self.model)
         return encode_tokens(self.suffix_step(state), step)
 
     def finish(self, state: PackedState, tokens: dict[int, int]) -> list[ActionResult]:

@@ -14,12 +14,15 @@ from .kv_ring import KVRing
 
 @dataclass
 class Segment:
-    """One frame's rows in a packed forward: rows [row, row + count) at slot positions [start, start + count)."""
+    """One frame's rows in a packed forward: rows [row, row + count) at slot positions [start, start + count).
+    The frame's stamp and arrival travel with it, so a suffix in another process can stamp its action."""
     seq: int
     slot: int
     start: int
     row: int
     count: int
+    stamp_ns: int = 0
+    arrival_ns: int = 0
 
 
 @dataclass

@@ -3,8 +3,8 @@ next tokens back. Raw bytes with explicit headers (engine/codec.py's tensor layo
 field is checked on decode: a damaged or hostile payload is an InputError, never a wrong-shaped forward.
 
 Packed state (little endian):
-    header    "<4sHHIQI"   magic b"HVLP", version, flags, partition, step, segment count
-    segment*  "<qiiii"     seq, slot, start, row, count
+    header    "<4sHHIIQI"  magic b"HVLP", version, flags, partition, ring slots, step, segment count
+    segment*  "<qiiiiqq"   seq, slot, start, row, count, frame stamp (ns), frame arrival (ns, wall clock)
     tensors   hidden (R, H) float; positions (3, 1, R) (M-RoPE) or (1, R), int64
 Tokens back:
     header    "<4sHHQI"    magic b"HVLT", version, flags, step, count
@@ -14,6 +14,7 @@ Tokens back:
 from __future__ import annotations
 
 import struct
+from typing import NamedTuple
 
 import torch
 
@@ -21,32 +22,42 @@ from ..errors import InputError, expect
 from .codec import read_tensor, tensors_size, write_tensor
 from .packed import PackedState, Segment
 
-STATE_MAGIC, TOKENS_MAGIC, VERSION = b"HVLP", b"HVLT", 1
-STATE_HEADER = struct.Struct("<4sHHIQI")
-SEGMENT = struct.Struct("<qiiii")
+STATE_MAGIC, TOKENS_MAGIC, VERSION = b"HVLP", b"HVLT", 2
+STATE_HEADER = struct.Struct("<4sHHIIQI")
+SEGMENT = struct.Struct("<qiiiiqq")
 TOKENS_HEADER = struct.Struct("<4sHHQI")
 TOKEN = struct.Struct("<qq")
 MAX_SEGMENTS = 1024
 
 
-def encode_state(state: PackedState, partition: int, step: int) -> bytes:
+class StepHeader(NamedTuple):
+    partition: int    # the cut: the suffix runs blocks [partition, L)
+    step: int         # the prefix's step number (the tokens back carry it)
+    slots: int        # KV ring slots the prefix hands out (the suffix's ring matches them); 0 = not said
+
+
+def is_packed_state(buffer) -> bool:
+    return bytes(memoryview(buffer)[:4]) == STATE_MAGIC
+
+
+def encode_state(state: PackedState, partition: int, step: int, slots: int = 0) -> bytes:
     tensors = (state.hidden, state.positions)
     buffer = bytearray(STATE_HEADER.size + SEGMENT.size * len(state.segments) + tensors_size(tensors))
-    STATE_HEADER.pack_into(buffer, 0, STATE_MAGIC, VERSION, 0, partition, step, len(state.segments))
+    STATE_HEADER.pack_into(buffer, 0, STATE_MAGIC, VERSION, 0, partition, slots, step, len(state.segments))
     pos = STATE_HEADER.size
     for seg in state.segments:
-        SEGMENT.pack_into(buffer, pos, seg.seq, seg.slot, seg.start, seg.row, seg.count)
+        SEGMENT.pack_into(buffer, pos, seg.seq, seg.slot, seg.start, seg.row, seg.count, seg.stamp_ns,
+                          seg.arrival_ns)
         pos += SEGMENT.size
     for t in tensors:
         pos = write_tensor(buffer, pos, t)
     return bytes(buffer)
 
 
-def decode_state(buffer, source: str = "packed boundary") -> tuple[PackedState, int, int]:
-    """-> (state, partition, step)."""
+def decode_state(buffer, source: str = "packed boundary") -> tuple[PackedState, StepHeader]:
     view = memoryview(buffer)
     expect(view.nbytes >= STATE_HEADER.size, InputError, f"{source}: {view.nbytes} bytes, shorter than its header")
-    magic, version, _flags, partition, step, count = STATE_HEADER.unpack_from(view, 0)
+    magic, version, _flags, partition, slots, step, count = STATE_HEADER.unpack_from(view, 0)
     expect(magic == STATE_MAGIC, InputError, f"{source}: magic {magic!r}, expected {STATE_MAGIC!r}")
     expect(version == VERSION, InputError, f"{source}: version {version}, this decoder reads version {VERSION}")
     expect(0 < count <= MAX_SEGMENTS, InputError, f"{source}: {count} segments, expected 1..{MAX_SEGMENTS}")
@@ -57,7 +68,7 @@ def decode_state(buffer, source: str = "packed boundary") -> tuple[PackedState, 
     positions, pos = read_tensor(view, pos, "positions", source)
     expect(pos == view.nbytes, InputError, f"{source}: {view.nbytes - pos} trailing bytes")
     check_layout(segments, hidden, positions, source)
-    return PackedState(hidden, positions, segments), partition, step
+    return PackedState(hidden, positions, segments), StepHeader(partition, step, slots)
 
 
 def check_layout(segments: list[Segment], hidden: torch.Tensor, positions: torch.Tensor, source: str) -> None:

@@ -1,0 +1,191 @@
+"""ActionFlow served by a prefix and a suffix that share only bytes (engine/packed_serve.py), the engine of the
+ROS nodes for action-token models: exact tokens with one or two alternating groups, faults on the way
+(a step whose tokens never come back, wrong tokens, a frame that cannot be embedded), a partition change
+at a drain, and the input policies."""
+
+import time
+from collections import deque
+
+import pytest
+
+from hybrid_vla_ros.engine.actionflow import sequential_tokens
+from hybrid_vla_ros.engine.packed_codec import decode_tokens, encode_tokens
+from hybrid_vla_ros.engine.packed_serve import PackedPrefixServer, PackedSuffixServer
+from hybrid_vla_ros.errors import ConfigError, InputError
+from hybrid_vla_ros.model.inputs import synthetic_frame
+from hybrid_vla_ros.model.load import load_vla
+
+FAMILIES = ("tiny-act", "tiny-llava-act")
+
+
+@pytest.fixture(scope="module")
+def models():
+    return {name: load_vla(preset=name) for name in FAMILIES}
+
+
+def frames_of(model, count, first=0):
+    return [synthetic_frame(model.spec, i, stamp_ns=(i + 1) * 100_000_000) for i in range(first, first + count)]
+
+
+def drive(prefix, suffix, frames, answer=None, on_step=None):
+    """One thread plays both nodes: the suffix answers each step one step late when two groups alternate
+    (the prefix has already sent the other group's step), at once otherwise. -> the suffix's completed
+    results and every SuffixStep."""
+    for frame in frames:
+        prefix.submit(frame)
+    pending, done, steps = deque(), [], []
+    while not prefix.idle or pending:
+        index = prefix.next_group(wait_s=0.0)
+        if index is not None:
+            sent = prefix.step(index)
+            if sent is not None:
+                pending.append(sent)
+                if on_step:
+                    on_step(sent)
+        if pending and (index is None or len(pending) >= len(prefix.groups)):
+            sent = pending.popleft()
+            out = suffix.step(sent.payload)
+            steps.append(out)
+            done += out.completed
+            reply = out.tokens_payload if answer is None else answer(sent, out)
+            if reply is not None:
+                prefix.tokens_in(reply)
+        elif index is None:
+            time.sleep(0.01)
+    return done, steps
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_two_servers_sharing_bytes_decode_the_sequential_tokens(models, name):
+    model = models[name]
+    frames = frames_of(model, 7)
+    reference = {f.seq: sequential_tokens(model, f) for f in frames}
+    for pack, groups, partition in ((1, 1, 2), (3, 2, 1), (2, 2, 3), (4, 1, 0)):
+        prefix = PackedPrefixServer(model, pack, groups, partition, policy="lossless", capacity=16)
+        done, steps = drive(prefix, PackedSuffixServer(model), frames)
+        assert {r.seq: r.tokens for r in done} == reference, (pack, groups, partition)
+        assert {r.seq: r.stamp_ns for r in done} == {f.seq: f.stamp_ns for f in frames}
+        assert all(r.trajectory.partition == partition for r in done)
+        assert max(s.rows for s in steps) > 1 and not prefix.take_lost()
+
+
+def test_two_groups_keep_a_step_of_each_in_flight(models):
+    """With two groups the prefix sends group b's step before group a's tokens are back."""
+    model = models["tiny-act"]
+    prefix = PackedPrefixServer(model, 2, 2, 2, policy="lossless", capacity=16)
+    awaited = []
+    drive(prefix, PackedSuffixServer(model), frames_of(model, 6),
+          on_step=lambda sent: awaited.append(len(prefix.awaiting)))
+    assert max(awaited) == 2 and prefix.step_no == len(awaited)
+
+
+def test_a_step_whose_tokens_never_come_back_fails_its_frames_and_the_rest_go_on(models):
+    model = models["tiny-act"]
+    frames = frames_of(model, 5)
+    prefix = PackedPrefixServer(model, 2, 1, 2, policy="lossless", capacity=16, token_timeout_s=0.2)
+    dropped = {3}   # the suffix's answer to step 3 is lost (frames 0 and 1 are mid-decode then)
+    done, _ = drive(prefix, PackedSuffixServer(model), frames,
+                    answer=lambda sent, out: None if sent.step in dropped else out.tokens_payload)
+    lost = prefix.take_lost()
+    assert {entry.reason for entry in lost} == {"token_feedback_timeout"}
+    lost_stamps = {entry.stamp_ns for entry in lost}
+    assert lost_stamps == {frames[0].stamp_ns, frames[1].stamp_ns}
+    survivors = [f for f in frames if f.stamp_ns not in lost_stamps]
+    assert {r.seq: r.tokens for r in done} == {f.seq: sequential_tokens(model, f) for f in survivors}
+    late = prefix.stale_tokens
+    prefix.tokens_in(encode_tokens({0: 300}, 3))   # the lost answer arrives after all: ignored, counted
+    prefix.next_group(wait_s=0.0)
+    assert prefix.stale_tokens == late + 1
+
+
+def test_tokens_for_other_frames_or_outside_the_vocabulary_fail_the_step(models):
+    model = models["tiny-act"]
+    frames = frames_of(model, 3)
+    prefix = PackedPrefixServer(model, 1, 1, 2, policy="lossless", capacity=16)
+    base = model.action_tokenizer.base
+
+    def corrupt(sent, out):
+        if sent.step == 2:
+            return encode_tokens({99: base}, sent.step)
+        if sent.step == 12:   # frame 2's second step (frame 0 failed at step 2, frame 1 took steps 3..10)
+            return encode_tokens({seq: base - 1 for seq in decode_tokens(out.tokens_payload)[0]}, sent.step)
+        return out.tokens_payload
+    done, _ = drive(prefix, PackedSuffixServer(model), frames, answer=corrupt)
+    lost = prefix.take_lost()
+    assert [entry.reason for entry in lost] == ["invalid_tokens", "invalid_tokens"]
+    assert "the step carried [0]" in lost[0].message and "outside the action vocabulary" in lost[1].message
+    assert [e.stamp_ns for e in lost] == [frames[0].stamp_ns, frames[2].stamp_ns]
+    assert {r.seq: r.tokens for r in done} == {1: sequential_tokens(model, frames[1])}
+    with pytest.raises(InputError, match="magic"):
+        prefix.tokens_in(b"HVLP" + bytes(20))
+
+
+def test_a_frame_that_cannot_be_embedded_fails_alone(models):
+    model = models["tiny-act"]
+    frames = frames_of(model, 4)
+
+    def prepare(frame):
+        if frame.seq == 1:
+            raise InputError("camera 0: 7 bytes for a 64 x 64 rgb8 image")
+    prefix = PackedPrefixServer(model, 2, 2, 2, policy="lossless", capacity=16, prepare=prepare)
+    done, _ = drive(prefix, PackedSuffixServer(model), frames)
+    lost = prefix.take_lost()
+    assert [(e.reason, e.stamp_ns) for e in lost] == [("invalid_input", frames[1].stamp_ns)]
+    assert "7 bytes" in lost[0].message
+    assert sorted(r.seq for r in done) == [0, 2, 3]
+
+
+def test_a_partition_change_waits_for_the_drain_and_the_suffix_follows(models):
+    model = models["tiny-act"]
+    frames = frames_of(model, 6)
+    prefix = PackedPrefixServer(model, 2, 2, 2, policy="lossless", capacity=16)
+    suffix = PackedSuffixServer(model)
+    seen = []
+
+    def on_step(sent):
+        seen.append(sent.partition)
+        if sent.step == 3:
+            prefix.request_partition(3)
+    done, steps = drive(prefix, suffix, frames, on_step=on_step)
+    assert {r.seq: r.tokens for r in done} == {f.seq: sequential_tokens(model, f) for f in frames}
+    assert seen[0] == 2 and seen[-1] == 3 and seen == sorted(seen)     # one move, never back
+    assert {r.trajectory.partition for r in done} == {2, 3} and suffix.partition == 3
+    assert not any(s.incomplete for s in steps)                        # nothing was cut off by the move
+    with pytest.raises(ConfigError, match="partition"):
+        prefix.request_partition(99)
+
+
+def test_latest_policy_keeps_the_newest_waiting_frame(models):
+    model = models["tiny-act"]
+    prefix = PackedPrefixServer(model, 1, 1, 2, policy="latest")
+    a, b, c = frames_of(model, 3)
+    assert prefix.submit(a) is None and prefix.submit(b) is a and prefix.submit(c) is b
+
+
+def test_parameters_are_validated_with_a_reason(models):
+    model = models["tiny-act"]
+    with pytest.raises(ConfigError, match="pack_groups=0"):
+        PackedPrefixServer(model, 2, 0, 2)
+    with pytest.raises(ConfigError, match="pack=0"):
+        PackedPrefixServer(model, 0, 1, 2)
+    with pytest.raises(ConfigError, match="waypoint head"):
+        PackedSuffixServer(load_vla(preset="tiny"))
+
+
+def test_the_suffix_refuses_payloads_that_do_not_fit_and_keeps_decoding(models):
+    model = models["tiny-act"]
+    frames = frames_of(model, 2)
+    prefix = PackedPrefixServer(model, 2, 1, 2, policy="lossless", capacity=16)
+    suffix = PackedSuffixServer(model)
+    for frame in frames:
+        prefix.submit(frame)
+    sent = prefix.step(prefix.next_group(wait_s=1.0))
+    for damaged in (sent.payload[:-3], b"HVLP" + sent.payload[4:10], sent.payload[:12] + bytes(4) + sent.payload[16:]):
+        with pytest.raises(InputError):
+            suffix.step(damaged)
+    other = load_vla(preset="tiny-llava-act")
+    with pytest.raises(InputError):
+        PackedSuffixServer(other).step(sent.payload)
+    prefix.tokens_in(suffix.step(sent.payload).tokens_payload)
+    done, _ = drive(prefix, suffix, [])
+    assert {r.seq: r.tokens for r in done} == {f.seq: sequential_tokens(model, f) for f in frames}
