@@ -58,7 +58,7 @@ class Harness:
         rclpy.init(context=self.context)
         self.graph = InProcessGraph(graph_params(overrides=merged), context=self.context,
                                     activate_scheduler=activate_scheduler)
-        self.spec = get_preset("tiny")
+        self.spec = get_preset(merged["hybrid_vla_prefix"]["model.preset"])
         self.node = Node("test_driver", context=self.context)
         self.image_pubs = [self.node.create_publisher(Image, topic, 10) for topic in CAMERAS]
         self.boundary_pub = self.node.create_publisher(UInt8MultiArray, BOUNDARY_TOPIC, BOUNDARY_QOS)

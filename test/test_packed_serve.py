@@ -10,7 +10,8 @@ import pytest
 
 from hybrid_vla_ros.engine.actionflow import sequential_tokens
 from hybrid_vla_ros.engine.packed_codec import decode_tokens, encode_tokens
-from hybrid_vla_ros.engine.packed_serve import PackedPrefixServer, PackedSuffixServer
+from hybrid_vla_ros.engine.packed_serve import PackedPrefixServer
+from hybrid_vla_ros.engine.packed_suffix import PackedSuffixServer
 from hybrid_vla_ros.errors import ConfigError, InputError
 from hybrid_vla_ros.model.inputs import synthetic_frame
 from hybrid_vla_ros.model.load import load_vla

@@ -9,9 +9,7 @@ whose tokens do not come back within `token_timeout_s` fails its frames (slots f
 A partition change waits for a drain: nothing is admitted until no frame is in flight, then the prefix side
 is rebuilt at the new p (each step's header tells the suffix its cut, so it follows by itself).
 
-PackedSuffixServer (the suffix node): a step's bytes in -> the next tokens as bytes, and the actions this
-step completed (the suffix knows each frame's tokens, stamp and arrival from the segments it saw). Its ring
-follows the prefix's header (partition, slots); its tokens per frame come from the model.
+Its counterpart in the suffix node is engine/packed_suffix.py.
 """
 
 from __future__ import annotations
@@ -21,14 +19,12 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-import torch
-
-from ..errors import ConfigError, InputError, expect
+from ..errors import ConfigError, expect
 from ..model.vla import VLAModel
-from ..types import Frame, Trajectory
-from .actionflow import ActionFlow, ActionResult, check_rows_fit_model, slot_tokens_of
+from ..types import Frame
+from .actionflow import ActionFlow, ActionResult, slot_tokens_of
 from .packed import PackedSide, PackedState
-from .packed_codec import check_fits, decode_state, decode_tokens, encode_state, encode_tokens
+from .packed_codec import decode_tokens, encode_state
 from .partition import check_partition
 
 POLL_S = 0.05
@@ -115,6 +111,8 @@ class PackedPrefixServer:
         with self.cond:
             self.pending_partition = None if partition == self.partition else partition
             self.cond.notify_all()
+
+    set_partition = request_partition   # the stage interface the prefix node drives (partition_point)
 
     def close(self) -> None:
         with self.cond:
@@ -240,85 +238,3 @@ class PackedPrefixServer:
         for group in self.groups:
             group.prefix, group.partition = side, side.hi
         self.pending_partition = None
-
-
-@dataclass
-class SuffixStep:
-    tokens_payload: bytes        # the next token of every frame of the step, for the prefix
-    step: int
-    rows: int
-    partition: int
-    completed: list[ActionResult]
-    arrivals: dict[int, int]     # seq -> arrival_ns of each completed frame (0: unknown)
-    incomplete: list[tuple[int, int]]  # (seq, stamp_ns) of frames whose slot was taken before they completed
-
-
-@dataclass
-class Decoding:
-    seq: int
-    stamp_ns: int
-    arrival_ns: int
-    started: float
-    tokens: list[int]
-
-
-class PackedSuffixServer:
-    def __init__(self, model: VLAModel):
-        expect(model.spec.action_head == "tokens", ConfigError,
-               f"model '{model.spec.name}' has a waypoint head: it is served by the suffix stage, not ActionFlow")
-        self.model, self.slot_tokens = model, slot_tokens_of(model)
-        self.tokens_per_frame = model.action_tokenizer.tokens_per_frame
-        self.side: PackedSide | None = None
-        self.decoding: dict[int, Decoding] = {}    # slot -> the frame whose tokens this suffix has decoded
-
-    @property
-    def partition(self) -> int | None:
-        return None if self.side is None else self.side.lo
-
-    def step(self, payload) -> SuffixStep:
-        """Blocks [p, L) + head over the packed rows; an InputError (nothing changed) when the bytes are damaged
-        or do not fit this model."""
-        state, header = decode_state(payload)
-        self._check(state, header)
-        incomplete = self._follow(header.partition, header.slots)
-        hidden = self.side.blocks_forward(state)
-        tokens = self.side.next_tokens(hidden)
-        completed, arrivals = [], {}
-        for seg in state.segments:
-            entry = self.decoding.get(seg.slot)
-            if seg.count > 1 or entry is None or entry.seq != seg.seq:   # a prefill starts a frame in the slot
-                if entry is not None and entry.seq != seg.seq:
-                    incomplete.append((entry.seq, entry.stamp_ns))
-                entry = self.decoding[seg.slot] = Decoding(seg.seq, seg.stamp_ns, seg.arrival_ns,
-                                                           time.perf_counter(), [])
-            entry.tokens.append(tokens[seg.seq])
-            if len(entry.tokens) == self.tokens_per_frame:
-                completed.append(self._complete(self.decoding.pop(seg.slot)))
-                arrivals[seg.seq] = seg.arrival_ns
-        return SuffixStep(encode_tokens(tokens, header.step), header.step, state.hidden.shape[0], header.partition,
-                          completed, arrivals, incomplete)
-
-    def _check(self, state: PackedState, header) -> None:
-        spec = self.model.spec
-        expect(0 <= header.partition <= spec.num_blocks, InputError,
-               f"packed boundary cut at p={header.partition}, model '{spec.name}' has {spec.num_blocks} blocks")
-        expect(0 < header.slots <= MAX_SLOTS, InputError,
-               f"packed boundary: a ring of {header.slots} slots, expected 1..{MAX_SLOTS}")
-        check_fits(state, header.slots, self.slot_tokens, "packed boundary")
-        check_rows_fit_model(state, self.model)
-
-    def _follow(self, partition: int, slots: int) -> list[tuple[int, int]]:
-        """(Re)build this side's ring when the prefix's cut or ring changed; frames mid-decode are then lost."""
-        if self.side is not None and (self.side.lo, self.side.ring.slots) == (partition, slots):
-            return []
-        lost = [(e.seq, e.stamp_ns) for e in self.decoding.values()]
-        self.side = PackedSide(self.model, partition, self.model.num_blocks, slots, self.slot_tokens)
-        self.decoding.clear()
-        return lost
-
-    @torch.inference_mode()
-    def _complete(self, entry: Decoding) -> ActionResult:
-        points = self.model.action_tokenizer.waypoints(entry.tokens)
-        trajectory = Trajectory(points=points, seq=entry.seq, stamp_ns=entry.stamp_ns, partition=self.side.lo)
-        return ActionResult(entry.seq, entry.stamp_ns, list(entry.tokens), trajectory,
-                            time.perf_counter() - entry.started)

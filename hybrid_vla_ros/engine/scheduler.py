@@ -23,6 +23,7 @@ class StageSample:
     suffix_ms: float
     backlog: int = 0        # suffix backlog when the frame finished
     at_s: float = 0.0       # monotonic time of the frame's end (cool-downs)
+    rows: int = 0           # a packed step's rows (action-token models: one sample per step); 0 = a frame
 
 
 @dataclass

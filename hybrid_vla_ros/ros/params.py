@@ -109,6 +109,13 @@ PREFIX_PARAMS = _common_model() + [
               choices=("auto", "inproc", "shm", "inline")),
     ParamSpec("stale_after_ms", "double", "drop a frame whose stamp is older than this when taken; 0 = never",
               0.0, 1e7),
+    ParamSpec("pack", "int", "action-token models (ActionFlow): frames in flight per packed group, K (one "
+              "forward = the newest frame's prefill + a decode step of each older one); unused by waypoint "
+              "heads", 1, 64),
+    ParamSpec("pack_groups", "int", "action-token models: independent packed groups that alternate, so the "
+              "prefix runs one group's step while the suffix runs another's (1 = one side idles each step)", 1, 8),
+    ParamSpec("token_timeout_s", "double", "action-token models: a packed step whose tokens have not come back "
+              "from the suffix after this fails its frames (counted as token_feedback_timeout)", 0.01, 600.0),
 ]
 
 SUFFIX_PARAMS = _common_model() + [

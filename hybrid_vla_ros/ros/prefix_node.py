@@ -23,6 +23,7 @@ from ..model.load import model_id
 from ..types import EgoState, Frame
 from . import convert
 from .common import DiagnosticsPublisher, StageNode, graph_scope
+from .packed_stage import PackedPrefixLoop
 from .params import chosen_cores
 from .topics import BOUNDARY_QOS
 
@@ -34,23 +35,16 @@ FLIGHT_SLOT_TIMEOUT_S = 10.0         # an in-flight slot nobody freed (a lost ha
 
 class PrefixNode(StageNode):
     def __init__(self, node_name: str = NODE_NAME, **kwargs):
-        self.worker = self.handover = self.flight = None
+        self.worker = self.handover = self.flight = self.packed = None
         super().__init__(node_name, NODE_NAME, **kwargs)
 
     def configure_stage(self) -> None:
         p = self.params
-        self.placement = Placement.create(p["device"], p["dtype"], p["dtype"])
+        packed = self.model.spec.action_head == "tokens"  # ActionFlow's packed steps (ros/packed_stage.py)
+        self.placement = Placement.create("cpu" if packed and p["device"] == "auto" else p["device"],
+                                          p["dtype"], p["dtype"])
         # cores [-1]: the prefix's share of a default split (bringup, launch and ros2 run alike)
         self.cores = chosen_cores(p["cores"]) or default_stage_cores(0)
-        self.stage = PrefixStage(self.model, p["partition_point"], self.placement, self.zone)
-        # max_in_flight: frames taken and not finished by the suffix (in-process suffix: it frees the slot;
-        # otherwise the slot is freed once the state left this process, and the ring bounds what waits).
-        self.flight = FlightControl(p["max_in_flight"], just_in_time=True, slot_timeout_s=FLIGHT_SLOT_TIMEOUT_S)
-        self.handover = HandoverEncoder(p["boundary_transport"], ring_slots=p["max_in_flight"],
-                                        ring_name=self.get_name(), flight=self.flight, scope=graph_scope(self),
-                                        model_id=model_id(self.model))
-        self.receiver_domains: dict[str, int] = {}
-        self.sent_stamps: OrderedDict = OrderedDict()  # seq -> stamp of the last frames handed over  # suffix node name -> the shm domain it reported
         self.seq = 0
         self.images_decoded = 0  # camera images decoded: only those of sets the worker took
         self.images_received = 0  # camera images the callbacks got (while active)
@@ -58,10 +52,12 @@ class PrefixNode(StageNode):
         self.ego_history = StampedHistory()  # EgoState by stamp, matched to frames
         self.pub = self.configured_publisher(UInt8MultiArray, "~/output/boundary_state", BOUNDARY_QOS)
         self.info_pub = self.configured_publisher(DiagnosticStatus, "~/debug/frame_info", 10)
-        self.worker = StageWorker("prefix", self._process, policy=p["input_policy"], capacity=p["max_in_flight"],
-                                  cores=self.cores, threads=p["threads"] or None, health=self.health,
-                                  on_error=self._on_worker_error, admit=self.flight.admit,
-                                  on_admitted_stop=self.flight.release, stamp_of=lambda frame: frame.stamp_ns).start()
+        self.diagnostics = None
+        if packed:
+            self.packed = PackedPrefixLoop(self, self._prepare_packed)
+            self.stage, self.worker, self._submit = self.packed.server, self.packed.worker, self.packed.submit
+        else:
+            self._configure_frames()
         self._subscribe_cameras()
         if p["use_kinematic_state"]:
             self.configured_subscription(Odometry, "~/input/kinematic_state", self._on_odometry, 10)
@@ -72,15 +68,36 @@ class PrefixNode(StageNode):
         self.get_logger().info(
             f"prefix: model '{self.model.spec.name}' ({self.model.num_blocks} blocks), partition "
             f"{self.stage.partition}, zone {list(self.zone)}, {self.placement.describe()}, cameras "
-            f"{self.camera_topics}, input policy {p['input_policy']}, boundary transport {p['boundary_transport']}, "
+            f"{self.camera_topics}, input policy {p['input_policy']}, boundary transport "
+            f"{'packed steps inline (pack ' + str(p['pack']) + ' x ' + str(p['pack_groups']) + ' groups)' if packed else p['boundary_transport']}, "
             f"worker cores {self.cores or 'unpinned'}")
 
+    def _configure_frames(self) -> None:
+        """A waypoint-head model: one boundary state per frame, through the handover."""
+        p = self.params
+        self.stage = PrefixStage(self.model, p["partition_point"], self.placement, self.zone)
+        # max_in_flight: frames taken and not finished by the suffix (in-process suffix: it frees the slot;
+        # otherwise the slot is freed once the state left this process, and the ring bounds what waits).
+        self.flight = FlightControl(p["max_in_flight"], just_in_time=True, slot_timeout_s=FLIGHT_SLOT_TIMEOUT_S)
+        self.handover = HandoverEncoder(p["boundary_transport"], ring_slots=p["max_in_flight"],
+                                        ring_name=self.get_name(), flight=self.flight, scope=graph_scope(self),
+                                        model_id=model_id(self.model))
+        self.receiver_domains: dict[str, int] = {}  # suffix node name -> the shm domain it reported
+        self.sent_stamps: OrderedDict = OrderedDict()  # seq -> stamp of the last frames handed over
+        self.worker = StageWorker("prefix", self._process, policy=p["input_policy"], capacity=p["max_in_flight"],
+                                  cores=self.cores, threads=p["threads"] or None, health=self.health,
+                                  on_error=self._on_worker_error, admit=self.flight.admit,
+                                  on_admitted_stop=self.flight.release, stamp_of=lambda frame: frame.stamp_ns).start()
+        self._submit = self.worker.submit
+
     def release_stage(self) -> None:
-        if self.worker is not None:
+        if self.packed is not None:
+            self.packed.close()
+        elif self.worker is not None:
             self.worker.close()
         if self.handover is not None:
             self.handover.close()
-        self.worker = self.handover = None
+        self.worker = self.handover = self.packed = None
 
     # ---- inputs ----------------------------------------------------------------------------------------
     def _subscribe_cameras(self) -> None:
@@ -115,7 +132,7 @@ class PrefixNode(StageNode):
             frame = Frame(images=messages, seq=self.seq, stamp_ns=stamp_ns, ego=None,
                           instruction=self.params["instruction"], arrival_ns=time.time_ns())
             self.seq += 1
-            self.worker.submit(frame)
+            self._submit(frame)
 
     def _decode(self, frame: Frame) -> bool:
         """The frame's camera messages -> (H, W, 3) uint8 RGB arrays, on the worker's thread."""
@@ -154,7 +171,8 @@ class PrefixNode(StageNode):
                     reported[status.name.rsplit(": ", 1)[0]] = int(values["receives_shm_domain"], 16)
                 except ValueError:
                     continue
-        if not reported or (reported.items() <= self.receiver_domains.items() and self.handover.receivers is not None):
+        if self.handover is None or not reported or (
+                reported.items() <= self.receiver_domains.items() and self.handover.receivers is not None):
             return
         self.receiver_domains.update(reported)
         topic = getattr(self.pub, "topic_name", None)
@@ -192,6 +210,14 @@ class PrefixNode(StageNode):
             self._reject("stale", ConfigError(f"frame {frame.seq} is {age_ms:.1f} ms old (stale_after_ms {stale_ms})"),
                          frame.stamp_ns)
             return False
+        return True
+
+    def _prepare_packed(self, frame: Frame) -> bool:
+        """An action-token frame's admission, right before its prefill: False = rejected (counted here)."""
+        if not self._admissible(frame) or not self._decode(frame):
+            return False
+        frame.ego = self.ego_at(frame.stamp_ns)
+        self.last_stamp_ns = frame.stamp_ns
         return True
 
     def _serve(self, frame: Frame) -> bool:
@@ -238,11 +264,15 @@ class PrefixNode(StageNode):
                 "prefix_ms": f"{state.timings['prefix_ms']:.3f}"}.items()]))
 
     def _extra_checks(self):
-        return [("partition", 0, f"p={self.stage.partition}",
-                 {"partition": str(self.stage.partition), "zone_min": str(self.zone[0]), "zone_max": str(self.zone[1]),
-                  "num_blocks": str(self.model.num_blocks), "camera_sync_discarded": str(self.sync.discarded),
-                  "images_decoded": str(self.images_decoded), "images_received": str(self.images_received),
-                  "inproc_handles_evicted": str(PROCESS_REGISTRY.evicted)}),
+        partition = [("partition", 0, f"p={self.stage.partition}",
+                      {"partition": str(self.stage.partition), "zone_min": str(self.zone[0]),
+                       "zone_max": str(self.zone[1]), "num_blocks": str(self.model.num_blocks),
+                       "camera_sync_discarded": str(self.sync.discarded), "images_decoded": str(self.images_decoded),
+                       "images_received": str(self.images_received),
+                       "inproc_handles_evicted": str(PROCESS_REGISTRY.evicted)})]
+        if self.packed is not None:
+            return partition + self.packed.checks()
+        return partition + [
                 ("handover", 0, f"{self.handover.kind()} to receivers in shm domains "
                                 f"{sorted(f'{d:016x}' for d in self.handover.receivers or [])}",
                  {"transport": self.handover.kind(), "shm_domain": f"{HOST_ID:016x}",

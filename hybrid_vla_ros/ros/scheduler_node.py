@@ -11,6 +11,9 @@ cleanup: destroy what configure created.  shutdown: the same, from any state.
 Each finished frame becomes one StageSample: the prefix's `~/debug/frame_info` (partition, prefix compute
 time) joined by stamp with the suffix's `~/debug/trajectory_info` (partition, suffix compute time); the
 suffix backlog comes from /diagnostics. Both policies take `update(sample) -> partition`.
+An action-token model (ActionFlow, ros/packed_stage.py) reports per packed step instead: the two infos carry
+`step` and are joined by it, one sample per step (what sets such a graph's period is the slower side's
+step time); its prefix applies a new partition at the next drain of its frames in flight.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ class SchedulerNode(ManagedNode):
         self.publisher = None
         self.subscriptions_: list = []
         self.timer = None
-        self.prefix_infos: OrderedDict = OrderedDict()   # stamp_ns -> (partition, prefix_ms)
+        self.prefix_infos: OrderedDict = OrderedDict()   # stamp_ns or ("step", n) -> (partition, prefix_ms, rows)
         self.samples: list[StageSample] = []
         self.fed: list[StageSample] = []                  # the most recent samples given to the policy
         self.suffix_backlog = 0
@@ -151,10 +154,15 @@ class SchedulerNode(ManagedNode):
             self.policy.tune(name, value)
 
     # ---- inputs: one sample per finished frame ---------------------------------------------------------
+    @staticmethod
+    def _join_key(v: dict):
+        """Infos of one frame are joined by its stamp; a packed step's (action-token models) by its step."""
+        return ("step", int(v["step"])) if "step" in v else int(v["stamp_ns"])
+
     def _on_prefix_info(self, msg: DiagnosticStatus) -> None:
         try:
             v = info_values(msg)
-            self.prefix_infos[int(v["stamp_ns"])] = (int(v["partition"]), float(v["prefix_ms"]))
+            self.prefix_infos[self._join_key(v)] = (int(v["partition"]), float(v["prefix_ms"]), int(v.get("rows", 0)))
         except (KeyError, ValueError):
             return
         if self.resume_until is not None and self.active and self.policy is not None:
@@ -165,13 +173,14 @@ class SchedulerNode(ManagedNode):
     def _on_trajectory_info(self, msg: DiagnosticStatus) -> None:
         try:
             v = info_values(msg)
-            stamp, partition, suffix_ms = int(v["stamp_ns"]), int(v["partition"]), float(v["suffix_ms"])
+            key, partition, suffix_ms = self._join_key(v), int(v["partition"]), float(v["suffix_ms"])
         except (KeyError, ValueError):
-            return
-        prefix = self.prefix_infos.pop(stamp, None)
+            return  # (a packed suffix's per-frame info has no suffix_ms: its steps carry the times)
+        prefix = self.prefix_infos.pop(key, None)
         if prefix is None or prefix[0] != partition:
             return  # the prefix's record was lost, or the state came from elsewhere
-        self.samples.append(StageSample(partition, prefix[1], suffix_ms, self.suffix_backlog, time.monotonic()))
+        self.samples.append(StageSample(partition, prefix[1], suffix_ms, self.suffix_backlog, time.monotonic(),
+                                        rows=prefix[2]))
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
         for status in msg.status:

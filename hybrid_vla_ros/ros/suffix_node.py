@@ -11,14 +11,16 @@ from std_msgs.msg import UInt8MultiArray
 from ..engine.cpu import (DtypeChoice, bind_memory_to_node, choose_suffix_dtype, cores_of_numa_node, cpu_backend_report,
                           default_stage_cores)
 from ..engine.handover import HOST_ID, HandoverDecoder, envelope_stamp
+from ..engine.packed_codec import is_packed_state
 from ..engine.placement import CPU, Placement, parse_dtype
 from ..engine.sync import StampedHistory
 from ..engine.stages import SuffixStage
 from ..engine.worker import StageWorker
-from ..errors import ConfigError, HybridVLAError
+from ..errors import ConfigError, HybridVLAError, expect
 from ..model.load import model_id
 from . import convert
 from .common import DiagnosticsPublisher, StageNode, graph_scope
+from .packed_stage import PackedSuffixSteps
 from .params import chosen_cores
 from .topics import BOUNDARY_QOS
 
@@ -31,7 +33,7 @@ POSE_WAIT_S = 0.1           # and may arrive up to this late
 
 class SuffixNode(StageNode):
     def __init__(self, node_name: str = NODE_NAME, **kwargs):
-        self.worker = self.decoder = None
+        self.worker = self.decoder = self.packed = None
         self.cores = None
         self.memory_binding = "not requested (numa_node = -1)"
         super().__init__(node_name, NODE_NAME, **kwargs)
@@ -44,12 +46,14 @@ class SuffixNode(StageNode):
         self.dtype_choice = self._choose_dtype()
         placement = Placement(prefix_device=CPU, prefix_dtype=parse_dtype(p["boundary_dtype"], "boundary_dtype"),
                               suffix_dtype=parse_dtype(self.dtype_choice.dtype, "dtype"))
-        self.stage = SuffixStage(self.model, p["partition_point"], placement, self.zone)
+        packed = self.model.spec.action_head == "tokens"
+        self.stage = None if packed else SuffixStage(self.model, p["partition_point"], placement, self.zone)
         self.msg_cls, self.output_kind, reason = convert.resolve_trajectory_type(p["output_type"])
         self.decoder = HandoverDecoder(scope=graph_scope(self), model_id=model_id(self.model))
         self.last_stamp_ns = -1
         self.pub = self.configured_publisher(self.msg_cls, "~/output/trajectory", 10)
         self.info_pub = self.configured_publisher(DiagnosticStatus, "~/debug/trajectory_info", 10)
+        self.packed = PackedSuffixSteps(self) if packed else None  # ActionFlow (ros/packed_stage.py)
         # Bounded like the prefix: in one process the prefix's in-flight gate keeps at most max_in_flight here;
         # across processes the ring does (shm). A full mailbox drops and counts, never blocks the executor.
         self.worker = StageWorker("suffix", self._process, policy="lossless", capacity=SUFFIX_QUEUE, cores=self.cores,
@@ -66,6 +70,11 @@ class SuffixNode(StageNode):
 
     def _choose_dtype(self) -> DtypeChoice:
         """dtype: auto -> measured on this CPU and the worker's cores (engine/cpu.py); else the parameter."""
+        if self.model.spec.action_head == "tokens":
+            expect(self.params["dtype"] in ("auto", "fp32"), ConfigError,
+                   f"dtype {self.params['dtype']}: model '{self.model.spec.name}' decodes action tokens, whose packed "
+                   f"suffix runs the model's fp32 weights in this version; set dtype: fp32 (or auto)")
+            return DtypeChoice("fp32", "action-token model: the packed suffix runs fp32")
         if self.params["dtype"] != "auto":
             return DtypeChoice(self.params["dtype"], "set by the dtype parameter")
         spec = self.model.spec
@@ -80,7 +89,7 @@ class SuffixNode(StageNode):
             f"{self.dtype_choice.dtype} ({self.dtype_choice.reason}), "
             f"worker cores {self.cores or 'unpinned'}"
             + (f" (NUMA node {p['numa_node']})" if p["numa_node"] >= 0 and not chosen_cores(p["cores"]) else "")
-            + f"; CPU backend: {self.stage.cpu_backend} ({backend['backend']}, isa {backend['isa']}, "
+            + f"; CPU backend: {self.stage.cpu_backend if self.stage else 'torch'} ({backend['backend']}, isa {backend['isa']}, "
               f"bf16 native: {backend['bf16_native']})")
 
     def release_stage(self) -> None:
@@ -97,7 +106,7 @@ class SuffixNode(StageNode):
         if node < 0:
             return
         self.memory_binding = bind_memory_to_node(node)
-        if self.memory_binding == "bound":
+        if self.memory_binding == "bound" and self.stage is not None:
             self.stage.rematerialise()
         self.get_logger().info(f"suffix memory on NUMA node {node}: {self.memory_binding}")
 
@@ -115,19 +124,19 @@ class SuffixNode(StageNode):
     def activated(self) -> None:
         self.diagnostics.publish()  # at once: the prefix learns where this receiver is before the first frame
 
-    def _fresh(self, state) -> bool:
+    def _fresh(self, seq: int, stamp_ns: int, arrival_ns: int) -> bool:
         """False (counted as stale_output) when the frame arrived at the prefix more than max_output_age_ms
         ago: a planner must never get a trajectory for a world that has moved on. Ages come from the
         prefix's wall clock (hosts of one car are time-synchronised); 0 = unknown arrival (not checked)."""
         limit_ms = self.params["max_output_age_ms"]
-        if limit_ms <= 0 or not state.arrival_ns:
+        if limit_ms <= 0 or not arrival_ns:
             return True
-        age_ms = (time.time_ns() - state.arrival_ns) / 1e6
+        age_ms = (time.time_ns() - arrival_ns) / 1e6
         if age_ms <= limit_ms:
             return True
         self._reject("stale_output", ConfigError(
-            f"trajectory of frame {state.seq} is {age_ms:.0f} ms old at publish time (max_output_age_ms {limit_ms:g})"),
-            state.stamp_ns)
+            f"trajectory of frame {seq} is {age_ms:.0f} ms old at publish time (max_output_age_ms {limit_ms:g})"),
+            stamp_ns)
         return False
 
     def _output_points(self, trajectory):
@@ -158,6 +167,9 @@ class SuffixNode(StageNode):
     def _process(self, item) -> None:
         data, received = item
         t0 = time.perf_counter()
+        if self.packed is not None and is_packed_state(data):  # an action-token model's packed step
+            self.packed.serve(data, t0, received)
+            return
         try:
             state, transport = self.decoder.decode(data)
         except HybridVLAError as exc:
@@ -172,7 +184,7 @@ class SuffixNode(StageNode):
                 state.flight.suffix_finished(time.perf_counter() - t0)
 
     def _serve(self, state, transport: str, t0: float, received: float) -> None:
-        if not self._fresh(state):  # already too old: not worth the compute
+        if not self._fresh(state.seq, state.stamp_ns, state.arrival_ns):  # already too old: not worth the compute
             return
         if state.stamp_ns <= self.last_stamp_ns:
             self._reject("out_of_order", ConfigError(
@@ -184,20 +196,31 @@ class SuffixNode(StageNode):
         except HybridVLAError as exc:
             self._reject("invalid_boundary", exc, state.stamp_ns)
             return
-        self.last_stamp_ns = state.stamp_ns
+        ms = (time.perf_counter() - t0) * 1e3
+        self.publish_trajectory(trajectory, state.arrival_ns, {
+            "suffix_ms": f"{ms:.3f}", "queue_ms": f"{(t0 - received) * 1e3:.3f}", "transport": transport})
+        self.health.record(ms)
+        self.diagnostics.publish_time(ms)
+
+    def publish_trajectory(self, trajectory, arrival_ns: int, values: dict) -> None:
+        """A finished frame's trajectory in the output frame, its markers and its info; not when it is older
+        than the last one published (out_of_order), has no pose, or is stale by now (each counted)."""
+        if trajectory.stamp_ns <= self.last_stamp_ns:
+            self._reject("out_of_order", ConfigError(
+                f"trajectory of frame {trajectory.seq} has stamp {trajectory.stamp_ns}, not newer than "
+                f"{self.last_stamp_ns}"), trajectory.stamp_ns)
+            return
+        self.last_stamp_ns = trajectory.stamp_ns
         points = self._output_points(trajectory)
-        if points is None or not self._fresh(state):
+        if points is None or not self._fresh(trajectory.seq, trajectory.stamp_ns, arrival_ns):
             return
         self.pub.publish(convert.trajectory_to_msg(trajectory, self.msg_cls, self.output_kind,
                                                    self.params["frame_id"], points))
         self._publish_markers(points, trajectory.stamp_ns)
-        ms = (time.perf_counter() - t0) * 1e3
         self.info_pub.publish(DiagnosticStatus(name=f"{self.get_name()}: trajectory", values=[
             KeyValue(key=k, value=str(v)) for k, v in {
                 "stamp_ns": trajectory.stamp_ns, "seq": trajectory.seq, "partition": trajectory.partition,
-                "suffix_ms": f"{ms:.3f}", "queue_ms": f"{(t0 - received) * 1e3:.3f}", "transport": transport}.items()]))
-        self.health.record(ms)
-        self.diagnostics.publish_time(ms)
+                **values}.items()]))
 
     def _extra_checks(self):
         import psutil

@@ -9,6 +9,8 @@ from rclpy.qos import DurabilityPolicy, QoSProfile
 NODES = ("hybrid_vla_prefix", "hybrid_vla_suffix", "hybrid_vla_scheduler")
 
 BOUNDARY_TOPIC = "/hybrid_vla/boundary_state"
+# Action-token models: each packed step's next tokens, suffix -> prefix (the prefix needs them for its next step).
+ACTION_TOKENS_TOPIC = "/hybrid_vla/action_tokens"
 PARTITION_TOPIC = "/hybrid_vla/partition_point"
 TRAJECTORY_TOPIC = "/planning/hybrid_vla/trajectory"
 # The launch files' default output: where Autoware's end-to-end planners publish (autoware_launch remaps the
@@ -20,9 +22,9 @@ PREFIX_INFO_TOPIC = "/hybrid_vla_prefix/debug/frame_info"             # per fram
 
 REMAPS = {
     "hybrid_vla_prefix": {"~/output/boundary_state": BOUNDARY_TOPIC, "~/input/partition_point": PARTITION_TOPIC,
-                          "~/input/kinematic_state": KINEMATIC_TOPIC},
+                          "~/input/kinematic_state": KINEMATIC_TOPIC, "~/input/action_tokens": ACTION_TOKENS_TOPIC},
     "hybrid_vla_suffix": {"~/input/boundary_state": BOUNDARY_TOPIC, "~/output/trajectory": TRAJECTORY_TOPIC,
-                          "~/input/kinematic_state": KINEMATIC_TOPIC},
+                          "~/input/kinematic_state": KINEMATIC_TOPIC, "~/output/action_tokens": ACTION_TOKENS_TOPIC},
     "hybrid_vla_scheduler": {"~/output/partition_point": PARTITION_TOPIC, "~/input/prefix_info": PREFIX_INFO_TOPIC,
                              "~/input/trajectory_info": TRAJECTORY_INFO_TOPIC},
 }
@@ -30,5 +32,7 @@ REMAPS = {
 # Boundary: reliable, keep last 10, transient local: a suffix that starts after the prefix still gets the
 # latest states (stale ones are then rejected and counted, never silently lost).
 BOUNDARY_QOS = QoSProfile(depth=10, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+# Action tokens: reliable, volatile (a token answers one step; a late joiner has no use for old ones).
+TOKENS_QOS = QoSProfile(depth=50)
 # Partition point: the current value for late joiners.
 PARTITION_QOS = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
