@@ -13,7 +13,8 @@ from hybrid_vla_ros.engine.actionflow import sequential_tokens
 from hybrid_vla_ros.engine.packed_codec import encode_tokens
 from hybrid_vla_ros.model.load import load_vla
 from hybrid_vla_ros.types import EgoState
-from hybrid_vla_ros.ros.topics import ACTION_TOKENS_TOPIC, PARTITION_TOPIC, PREFIX_INFO_TOPIC, TOKENS_QOS
+from hybrid_vla_ros.ros.topics import (ACTION_TOKENS_TOPIC, PARTITION_TOPIC, PREFIX_INFO_TOPIC, PREFIX_STEP_TOPIC,
+                                      SUFFIX_STEP_TOPIC, TOKENS_QOS)
 
 from ros_harness import Harness, wait_until
 
@@ -57,9 +58,10 @@ def send_and_collect(h, seqs, timeout_s=60.0):
 @pytest.mark.parametrize("pack,groups", [(2, 2), (3, 1)])
 def test_the_graph_serves_an_action_token_model_with_the_sequential_tokens(domain, model, pack, groups):
     h = packed_harness(pack, groups)
-    steps = []
-    h.node.create_subscription(DiagnosticStatus, PREFIX_INFO_TOPIC,
-                               lambda m: steps.append({kv.key: kv.value for kv in m.values}), 100)
+    infos = {PREFIX_STEP_TOPIC: [], SUFFIX_STEP_TOPIC: [], PREFIX_INFO_TOPIC: []}
+    for topic, got in infos.items():
+        h.node.create_subscription(DiagnosticStatus, topic,
+                                   lambda m, got=got: got.append({kv.key: kv.value for kv in m.values}), 100)
     try:
         frames, paths = send_and_collect(h, range(5))
         for frame, path in zip(frames, paths):
@@ -68,8 +70,11 @@ def test_the_graph_serves_an_action_token_model_with_the_sequential_tokens(domai
         per_frame = [i for i in h.infos if "latency_ms" in i]
         assert [int(i["seq"]) for i in per_frame] == [0, 1, 2, 3, 4]
         assert {i["transport"] for i in h.infos} == {"packed"} and {i["tokens"] for i in per_frame} == {"8"}
-        assert wait_until(lambda: len(steps) == int(h.prefix.packed.server.step_no), h.spin, 5)
-        assert max(int(s["frames"]) for s in steps) > 1        # frames packed into one forward
+        steps = h.prefix.packed.server.step_no
+        assert wait_until(lambda: len(infos[PREFIX_STEP_TOPIC]) == len(infos[SUFFIX_STEP_TOPIC]) == steps, h.spin, 5)
+        assert max(int(s["frames"]) for s in infos[PREFIX_STEP_TOPIC]) > 1        # frames packed into one forward
+        assert [int(s["step"]) for s in infos[SUFFIX_STEP_TOPIC]] == list(range(1, steps + 1))
+        assert wait_until(lambda: [int(i["seq"]) for i in infos[PREFIX_INFO_TOPIC]] == [0, 1, 2, 3, 4], h.spin, 5)
         assert not h.prefix.health.rejected and not h.suffix.health.rejected
     finally:
         h.close()
@@ -118,3 +123,23 @@ def test_the_scheduler_gets_one_sample_per_packed_step(domain, model):
         assert max(s.rows for s in scheduler.fed) > 2 * 8                        # prefill steps carry a prompt
     finally:
         h.close()
+
+
+def test_a_recorded_drive_gives_the_same_actions_in_one_process_and_in_separate_processes(domain, tmp_path):
+    """The prefix and suffix as separate processes share nothing but the packed steps and tokens on DDS."""
+    from hybrid_vla_ros.ros.bringup import graph_params, write_combined_config
+    from hybrid_vla_ros.ros.demo import drive_graph, write_sample_drive
+    from ros_harness import CAMERAS, TINY_OVERRIDES
+    overrides = {k: {**v, **ACT} for k, v in TINY_OVERRIDES.items()}
+    topics = [f"{c}/compressed" for c in CAMERAS]
+    overrides["hybrid_vla_prefix"].update(image_transport="compressed", camera_topics=topics, pack=2, pack_groups=2)
+    bag = write_sample_drive(tmp_path / "drive", "tiny-act", topics, frames=6)
+    params = graph_params(overrides=overrides)
+    config = write_combined_config(params, tmp_path / "graph.yaml")
+    one, traj_one = drive_graph(bag, params, settle_s=30)
+    many, traj_many = drive_graph(bag, params, processes=True, config=str(config), settle_s=60)
+    assert one["trajectories"] == many["trajectories"] == 6, (one, many)
+    assert one["transports"] == many["transports"] == ["packed"]
+    assert sorted(traj_one) == sorted(traj_many)
+    for stamp in traj_one:
+        np.testing.assert_allclose(traj_one[stamp], traj_many[stamp], atol=1e-6)

@@ -190,3 +190,23 @@ def test_the_suffix_refuses_payloads_that_do_not_fit_and_keeps_decoding(models):
     prefix.tokens_in(suffix.step(sent.payload).tokens_payload)
     done, _ = drive(prefix, suffix, [])
     assert {r.seq: r.tokens for r in done} == {f.seq: sequential_tokens(model, f) for f in frames}
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_an_action_token_checkpoint_reads_back_and_each_side_reads_only_its_blocks(models, name, tmp_path):
+    from hybrid_vla_ros.engine.partition import side_modules
+    from hybrid_vla_ros.model.checkpoint import load_checkpoint, save_checkpoint
+    model = models[name]
+    save_checkpoint(model, tmp_path / "act")
+    frames = frames_of(model, 3)
+    prefix_model = load_checkpoint(tmp_path / "act", keep=lambda m: [])
+    suffix_model = load_checkpoint(tmp_path / "act", keep=lambda m: [])
+    assert prefix_model.spec.action_head == "tokens" and prefix_model.action_tokenizer.base == \
+        model.action_tokenizer.base
+    prefix = PackedPrefixServer(prefix_model, 2, 2, 2, policy="lossless", capacity=16, zone=(1, 2))
+    suffix = PackedSuffixServer(suffix_model, zone=(1, 2))
+    meta = lambda m, modules: {id(p) for mod in modules for p in mod.parameters() if p.device.type == "meta"}
+    assert not meta(prefix_model, side_modules(prefix_model, 0, 2)) and meta(prefix_model, [prefix_model.action_head])
+    assert not meta(suffix_model, side_modules(suffix_model, 1, 4)) and meta(suffix_model, side_modules(suffix_model, 0, 1))
+    done, _ = drive(prefix, suffix, frames)
+    assert {r.seq: r.tokens for r in done} == {f.seq: sequential_tokens(model, f) for f in frames}

@@ -8,8 +8,10 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
+from ..model.checkpoint import ensure_loaded
 from ..model.vla import VLAModel
 from .kv_ring import KVRing
+from .partition import side_modules
 
 
 @dataclass
@@ -96,6 +98,7 @@ class PackedSide:
 
     def __init__(self, model: VLAModel, lo: int, hi: int, slots: int, slot_tokens: int):
         spec, decoder = model.spec, model.decoder
+        ensure_loaded(model, side_modules(model, lo, hi), torch.float32)  # a checkpoint's side: read now
         self.model, self.lo, self.hi = model, lo, hi
         self.blocks = list(decoder.layers[lo:hi])
         head_dim = spec.hidden_size // spec.num_heads

@@ -19,13 +19,16 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
+import torch
+
 from ..errors import ConfigError, expect
+from ..model.checkpoint import ensure_loaded
 from ..model.vla import VLAModel
 from ..types import Frame
 from .actionflow import ActionFlow, ActionResult, slot_tokens_of
 from .packed import PackedSide, PackedState
 from .packed_codec import decode_tokens, encode_state
-from .partition import check_partition
+from .partition import check_partition, side_modules
 
 POLL_S = 0.05
 MAX_GROUPS = 8
@@ -40,10 +43,14 @@ class SentStep:
     group: int
     rows: int          # packed rows (prefill tokens + one per decode row)
     frames: int
-    prefill: bool      # it carried a new frame's prefill
+    prefill_seq: int | None   # the frame whose prefill it carried, if any
     partition: int
     prefix_ms: float
-    stamp_ns: int      # the newest frame in it
+    stamp_ns: int      # the newest frame in it (the prefilled one when there is one)
+
+    @property
+    def prefill(self) -> bool:
+        return self.prefill_seq is not None
 
 
 @dataclass
@@ -56,7 +63,8 @@ class Lost:
 
 class PackedPrefixServer:
     def __init__(self, model: VLAModel, pack: int, groups: int, partition: int, policy: str = "latest",
-                 capacity: int = 1, token_timeout_s: float = 1.0, prepare=None):
+                 capacity: int = 1, token_timeout_s: float = 1.0, prepare=None, zone: tuple[int, int] | None = None):
+        """zone: the partitions a move may choose; their blocks are read now (a checkpoint model)."""
         expect(isinstance(groups, int) and 1 <= groups <= MAX_GROUPS, ConfigError,
                f"pack_groups={groups!r}: expected 1..{MAX_GROUPS} independent groups of frames")
         expect(pack * groups <= MAX_SLOTS, ConfigError,
@@ -65,6 +73,8 @@ class PackedPrefixServer:
         self.model, self.pack, self.slots = model, pack, pack * groups
         self.policy, self.capacity = policy, (1 if policy == "latest" else capacity)
         self.token_timeout_s = token_timeout_s
+        self.zone = zone or (0, model.num_blocks)
+        ensure_loaded(model, side_modules(model, 0, self.zone[1]), torch.float32)
         side = self._side(check_partition(partition, model.num_blocks, "packed prefix partition"))
         self.groups = [ActionFlow(model, pack, prefix_side=side, with_suffix=False, prepare=prepare)
                        for _ in range(groups)]
@@ -108,6 +118,8 @@ class PackedPrefixServer:
     def request_partition(self, partition: int) -> None:
         """Applied at the next drain (no frame in flight)."""
         check_partition(partition, self.model.num_blocks, "packed prefix partition")
+        expect(self.zone[0] <= partition <= self.zone[1], ConfigError,
+               f"packed prefix partition {partition} lies outside the dynamic zone {list(self.zone)}")
         with self.cond:
             self.pending_partition = None if partition == self.partition else partition
             self.cond.notify_all()
@@ -167,9 +179,10 @@ class PackedPrefixServer:
             self.awaiting[step] = (index, state, time.monotonic() + self.token_timeout_s)
         prefix_ms = (time.perf_counter() - t0) * 1e3
         payload = encode_state(state, group.partition, step, self.slots)
+        prefill = next((s for s in state.segments if s.count > 1), None)
         return SentStep(payload, step, index, state.hidden.shape[0], len(state.segments),
-                        any(s.count > 1 for s in state.segments), group.partition, prefix_ms,
-                        max(s.stamp_ns for s in state.segments))
+                        prefill.seq if prefill else None, group.partition, prefix_ms,
+                        prefill.stamp_ns if prefill else max(s.stamp_ns for s in state.segments))
 
     def _ready_group(self) -> int | None:
         """Round robin over groups not waiting for tokens: one with frames in flight, or one that can admit

@@ -13,12 +13,14 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import ConfigError, InputError, expect
+from ..model.checkpoint import ensure_loaded
 from ..model.vla import VLAModel
 from ..types import Trajectory
 from .actionflow import ActionResult, check_rows_fit_model, slot_tokens_of
 from .packed import PackedSide, PackedState
 from .packed_codec import check_fits, decode_state, encode_tokens
 from .packed_serve import MAX_SLOTS
+from .partition import side_modules
 
 
 @dataclass
@@ -42,9 +44,14 @@ class Decoding:
 
 
 class PackedSuffixServer:
-    def __init__(self, model: VLAModel):
+    def __init__(self, model: VLAModel, zone: tuple[int, int] | None = None):
+        """zone: the partitions this suffix accepts; their blocks are read now (a checkpoint model), not at
+        the first step."""
         expect(model.spec.action_head == "tokens", ConfigError,
                f"model '{model.spec.name}' has a waypoint head: it is served by the suffix stage, not ActionFlow")
+        self.zone = zone
+        if zone is not None:
+            ensure_loaded(model, side_modules(model, zone[0], model.num_blocks), torch.float32)
         self.model, self.slot_tokens = model, slot_tokens_of(model)
         self.tokens_per_frame = model.action_tokenizer.tokens_per_frame
         self.side: PackedSide | None = None
@@ -54,11 +61,12 @@ class PackedSuffixServer:
     def partition(self) -> int | None:
         return None if self.side is None else self.side.lo
 
-    def step(self, payload, zone: tuple[int, int] | None = None) -> SuffixStep:
+    def step(self, payload) -> SuffixStep:
         """Blocks [p, L) + head over the packed rows; an InputError (nothing changed) when the bytes are damaged,
-        do not fit this model, or are cut outside `zone` (the partitions this suffix accepts)."""
+        do not fit this model, or are cut outside this suffix's zone."""
         state, header = decode_state(payload)
         self._check(state, header)
+        zone = self.zone
         expect(zone is None or zone[0] <= header.partition <= zone[1], InputError,
                f"packed boundary cut at p={header.partition}, outside this suffix's dynamic zone {list(zone or ())}")
         incomplete = self._follow(header.partition, header.slots)

@@ -75,6 +75,16 @@ def suffix_modules(model: VLAModel, partition: int) -> list[torch.nn.Module]:
     return list(model.decoder.layers[partition:]) + [model.decoder.norm, model.action_head]
 
 
+def side_modules(model: VLAModel, lo: int, hi: int) -> list[torch.nn.Module]:
+    """Blocks [lo, hi), with the prefix's other parts when lo == 0 and the suffix's when hi == L."""
+    modules = list(model.decoder.layers[lo:hi])
+    if lo == 0:
+        modules = prefix_modules(model, 0) + modules
+    if hi == model.num_blocks:
+        modules += [model.decoder.norm, model.action_head]
+    return modules
+
+
 def module_bytes(modules) -> tuple[int, int]:
     """(parameter count, bytes of parameters + buffers); works on meta tensors too."""
     params = sum(p.numel() for m in modules for p in m.parameters())

@@ -118,8 +118,7 @@ class SuffixStage:
                  zone: tuple[int, int] | None = None):
         expect(model.spec.action_head == "waypoints", ConfigError,
                f"model '{model.spec.name}' decodes action tokens: it runs through the ActionFlow engine "
-               f"(engine/actionflow.py, `hybrid-vla bench --head action-tokens`); the ROS graph serves waypoint-head "
-               f"models only so far")
+               f"(engine/actionflow.py; in the graph engine/packed_serve.py and packed_suffix.py), not this stage")
         self.model, self.placement = model, placement
         self.partition = check_partition(partition, model.num_blocks, "suffix partition")
         self.zone = lo, hi = Zone.around(self.partition, model.num_blocks, zone)

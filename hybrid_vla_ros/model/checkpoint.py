@@ -4,8 +4,9 @@
     model.safetensors                    the backbone's weights, or sharded:
     model-0000X-of-0000N.safetensors     ... with model.safetensors.index.json (`weight_map`: key -> file)
     action_head.safetensors              the action head (docs/CHECKPOINTS.md): mlp.0.{weight,bias},
-                                         mlp.2.{weight,bias}; metadata `hybrid_vla` = the VLA's own fields
-                                         (cameras, image size, prompt length, waypoints) as JSON
+                                         mlp.2.{weight,bias}, or an action-token model's proj.{weight,bias};
+                                         metadata `hybrid_vla` = the VLA's own fields (cameras, image size,
+                                         prompt length, waypoints; action_head, bins, range) as JSON
 
 `save_checkpoint` writes it with transformers' own `save_pretrained`. `load_checkpoint` builds the model
 with its parameters on the meta device (buffers such as rotary tables are computed as usual) and reads from
@@ -31,7 +32,7 @@ from .families import FAMILY_OF_MODEL_TYPE, load_backbone_config, spec_fields
 from .preprocess import ImageProcessing
 from .prompt import has_tokenizer, load_prompt
 from .spec import VLASpec
-from .vla import VLAModel
+from .vla import VLAModel, make_action_head
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -41,6 +42,8 @@ PROCESSOR_FILE = "preprocessor_config.json"  # optional: the image processor's m
 HEAD_FORMAT = "hybrid_vla_action_head/1"
 VLA_FIELDS = ("name", "num_cameras", "image_height", "image_width", "text_tokens", "num_waypoints",
               "waypoint_dt_s", "head_hidden")
+# An action-token model's head (TokenHead: proj.{weight,bias}, logits over the bins at the top of the vocabulary)
+TOKEN_FIELDS = ("action_head", "action_bins", "action_step_range_m")
 PROMPT_FIELDS = ("plan_token",)  # head metadata beside the spec's fields: the action head's query token
 PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt", "model.pth", "model.ckpt")
 HEAD_PREFIX = "action_head."
@@ -52,15 +55,14 @@ KEY_PREFIXES = (("model.language_model.", "language_model."), ("model.visual.", 
 
 def save_checkpoint(model: VLAModel, directory: str | Path, max_shard_size: str | int = "2GB") -> Path:
     """The HF layout (transformers' save_pretrained for the backbone) plus the action head file."""
-    expect(model.spec.action_head == "waypoints", ConfigError,
-           f"model '{model.spec.name}': checkpoints of action-token models are not supported yet (presets only)")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     from transformers.utils import logging as hf_logging
     hf_logging.disable_progress_bar()
     model.backbone.save_pretrained(directory, max_shard_size=max_shard_size, safe_serialization=True)
     head = {k: v.detach().contiguous().cpu() for k, v in model.action_head.state_dict().items()}
-    vla = {name: getattr(model.spec, name) for name in VLA_FIELDS}
+    fields = VLA_FIELDS + (TOKEN_FIELDS if model.spec.action_head == "tokens" else ())
+    vla = {name: getattr(model.spec, name) for name in fields}
     vla.update(model.prompt.save(directory))  # a checkpoint's own tokenizer goes along, with its query token
     save_file(head, str(directory / HEAD_FILE), metadata={"format": HEAD_FORMAT, "hybrid_vla": json.dumps(vla)})
     return directory
@@ -127,10 +129,10 @@ def _head_metadata(directory: Path, fresh_head: bool) -> tuple[Path | None, dict
         vla = json.loads(meta.get("hybrid_vla", "{}"))
     except json.JSONDecodeError as exc:
         raise ConfigError(f"checkpoint '{path}': metadata 'hybrid_vla' is not JSON ({exc})") from exc
-    unknown = sorted(set(vla) - set(VLA_FIELDS) - set(PROMPT_FIELDS))
+    unknown = sorted(set(vla) - set(VLA_FIELDS) - set(TOKEN_FIELDS) - set(PROMPT_FIELDS))
     expect(isinstance(vla, dict) and not unknown, ConfigError,
            f"checkpoint '{path}': unknown fields {unknown} in metadata 'hybrid_vla'; known: "
-           f"{list(VLA_FIELDS + PROMPT_FIELDS)}")
+           f"{list(VLA_FIELDS + TOKEN_FIELDS + PROMPT_FIELDS)}")
     return path, vla
 
 
@@ -230,8 +232,7 @@ def materialise(model: VLAModel, files: CheckpointFiles, modules, dtype: torch.d
     if fresh_head and any(id(p) in wanted for p in model.action_head.parameters()):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(model.spec.seed)
-            model.action_head = type(model.action_head)(model.spec.hidden_size, model.spec.head_hidden,
-                                                        model.spec.num_waypoints).to(device, dtype)
+            model.action_head = make_action_head(model.spec).to(device, dtype)
 
 
 _LOAD_LOCK = threading.Lock()

@@ -36,6 +36,13 @@ def waypoints_from_head(raw: torch.Tensor, dt_s: float) -> torch.Tensor:
     return torch.cat([xy, raw[..., 2:4].double(), t.unsqueeze(-1)], dim=-1)
 
 
+def make_action_head(spec: VLASpec) -> nn.Module:
+    """The spec's head, freshly initialised: action-token logits over the bins, or the waypoint MLP."""
+    if spec.action_head == "tokens":
+        return TokenHead(spec.hidden_size, spec.action_bins)
+    return ActionHead(spec.hidden_size, spec.head_hidden, spec.num_waypoints)
+
+
 class VLAModel(nn.Module):
     """backbone_config: the HF config a checkpoint came with (exact rope, eps, ...); default: built from spec."""
 
@@ -48,11 +55,9 @@ class VLAModel(nn.Module):
         self.image_processing = ImageProcessing.for_spec(spec)  # a checkpoint's preprocessor_config may change it
         self.prompt = BytePrompt()                                # a checkpoint's own tokenizer replaces it
         self.backbone = self.family.model_class(backbone_config or self.family.build_config(spec))
+        self.action_head = make_action_head(spec)
         if spec.action_head == "tokens":
-            self.action_head = TokenHead(spec.hidden_size, spec.action_bins)
             self.action_tokenizer = ActionTokenizer(spec)
-        else:
-            self.action_head = ActionHead(spec.hidden_size, spec.head_hidden, spec.num_waypoints)
 
     @property
     def decoder(self):

@@ -9,8 +9,9 @@ suffix: a packed step in (recognised by its magic on the same boundary topic) ->
 ~/output/action_tokens at once, then the trajectories of the frames this step completed, stamped with
 their own frame's stamp.
 
-Frame infos (for the scheduler and the bench) are per packed step: step, rows, frames, partition and the
-stage's time; the suffix adds one info per completed frame (latency from its prefill).
+Infos: both stages publish ~/debug/step_info per packed step (step, rows, partition, the stage's time: the
+scheduler joins them by step). Per frame, as for waypoint models, the prefix publishes ~/debug/frame_info
+at its prefill and the suffix ~/debug/trajectory_info with its trajectory (latency from its prefill).
 """
 
 from __future__ import annotations
@@ -47,8 +48,10 @@ class PackedPrefixLoop:
         self.node = node
         self.server = PackedPrefixServer(node.model, p["pack"], p["pack_groups"], p["partition_point"],
                                          policy=p["input_policy"], capacity=LOSSLESS_FRAMES,
-                                         token_timeout_s=p["token_timeout_s"], prepare=prepare)
+                                         token_timeout_s=p["token_timeout_s"], prepare=prepare,
+                                         zone=tuple(node.zone))
         self.lossy_reason = "displaced" if p["input_policy"] == "latest" else "queue_full"
+        self.step_pub = node.configured_publisher(DiagnosticStatus, "~/debug/step_info", 100)
         self.worker = StageWorker("prefix", self._step, source=self.server.next_group, cores=node.cores,
                                   threads=p["threads"] or None, health=node.health, on_error=node._on_worker_error)
         node.configured_subscription(UInt8MultiArray, "~/input/action_tokens", self._on_tokens, TOKENS_QOS)
@@ -82,10 +85,14 @@ class PackedPrefixLoop:
         self.node.diagnostics.publish_time(sent.prefix_ms)
 
     def _publish_info(self, sent: SentStep) -> None:
-        self.node.info_pub.publish(info(f"{self.node.get_name()}: step", {
+        name = self.node.get_name()
+        self.step_pub.publish(info(f"{name}: step", {
             "step": sent.step, "group": sent.group, "rows": sent.rows, "frames": sent.frames,
-            "prefill": sent.prefill, "partition": sent.partition, "stamp_ns": sent.stamp_ns,
-            "prefix_ms": f"{sent.prefix_ms:.3f}"}))
+            "prefill": sent.prefill, "partition": sent.partition, "prefix_ms": f"{sent.prefix_ms:.3f}"}))
+        if sent.prefill_seq is not None:  # a frame's info when its prefill went out
+            self.node.info_pub.publish(info(f"{name}: frame", {
+                "stamp_ns": sent.stamp_ns, "seq": sent.prefill_seq, "partition": sent.partition,
+                "prefix_ms": f"{sent.prefix_ms:.3f}", "step": sent.step}))
 
     def checks(self) -> list:
         s = self.server
@@ -104,13 +111,14 @@ class PackedSuffixSteps:
 
     def __init__(self, node):
         self.node = node
-        self.server = PackedSuffixServer(node.model)
+        self.server = PackedSuffixServer(node.model, tuple(node.zone))
         self.tokens_pub = node.configured_publisher(UInt8MultiArray, "~/output/action_tokens", TOKENS_QOS)
+        self.step_pub = node.configured_publisher(DiagnosticStatus, "~/debug/step_info", 100)
 
     def serve(self, data: bytes, t0: float, received: float) -> None:
         node = self.node
         try:
-            out = self.server.step(data, node.zone)
+            out = self.server.step(data)
         except HybridVLAError as exc:
             node._reject("invalid_boundary", exc)
             return
@@ -121,7 +129,7 @@ class PackedSuffixSteps:
             node.publish_trajectory(result.trajectory, out.arrivals.get(result.seq, 0), {
                 "latency_ms": f"{result.latency_s * 1e3:.3f}", "tokens": len(result.tokens), "transport": "packed"})
         ms = (time.perf_counter() - t0) * 1e3
-        node.info_pub.publish(info(f"{node.get_name()}: step", {
+        self.step_pub.publish(info(f"{node.get_name()}: step", {
             "step": out.step, "rows": out.rows, "partition": out.partition, "completed": len(out.completed),
             "suffix_ms": f"{ms:.3f}", "queue_ms": f"{(t0 - received) * 1e3:.3f}", "transport": "packed"}))
         node.health.record(ms)

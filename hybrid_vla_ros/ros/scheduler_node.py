@@ -11,9 +11,9 @@ cleanup: destroy what configure created.  shutdown: the same, from any state.
 Each finished frame becomes one StageSample: the prefix's `~/debug/frame_info` (partition, prefix compute
 time) joined by stamp with the suffix's `~/debug/trajectory_info` (partition, suffix compute time); the
 suffix backlog comes from /diagnostics. Both policies take `update(sample) -> partition`.
-An action-token model (ActionFlow, ros/packed_stage.py) reports per packed step instead: the two infos carry
-`step` and are joined by it, one sample per step (what sets such a graph's period is the slower side's
-step time); its prefix applies a new partition at the next drain of its frames in flight.
+An action-token model (ActionFlow, ros/packed_stage.py) is sampled per packed step instead: both stages'
+`~/debug/step_info` carry `step` and are joined by it, one sample per step (what sets such a graph's period
+is the slower side's step time); its prefix applies a new partition at the next drain of its frames.
 """
 
 from __future__ import annotations
@@ -70,6 +70,9 @@ class SchedulerNode(ManagedNode):
         self.subscriptions_ = [
             self.create_subscription(DiagnosticStatus, "~/input/prefix_info", self._on_prefix_info, 50),
             self.create_subscription(DiagnosticStatus, "~/input/trajectory_info", self._on_trajectory_info, 50),
+            # action-token models: one sample per packed step (ros/packed_stage.py)
+            self.create_subscription(DiagnosticStatus, "~/input/prefix_step_info", self._on_prefix_info, 100),
+            self.create_subscription(DiagnosticStatus, "~/input/suffix_step_info", self._on_trajectory_info, 100),
             self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)]
         self.timer = self.create_timer(p["update_period_s"], self._tick)
         self.get_logger().info(f"configured: {p['policy']} policy, zone [{self.policy.zone_min}, "
@@ -175,7 +178,7 @@ class SchedulerNode(ManagedNode):
             v = info_values(msg)
             key, partition, suffix_ms = self._join_key(v), int(v["partition"]), float(v["suffix_ms"])
         except (KeyError, ValueError):
-            return  # (a packed suffix's per-frame info has no suffix_ms: its steps carry the times)
+            return  # (a packed suffix's per-frame info has no suffix_ms: its step infos carry the times)
         prefix = self.prefix_infos.pop(key, None)
         if prefix is None or prefix[0] != partition:
             return  # the prefix's record was lost, or the state came from elsewhere

@@ -19,6 +19,9 @@ LAUNCH_TRAJECTORY_TOPIC = "/planning/trajectory"
 KINEMATIC_TOPIC = "/localization/kinematic_state"
 TRAJECTORY_INFO_TOPIC = "/hybrid_vla_suffix/debug/trajectory_info"   # per frame: partition, suffix_ms, ...
 PREFIX_INFO_TOPIC = "/hybrid_vla_prefix/debug/frame_info"             # per frame: partition, prefix_ms, ...
+# Action-token models: per packed step, each side's time (joined by step in the scheduler)
+PREFIX_STEP_TOPIC = "/hybrid_vla_prefix/debug/step_info"
+SUFFIX_STEP_TOPIC = "/hybrid_vla_suffix/debug/step_info"
 
 REMAPS = {
     "hybrid_vla_prefix": {"~/output/boundary_state": BOUNDARY_TOPIC, "~/input/partition_point": PARTITION_TOPIC,
@@ -26,7 +29,8 @@ REMAPS = {
     "hybrid_vla_suffix": {"~/input/boundary_state": BOUNDARY_TOPIC, "~/output/trajectory": TRAJECTORY_TOPIC,
                           "~/input/kinematic_state": KINEMATIC_TOPIC, "~/output/action_tokens": ACTION_TOKENS_TOPIC},
     "hybrid_vla_scheduler": {"~/output/partition_point": PARTITION_TOPIC, "~/input/prefix_info": PREFIX_INFO_TOPIC,
-                             "~/input/trajectory_info": TRAJECTORY_INFO_TOPIC},
+                             "~/input/trajectory_info": TRAJECTORY_INFO_TOPIC,
+                             "~/input/prefix_step_info": PREFIX_STEP_TOPIC, "~/input/suffix_step_info": SUFFIX_STEP_TOPIC},
 }
 
 # Boundary: reliable, keep last 10, transient local: a suffix that starts after the prefix still gets the
