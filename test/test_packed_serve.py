@@ -3,10 +3,12 @@ ROS nodes for action-token models: exact tokens with one or two alternating grou
 (a step whose tokens never come back, wrong tokens, a frame that cannot be embedded), a partition change
 at a drain, and the input policies."""
 
+import os
 import time
 from collections import deque
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from hybrid_vla_ros.engine.actionflow import sequential_tokens
 from hybrid_vla_ros.engine.packed_codec import decode_tokens, encode_tokens
@@ -210,3 +212,43 @@ def test_an_action_token_checkpoint_reads_back_and_each_side_reads_only_its_bloc
     assert not meta(suffix_model, side_modules(suffix_model, 1, 4)) and meta(suffix_model, side_modules(suffix_model, 0, 1))
     done, _ = drive(prefix, suffix, frames)
     assert {r.seq: r.tokens for r in done} == {f.seq: sequential_tokens(model, f) for f in frames}
+
+
+@settings(max_examples=int(os.environ.get("HVLA_FUZZ_EXAMPLES", "200")), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_suffix_server_fed_damaged_steps_refuses_them_and_then_decodes_exactly(models, data):
+    """Hostile bytes on the boundary topic: each is an InputError or a consistent step (tokens in the action
+    vocabulary); afterwards a clean stream still decodes the sequential tokens (a step that was accepted may
+    have rebuilt the ring: the clean stream starts with prefills)."""
+    model = models["tiny-act"]
+    suffix = PackedSuffixServer(model, zone=(1, 3))
+    payload = bytearray(data.draw(st.sampled_from(_clean_steps(model))))
+    for _ in range(data.draw(st.integers(1, 6))):
+        payload[data.draw(st.integers(0, len(payload) - 1))] = data.draw(st.integers(0, 255))
+    if data.draw(st.booleans()):
+        payload = payload[:data.draw(st.integers(0, len(payload)))]
+    try:
+        out = suffix.step(bytes(payload))
+    except InputError:
+        pass
+    else:
+        tokens, _ = decode_tokens(out.tokens_payload)
+        base, bins = model.action_tokenizer.base, model.action_tokenizer.bins
+        assert all(base <= t < base + bins for t in tokens.values())
+    frames = frames_of(model, 2, first=50)
+    done, _ = drive(PackedPrefixServer(model, 2, 1, 2, policy="lossless", capacity=4), suffix, frames)
+    assert {r.seq: r.tokens for r in done} == {f.seq: sequential_tokens(model, f) for f in frames}
+
+
+_STEPS: dict = {}
+
+
+def _clean_steps(model) -> list[bytes]:
+    """The packed steps of three frames (computed once)."""
+    if model.spec.name not in _STEPS:
+        sent = []
+        drive(PackedPrefixServer(model, 2, 1, 2, policy="lossless", capacity=4), PackedSuffixServer(model),
+              frames_of(model, 3), on_step=lambda s: sent.append(s.payload))
+        _STEPS[model.spec.name] = sent
+    return _STEPS[model.spec.name]
