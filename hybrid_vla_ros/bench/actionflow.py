@@ -116,6 +116,77 @@ def _split_run(model, pack: int, partition: int, inputs, seq_fps: float, referen
     return entry
 
 
+CHILD_WAIT_S = 120.0   # the suffix process's start (a spawned interpreter building the model) or one step
+
+
+def _child_failed(child):
+    raise RuntimeError(f"the suffix process (pid {child.pid}) did not answer within {CHILD_WAIT_S:.0f} s "
+                       f"(exit code {child.exitcode})")
+
+
+def _suffix_process(conn, preset: str, cores: list[int]) -> None:
+    """The suffix side in a process of its own (as the suffix node runs it: no interpreter lock shared with
+    the prefix): packed steps in, next tokens out, over a pipe; an empty message ends it, answered with the
+    seconds it worked."""
+    os.sched_setaffinity(0, set(cores))
+    torch.set_num_threads(1)
+    from ..engine.packed_suffix import PackedSuffixServer
+    from ..model.load import load_vla
+    server, busy = PackedSuffixServer(load_vla(preset=preset)), 0.0
+    conn.send_bytes(b"ready")
+    while payload := conn.recv_bytes():
+        t0 = time.perf_counter()
+        tokens = server.step(payload).tokens_payload
+        busy += time.perf_counter() - t0
+        conn.send_bytes(tokens)
+    conn.send(busy)
+
+
+def _split_processes_run(model, pack: int, partition: int, inputs, seq_fps: float, reference: dict,
+                         report: dict) -> dict:
+    """The graph's arrangement without ROS: the prefix server here (two alternating groups, core 0), the
+    suffix server in another process (core 1), packed steps and tokens as bytes over a pipe."""
+    import multiprocessing
+    from collections import deque
+    from ..engine.packed_serve import PackedPrefixServer
+    ctx = multiprocessing.get_context("spawn")
+    here, there = ctx.Pipe()
+    child = ctx.Process(target=_suffix_process, args=(there, model.spec.name, report["split"]["suffix_cores"]),
+                        daemon=True)
+    child.start()
+    receive = lambda: here.recv_bytes() if here.poll(CHILD_WAIT_S) else _child_failed(child)  # noqa: E731
+    receive()
+    results, busy, pending = [], 0.0, deque()
+    try:
+        with cores_and_threads(set(report["split"]["prefix_cores"]), 1):
+            server = PackedPrefixServer(model, pack, 2, partition, policy="lossless", capacity=len(inputs),
+                                        token_timeout_s=600.0)
+            for frame in inputs:
+                server.submit(frame)
+            t0 = time.perf_counter()
+            while not server.idle or pending:
+                index = server.next_group(wait_s=0.0)
+                if index is not None:
+                    s0 = time.perf_counter()
+                    sent = server.step(index)
+                    busy += time.perf_counter() - s0
+                    if sent is not None:
+                        here.send_bytes(sent.payload)
+                        pending.append(sent)
+                if pending and (index is None or len(pending) >= 2):
+                    pending.popleft()
+                    server.tokens_in(receive())
+                results += server.take_completed()
+            wall = time.perf_counter() - t0
+    finally:
+        here.send_bytes(b"")
+        suffix_busy = here.recv() if here.poll(CHILD_WAIT_S) else float("nan")
+        child.join(10)
+    entry = _summary(results, wall, seq_fps, reference)
+    entry.update(prefix_busy_s=busy, suffix_busy_s=suffix_busy, slower_stage_fraction=max(busy, suffix_busy) / wall)
+    return entry
+
+
 def plot_actionflow(report: dict, path: str) -> None:
     plt = pyplot()
     packs = list(report["pack"])
