@@ -130,7 +130,7 @@ def test_bench_reports_each_pack_unsplit_and_split_with_exactness(act_models, tm
     from hybrid_vla_ros.bench.actionflow import plot_actionflow, run_actionflow_bench
     report = run_actionflow_bench(act_models["tiny-act"], [1, 2], frames=4, partition=2, progress=lambda t: None)
     assert report["exact"] is True and report["tokens_per_frame"] == 8
-    for side in (report["pack"], report["split"]["pack"]):
+    for side in (report["pack"], report["split"]["pack"], report["split_threads"]["pack"]):
         for k in ("1", "2"):
             assert side[k]["frames_per_s"] > 0 and side[k]["latency_ms"]["p50"] > 0
             assert side[k]["speedup_vs_sequential"] == pytest.approx(side[k]["frames_per_s"] /

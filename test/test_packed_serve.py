@@ -127,15 +127,21 @@ def test_a_frame_that_cannot_be_embedded_fails_alone(models):
     model = models["tiny-act"]
     frames = frames_of(model, 4)
 
+    refused = []
+
     def prepare(frame):
         if frame.seq == 1:
             raise InputError("camera 0: 7 bytes for a 64 x 64 rgb8 image")
+        if frame.seq == 2:   # the caller refuses it itself (e.g. out of order) and counts it
+            refused.append(frame.seq)
+            return False
+        return True
     prefix = PackedPrefixServer(model, 2, 2, 2, policy="lossless", capacity=16, prepare=prepare)
     done, _ = drive(prefix, PackedSuffixServer(model), frames)
     lost = prefix.take_lost()
     assert [(e.reason, e.stamp_ns) for e in lost] == [("invalid_input", frames[1].stamp_ns)]
-    assert "7 bytes" in lost[0].message
-    assert sorted(r.seq for r in done) == [0, 2, 3]
+    assert "7 bytes" in lost[0].message and refused == [2]
+    assert {r.seq: r.tokens for r in done} == {f.seq: sequential_tokens(model, f) for f in frames if f.seq in (0, 3)}
 
 
 def test_a_partition_change_waits_for_the_drain_and_the_suffix_follows(models):

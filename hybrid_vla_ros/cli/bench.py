@@ -143,7 +143,8 @@ def bench_actionflow(args) -> int:
         split = report["split"]["pack"][k]
         rows.append((f"K={k}", f"unsplit {e['frames_per_s']:.2f} frames/s ({e['speedup_vs_sequential']:.2f}x), "
                                f"split {split['frames_per_s']:.2f} frames/s ({split['speedup_vs_sequential']:.2f}x, "
-                               f"{split['slower_stage_fraction']:.0%} of the slower side)"))
+                               f"{split['slower_stage_fraction']:.0%} of the slower side; suffix in a thread "
+                               f"{report['split_threads']['pack'][k]['frames_per_s']:.2f})"))
     print(key_value_table(rows + [("exact", report["exact"]), ("full report", args.json or "(--json FILE)")]))
     return 0 if report["exact"] else 1
 

@@ -88,8 +88,8 @@ class ActionFlow:
                  prefix_side: PackedSide | None = None, with_suffix: bool = True, prepare=None):
         """prefix_side: a prefix side shared with other groups (its ring hands out the slots of all of them;
         partition is then its cut); with_suffix=False: the suffix side lives elsewhere (another process).
-        prepare(frame): runs before a frame's prefill (the ROS node decodes its images there); a
-        HybridVLAError fails that frame alone."""
+        prepare(frame) -> bool: runs before a frame's prefill (the ROS node decodes its images there); False
+        skips the frame (the caller counted why), a HybridVLAError fails it; the other frames go on."""
         spec = model.spec
         expect(spec.action_head == "tokens", ConfigError,
                f"model '{spec.name}' has a waypoint head; ActionFlow needs an action-token model (e.g. tiny-act)")
@@ -156,8 +156,8 @@ class ActionFlow:
         while self.waiting and len(self.flight) < self.pack:
             frame = self.waiting.popleft()
             try:
-                if self.prepare is not None:
-                    self.prepare(frame)
+                if self.prepare is not None and not self.prepare(frame):
+                    continue  # refused by the caller (which counted why)
                 embeds, pos, _ = frame_embeddings(self.model, frame)                   # (1, S, H), (.., 1, S)
             except HybridVLAError as exc:
                 self.failed.append(ActionResult(frame.seq, frame.stamp_ns, None, None, 0.0, str(exc)))

@@ -63,8 +63,7 @@ class PackedPrefixLoop:
             self.node.health.drop(self.lossy_reason, dropped.stamp_ns)
 
     def _on_tokens(self, msg) -> None:
-        if not self.node.accepting():
-            return
+        """Taken in any state: they answer this node's own steps (frames in flight finish after deactivate)."""
         try:
             self.server.tokens_in(bytes(msg.data))
         except HybridVLAError as exc:
