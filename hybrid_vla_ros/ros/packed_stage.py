@@ -91,7 +91,7 @@ class PackedPrefixLoop:
         if sent.prefill_seq is not None:  # a frame's info when its prefill went out
             self.node.info_pub.publish(info(f"{name}: frame", {
                 "stamp_ns": sent.stamp_ns, "seq": sent.prefill_seq, "partition": sent.partition,
-                "prefix_ms": f"{sent.prefix_ms:.3f}", "step": sent.step}))
+                "prefix_ms": f"{sent.prefix_ms:.3f}", "prefill_step": sent.step}))
 
     def checks(self) -> list:
         s = self.server
