@@ -146,3 +146,11 @@ def test_bench_cli_refuses_a_bad_pack_list():
     out = subprocess.run([sys.executable, "-m", "hybrid_vla_ros.cli", "bench", "--head", "action-tokens",
                           "--preset", "tiny-act", "--pack", "1,x"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "--pack '1,x'" in out.stderr, out.stderr
+
+
+@pytest.mark.slow
+def test_bench_graph_entry_serves_every_frame_through_the_nodes_in_processes(act_models):
+    from hybrid_vla_ros.bench.actionflow import run_packed_graph
+    report = {"split": {"prefix_cores": [0], "suffix_cores": [1]}}
+    entry = run_packed_graph(act_models["tiny-act"], 2, 2, 4, 2, report)
+    assert entry["completed"] == 4 and entry["transport"] == "packed" and entry["frames_per_s"] > 0

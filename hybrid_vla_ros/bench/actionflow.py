@@ -63,48 +63,79 @@ def _summary(results, wall_s: float, sequential_fps: float, reference: dict) -> 
 
 
 def run_actionflow_bench(model, packs: list[int], frames: int = 24, partition: int | None = None,
-                         progress=print) -> dict:
-    spec = model.spec
-    cores = sorted(allowed_cores())
+                         progress=print, graph: bool = False, repeat: int = 1) -> dict:
+    """graph: also the ROS graph at the largest K with one and with two packed groups. repeat: each
+    configuration that many times, interleaved (a noisy machine drifts between runs); the entry of the median
+    run is reported, with every run's frames/s in `runs_frames_per_s`."""
+    spec, cores = model.spec, sorted(allowed_cores())
     inputs = [synthetic_frame(spec, i) for i in range(frames)]
     partition = spec.num_blocks // 2 if partition is None else partition
-    with cores_and_threads(set(cores), len(cores)):
-        sequential_results(model, inputs[:1])  # warm-up
-        t0 = time.perf_counter()
-        sequential = sequential_results(model, inputs)
-        seq_wall = time.perf_counter() - t0
-    reference = {r.seq: r.tokens for r in sequential}
-    seq_fps = frames / seq_wall
+    sequential, reference = _sequential(model, inputs, cores, repeat)
+    seq_fps = sequential["frames_per_s"]
     progress(f"sequential: {seq_fps:.2f} frames/s")
-    report = {"preset": spec.name, "frames": frames, "tokens_per_frame": model.action_tokenizer.tokens_per_frame,
+    report = {"preset": spec.name, "frames": frames, "repeat": repeat, "cores": cores,
+              "tokens_per_frame": model.action_tokenizer.tokens_per_frame,
               "prompt_tokens": model.prompt.sequence_length(spec.num_cameras, model.family.image_tokens_per_camera(spec),
                                                             spec.text_tokens),
-              "cores": cores, "sequential": {"frames_per_s": seq_fps, "wall_s": seq_wall,
-                                             "latency_ms": percentiles([r.latency_s * 1e3 for r in sequential])},
+              "sequential": sequential,
               "pack": {}, "split": {"partition": partition, "prefix_cores": cores[:1], "suffix_cores": cores[1:2] or cores[:1],
                                     "pack": {}, "how": "suffix side in its own process (as the suffix node)"},
               "split_threads": {"pack": {}, "how": "suffix side in a thread of the same process (shares the "
                                                    "interpreter lock with the prefix side)"}}
     for pack in packs:
-        with cores_and_threads(set(cores), len(cores)):
-            flow = TimedFlow(model, pack)
-            t0 = time.perf_counter()
-            results = flow.run(inputs)
-            entry = _summary(results, time.perf_counter() - t0, seq_fps, reference)
-        entry.update(steps=len(flow.rows), rows_per_step=sum(flow.rows) / max(1, len(flow.rows)),
-                     step_ms=flow.busy_s["prefix"] * 1e3 / max(1, len(flow.rows)) +
-                     flow.busy_s["suffix"] * 1e3 / max(1, len(flow.rows)))
-        report["pack"][str(pack)] = entry
-        split = report["split"]["pack"][str(pack)] = \
-            _split_processes_run(model, pack, partition, inputs, seq_fps, reference, report)
-        threads = report["split_threads"]["pack"][str(pack)] = \
-            _split_run(model, pack, partition, inputs, seq_fps, reference, report)
+        runs: dict[str, list] = {"unsplit": [], "split": [], "split_threads": []}
+        for _ in range(repeat):
+            runs["unsplit"].append(_unsplit_run(model, pack, inputs, seq_fps, reference, cores))
+            runs["split"].append(_split_processes_run(model, pack, partition, inputs, seq_fps, reference, report))
+            runs["split_threads"].append(_split_run(model, pack, partition, inputs, seq_fps, reference, report))
+        entry, split, threads = (_median(runs[mode]) for mode in ("unsplit", "split", "split_threads"))
+        report["pack"][str(pack)], report["split"]["pack"][str(pack)] = entry, split
+        report["split_threads"]["pack"][str(pack)] = threads
         progress(f"pack {pack}: unsplit {entry['frames_per_s']:.2f} frames/s ({entry['speedup_vs_sequential']:.2f}x), "
                  f"split {split['frames_per_s']:.2f} ({split['speedup_vs_sequential']:.2f}x), split in threads "
                  f"{threads['frames_per_s']:.2f}")
+    if graph:
+        report["graph"] = {"pack": max(packs), "pack_groups": {}}
+        for groups in (1, 2):
+            entry = report["graph"]["pack_groups"][str(groups)] = \
+                run_packed_graph(model, max(packs), groups, frames, partition, report)
+            progress(f"graph, K={max(packs)}, {groups} group(s): {entry.get('frames_per_s', 0):.2f} frames/s")
     report["exact"] = all(e["exact"] for mode in (report["pack"], report["split"]["pack"],
                                                   report["split_threads"]["pack"]) for e in mode.values())
     return report
+
+
+def _sequential(model, inputs, cores, repeat: int) -> tuple[dict, dict]:
+    """Plain sequential decoding on all cores, `repeat` times: -> (its entry, seq -> tokens)."""
+    walls = []
+    with cores_and_threads(set(cores), len(cores)):
+        sequential_results(model, inputs[:1])  # warm-up
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            results = sequential_results(model, inputs)
+            walls.append(time.perf_counter() - t0)
+    wall = sorted(walls)[len(walls) // 2]
+    return ({"frames_per_s": len(inputs) / wall, "wall_s": wall, "runs_frames_per_s": [len(inputs) / w for w in walls],
+             "latency_ms": percentiles([r.latency_s * 1e3 for r in results])}, {r.seq: r.tokens for r in results})
+
+
+def _unsplit_run(model, pack: int, inputs, seq_fps: float, reference: dict, cores) -> dict:
+    with cores_and_threads(set(cores), len(cores)):
+        flow = TimedFlow(model, pack)
+        t0 = time.perf_counter()
+        results = flow.run(inputs)
+        entry = _summary(results, time.perf_counter() - t0, seq_fps, reference)
+    steps = max(1, len(flow.rows))
+    entry.update(steps=len(flow.rows), rows_per_step=sum(flow.rows) / steps,
+                 step_ms=(flow.busy_s["prefix"] + flow.busy_s["suffix"]) * 1e3 / steps)
+    return entry
+
+
+def _median(entries: list[dict]) -> dict:
+    """The run of median frames/s, with every run's frames/s; exact only if every run was."""
+    ordered = sorted(entries, key=lambda e: e["frames_per_s"])
+    return {**ordered[len(ordered) // 2], "runs_frames_per_s": [e["frames_per_s"] for e in entries],
+            "exact": all(e["exact"] for e in entries)}
 
 
 def _split_run(model, pack: int, partition: int, inputs, seq_fps: float, reference: dict, report: dict) -> dict:
@@ -129,6 +160,20 @@ CHILD_WAIT_S = 120.0   # the suffix process's start (a spawned interpreter build
 def _child_failed(child):
     raise RuntimeError(f"the suffix process (pid {child.pid}) did not answer within {CHILD_WAIT_S:.0f} s "
                        f"(exit code {child.exitcode})")
+
+
+def run_packed_graph(model, pack: int, groups: int, frames: int, partition: int, report: dict) -> dict:
+    """The ROS graph (prefix and suffix nodes in processes of their own, on the split's cores) serving the
+    action-token model from a bag replayed as fast as it answers."""
+    from ..engine.placement import Placement
+    from .graph import run_graph_mode
+    entry = run_graph_mode(model, Placement(), partition, frames, report["split"]["prefix_cores"],
+                           report["split"]["suffix_cores"], 2, processes=True,
+                           prefix_extra={"pack": pack, "pack_groups": groups}, window=pack * groups + 2,
+                           suffix_extra={"max_output_age_ms": 0.0})  # frames queued on purpose: no age limit
+    if "completed" in entry:
+        entry["frames_per_s"] = entry["completed"] / entry["wall_s"]
+    return entry
 
 
 def _suffix_process(conn, preset: str, cores: list[int]) -> None:

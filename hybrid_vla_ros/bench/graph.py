@@ -34,8 +34,11 @@ def graph_overrides(model: VLAModel, placement: Placement, partition: int, prefi
 
 
 def run_graph_mode(model: VLAModel, placement: Placement, partition: int, frames: int, prefix_cores, suffix_cores,
-                   max_in_flight: int, processes: bool) -> dict:
-    """-> the mode's summary: period and latency (p50, p99), frames, drops, transports."""
+                   max_in_flight: int, processes: bool, prefix_extra: dict | None = None, window: int | None = None,
+                   suffix_extra: dict | None = None) -> dict:
+    """-> the mode's summary: period and latency (p50, p99), frames, drops, transports. prefix_extra,
+    suffix_extra: more node parameters (an action-token model's pack, pack_groups); window: frames the replay
+    keeps ahead of the answers (default max_in_flight)."""
     if model.spec.name not in _presets():
         return {"skipped": "graph modes run named presets only (the nodes load the model themselves)"}
     from ..ros.bringup import graph_params, write_combined_config
@@ -43,12 +46,14 @@ def run_graph_mode(model: VLAModel, placement: Placement, partition: int, frames
     work = Path(tempfile.mkdtemp(prefix="hvla_bench_"))
     bag = write_sample_drive(work / "drive", model.spec.name, camera_topics(model.spec.num_cameras), frames,
                              compressed=False)
-    params = graph_params(overrides=graph_overrides(model, placement, partition, prefix_cores, suffix_cores,
-                                                    max_in_flight))
+    overrides = graph_overrides(model, placement, partition, prefix_cores, suffix_cores, max_in_flight)
+    overrides["hybrid_vla_prefix"].update(prefix_extra or {})
+    overrides["hybrid_vla_suffix"].update(suffix_extra or {})
+    params = graph_params(overrides=overrides)
     config = write_combined_config(params, work / "graph.param.yaml")
-    summary, _ = drive_graph(bag, params, processes=processes, config=str(config), window=max_in_flight)
+    summary, _ = drive_graph(bag, params, processes=processes, config=str(config), window=window or max_in_flight)
     return {"partition": partition, "max_in_flight": max_in_flight, "frames": frames,
-            "completed": summary["trajectories"], "dropped": summary["dropped"],
+            "completed": summary["trajectories"], "dropped": summary["dropped"], "wall_s": summary["wall_s"],
             "period_ms": summary["period_ms"], "latency_ms": summary["latency_ms"],
             "suffix_compute_ms": summary["suffix_compute_ms"], "suffix_queue_ms": summary["suffix_queue_ms"],
             "transport": ",".join(summary["transports"]),

@@ -133,8 +133,10 @@ def bench_actionflow(args) -> int:
         packs = [int(k) for k in args.pack.split(",") if k]
     except ValueError as exc:
         raise ConfigError(f"--pack '{args.pack}': expected comma-separated integers, e.g. 1,2,4,8") from exc
+    if args.repeat < 1:
+        raise ConfigError(f"--repeat {args.repeat}: expected at least 1 run per configuration")
     report = run_actionflow_bench(model, packs, frames=args.frames or 24, partition=args.partition,
-                                  progress=progress_printer("actionflow"))
+                                  progress=progress_printer("actionflow"), graph=args.graph, repeat=args.repeat)
     write_report(report, args.json)
     if args.plot:
         plot_actionflow(report, args.plot)
@@ -145,6 +147,10 @@ def bench_actionflow(args) -> int:
                                f"split {split['frames_per_s']:.2f} frames/s ({split['speedup_vs_sequential']:.2f}x, "
                                f"{split['slower_stage_fraction']:.0%} of the slower side; suffix in a thread "
                                f"{report['split_threads']['pack'][k]['frames_per_s']:.2f})"))
+    for groups, e in report.get("graph", {}).get("pack_groups", {}).items():
+        rows.append((f"graph K={report['graph']['pack']}, {groups} group(s)",
+                     f"{e.get('frames_per_s', 0):.2f} frames/s, {e.get('completed')} of {e.get('frames')} frames, "
+                     f"latency p50 {e.get('latency_ms', {}).get('p50') or 0:.0f} ms"))
     print(key_value_table(rows + [("exact", report["exact"]), ("full report", args.json or "(--json FILE)")]))
     return 0 if report["exact"] else 1
 
@@ -190,6 +196,11 @@ def register(sub) -> None:
     p.add_argument("--head", default="waypoints", choices=("waypoints", "action-tokens"),
                    help="action-tokens: ActionFlow packed decoding vs sequential (default preset bench-act)")
     p.add_argument("--pack", default="1,2,4,8", help="action-tokens: frames in flight K to compare")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="action-tokens: run each configuration this many times, interleaved; report the median")
+    p.add_argument("--graph", action="store_true",
+                   help="action-tokens: also the ROS graph (nodes in separate processes) at the largest K, with "
+                        "one and two packed groups")
     p.add_argument("--soak-frames", type=int, default=1500, help="faults: frames per soak mode (10000: the long one)")
     p.add_argument("--camera", default="1920x1080", help="preprocess: camera size WIDTHxHEIGHT")
     p.add_argument("--step-on", type=int, default=25, help="load-step: frame at which the load starts")

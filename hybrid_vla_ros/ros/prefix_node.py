@@ -65,11 +65,12 @@ class PrefixNode(StageNode):
         self.configured_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
         self.diagnostics = DiagnosticsPublisher(self, self.health, self.worker, self._extra_checks)
         self.configured_timer(p["diagnostics_period_s"], self.diagnostics.publish)
+        transport = f"packed steps inline ({p['pack_groups']} groups of {p['pack']} frames)" if packed \
+            else p["boundary_transport"]
         self.get_logger().info(
             f"prefix: model '{self.model.spec.name}' ({self.model.num_blocks} blocks), partition "
             f"{self.stage.partition}, zone {list(self.zone)}, {self.placement.describe()}, cameras "
-            f"{self.camera_topics}, input policy {p['input_policy']}, boundary transport "
-            f"{'packed steps inline (pack ' + str(p['pack']) + ' x ' + str(p['pack_groups']) + ' groups)' if packed else p['boundary_transport']}, "
+            f"{self.camera_topics}, input policy {p['input_policy']}, boundary transport {transport}, "
             f"worker cores {self.cores or 'unpinned'}")
 
     def _configure_frames(self) -> None:
