@@ -35,10 +35,11 @@ def graph_overrides(model: VLAModel, placement: Placement, partition: int, prefi
 
 def run_graph_mode(model: VLAModel, placement: Placement, partition: int, frames: int, prefix_cores, suffix_cores,
                    max_in_flight: int, processes: bool, prefix_extra: dict | None = None, window: int | None = None,
-                   suffix_extra: dict | None = None) -> dict:
+                   suffix_extra: dict | None = None, rate: float = 0.0) -> dict:
     """-> the mode's summary: period and latency (p50, p99), frames, drops, transports. prefix_extra,
     suffix_extra: more node parameters (an action-token model's pack, pack_groups); window: frames the replay
-    keeps ahead of the answers (default max_in_flight)."""
+    keeps ahead of the answers (default max_in_flight); rate: replay at this multiple of the recorded camera
+    rate (0: as fast as the graph answers)."""
     if model.spec.name not in _presets():
         return {"skipped": "graph modes run named presets only (the nodes load the model themselves)"}
     from ..ros.bringup import graph_params, write_combined_config
@@ -51,7 +52,8 @@ def run_graph_mode(model: VLAModel, placement: Placement, partition: int, frames
     overrides["hybrid_vla_suffix"].update(suffix_extra or {})
     params = graph_params(overrides=overrides)
     config = write_combined_config(params, work / "graph.param.yaml")
-    summary, _ = drive_graph(bag, params, processes=processes, config=str(config), window=window or max_in_flight)
+    summary, _ = drive_graph(bag, params, processes=processes, config=str(config), window=window or max_in_flight,
+                             rate=rate)
     return {"partition": partition, "max_in_flight": max_in_flight, "frames": frames,
             "completed": summary["trajectories"], "dropped": summary["dropped"], "wall_s": summary["wall_s"],
             "period_ms": summary["period_ms"], "latency_ms": summary["latency_ms"],

@@ -154,6 +154,18 @@ def summarise(driver: Driver, published: int, wall_s: float) -> dict:
     }
 
 
+def wait_for_answers(spin, answered, published: int, quiet_s: float, settle_s: float) -> None:
+    """After the bag: until every frame is answered, or no answer came for quiet_s (the rest are lost), or
+    settle_s in all. Frames still in flight keep it waiting (an action-token model's last frames need T more
+    steps after the last one is published)."""
+    end = time.monotonic() + settle_s
+    count, last_answer = answered(), time.monotonic()
+    while count < published and time.monotonic() < end and time.monotonic() - last_answer < quiet_s:
+        spin(0.02)
+        if answered() != count:
+            count, last_answer = answered(), time.monotonic()
+
+
 def drive_graph(bag: str | Path, params: dict, record_to: str | Path | None = None, processes: bool = False,
                 rate: float = 0.0, window: int = 2, storage: str = "mcap", config: str | None = None,
                 settle_s: float = 30.0, progress=None, graph_running: bool = False) -> tuple[dict, dict]:
@@ -204,9 +216,7 @@ def _drive(context, bag, params, record_to, processes, rate, window, storage, co
         answered = lambda: sum(int(i["stamp_ns"]) >= first_stamp for i in driver.infos)  # noqa: E731 (bag frames only)
         start = time.perf_counter()
         published = driver.replayer.run(spin, answered, rate=rate, window=window)
-        deadline = time.monotonic() + min(settle_s, max(3.0, 10 * driver.replayer._period_s()))
-        while answered() < published and time.monotonic() < deadline:
-            spin(0.02)
+        wait_for_answers(spin, answered, published, max(3.0, 10 * driver.replayer._period_s()), settle_s)
         driver.keep_from(first_stamp)
         end = time.monotonic() + 0.5  # late diagnostics
         while time.monotonic() < end:
