@@ -254,7 +254,8 @@ def plot_actionflow(report: dict, path: str) -> None:
     axes[0].axhline(report["sequential"]["frames_per_s"], color="k", ls="--", label="sequential (HF cache)")
     for groups, entry in report.get("graph", {}).get("pack_groups", {}).items():
         axes[0].plot([packs.index(str(report["graph"]["pack"]))], [entry.get("frames_per_s", 0)],
-                     "D" if groups == "2" else "v", ms=9, label=f"ROS graph, {groups} group(s), nodes in processes")
+                     "D" if groups == "2" else "v", ms=10, color="purple" if groups == "2" else "black",
+                     markeredgecolor="white", label=f"ROS graph, {groups} group(s), nodes in processes")
     axes[0].set_xticks(list(x), [f"K={k}" for k in packs])
     axes[0].set_ylabel("frames / s")
     axes[0].legend(fontsize=8)
