@@ -17,7 +17,7 @@ from ..report import percentiles, pyplot
 from . import convert
 from .drives import DriveStep, write_drive
 from .record import Recorder
-from .replay import Replayer
+from .replay import Replayer, wait_for_answers
 from .session import ros_context
 from .topics import BOUNDARY_TOPIC, KINEMATIC_TOPIC, TRAJECTORY_INFO_TOPIC as INFO_TOPIC, TRAJECTORY_TOPIC
 from .bringup import (InProcessGraph, graph_params, spawn_processes,
@@ -152,18 +152,6 @@ def summarise(driver: Driver, published: int, wall_s: float) -> dict:
         "presumed_lost_by_replay": driver.replayer.presumed_lost,
         "bag_frames_incomplete": driver.replayer.incomplete_frames,
     }
-
-
-def wait_for_answers(spin, answered, published: int, quiet_s: float, settle_s: float) -> None:
-    """After the bag: until every frame is answered, or no answer came for quiet_s (the rest are lost), or
-    settle_s in all. Frames still in flight keep it waiting (an action-token model's last frames need T more
-    steps after the last one is published)."""
-    end = time.monotonic() + settle_s
-    count, last_answer = answered(), time.monotonic()
-    while count < published and time.monotonic() < end and time.monotonic() - last_answer < quiet_s:
-        spin(0.02)
-        if answered() != count:
-            count, last_answer = answered(), time.monotonic()
 
 
 def drive_graph(bag: str | Path, params: dict, record_to: str | Path | None = None, processes: bool = False,

@@ -217,3 +217,15 @@ class Replayer:
             self.publish_frame(frame)
             spin(0)
         return len(self.published_frames)
+
+
+def wait_for_answers(spin, answered, published: int, quiet_s: float, settle_s: float) -> None:
+    """After the bag: until every frame is answered, or no answer came for quiet_s (the rest are lost), or
+    settle_s in all. Frames still in flight keep it waiting (an action-token model's last frames need T more
+    steps after the last one is published)."""
+    end = time.monotonic() + settle_s
+    count, last_answer = answered(), time.monotonic()
+    while count < published and time.monotonic() < end and time.monotonic() - last_answer < quiet_s:
+        spin(0.02)
+        if answered() != count:
+            count, last_answer = answered(), time.monotonic()
