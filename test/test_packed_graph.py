@@ -110,6 +110,12 @@ def test_bad_tokens_are_rejected_counted_and_the_graph_goes_on(domain, model):
         frames, paths = send_and_collect(h, range(2))
         for frame, path in zip(frames, paths):
             np.testing.assert_allclose(path_xy(path), expected_points(model, frame)[:, :2], atol=1e-6)
+        from diagnostic_msgs.msg import DiagnosticArray
+        packed = []
+        h.node.create_subscription(DiagnosticArray, "/diagnostics", lambda m: packed.extend(
+            {kv.key: kv.value for kv in st.values} for st in m.status if st.name == "hybrid_vla_prefix: packed"), 10)
+        assert wait_until(lambda: any(d["stale_tokens"] == "1" and d["in_flight"] == "0" and d["waiting"] == "0"
+                                      for d in packed), h.spin, 5), packed[-1:]
     finally:
         h.close()
 

@@ -95,8 +95,10 @@ class PackedPrefixLoop:
 
     def checks(self) -> list:
         s = self.server
-        return [("packed", 0, f"{s.in_flight} frames in flight in {len(s.groups)} groups of {s.pack}",
+        return [("packed", 0, f"{s.in_flight} frames in flight in {len(s.groups)} groups of {s.pack}, "
+                              f"{len(s.inbox)} waiting for a slot",
                  {"pack": str(s.pack), "pack_groups": str(len(s.groups)), "in_flight": str(s.in_flight),
+                  "waiting": str(len(s.inbox)),
                   "steps": str(s.step_no), "stale_tokens": str(s.stale_tokens),
                   "pending_partition": str(s.pending_partition if s.pending_partition is not None else "")})]
 
