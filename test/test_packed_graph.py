@@ -128,6 +128,7 @@ def test_the_scheduler_gets_one_sample_per_packed_step(domain, model):
         steps = h.prefix.packed.server.step_no
         assert wait_until(lambda: len(scheduler.fed) == steps, h.spin, 10), (len(scheduler.fed), steps)
         assert {s.partition for s in scheduler.fed} == {2} and all(s.rows > 0 for s in scheduler.fed)
+        assert {s.backlog for s in scheduler.fed} == {0}   # a packed suffix's queue is the alternation
         assert max(s.rows for s in scheduler.fed) > 2 * 8                        # prefill steps carry a prompt
     finally:
         h.close()

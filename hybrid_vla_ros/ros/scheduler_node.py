@@ -182,8 +182,10 @@ class SchedulerNode(ManagedNode):
         prefix = self.prefix_infos.pop(key, None)
         if prefix is None or prefix[0] != partition:
             return  # the prefix's record was lost, or the state came from elsewhere
-        self.samples.append(StageSample(partition, prefix[1], suffix_ms, self.suffix_backlog, time.monotonic(),
-                                        rows=prefix[2]))
+        # A packed suffix holds at most one step per group (each group waits for its tokens): its queue is the
+        # alternation working, never a backlog; frames that wait do so at the prefix. So no backlog for steps.
+        backlog = 0 if isinstance(key, tuple) else self.suffix_backlog
+        self.samples.append(StageSample(partition, prefix[1], suffix_ms, backlog, time.monotonic(), rows=prefix[2]))
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
         for status in msg.status:
