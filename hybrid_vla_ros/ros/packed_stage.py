@@ -124,12 +124,12 @@ class PackedSuffixSteps:
             node._reject("invalid_boundary", exc)
             return
         self.tokens_pub.publish(UInt8MultiArray(data=out.tokens_payload))   # first: the prefix waits for it
+        ms = (time.perf_counter() - t0) * 1e3   # the step's compute (the scheduler's sample), not the publishing
         for seq, stamp_ns in out.incomplete:
             node.health.drop("action_incomplete", stamp_ns)
         for result in out.completed:
             node.publish_trajectory(result.trajectory, out.arrivals.get(result.seq, 0), {
                 "latency_ms": f"{result.latency_s * 1e3:.3f}", "tokens": len(result.tokens), "transport": "packed"})
-        ms = (time.perf_counter() - t0) * 1e3
         self.step_pub.publish(info(f"{node.get_name()}: step", {
             "step": out.step, "rows": out.rows, "partition": out.partition, "completed": len(out.completed),
             "suffix_ms": f"{ms:.3f}", "queue_ms": f"{(t0 - received) * 1e3:.3f}", "transport": "packed"}))
