@@ -362,19 +362,22 @@ def test_sample_drive_gives_the_same_trajectories_in_one_process_and_in_separate
     overrides = {k: dict(v) for k, v in TINY_OVERRIDES.items()}
     # Kinematic state off here: under heavy load a late odometry message (counted as kinematic_state_late)
     # would give the two runs different ego inputs; matching by stamp is tested on its own below.
-    overrides["hybrid_vla_prefix"].update(image_transport="compressed", input_policy="latest", use_kinematic_state=False,
+    # Lossless: the comparison needs the same frames in both runs. Under latest-frame-wins, which frames a
+    # loaded machine displaces differs from run to run (2 of 8 in one of 12 fresh-clone runs: a flaky test,
+    # not a defect; displacement itself is tested in test_pipeline and by the frames-in-flight test here).
+    overrides["hybrid_vla_prefix"].update(image_transport="compressed", input_policy="lossless", use_kinematic_state=False,
                                           camera_topics=[f"{c}/compressed" for c in CAMERAS])
     bag = write_sample_drive(tmp_path / "drive", "tiny", [f"{c}/compressed" for c in CAMERAS], frames=8)
     params = graph_params(overrides=overrides)
     config = write_combined_config(params, tmp_path / "graph.yaml")
     one, traj_one = drive_graph(bag, params, record_to=tmp_path / "out_one", settle_s=20)
     assert one["frames_published"] == 8
-    assert one["trajectories"] + one["dropped"] == 8 and one["trajectories"] >= 7
+    assert one["trajectories"] == 8 and one["dropped"] == 0
     assert one["transports"] == ["inproc"] and one["recorded"]["/planning/hybrid_vla/trajectory"] == one["trajectories"]
     many, traj_many = drive_graph(bag, params, processes=True, config=str(config), settle_s=60)
     assert many["transports"] == ["shm"]
     common = sorted(set(traj_one) & set(traj_many))
-    assert len(common) >= 7
+    assert len(common) == 8
     for stamp in common:
         np.testing.assert_allclose(traj_one[stamp], traj_many[stamp], atol=1e-5)
 
