@@ -29,10 +29,10 @@ setup(
     entry_points={
         "console_scripts": [
             "hybrid-vla = hybrid_vla_ros.cli:main",
-            "hybrid_vla_prefix = hybrid_vla_ros.ros.entry:prefix_main",
-            "hybrid_vla_suffix = hybrid_vla_ros.ros.entry:suffix_main",
-            "hybrid_vla_scheduler = hybrid_vla_ros.ros.entry:scheduler_main",
-            "hybrid_vla_graph = hybrid_vla_ros.ros.entry:graph_main",
+            "hybrid_vla_prefix = hybrid_vla_ros.ros.launch_support.entry:prefix_main",
+            "hybrid_vla_suffix = hybrid_vla_ros.ros.launch_support.entry:suffix_main",
+            "hybrid_vla_scheduler = hybrid_vla_ros.ros.launch_support.entry:scheduler_main",
+            "hybrid_vla_graph = hybrid_vla_ros.ros.launch_support.entry:graph_main",
         ],
     },
 )

@@ -94,7 +94,7 @@ class BoundaryState:
     query_index: int = -1  # position of the planning query token the head reads
     arrival_ns: int = 0    # the frame's arrival at the prefix (Frame.arrival_ns), carried in the envelope
     timings: dict = field(default_factory=dict)
-    # Set by an in-process handover: the sender's FlightControl (engine/flight.py); the receiver reports
+    # Set by an in-process handover: the sender's FlightControl (engine/pipeline/flight.py); the receiver reports
     # suffix_started() / suffix_finished(s) to it, which frees the sender's in-flight slot. Never serialised.
     flight: object = field(default=None, repr=False, compare=False)
 

@@ -42,7 +42,7 @@ def main(width: int, height: int, kind: str, count: int, period_s: float) -> Non
     import rclpy
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import CompressedImage, Image
-    from hybrid_vla_ros.ros.session import ros_context
+    from hybrid_vla_ros.ros.launch_support.session import ros_context
     with ros_context() as context:
         node = rclpy.create_node("test_camera_driver", context=context)
         msg_type = CompressedImage if kind in ("jpeg", "png") else Image

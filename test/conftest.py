@@ -8,7 +8,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # Camera frames of real sizes between processes: the package's DDS profile, as its own programs use it
 # (the test's helper processes and rclpy contexts inherit it).
-from hybrid_vla_ros.ros.dds import use_large_frame_profile  # noqa: E402
+from hybrid_vla_ros.ros.launch_support.dds import use_large_frame_profile  # noqa: E402
 
 use_large_frame_profile()
 

@@ -51,7 +51,7 @@ class Harness:
         from rclpy.node import Node
         from sensor_msgs.msg import Image
         from std_msgs.msg import UInt8MultiArray
-        from hybrid_vla_ros.ros.bringup import InProcessGraph, graph_params
+        from hybrid_vla_ros.ros.launch_support.bringup import InProcessGraph, graph_params
         from hybrid_vla_ros.ros.topics import BOUNDARY_QOS, BOUNDARY_TOPIC, TRAJECTORY_TOPIC
         merged = {k: {**v, **(overrides or {}).get(k, {})} for k, v in TINY_OVERRIDES.items()}
         self.context = rclpy.Context()

@@ -1,12 +1,12 @@
-"""ActionFlow (engine/actionflow.py): packed prefill + decode over the KV ring gives, for every frame, exactly
+"""ActionFlow (engine/actionflow/packing.py): packed prefill + decode over the KV ring gives, for every frame, exactly
 the tokens of plain sequential decoding through transformers' own layers and cache (fp32), unsplit and split
 at every p, for the Qwen2-VL (M-RoPE) and LLaVA families."""
 
 import numpy as np
 import pytest
 
-from hybrid_vla_ros.engine.actionflow import ActionFlow, run_alternating, sequential_tokens
-from hybrid_vla_ros.engine.kv_ring import check_ring
+from hybrid_vla_ros.engine.actionflow.packing import ActionFlow, run_alternating, sequential_tokens
+from hybrid_vla_ros.engine.actionflow.kv_ring import check_ring
 from hybrid_vla_ros.errors import ConfigError, InputError
 from hybrid_vla_ros.model.inputs import synthetic_frame
 from hybrid_vla_ros.model.load import load_vla

@@ -11,10 +11,10 @@ import pytest
 
 from hybrid_vla_ros.errors import ConfigError
 from hybrid_vla_ros.ros import convert
-from hybrid_vla_ros.ros.bag import with_header_stamp
-from hybrid_vla_ros.ros.bag import (BagMessage, BagWriter, bag_info, header_stamp_ns, msg_dependencies, read_bag,
+from hybrid_vla_ros.ros.bags.storage import with_header_stamp
+from hybrid_vla_ros.ros.bags.storage import (BagMessage, BagWriter, bag_info, header_stamp_ns, msg_dependencies, read_bag,
                                     typestore_with)
-from hybrid_vla_ros.ros.replay import FrameGrouper, bag_frames
+from hybrid_vla_ros.ros.bags.replay import FrameGrouper, bag_frames
 from hybrid_vla_ros.ros.demo import write_sample_drive
 from rosbags.interfaces import QosReliability
 from ros_harness import CAMERAS, TINY_OVERRIDES, wait_until
@@ -126,7 +126,7 @@ def test_autoware_trajectory_is_written_to_a_bag_from_its_upstream_definition(tm
 def test_replay_of_a_real_drive_gives_one_trajectory_per_frame_and_records_back_best_effort(domain, tmp_path):
     """Cameras received at different times and offered best effort: the graph answers every frame, and the
     record command (types from the graph, QoS from the publishers) stores best effort and the same images."""
-    from hybrid_vla_ros.ros.bringup import graph_params
+    from hybrid_vla_ros.ros.launch_support.bringup import graph_params
     from hybrid_vla_ros.ros.demo import drive_graph
     bag = write_sample_drive(tmp_path / "drive", "tiny", TOPICS, frames=6)
     overrides = {k: dict(v) for k, v in TINY_OVERRIDES.items()}
@@ -165,7 +165,7 @@ def test_replay_with_clock_drives_a_sim_time_node(domain, tmp_path):
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.node import Node
     from rclpy.parameter import Parameter
-    from hybrid_vla_ros.ros.replay import Replayer
+    from hybrid_vla_ros.ros.bags.replay import Replayer
     bag = write_sample_drive(tmp_path / "drive", "tiny", TOPICS, frames=5, rate_hz=10.0)
     context = rclpy.Context()
     rclpy.init(context=context, args=[])

@@ -99,7 +99,7 @@ def test_a_corrupt_jpeg_is_refused_when_its_set_is_taken_and_counted(domain):
 
 
 def test_the_large_frame_profile_applies_unless_the_user_chose_a_profile():
-    from hybrid_vla_ros.ros.dds import PROFILE, use_large_frame_profile
+    from hybrid_vla_ros.ros.launch_support.dds import PROFILE, use_large_frame_profile
     for distro, name in (("jazzy", "FASTRTPS_DEFAULT_PROFILES_FILE"), ("humble", "FASTRTPS_DEFAULT_PROFILES_FILE"),
                          ("kilted", "FASTDDS_DEFAULT_PROFILES_FILE")):
         env = {"ROS_DISTRO": distro}

@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from hybrid_vla_ros.engine.partition import prefix_modules, suffix_modules
+from hybrid_vla_ros.engine.scheduling.partition import prefix_modules, suffix_modules
 from hybrid_vla_ros.engine.placement import Placement
 from hybrid_vla_ros.engine.stages import PrefixStage, SuffixStage, reference_forward
 from hybrid_vla_ros.errors import ConfigError

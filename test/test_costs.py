@@ -4,8 +4,8 @@ import random
 
 import pytest
 
-from hybrid_vla_ros.engine.costs import CostModel, CostPolicy
-from hybrid_vla_ros.engine.scheduler import SimplePolicy, StageSample
+from hybrid_vla_ros.engine.scheduling.costs import CostModel, CostPolicy
+from hybrid_vla_ros.engine.scheduling.policies import SimplePolicy, StageSample
 from hybrid_vla_ros.errors import ConfigError
 
 

@@ -100,7 +100,7 @@ def test_each_stage_runs_the_thread_count_it_set_even_when_the_other_sets_anothe
 
 def test_separate_processes_get_the_parents_resolved_core_split(tmp_path, monkeypatch):
     import subprocess
-    from hybrid_vla_ros.ros import bringup
+    from hybrid_vla_ros.ros.launch_support import bringup
     launched = []
     monkeypatch.setattr(subprocess, "Popen", lambda cmd, env=None: launched.append(cmd))
     bringup.spawn_processes(None)

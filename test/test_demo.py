@@ -21,7 +21,7 @@ def test_the_builtin_checkpoint_resolves_and_unknown_names_are_refused():
 def test_the_demo_drive_is_held_out_from_training():
     from hybrid_vla_ros.learn.train import TRAIN_SEED_BASE
     from hybrid_vla_ros.ros.demo import ROAD_DRIVE, ROAD_DRIVE_FRAMES, ROAD_DRIVE_SEED
-    from hybrid_vla_ros.ros.bag import bag_info
+    from hybrid_vla_ros.ros.bags.storage import bag_info
     assert ROAD_DRIVE_SEED < TRAIN_SEED_BASE
     info = bag_info(ROAD_DRIVE)
     assert info.types["/ground_truth/trajectory"] == "nav_msgs/msg/Path"

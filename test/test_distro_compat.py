@@ -9,14 +9,14 @@ import rclpy
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
-from hybrid_vla_ros.ros.bringup import graph_params, to_ros_parameters
-from hybrid_vla_ros.ros.common import ParameterTable
+from hybrid_vla_ros.ros.launch_support.bringup import graph_params, to_ros_parameters
+from hybrid_vla_ros.ros.nodes.parameters import ParameterTable
 
 from ros_harness import TINY_OVERRIDES
 
 PACKAGE = Path(__file__).resolve().parents[1] / "hybrid_vla_ros"
 # rclpy APIs that Humble lacks, and where the package may use them (behind a guard).
-NEWER_THAN_HUMBLE = {"add_post_set_parameters_callback": {"ros/common.py"}}
+NEWER_THAN_HUMBLE = {"add_post_set_parameters_callback": {"ros/nodes/parameters.py"}}
 
 
 class HumbleLikeNode(Node):

@@ -9,9 +9,9 @@ import time
 import pytest
 
 from hybrid_vla_ros import stop
-from hybrid_vla_ros.engine.handover import HOST_ID, HandoverDecoder, HandoverEncoder
+from hybrid_vla_ros.engine.handover.endpoints import HOST_ID, HandoverDecoder, HandoverEncoder
 from hybrid_vla_ros.errors import InputError
-from hybrid_vla_ros.ros.supervise import Supervisor
+from hybrid_vla_ros.ros.launch_support.supervise import Supervisor
 from hybrid_vla_ros.types import BoundaryState
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
@@ -41,7 +41,7 @@ def test_the_supervisor_restarts_a_killed_child_and_leaves_the_others_alone():
         assert supervisor.procs["b"].pid == first_b and supervisor.procs["b"].poll() is None
         assert supervisor.restarts["a"] == 1 and supervisor.restarts["b"] == 0
     finally:
-        from hybrid_vla_ros.ros.bringup import stop_processes
+        from hybrid_vla_ros.ros.launch_support.bringup import stop_processes
         stop_processes(list(supervisor.procs.values()), timeout_s=5)
 
 
@@ -134,7 +134,7 @@ def test_a_stale_trajectory_is_dropped_counted_and_reported_not_published(domain
 
 @pytest.mark.slow
 def test_a_restarted_scheduler_keeps_the_partition_the_stages_run_at(domain):
-    from hybrid_vla_ros.ros.common import bring_up
+    from hybrid_vla_ros.ros.nodes.lifecycle import bring_up
     from ros_harness import Harness, wait_until
     # Scheduler built, not active: it "comes back" below. Its policy must not run during the test: at p=3 the
     # prefix (vision + 3 blocks) is many times the suffix (1 block), and on a loaded machine a frame's ratio

@@ -7,9 +7,9 @@ import struct
 import pytest
 import torch
 
-from hybrid_vla_ros.engine.handover import (ENVELOPE, HandoverDecoder, HandoverEncoder, choose_transport,
+from hybrid_vla_ros.engine.handover.endpoints import (ENVELOPE, HandoverDecoder, HandoverEncoder, choose_transport,
                                             pack_envelope)
-from hybrid_vla_ros.engine.shm import DESCRIPTOR, DESCRIPTOR_MAGIC, SHM_DIR
+from hybrid_vla_ros.engine.handover.shm_ring import DESCRIPTOR, DESCRIPTOR_MAGIC, SHM_DIR
 from hybrid_vla_ros.errors import InputError
 from hybrid_vla_ros.types import BoundaryState
 

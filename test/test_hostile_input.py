@@ -12,9 +12,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hybrid_vla_ros.engine import codec
-from hybrid_vla_ros.engine.handover import ENVELOPE, HandoverDecoder, HandoverEncoder, pack_envelope
-from hybrid_vla_ros.engine.shm import DESCRIPTOR, DESCRIPTOR_MAGIC, SlotDescriptor
+from hybrid_vla_ros.engine.handover import codec
+from hybrid_vla_ros.engine.handover.endpoints import ENVELOPE, HandoverDecoder, HandoverEncoder, pack_envelope
+from hybrid_vla_ros.engine.handover.shm_ring import DESCRIPTOR, DESCRIPTOR_MAGIC, SlotDescriptor
 from hybrid_vla_ros.errors import InputError
 from hybrid_vla_ros.types import BoundaryState
 
@@ -212,7 +212,7 @@ def test_bag_files(drives, tmp_path_factory, data):
     """A damaged bag is read to the end (whatever survived) or refused with a ConfigError naming it; the frame
     grouping parses each camera message's header stamp or refuses it; nothing else escapes."""
     from hybrid_vla_ros.errors import ConfigError
-    from hybrid_vla_ros.ros.replay import bag_frames
+    from hybrid_vla_ros.ros.bags.replay import bag_frames
     storage = data.draw(st.sampled_from(sorted(drives)))
     directory = tmp_path_factory.mktemp("bag")
     _mutated_copy(drives[storage], directory, data)
@@ -230,7 +230,7 @@ def test_bag_message_payload(raw, stamp):
     probe) or refused with a ConfigError; nothing of it is deserialised (rclpy's deserialize_message
     crashes the process on some of these: 100,000 inputs found 00 0a 17 6b for CompressedImage)."""
     from hybrid_vla_ros.errors import ConfigError
-    from hybrid_vla_ros.ros.bag import header_stamp_ns, with_header_stamp
+    from hybrid_vla_ros.ros.bags.storage import header_stamp_ns, with_header_stamp
     try:
         assert isinstance(header_stamp_ns(raw), int)
     except ConfigError:

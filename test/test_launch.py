@@ -52,7 +52,7 @@ def install_prefix(tmp: Path) -> Path:
     lib.mkdir(parents=True)
     for exe, function in EXECUTABLES.items():
         script = lib / exe
-        script.write_text(f"#!{sys.executable}\nimport sys\nfrom hybrid_vla_ros.ros.entry import {function}\n"
+        script.write_text(f"#!{sys.executable}\nimport sys\nfrom hybrid_vla_ros.ros.launch_support.entry import {function}\n"
                           f"sys.exit({function}())\n")
         script.chmod(0o755)
     return prefix
@@ -75,7 +75,7 @@ def start_launch(tmp: Path, launch_file: str, single_process: bool, domain: int)
     paths = launch_paths()
     if paths is None:
         pytest.skip("neither an installed launch_ros nor ../shared/vendor/ros2_launch is available here")
-    from hybrid_vla_ros.ros.bringup import graph_params, write_combined_config
+    from hybrid_vla_ros.ros.launch_support.bringup import graph_params, write_combined_config
     overrides = {k: dict(v) for k, v in TINY_OVERRIDES.items()}
     overrides["hybrid_vla_prefix"].update(use_kinematic_state=True)
     params = write_combined_config(graph_params(overrides=overrides), tmp / "graph.param.yaml")

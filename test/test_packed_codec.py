@@ -1,4 +1,4 @@
-"""ActionFlow's boundary as bytes (engine/packed_codec.py): a prefix host and a suffix that share nothing
+"""ActionFlow's boundary as bytes (engine/actionflow/codec.py): a prefix host and a suffix that share nothing
 but bytes decode exactly the sequential tokens; damaged payloads are refused with a reason."""
 
 import os
@@ -7,9 +7,9 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from hybrid_vla_ros.engine.actionflow import ActionFlow, sequential_tokens
-from hybrid_vla_ros.engine.packed import PackedState, Segment
-from hybrid_vla_ros.engine.packed_codec import decode_state, decode_tokens, encode_state, encode_tokens
+from hybrid_vla_ros.engine.actionflow.packing import ActionFlow, sequential_tokens
+from hybrid_vla_ros.engine.actionflow.forward import PackedState, Segment
+from hybrid_vla_ros.engine.actionflow.codec import decode_state, decode_tokens, encode_state, encode_tokens
 from hybrid_vla_ros.errors import InputError
 from hybrid_vla_ros.model.inputs import synthetic_frame
 from hybrid_vla_ros.model.load import load_vla

@@ -9,8 +9,8 @@ import pytest
 from diagnostic_msgs.msg import DiagnosticStatus
 from std_msgs.msg import UInt8MultiArray
 
-from hybrid_vla_ros.engine.actionflow import sequential_tokens
-from hybrid_vla_ros.engine.packed_codec import encode_tokens
+from hybrid_vla_ros.engine.actionflow.packing import sequential_tokens
+from hybrid_vla_ros.engine.actionflow.codec import encode_tokens
 from hybrid_vla_ros.model.load import load_vla
 from hybrid_vla_ros.types import EgoState
 from hybrid_vla_ros.ros.topics import (ACTION_TOKENS_TOPIC, PARTITION_TOPIC, PREFIX_INFO_TOPIC, PREFIX_STEP_TOPIC,
@@ -136,7 +136,7 @@ def test_the_scheduler_gets_one_sample_per_packed_step(domain, model):
 
 def test_a_recorded_drive_gives_the_same_actions_in_one_process_and_in_separate_processes(domain, tmp_path):
     """The prefix and suffix as separate processes share nothing but the packed steps and tokens on DDS."""
-    from hybrid_vla_ros.ros.bringup import graph_params, write_combined_config
+    from hybrid_vla_ros.ros.launch_support.bringup import graph_params, write_combined_config
     from hybrid_vla_ros.ros.demo import drive_graph, write_sample_drive
     from ros_harness import CAMERAS, TINY_OVERRIDES
     overrides = {k: {**v, **ACT} for k, v in TINY_OVERRIDES.items()}

@@ -1,4 +1,4 @@
-"""ActionFlow served by a prefix and a suffix that share only bytes (engine/packed_serve.py), the engine of the
+"""ActionFlow served by a prefix and a suffix that share only bytes (engine/actionflow/prefix_server.py), the engine of the
 ROS nodes for action-token models: exact tokens with one or two alternating groups, faults on the way
 (a step whose tokens never come back, wrong tokens, a frame that cannot be embedded), a partition change
 at a drain, and the input policies."""
@@ -10,10 +10,10 @@ from collections import deque
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from hybrid_vla_ros.engine.actionflow import sequential_tokens
-from hybrid_vla_ros.engine.packed_codec import decode_tokens, encode_tokens
-from hybrid_vla_ros.engine.packed_serve import PackedPrefixServer
-from hybrid_vla_ros.engine.packed_suffix import PackedSuffixServer
+from hybrid_vla_ros.engine.actionflow.packing import sequential_tokens
+from hybrid_vla_ros.engine.actionflow.codec import decode_tokens, encode_tokens
+from hybrid_vla_ros.engine.actionflow.prefix_server import PackedPrefixServer
+from hybrid_vla_ros.engine.actionflow.suffix_server import PackedSuffixServer
 from hybrid_vla_ros.errors import ConfigError, InputError
 from hybrid_vla_ros.model.inputs import synthetic_frame
 from hybrid_vla_ros.model.load import load_vla
@@ -202,7 +202,7 @@ def test_the_suffix_refuses_payloads_that_do_not_fit_and_keeps_decoding(models):
 
 @pytest.mark.parametrize("name", FAMILIES)
 def test_an_action_token_checkpoint_reads_back_and_each_side_reads_only_its_blocks(models, name, tmp_path):
-    from hybrid_vla_ros.engine.partition import side_modules
+    from hybrid_vla_ros.engine.scheduling.partition import side_modules
     from hybrid_vla_ros.model.checkpoint import load_checkpoint, save_checkpoint
     model = models[name]
     save_checkpoint(model, tmp_path / "act")

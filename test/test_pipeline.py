@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from hybrid_vla_ros.engine.cpu import allowed_cores, thread_affinity
-from hybrid_vla_ros.engine.pipeline import Pipeline, PipelineConfig
+from hybrid_vla_ros.engine.pipeline.cross_frame import Pipeline, PipelineConfig
 from hybrid_vla_ros.engine.stages import PrefixStage, SuffixStage
 from hybrid_vla_ros.errors import ConfigError
 from hybrid_vla_ros.model.inputs import synthetic_frame

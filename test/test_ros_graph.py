@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from hybrid_vla_ros.engine.handover import ENVELOPE, HandoverEncoder
+from hybrid_vla_ros.engine.handover.endpoints import ENVELOPE, HandoverEncoder
 from hybrid_vla_ros.engine.stages import reference_forward
 from hybrid_vla_ros.types import EgoState
 from hybrid_vla_ros.model.load import load_vla
@@ -283,10 +283,10 @@ def test_scheduler_lifecycle_over_services_from_another_process(domain, tmp_path
     from rclpy.node import Node
     from rclpy.qos import DurabilityPolicy, QoSProfile
     from std_msgs.msg import Int32
-    from hybrid_vla_ros.ros.bringup import graph_params, write_combined_config
+    from hybrid_vla_ros.ros.launch_support.bringup import graph_params, write_combined_config
     from hybrid_vla_ros.ros.topics import PARTITION_TOPIC
     config = write_combined_config(graph_params(overrides=TINY_OVERRIDES), tmp_path / "graph.yaml")
-    proc = subprocess.Popen([sys.executable, "-m", "hybrid_vla_ros.ros.bringup", "--node", "hybrid_vla_scheduler",
+    proc = subprocess.Popen([sys.executable, "-m", "hybrid_vla_ros.ros.launch_support.bringup", "--node", "hybrid_vla_scheduler",
                              "--config", str(config), "--no-autostart"])
     context = rclpy.Context()
     rclpy.init(context=context)
@@ -357,7 +357,7 @@ def test_scheduler_lifecycle_over_services_from_another_process(domain, tmp_path
 
 
 def test_sample_drive_gives_the_same_trajectories_in_one_process_and_in_separate_processes(domain, tmp_path):
-    from hybrid_vla_ros.ros.bringup import graph_params, write_combined_config
+    from hybrid_vla_ros.ros.launch_support.bringup import graph_params, write_combined_config
     from hybrid_vla_ros.ros.demo import drive_graph, write_sample_drive
     overrides = {k: dict(v) for k, v in TINY_OVERRIDES.items()}
     # Kinematic state off here: under heavy load a late odometry message (counted as kinematic_state_late)
@@ -447,7 +447,7 @@ def wait_for_graph(timeout_s: float) -> list[str]:
     """Names of the graph's nodes once all three are discoverable (or what was seen by the timeout)."""
     import rclpy
     from rclpy.node import Node
-    from hybrid_vla_ros.ros.session import executor_with
+    from hybrid_vla_ros.ros.launch_support.session import executor_with
     wanted = {"hybrid_vla_prefix", "hybrid_vla_suffix", "hybrid_vla_scheduler"}
     context = rclpy.Context()
     rclpy.init(context=context)
@@ -462,14 +462,14 @@ def wait_for_graph(timeout_s: float) -> list[str]:
 
 
 def shm_segments() -> set:
-    from hybrid_vla_ros.engine.shm import SEGMENT_PREFIX, SHM_DIR
+    from hybrid_vla_ros.engine.handover.shm_ring import SEGMENT_PREFIX, SHM_DIR
     return {p.name for p in SHM_DIR.glob(f"{SEGMENT_PREFIX}*")} if SHM_DIR.is_dir() else set()
 
 
 def orphaned(segments: set) -> set:
     """Segments no live owner holds (left behind), not those of processes still running elsewhere on this
     machine (another test run shares /dev/shm)."""
-    from hybrid_vla_ros.engine.shm import SHM_DIR, _owner_alive
+    from hybrid_vla_ros.engine.handover.shm_ring import SHM_DIR, _owner_alive
     return {name for name in segments if not _owner_alive(SHM_DIR / name)}
 
 
@@ -483,7 +483,7 @@ def test_a_signal_at_any_point_of_start_up_or_running_stops_every_process_with_e
         domain, tmp_path, processes, signame, when):
     """Ctrl-C reaches the whole process group, as in a terminal; SIGTERM is what a supervisor sends."""
     import signal
-    from hybrid_vla_ros.ros.bringup import graph_params, write_combined_config
+    from hybrid_vla_ros.ros.launch_support.bringup import graph_params, write_combined_config
     config = write_combined_config(graph_params(overrides=TINY_OVERRIDES), tmp_path / "graph.yaml")
     before = shm_segments()
     cmd = [sys.executable, "-m", "hybrid_vla_ros.cli", "graph", "--config", str(config)] + (["--processes"] * processes)
@@ -512,8 +512,8 @@ def test_run_graph_is_an_alias_of_graph_and_refuses_engine_options(tmp_path):
 
 
 def test_recorded_trajectory_bag_reads_back_in_mcap_and_sqlite3(domain, tmp_path):
-    from hybrid_vla_ros.ros.bag import read_bag
-    from hybrid_vla_ros.ros.bringup import graph_params
+    from hybrid_vla_ros.ros.bags.storage import read_bag
+    from hybrid_vla_ros.ros.launch_support.bringup import graph_params
     from hybrid_vla_ros.ros.topics import TRAJECTORY_TOPIC
     from hybrid_vla_ros.ros.demo import drive_graph, write_sample_drive
     overrides = {k: dict(v) for k, v in TINY_OVERRIDES.items()}

@@ -11,9 +11,9 @@ import time
 import pytest
 import torch
 
-from hybrid_vla_ros.engine import codec
-from hybrid_vla_ros.engine.shm import SHM_DIR, SharedMemoryRing, SlotDescriptor, reclaim_stale_segments
-from hybrid_vla_ros.engine.transport import InProcessTransport, SharedMemoryTransport
+from hybrid_vla_ros.engine.handover import codec
+from hybrid_vla_ros.engine.handover.shm_ring import SHM_DIR, SharedMemoryRing, SlotDescriptor, reclaim_stale_segments
+from hybrid_vla_ros.engine.handover.transport import InProcessTransport, SharedMemoryTransport
 from hybrid_vla_ros.types import BoundaryState
 from hybrid_vla_ros.errors import InputError
 
@@ -213,7 +213,7 @@ def test_attach_to_missing_or_foreign_segment_is_refused(tmp_path):
 
 CHILD = textwrap.dedent("""
     import sys, time, torch
-    from hybrid_vla_ros.engine.transport import SharedMemoryTransport
+    from hybrid_vla_ros.engine.handover.transport import SharedMemoryTransport
     from hybrid_vla_ros.types import BoundaryState
     t = SharedMemoryTransport(slots=2)
     state = BoundaryState(hidden=torch.full((1, 4, 8), 7.0), position_ids=torch.arange(4).view(1, 4),

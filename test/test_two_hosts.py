@@ -93,7 +93,7 @@ def stop(procs: list[subprocess.Popen]) -> list[int]:
 def trajectories_in(bag_dir) -> dict[int, np.ndarray]:
     from nav_msgs.msg import Path
     from rclpy.serialization import deserialize_message
-    from hybrid_vla_ros.ros.bag import read_bag
+    from hybrid_vla_ros.ros.bags.storage import read_bag
     from hybrid_vla_ros.ros.convert import stamp_to_ns
     from hybrid_vla_ros.ros.topics import TRAJECTORY_TOPIC
     out = {}
@@ -105,7 +105,7 @@ def trajectories_in(bag_dir) -> dict[int, np.ndarray]:
 
 
 def test_prefix_and_suffix_on_two_hosts_go_inline_and_equal_the_one_process_graph(two_hosts, tmp_path, monkeypatch):
-    from hybrid_vla_ros.ros.bringup import graph_params, write_combined_config
+    from hybrid_vla_ros.ros.launch_support.bringup import graph_params, write_combined_config
     from hybrid_vla_ros.ros.demo import drive_graph, write_sample_drive
     overrides = {k: dict(v) for k, v in TINY_OVERRIDES.items()}
     overrides["hybrid_vla_prefix"].update(image_transport="compressed", use_kinematic_state=False,

@@ -45,7 +45,7 @@ def test_errors_and_the_constant_velocity_baseline():
 
 
 def test_a_road_drive_bag_reads_back_and_draws(tmp_path):
-    from hybrid_vla_ros.ros.drives import read_drive_view, road_steps, write_road_drive
+    from hybrid_vla_ros.ros.bags.drives import read_drive_view, road_steps, write_road_drive
     topics = ["/cam0/image/compressed"]
     bag = write_road_drive(tmp_path / "road", "drive", topics, frames=6, seed=5)
     steps = list(road_steps("drive", 6, 5))
@@ -63,7 +63,7 @@ def test_a_road_drive_bag_reads_back_and_draws(tmp_path):
 def test_a_drive_without_ground_truth_gets_the_birds_eye_view_only(tmp_path):
     """A recorded drive (no ground truth): its camera is not the sim's, so no paths are drawn over it."""
     from hybrid_vla_ros.ros.demo import write_sample_drive
-    from hybrid_vla_ros.ros.drives import read_drive_view
+    from hybrid_vla_ros.ros.bags.drives import read_drive_view
     bag = write_sample_drive(tmp_path / "drive", "tiny", ["/cam0/image/compressed", "/cam1/image/compressed"], frames=4)
     frames = read_drive_view(bag)
     assert len(frames) == 4 and all(f.image is None and f.truth_xy is None for f in frames)

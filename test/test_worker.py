@@ -3,7 +3,7 @@
 import threading
 import time
 
-from hybrid_vla_ros.engine.worker import ERROR, OK, WARN, StageHealth, StageWorker
+from hybrid_vla_ros.engine.pipeline.worker import ERROR, OK, WARN, StageHealth, StageWorker
 
 
 def wait_for(predicate, timeout_s=5.0):

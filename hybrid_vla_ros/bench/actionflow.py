@@ -12,7 +12,7 @@ from contextlib import contextmanager
 
 import torch
 
-from ..engine.actionflow import ActionFlow, run_alternating, sequential_results
+from ..engine.actionflow.packing import ActionFlow, run_alternating, sequential_results
 from ..engine.cpu import allowed_cores
 from ..model.inputs import synthetic_frame
 from ..report import percentiles, pyplot
@@ -184,7 +184,7 @@ def _suffix_process(conn, preset: str, cores: list[int]) -> None:
     seconds it worked."""
     os.sched_setaffinity(0, set(cores))
     torch.set_num_threads(1)
-    from ..engine.packed_suffix import PackedSuffixServer
+    from ..engine.actionflow.suffix_server import PackedSuffixServer
     from ..model.load import load_vla
     server, busy = PackedSuffixServer(load_vla(preset=preset)), 0.0
     conn.send_bytes(b"ready")
@@ -202,7 +202,7 @@ def _split_processes_run(model, pack: int, partition: int, inputs, seq_fps: floa
     suffix server in another process (core 1), packed steps and tokens as bytes over a pipe."""
     import multiprocessing
     from collections import deque
-    from ..engine.packed_serve import PackedPrefixServer
+    from ..engine.actionflow.prefix_server import PackedPrefixServer
     ctx = multiprocessing.get_context("spawn")
     here, there = ctx.Pipe()
     child = ctx.Process(target=_suffix_process, args=(there, model.spec.name, report["split"]["suffix_cores"]),

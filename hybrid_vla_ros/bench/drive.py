@@ -26,7 +26,7 @@ NODE_NAMES = ("hybrid_vla_prefix", "hybrid_vla_suffix", "hybrid_vla_scheduler")
 def graph_config(preset: str, directory: Path) -> Path:
     """The shipped defaults with the camera topics of this drive, the `latest` input policy of a live car
     and the small model."""
-    from ..ros.bringup import graph_params, write_combined_config
+    from ..ros.launch_support.bringup import graph_params, write_combined_config
     spec = get_preset(preset)
     zone = {"model.preset": preset, "partition_point": 2, "dynamic_zone_min": 1, "dynamic_zone_max": 3,
             "diagnostics_period_s": 0.5}

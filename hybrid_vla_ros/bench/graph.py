@@ -42,7 +42,7 @@ def run_graph_mode(model: VLAModel, placement: Placement, partition: int, frames
     rate (0: as fast as the graph answers)."""
     if model.spec.name not in _presets():
         return {"skipped": "graph modes run named presets only (the nodes load the model themselves)"}
-    from ..ros.bringup import graph_params, write_combined_config
+    from ..ros.launch_support.bringup import graph_params, write_combined_config
     from ..ros.demo import drive_graph, write_sample_drive
     work = Path(tempfile.mkdtemp(prefix="hvla_bench_"))
     bag = write_sample_drive(work / "drive", model.spec.name, camera_topics(model.spec.num_cameras), frames,

@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from ..engine.transport import make_transport
+from ..engine.handover.transport import make_transport
 from ..types import BoundaryState
 from ..report import percentiles
 

@@ -31,7 +31,7 @@ def stage_in_this_process(stage: str, checkpoint: str | None, preset: str | None
                           zone: tuple[int, int] | None, dtype: str, device: str) -> dict:
     import psutil
     import torch
-    from ..engine.partition import partition_report
+    from ..engine.scheduling.partition import partition_report
     from ..engine.placement import Placement
     from ..engine.stages import PrefixStage, SuffixStage
     from ..model.load import load_vla
@@ -57,7 +57,7 @@ def built_modules(stage) -> list:
     """The modules a built stage computes with."""
     if hasattr(stage, "norm"):  # suffix
         return list(stage.blocks.values()) + [stage.norm, stage.head]
-    from ..engine.partition import prefix_modules
+    from ..engine.scheduling.partition import prefix_modules
     return prefix_modules(stage.model, stage.zone[1])
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from ..engine.cpu import allowed_cores, core_plan
-from ..engine.pipeline import FrameResult, Pipeline, PipelineConfig
+from ..engine.pipeline.cross_frame import FrameResult, Pipeline, PipelineConfig
 from ..engine.placement import Placement
 from ..engine.stages import PrefixStage, SuffixStage
 from ..model.inputs import synthetic_frame

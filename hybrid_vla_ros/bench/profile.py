@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from ..engine.costs import CostModel
+from ..engine.scheduling.costs import CostModel
 from ..engine.cpu import core_plan, pinned
 from ..engine.placement import Placement
 from ..engine.stages import PrefixStage, SuffixStage

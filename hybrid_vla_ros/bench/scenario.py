@@ -15,12 +15,12 @@ import time
 
 import numpy as np
 
-from ..engine.costs import CostPolicy
+from ..engine.scheduling.costs import CostPolicy
 from ..engine.cpu import core_plan
-from ..engine.partition import Zone, prefix_bytes_by_partition
-from ..engine.pipeline import Pipeline, PipelineConfig
+from ..engine.scheduling.partition import Zone, prefix_bytes_by_partition
+from ..engine.pipeline.cross_frame import Pipeline, PipelineConfig
 from ..engine.placement import Placement
-from ..engine.scheduler import StageSample
+from ..engine.scheduling.policies import StageSample
 from ..engine.stages import PrefixStage, SuffixStage
 from ..errors import ConfigError, expect
 from ..model.inputs import synthetic_frame

@@ -12,7 +12,7 @@ from .. import stop
 def _with_bag_node(job):
     """job(node, spin) on a plain node named hybrid_vla_bag; a stop request ends the spin cleanly."""
     from rclpy.node import Node
-    from ..ros.session import executor_with, ros_context
+    from ..ros.launch_support.session import executor_with, ros_context
     with ros_context() as context:
         node = Node("hybrid_vla_bag", context=context)
         with executor_with([node], context) as executor:
@@ -23,7 +23,7 @@ def _with_bag_node(job):
 
 
 def cmd_record(args) -> int:
-    from ..ros.record import Recorder
+    from ..ros.bags.record import Recorder
     topics = {t.partition(":")[0]: t.partition(":")[2] or None for t in args.topics}
 
     def record(node, spin):
@@ -42,7 +42,7 @@ SETTLE_S = 0.5
 
 
 def cmd_replay(args) -> int:
-    from ..ros.replay import Replayer
+    from ..ros.bags.replay import Replayer
 
     def replay(node, spin):
         replayer = Replayer(node, args.bag, skew_ms=args.skew_ms, clock=args.clock is not None,
@@ -67,14 +67,14 @@ def cmd_replay(args) -> int:
 def cmd_make_sample_drive(args) -> int:
     import yaml
     from ..model.spec import PRESETS
-    from ..ros.bringup import config_dir
+    from ..ros.launch_support.bringup import config_dir
     from ..ros.demo import write_sample_drive
     topics = yaml.safe_load((config_dir() / "hybrid_vla_prefix.param.yaml").read_text())["/**"]["ros__parameters"]["camera_topics"]
     spec = PRESETS[args.preset]
     topics = topics if len(topics) == spec.num_cameras else [f"/sensing/camera/camera{i}/image_rect_color/compressed"
                                                             for i in range(spec.num_cameras)]
     if args.road:
-        from ..ros.drives import write_road_drive
+        from ..ros.bags.drives import write_road_drive
         path = write_road_drive(args.out, args.preset, topics, args.frames, args.seed, args.rate_hz, args.storage)
     else:
         path = write_sample_drive(args.out, args.preset, topics, args.frames, args.rate_hz, args.storage)

@@ -11,7 +11,7 @@ from .common import refuse_unless_default
 
 def run_graph(args, refuse: list[str] = (), defaults: dict | None = None) -> int:
     """The three nodes from config/ (or --config), in one process or one process per node."""
-    from ..ros.bringup import graph_params, node_names, run_in_process, run_processes
+    from ..ros.launch_support.bringup import graph_params, node_names, run_in_process, run_processes
     if refuse:
         refuse_unless_default(defaults, args, list(refuse), "to the ROS graph (set them in its parameter files)")
     nodes = node_names(getattr(args, "nodes", None) or "prefix,suffix,scheduler")

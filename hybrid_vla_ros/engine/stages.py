@@ -14,7 +14,7 @@ from ..model.checkpoint import ensure_loaded
 from ..model.inputs import encode_frame
 from ..model.vla import VLAModel, waypoints_from_head
 from .cpu import optimise_for_cpu
-from .partition import Zone, check_partition, partition_report, prefix_modules, suffix_modules  # noqa: F401
+from .scheduling.partition import Zone, check_partition, partition_report, prefix_modules, suffix_modules  # noqa: F401
 from .placement import Placement
 from ..types import BoundaryState, Frame, Trajectory
 
@@ -118,7 +118,7 @@ class SuffixStage:
                  zone: tuple[int, int] | None = None):
         expect(model.spec.action_head == "waypoints", ConfigError,
                f"model '{model.spec.name}' decodes action tokens: it runs through the ActionFlow engine "
-               f"(engine/actionflow.py; in the graph engine/packed_serve.py and packed_suffix.py), not this stage")
+               f"(engine/actionflow/packing.py; in the graph engine/actionflow/prefix_server.py and packed_suffix.py), not this stage")
         self.model, self.placement = model, placement
         self.partition = check_partition(partition, model.num_blocks, "suffix partition")
         self.zone = lo, hi = Zone.around(self.partition, model.num_blocks, zone)

@@ -1,6 +1,6 @@
 """Action tokens (OpenVLA-style): each waypoint step's x and y discretised into `action_bins` uniform bins
 over [-r, +r] metres, bin b <-> vocabulary id `base + b` (the top of the vocabulary, above the prompt's ids).
-A frame's action is 2 * num_waypoints tokens, decoded greedily one at a time (engine/actionflow.py)."""
+A frame's action is 2 * num_waypoints tokens, decoded greedily one at a time (engine/actionflow/packing.py)."""
 
 from __future__ import annotations
 

@@ -124,7 +124,7 @@ PRESETS: dict[str, VLASpec] = {
                      intermediate_size=256, vision_depth=2, vision_hidden=64, vision_heads=2, vision_intermediate=128,
                      image_height=112, image_width=112, num_cameras=1, text_tokens=8, head_hidden=128,
                      notes="Qwen2-VL family, one front camera: trained on synthetic road drives (hybrid-vla train)"),
-    # Action tokens (engine/actionflow.py): each waypoint step's x, y decoded as tokens.
+    # Action tokens (engine/actionflow/packing.py): each waypoint step's x, y decoded as tokens.
     "tiny-act": VLASpec(name="tiny-act", family="qwen2_vl", **{**_TINY, "num_waypoints": 4}, action_head="tokens",
                         vocab_size=MIN_VOCAB + 256, notes="Qwen2-VL family, action tokens (8 per frame), unit-test size"),
     "tiny-llava-act": VLASpec(name="tiny-llava-act", family="llava",

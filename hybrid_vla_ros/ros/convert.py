@@ -1,5 +1,5 @@
 """ROS message <-> engine data only: stamps, images in, odometry, the boundary message's frame around the
-handover envelope (engine/handover.py), trajectories out."""
+handover envelope (engine/handover/endpoints.py), trajectories out."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from ..engine.handover import BOUNDARY_LABEL
+from ..engine.handover.endpoints import BOUNDARY_LABEL
 from ..errors import InputError, expect
 from ..types import EgoState, Pose2D, Trajectory, accelerations
 

@@ -15,13 +15,13 @@ from ..model.spec import get_preset
 from .. import stop
 from ..report import percentiles, pyplot
 from . import convert
-from .drives import DriveStep, write_drive
-from .record import Recorder
-from .replay import Replayer, wait_for_answers
-from .session import ros_context
+from .bags.drives import DriveStep, write_drive
+from .bags.record import Recorder
+from .bags.replay import Replayer, wait_for_answers
+from .launch_support.session import ros_context
 from .topics import BOUNDARY_TOPIC, KINEMATIC_TOPIC, TRAJECTORY_INFO_TOPIC as INFO_TOPIC, TRAJECTORY_TOPIC
-from .bringup import (InProcessGraph, graph_params, spawn_processes,
-                      stop_processes, write_combined_config)
+from .launch_support.bringup import (InProcessGraph, graph_params, spawn_processes, stop_processes,
+                                     write_combined_config)
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 SAMPLE_DRIVE = DATA / "sample_drive"    # 6 cameras, the shipped config/ files' topics: plumbing (random weights)
@@ -43,7 +43,7 @@ def write_sample_drive(path: str | Path, preset: str, camera_topics: list[str], 
                        rate_hz: float = 10.0, storage: str = "mcap", compressed: bool = True, seed: int = 7,
                        receive_delay_ms: tuple[float, float] = (2.0, 12.0)) -> Path:
     """Synthetic camera frames (+ kinematic state) for `preset`'s cameras, one frame per time step, recorded
-    as a car records them (ros/drives.py)."""
+    as a car records them (ros/bags/drives.py)."""
     spec = get_preset(preset)
     expect(len(camera_topics) == spec.num_cameras, ConfigError,
            f"sample drive: {len(camera_topics)} camera topics for a {spec.num_cameras}-camera model")
@@ -126,7 +126,7 @@ class Driver:
 
 
 def message_class_of(msgtype: str):
-    from .bag import message_class
+    from .bags.storage import message_class
     return message_class(msgtype)
 
 
@@ -276,7 +276,7 @@ def draw_drive(bag: Path, trajectories: dict, path: Path, model: str) -> dict:
     """The drive's picture (sim/view.py) and, when the bag records the ground truth, the trajectories' ADE /
     FDE against it and against the constant-velocity baseline. trajectories: stamp -> (N, 2) in base_link."""
     from ..sim.view import constant_velocity, displacement_errors, plot_drive
-    from .drives import read_drive_view
+    from .bags.drives import read_drive_view
     frames = read_drive_view(bag, predictions=trajectories)
     if not frames:
         return {"drive_png": None, "why": "the bag has no odometry (kinematic state) to place the paths"}

@@ -1,0 +1,124 @@
+"""The packed forward of ActionFlow (engine/actionflow/packing.py): rows of several frames in one batch (R, H), each
+frame attending only to its own keys in its KV ring slot, at its own positions; cut into sides at p."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.nn import functional as F
+
+from ...model.checkpoint import ensure_loaded
+from ...model.vla import VLAModel
+from .kv_ring import KVRing
+from ..scheduling.partition import side_modules
+
+
+@dataclass
+class Segment:
+    """One frame's rows in a packed forward: rows [row, row + count) at slot positions [start, start + count).
+    The frame's stamp and arrival travel with it, so a suffix in another process can stamp its action."""
+    seq: int
+    slot: int
+    start: int
+    row: int
+    count: int
+    stamp_ns: int = 0
+    arrival_ns: int = 0
+
+
+@dataclass
+class PackedState:
+    """What crosses the cut of a packed forward: hidden (R, H), positions (3, 1, R) or (1, R), the layout."""
+    hidden: torch.Tensor
+    positions: torch.Tensor
+    segments: list[Segment]
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE on x (R, heads, D) with per-row cos, sin (R, D) (rotate-half convention of Llama/Qwen)."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos.unsqueeze(1) + rotated * sin.unsqueeze(1)
+
+
+@dataclass
+class DecodeRows:
+    """The decode rows of a step (one query each), gathered once per step for every layer: their rows, slots,
+    positions, and the mask of each one's keys (positions 0..its own) over the longest."""
+    rows: torch.Tensor        # (n,)
+    slots: torch.Tensor       # (n,)
+    positions: torch.Tensor   # (n,)
+    mask: torch.Tensor        # (n, 1, 1, L) bool
+
+    @classmethod
+    def of(cls, segments: list[Segment]) -> "DecodeRows | None":
+        decode = [s for s in segments if s.count == 1]
+        if not decode:
+            return None
+        positions = torch.tensor([s.start for s in decode])
+        mask = torch.arange(int(positions.max()) + 1) <= positions[:, None]             # (n, L)
+        return cls(torch.tensor([s.row for s in decode]), torch.tensor([s.slot for s in decode]), positions,
+                   mask[:, None, None, :])
+
+
+def packed_block(block, layer: int, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                 segments: list[Segment], ring: KVRing, decode: DecodeRows | None) -> torch.Tensor:
+    """One decoder block (Llama / Qwen2 layout: pre-norm attention + MLP) over packed rows (R, H). Keys are
+    rotated once and written to the ring at their positions; each frame attends to its own slot only: a
+    prefill causally over its rows, the decode rows together (one query each, masked to their own lengths)."""
+    attn = block.self_attn
+    rows, head_dim = hidden.shape[0], attn.head_dim
+    x = block.input_layernorm(hidden)
+    q = rotate(attn.q_proj(x).view(rows, -1, head_dim), cos, sin)                      # (R, heads, D)
+    k = rotate(attn.k_proj(x).view(rows, -1, head_dim), cos, sin)                      # (R, kv_heads, D)
+    v = attn.v_proj(x).view(rows, -1, head_dim)
+    out = torch.empty_like(q)
+    for seg in segments:
+        if seg.count == 1:
+            continue
+        span = slice(seg.row, seg.row + seg.count)
+        ring.write(layer, seg.slot, seg.start, k[span], v[span])
+        keys, values = ring.read(layer, seg.slot, seg.start + seg.count)                # (kv_heads, S, D)
+        out[span] = F.scaled_dot_product_attention(q[span].transpose(0, 1), keys, values, is_causal=True,
+                                                   scale=attn.scaling, enable_gqa=True).transpose(0, 1)
+    if decode is not None:
+        ring.write_rows(layer, decode.slots, decode.positions, k[decode.rows], v[decode.rows])
+        keys, values = ring.gather(layer, decode.slots, decode.mask.shape[-1])          # (n, kv_heads, L, D)
+        query = q[decode.rows].unsqueeze(2)                                              # (n, heads, 1, D)
+        out[decode.rows] = F.scaled_dot_product_attention(query, keys, values, attn_mask=decode.mask,
+                                                          scale=attn.scaling, enable_gqa=True)[:, :, 0]
+    hidden = hidden + attn.o_proj(out.reshape(rows, -1))
+    return hidden + block.mlp(block.post_attention_layernorm(hidden))
+
+
+class PackedSide:
+    """Blocks [lo, hi) of the packed forward with the KV ring of those layers. The prefix side (lo == 0)
+    also embeds the rows; the suffix side (hi == L) also applies the final norm and the token head."""
+
+    def __init__(self, model: VLAModel, lo: int, hi: int, slots: int, slot_tokens: int):
+        spec, decoder = model.spec, model.decoder
+        ensure_loaded(model, side_modules(model, lo, hi), torch.float32)  # a checkpoint's side: read now
+        self.model, self.lo, self.hi = model, lo, hi
+        self.blocks = list(decoder.layers[lo:hi])
+        head_dim = spec.hidden_size // spec.num_heads
+        self.ring = KVRing(range(lo, hi), slots, slot_tokens, spec.num_kv_heads, head_dim)
+
+    @torch.inference_mode()
+    def blocks_forward(self, state: PackedState) -> PackedState:
+        if not self.blocks:
+            return state
+        hidden = state.hidden
+        cos, sin = self.model.decoder.rotary_emb(hidden.unsqueeze(0), state.positions)   # (1, R, D) each
+        decode = DecodeRows.of(state.segments)
+        for offset, block in enumerate(self.blocks):
+            hidden = packed_block(block, self.lo + offset, hidden, cos[0], sin[0], state.segments, self.ring, decode)
+        return PackedState(hidden, state.positions, state.segments)
+
+    @torch.inference_mode()
+    def next_tokens(self, state: PackedState) -> dict[int, int]:
+        """Suffix end: the last row of each segment -> its frame's next action token (greedy)."""
+        last = torch.tensor([seg.row + seg.count - 1 for seg in state.segments])
+        logits = self.model.action_head(self.model.decoder.norm(state.hidden[last]))    # (frames, bins)
+        base = self.model.action_tokenizer.base
+        return {seg.seq: base + int(b) for seg, b in zip(state.segments, logits.argmax(dim=-1))}

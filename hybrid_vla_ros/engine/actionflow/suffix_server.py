@@ -1,0 +1,113 @@
+"""The suffix side of ActionFlow served across processes (ROS-free): a packed step's bytes in
+(engine/actionflow/codec.py) -> the next token of each of its frames as bytes, and the actions this step
+completed. The suffix knows each frame's tokens, stamp and arrival from the segments it saw; its KV ring
+follows the prefix's header (partition, ring slots), so a partition move or a resized ring on the prefix
+side needs nothing here; its tokens per frame come from the model. Counterpart: engine/actionflow/prefix_server.py.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from ...errors import ConfigError, InputError, expect
+from ...model.checkpoint import ensure_loaded
+from ...model.vla import VLAModel
+from ...types import Trajectory
+from .packing import ActionResult, check_rows_fit_model, slot_tokens_of
+from .forward import PackedSide, PackedState
+from .codec import check_fits, decode_state, encode_tokens
+from .prefix_server import MAX_SLOTS
+from ..scheduling.partition import side_modules
+
+
+@dataclass
+class SuffixStep:
+    tokens_payload: bytes        # the next token of every frame of the step, for the prefix
+    step: int
+    rows: int
+    partition: int
+    completed: list[ActionResult]
+    arrivals: dict[int, int]     # seq -> arrival_ns of each completed frame (0: unknown)
+    incomplete: list[tuple[int, int]]  # (seq, stamp_ns) of frames whose slot was taken before they completed
+
+
+@dataclass
+class Decoding:
+    seq: int
+    stamp_ns: int
+    arrival_ns: int
+    started: float
+    tokens: list[int]
+
+
+class PackedSuffixServer:
+    def __init__(self, model: VLAModel, zone: tuple[int, int] | None = None):
+        """zone: the partitions this suffix accepts; their blocks are read now (a checkpoint model), not at
+        the first step."""
+        expect(model.spec.action_head == "tokens", ConfigError,
+               f"model '{model.spec.name}' has a waypoint head: it is served by the suffix stage, not ActionFlow")
+        self.zone = zone
+        if zone is not None:
+            ensure_loaded(model, side_modules(model, zone[0], model.num_blocks), torch.float32)
+        self.model, self.slot_tokens = model, slot_tokens_of(model)
+        self.tokens_per_frame = model.action_tokenizer.tokens_per_frame
+        self.side: PackedSide | None = None
+        self.decoding: dict[int, Decoding] = {}    # slot -> the frame whose tokens this suffix has decoded
+
+    @property
+    def partition(self) -> int | None:
+        return None if self.side is None else self.side.lo
+
+    def step(self, payload) -> SuffixStep:
+        """Blocks [p, L) + head over the packed rows; an InputError (nothing changed) when the bytes are damaged,
+        do not fit this model, or are cut outside this suffix's zone."""
+        state, header = decode_state(payload)
+        self._check(state, header)
+        zone = self.zone
+        expect(zone is None or zone[0] <= header.partition <= zone[1], InputError,
+               f"packed boundary cut at p={header.partition}, outside this suffix's dynamic zone {list(zone or ())}")
+        incomplete = self._follow(header.partition, header.slots)
+        hidden = self.side.blocks_forward(state)
+        tokens = self.side.next_tokens(hidden)
+        completed, arrivals = [], {}
+        for seg in state.segments:
+            entry = self.decoding.get(seg.slot)
+            if seg.count > 1 or entry is None or entry.seq != seg.seq:   # a prefill starts a frame in the slot
+                if entry is not None and entry.seq != seg.seq:
+                    incomplete.append((entry.seq, entry.stamp_ns))
+                entry = self.decoding[seg.slot] = Decoding(seg.seq, seg.stamp_ns, seg.arrival_ns,
+                                                           time.perf_counter(), [])
+            entry.tokens.append(tokens[seg.seq])
+            if len(entry.tokens) == self.tokens_per_frame:
+                completed.append(self._complete(self.decoding.pop(seg.slot)))
+                arrivals[seg.seq] = seg.arrival_ns
+        return SuffixStep(encode_tokens(tokens, header.step), header.step, state.hidden.shape[0], header.partition,
+                          completed, arrivals, incomplete)
+
+    def _check(self, state: PackedState, header) -> None:
+        spec = self.model.spec
+        expect(0 <= header.partition <= spec.num_blocks, InputError,
+               f"packed boundary cut at p={header.partition}, model '{spec.name}' has {spec.num_blocks} blocks")
+        expect(0 < header.slots <= MAX_SLOTS, InputError,
+               f"packed boundary: a ring of {header.slots} slots, expected 1..{MAX_SLOTS}")
+        check_fits(state, header.slots, self.slot_tokens, "packed boundary")
+        check_rows_fit_model(state, self.model)
+
+    def _follow(self, partition: int, slots: int) -> list[tuple[int, int]]:
+        """(Re)build this side's ring when the prefix's cut or ring changed; frames mid-decode are then lost."""
+        if self.side is not None and (self.side.lo, self.side.ring.slots) == (partition, slots):
+            return []
+        lost = [(e.seq, e.stamp_ns) for e in self.decoding.values()]
+        self.side = PackedSide(self.model, partition, self.model.num_blocks, slots, self.slot_tokens)
+        self.decoding.clear()
+        return lost
+
+    @torch.inference_mode()
+    def _complete(self, entry: Decoding) -> ActionResult:
+        points = self.model.action_tokenizer.waypoints(entry.tokens)
+        trajectory = Trajectory(points=points, seq=entry.seq, stamp_ns=entry.stamp_ns, partition=self.side.lo)
+        return ActionResult(entry.seq, entry.stamp_ns, list(entry.tokens), trajectory,
+                            time.perf_counter() - entry.started)

@@ -1,0 +1,122 @@
+"""The serialised boundary state: raw bytes with an explicit header. Never pickle.
+
+Layout (little endian):
+    header   "<4sHHIqqiI"  magic b"HVLB", version, flags, partition, seq, stamp_ns, query_index, tensor count
+    tensor*  "<BB" dtype code, ndim; ndim x "<Q" dims; "<Q" nbytes; then nbytes raw bytes
+Tensors, in order: hidden (B, S, H), position_ids, attention_mask.
+"""
+
+from __future__ import annotations
+
+import struct
+import warnings
+
+import torch
+
+from ...errors import InputError, expect
+from ...types import BoundaryState
+
+MAGIC = b"HVLB"
+VERSION = 1
+HEADER = struct.Struct("<4sHHIqqiI")
+TENSOR_HEAD = struct.Struct("<BB")
+U64 = struct.Struct("<Q")
+DTYPE_CODES = {torch.float32: 1, torch.float16: 2, torch.bfloat16: 3, torch.int64: 4, torch.int32: 5}
+CODE_DTYPES = {v: k for k, v in DTYPE_CODES.items()}
+TENSOR_NAMES = ("hidden", "position_ids", "attention_mask")
+MAX_NDIM = 4
+
+
+def _tensor_bytes(tensor: torch.Tensor) -> memoryview:
+    flat = tensor.detach().cpu().contiguous().reshape(-1)
+    return memoryview(flat.view(torch.uint8).numpy())
+
+
+def _frombuffer(view: memoryview) -> torch.Tensor:
+    if view.nbytes == 0:
+        return torch.empty(0, dtype=torch.uint8)
+    with warnings.catch_warnings():  # read-only buffers (bytes) are fine: we clone unless asked not to
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.frombuffer(view, dtype=torch.uint8)
+
+
+def tensors_size(tensors) -> int:
+    """Bytes of `tensors` as write_tensor lays them out."""
+    return sum(TENSOR_HEAD.size + U64.size * (t.dim() + 1) + t.numel() * t.element_size() for t in tensors)
+
+
+def write_tensor(buffer, pos: int, t: torch.Tensor) -> int:
+    """dtype code, ndim, dims, nbytes, raw bytes at `pos` -> the position after them."""
+    expect(t.dtype in DTYPE_CODES, InputError, f"cannot encode tensor of dtype {t.dtype}")
+    TENSOR_HEAD.pack_into(buffer, pos, DTYPE_CODES[t.dtype], t.dim())
+    pos += TENSOR_HEAD.size
+    for dim in t.shape:
+        U64.pack_into(buffer, pos, dim)
+        pos += U64.size
+    raw = _tensor_bytes(t)
+    U64.pack_into(buffer, pos, raw.nbytes)
+    pos += U64.size
+    buffer[pos:pos + raw.nbytes] = raw
+    return pos + raw.nbytes
+
+
+def read_tensor(view: memoryview, pos: int, name: str, source: str, copy: bool = True) -> tuple[torch.Tensor, int]:
+    """The tensor write_tensor wrote at `pos`, every field checked against the buffer -> (tensor, next pos)."""
+    expect(view.nbytes >= pos + TENSOR_HEAD.size, InputError, f"{source}: truncated before tensor '{name}'")
+    code, ndim = TENSOR_HEAD.unpack_from(view, pos)
+    pos += TENSOR_HEAD.size
+    expect(code in CODE_DTYPES, InputError, f"{source}: tensor '{name}' has unknown dtype code {code}")
+    expect(0 < ndim <= MAX_NDIM, InputError, f"{source}: tensor '{name}' has {ndim} dims, expected 1..{MAX_NDIM}")
+    expect(view.nbytes >= pos + U64.size * (ndim + 1), InputError, f"{source}: truncated in header of '{name}'")
+    shape = [U64.unpack_from(view, pos + U64.size * i)[0] for i in range(ndim)]
+    nbytes = U64.unpack_from(view, pos + U64.size * ndim)[0]
+    pos += U64.size * (ndim + 1)
+    dtype = CODE_DTYPES[code]
+    expected = dtype.itemsize
+    for dim in shape:
+        expected *= dim
+    expect(nbytes == expected, InputError,
+           f"{source}: tensor '{name}' declares {nbytes} bytes, shape {tuple(shape)} of {dtype} needs {expected}")
+    expect(view.nbytes >= pos + nbytes, InputError,
+           f"{source}: tensor '{name}' truncated ({view.nbytes - pos} of {nbytes} bytes present)")
+    tensor = _frombuffer(view[pos:pos + nbytes]).view(dtype).reshape(shape)
+    return (tensor.clone() if copy else tensor), pos + nbytes
+
+
+def encoded_size(state: BoundaryState) -> int:
+    return HEADER.size + tensors_size((state.hidden, state.position_ids, state.attention_mask))
+
+
+def encode_into(state: BoundaryState, buffer, offset: int = 0) -> int:
+    """Write the encoded state into a writable buffer (bytearray, mmap, shared memory). Returns bytes written."""
+    tensors = (state.hidden, state.position_ids, state.attention_mask)
+    HEADER.pack_into(buffer, offset, MAGIC, VERSION, 0, state.partition, state.seq, state.stamp_ns,
+                     state.query_index, len(tensors))
+    pos = offset + HEADER.size
+    for t in tensors:
+        pos = write_tensor(buffer, pos, t)
+    return pos - offset
+
+
+def encode(state: BoundaryState) -> bytes:
+    buffer = bytearray(encoded_size(state))
+    encode_into(state, buffer)
+    return bytes(buffer)
+
+
+def decode(buffer, source: str = "boundary payload", copy: bool = True) -> BoundaryState:
+    """Parse and check an encoded state. copy=False returns tensors that view `buffer` (zero-copy)."""
+    view = memoryview(buffer)
+    expect(view.nbytes >= HEADER.size, InputError,
+           f"{source}: {view.nbytes} bytes is shorter than the {HEADER.size}-byte header")
+    magic, version, _flags, partition, seq, stamp, query, count = HEADER.unpack_from(view, 0)
+    expect(magic == MAGIC, InputError, f"{source}: magic {magic!r}, expected {MAGIC!r} (not a boundary state)")
+    expect(version == VERSION, InputError, f"{source}: version {version}, this decoder reads version {VERSION}")
+    expect(count == len(TENSOR_NAMES), InputError, f"{source}: {count} tensors, expected {len(TENSOR_NAMES)}")
+    pos, tensors = HEADER.size, []
+    for name in TENSOR_NAMES:
+        tensor, pos = read_tensor(view, pos, name, source, copy)
+        tensors.append(tensor)
+    expect(pos == view.nbytes, InputError, f"{source}: {view.nbytes - pos} trailing bytes after the last tensor")
+    return BoundaryState(hidden=tensors[0], position_ids=tensors[1], attention_mask=tensors[2], partition=partition,
+                         seq=seq, stamp_ns=stamp, query_index=query)

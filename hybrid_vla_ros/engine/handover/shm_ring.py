@@ -1,0 +1,274 @@
+"""The shared-memory ring behind the `shm` handover (same host, other process), ROS-free.
+
+Preallocated slots in /dev/shm with back-pressure, a sequence number, a partition epoch and a write
+generation per slot; owner-only permissions. Segment names carry the user and a scope (the ROS graph:
+`segment_name`), so a reader never opens another user's or another graph's ring. The owner holds a shared
+flock on its segment for its whole life: a segment nobody holds a lock on is stale and is reclaimed; this
+works across PID namespaces (containers sharing /dev/shm), where a PID says nothing. A slot left READY for
+longer than `reclaim_after_s` (its reader died or restarted) is taken back by the writer and counted; a
+reader that was copying it at that moment sees the generation change and refuses the copy.
+Attaching checks the segment's size against its header, so a truncated segment is refused, never read past.
+"""
+
+from __future__ import annotations
+
+import atexit
+import fcntl
+import mmap
+import os
+import secrets
+import struct
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...errors import InputError, expect
+from ...types import BoundaryState
+from . import codec
+
+SHM_DIR = Path("/dev/shm")
+SEGMENT_PREFIX = "hvla_"
+RING_MAGIC = b"HVLARING"
+RING_VERSION = 2
+RING_HEADER = struct.Struct("<8sIIQQI")       # magic, version, slots, slot capacity, ring id, owner pid
+# state, epoch(partition), seq, ring id, generation, payload length, written at (CLOCK_MONOTONIC ns)
+SLOT_HEADER = struct.Struct("<IIQQIQQ")
+SLOT_HEADER_SIZE = 64
+FREE, WRITING, READY = 0, 1, 2
+RECLAIM_AFTER_S = 1.0                         # a slot READY this long has lost its reader
+DESCRIPTOR = struct.Struct("<8sQIIQQ")        # magic, ring id, slot, epoch, seq, length
+DESCRIPTOR_MAGIC = b"HVLASLOT"
+
+
+def ring_bytes(slots: int, slot_capacity: int) -> int:
+    """Size of a ring segment: the ring header block, then per slot its header and payload capacity."""
+    return SLOT_HEADER_SIZE + slots * (SLOT_HEADER_SIZE + slot_capacity)
+
+
+def segment_prefix(scope: str = "local", uid: int | None = None) -> str:
+    """The name prefix of this user's rings in one scope (a ROS graph: see ros/launch_support/session.py's graph_scope)."""
+    expect(scope.replace("_", "").isalnum(), InputError, f"ring scope '{scope}': letters, digits and _ only")
+    return f"{SEGMENT_PREFIX}u{os.getuid() if uid is None else uid}_{scope}_"
+
+
+def _owner_alive(path: Path) -> bool:
+    """True while some process holds the owner's shared lock on the segment (kernel-tracked, released when
+    the owner dies however it dies). Another user's segment we cannot open counts as alive."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return True  # gone already: nothing to reclaim
+    except PermissionError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # also drops the probe's lock
+    return False
+
+
+def reclaim_stale_segments(directory: Path = SHM_DIR) -> list[str]:
+    """Unlink this user's ring segments that no live owner holds (a crashed or killed writer). -> names."""
+    removed = []
+    for path in directory.glob(f"{SEGMENT_PREFIX}u{os.getuid()}_*"):
+        if not _owner_alive(path):
+            try:
+                path.unlink()
+                removed.append(path.name)
+            except (FileNotFoundError, PermissionError):  # gone already, or not ours (sticky /dev/shm)
+                pass
+    return removed
+
+
+@dataclass(frozen=True)
+class SlotDescriptor:
+    """What travels on the topic (or the in-process queue) for a shared-memory handover: 40 bytes."""
+    segment: str
+    ring_id: int
+    slot: int
+    epoch: int
+    seq: int
+    length: int
+
+    def pack(self) -> bytes:
+        return DESCRIPTOR.pack(DESCRIPTOR_MAGIC, self.ring_id, self.slot, self.epoch, self.seq, self.length)
+
+    @classmethod
+    def unpack(cls, segment: str, data: bytes) -> "SlotDescriptor":
+        expect(len(data) == DESCRIPTOR.size, InputError,
+               f"slot descriptor: {len(data)} bytes, expected {DESCRIPTOR.size}")
+        magic, ring_id, slot, epoch, seq, length = DESCRIPTOR.unpack(data)
+        expect(magic == DESCRIPTOR_MAGIC, InputError, f"slot descriptor: magic {magic!r}, expected {DESCRIPTOR_MAGIC!r}")
+        return cls(segment, ring_id, slot, epoch, seq, length)
+
+
+class SharedMemoryRing:
+    """A ring of preallocated slots in one /dev/shm segment. One writer (the owner), one reader.
+
+    The writer fills a FREE slot, then flips it to READY; the reader copies the payload out and flips it back
+    to FREE. A full ring blocks the writer (back-pressure) up to a timeout.
+    """
+
+    def __init__(self, path: Path, mm: mmap.mmap, fd: int, owner: bool):
+        self.path, self._mm, self._fd, self.owner = path, mm, fd, owner
+        magic, version, self.slots, self.slot_capacity, self.ring_id, self.owner_pid = RING_HEADER.unpack_from(mm, 0)
+        expect(magic == RING_MAGIC, InputError, f"shared-memory segment '{path.name}': not a boundary ring")
+        expect(version == RING_VERSION, InputError,
+               f"shared-memory segment '{path.name}': ring version {version}, expected {RING_VERSION}")
+        needed = ring_bytes(self.slots, self.slot_capacity)
+        size = len(mm)
+        if size < needed:  # a truncated or foreign segment: never read past its end
+            mm.close()
+            os.close(fd)
+            raise InputError(f"shared-memory segment '{path.name}': {size} bytes, its header promises "
+                             f"{self.slots} slots of {self.slot_capacity} B = {needed} B (truncated?)")
+        self._next = 0
+        self._closed = False
+        self.reclaimed = 0  # writer: slots taken back from a reader that never read them (frames lost)
+        self.reclaimed_seqs: list[int] = []  # their frame seqs, until the owner takes them (bounded)
+        if owner:
+            atexit.register(self.close)
+
+    # -- construction ----------------------------------------------------------------------------------
+    @classmethod
+    def create(cls, name: str, slots: int, slot_capacity: int, directory: Path = SHM_DIR,
+               scope: str = "local") -> "SharedMemoryRing":
+        """A new owner-only segment `<segment_prefix(scope)><pid>_<name>`, locked before it gets its name (a
+        reclaimer never sees it unlocked), after reclaiming this user's stale segments."""
+        expect(slots >= 1 and slot_capacity >= codec.HEADER.size, InputError,
+               f"ring '{name}': slots={slots}, capacity={slot_capacity}: need >= 1 slot of >= {codec.HEADER.size} B")
+        reclaim_stale_segments(directory)
+        path = directory / f"{segment_prefix(scope)}{os.getpid()}_{name}"
+        staging = directory / f".{path.name}.{secrets.token_hex(4)}"  # not matched by the reclaim glob
+        size = ring_bytes(slots, slot_capacity)
+        fd = os.open(staging, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        os.fchmod(fd, 0o600)  # owner-only whatever the umask
+        fcntl.flock(fd, fcntl.LOCK_SH)  # held until this process closes the segment or dies
+        os.ftruncate(fd, size)
+        mm = mmap.mmap(fd, size)
+        RING_HEADER.pack_into(mm, 0, RING_MAGIC, RING_VERSION, slots, slot_capacity, secrets.randbits(63), os.getpid())
+        os.rename(staging, path)
+        return cls(path, mm, fd, owner=True)
+
+    @classmethod
+    def attach(cls, segment: str, directory: Path = SHM_DIR, scope: str | None = None) -> "SharedMemoryRing":
+        """Open a writer's ring by name. scope: refuse any name outside this user's rings of that scope."""
+        path = directory / segment
+        expect(segment.startswith(SEGMENT_PREFIX) and "/" not in segment, InputError,
+               f"shared-memory segment '{segment}': not a hybrid_vla_ros ring name")
+        if scope is not None:
+            expect(segment.startswith(segment_prefix(scope)), InputError,
+                   f"shared-memory segment '{segment}': not one of this user's rings in graph scope '{scope}' "
+                   f"(expected the prefix '{segment_prefix(scope)}')")
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError as exc:
+            raise InputError(f"shared-memory segment '{segment}': does not exist (writer gone?)") from exc
+        except PermissionError as exc:
+            raise InputError(f"shared-memory segment '{segment}': not ours to open ({exc.strerror})") from exc
+        size = os.fstat(fd).st_size
+        if size < RING_HEADER.size:
+            os.close(fd)
+            raise InputError(f"shared-memory segment '{segment}': only {size} bytes")
+        return cls(path, mmap.mmap(fd, size), fd, owner=False)
+
+    @property
+    def segment(self) -> str:
+        return self.path.name
+
+    def _slot_offset(self, index: int) -> int:
+        return SLOT_HEADER_SIZE + index * (SLOT_HEADER_SIZE + self.slot_capacity)
+
+    def _slot_state(self, index: int) -> int:
+        return struct.unpack_from("<I", self._mm, self._slot_offset(index))[0]
+
+    def free_slots(self) -> int:
+        return sum(self._slot_state(i) == FREE for i in range(self.slots))
+
+    def _slot_header(self, index: int) -> tuple:
+        """(state, epoch, seq, ring id, generation, length, written_ns) of a slot."""
+        return SLOT_HEADER.unpack_from(self._mm, self._slot_offset(index))
+
+    # -- writer ----------------------------------------------------------------------------------------
+    def _wait_for_slot(self, index: int, timeout_s: float, reclaim_after_s: float) -> None:
+        """Back-pressure: wait until the slot is FREE; take it back once it has been READY for reclaim_after_s
+        (its reader is gone: the frame in it is lost, counted in `reclaimed`)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            flag, _, seq, *_, written_ns = self._slot_header(index)
+            if flag == FREE:
+                return
+            if flag == READY and time.monotonic_ns() - written_ns > reclaim_after_s * 1e9:
+                self.reclaimed += 1
+                self.reclaimed_seqs = (self.reclaimed_seqs + [seq])[-self.slots * 4:]
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"ring '{self.segment}': no free slot within {timeout_s} s (reader stalled?)")
+            time.sleep(0.0002)
+
+    def write(self, state: BoundaryState, timeout_s: float = 5.0,
+              reclaim_after_s: float = RECLAIM_AFTER_S) -> SlotDescriptor:
+        length = codec.encoded_size(state)
+        expect(length <= self.slot_capacity, InputError,
+               f"boundary state of frame {state.seq}: {length} bytes, ring slots hold {self.slot_capacity}")
+        index = self._next
+        self._wait_for_slot(index, timeout_s, reclaim_after_s)
+        offset = self._slot_offset(index)
+        generation = (self._slot_header(index)[4] + 1) & 0xFFFFFFFF
+        SLOT_HEADER.pack_into(self._mm, offset, WRITING, 0, 0, self.ring_id, generation, 0, 0)  # readers: hands off
+        codec.encode_into(state, self._mm, offset + SLOT_HEADER_SIZE)
+        SLOT_HEADER.pack_into(self._mm, offset, WRITING, state.partition, state.seq, self.ring_id, generation, length,
+                              time.monotonic_ns())
+        struct.pack_into("<I", self._mm, offset, READY)  # publish last
+        self._next = (index + 1) % self.slots
+        return SlotDescriptor(self.segment, self.ring_id, index, state.partition, state.seq, length)
+
+    # -- reader ----------------------------------------------------------------------------------------
+    def read(self, desc: SlotDescriptor) -> BoundaryState:
+        """Copy the state out of its slot, check it against the descriptor, free the slot (unless the writer
+        took it back meanwhile: then the copy is refused and the slot is left to the writer)."""
+        where = f"ring '{self.segment}' slot {desc.slot}"
+        expect(desc.ring_id == self.ring_id, InputError,
+               f"{where}: descriptor is for ring {desc.ring_id}, this ring is {self.ring_id} (foreign slot)")
+        expect(0 <= desc.slot < self.slots, InputError, f"{where}: slot outside 0..{self.slots - 1}")
+        offset = self._slot_offset(desc.slot)
+        state_flag, epoch, seq, ring_id, generation, length, _ = self._slot_header(desc.slot)
+        expect(state_flag == READY, InputError, f"{where}: not ready (state {state_flag})")
+        expect(ring_id == self.ring_id, InputError, f"{where}: written by ring {ring_id} (foreign slot)")
+        expect((seq, epoch, length) == (desc.seq, desc.epoch, desc.length), InputError,
+               f"{where}: holds frame {seq} partition {epoch} ({length} B), descriptor says frame {desc.seq} "
+               f"partition {desc.epoch} ({desc.length} B)")
+        try:  # the slot is ours from here on: free it whatever its payload holds
+            expect(length <= self.slot_capacity, InputError, f"{where}: length {length} exceeds capacity")
+            start = offset + SLOT_HEADER_SIZE
+            state = codec.decode(memoryview(self._mm)[start:start + length], source=where, copy=True)
+            expect(self._still(desc.slot, generation), InputError,
+                   f"{where}: frame {seq} was taken back by the writer while being read (read too late)")
+            expect((state.seq, state.partition) == (seq, epoch), InputError,
+                   f"{where}: payload is frame {state.seq} partition {state.partition}, header says {seq}/{epoch}")
+            return state
+        finally:
+            if self._still(desc.slot, generation):  # else the writer owns it again: leave it alone
+                struct.pack_into("<I", self._mm, offset, FREE)
+
+    def _still(self, index: int, generation: int) -> bool:
+        """The slot is READY with the generation the reader started from (not taken back by the writer)."""
+        flag, _, _, _, now = self._slot_header(index)[:5]
+        return flag == READY and now == generation
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._mm.close()
+        except BufferError:  # a zero-copy view is still alive; the OS frees it with the process
+            pass
+        os.close(self._fd)
+        if self.owner:
+            try:
+                self.path.unlink()
+            except FileNotFoundError:
+                pass

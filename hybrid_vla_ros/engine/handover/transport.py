@@ -1,0 +1,144 @@
+"""Boundary transports: how a BoundaryState gets from the prefix to the suffix.
+
+- InProcessTransport: same process; the handle is a small integer and the suffix gets the very tensor.
+- SharedMemoryTransport: same host, other process; the ring of engine/handover/shm_ring.py.
+- InlineTransport: anywhere (remote peers, recording): the codec's bytes, carried inline on the topic.
+
+engine/handover/endpoints.py chooses one and wraps it in the envelope the boundary topic carries. Every receive checks
+what it is given.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import secrets
+import threading
+
+from ...errors import InputError, expect
+from ...types import BoundaryState
+from . import codec
+from .shm_ring import SHM_DIR, SharedMemoryRing, SlotDescriptor  # noqa: F401 (SHM_DIR: re-exported)
+
+
+class InProcessTransport:
+    """Zero-copy handover inside one process: a registry of live states keyed by a small handle."""
+
+    name = "inproc"
+
+    def __init__(self, max_pending: int | None = None, on_evict=None):
+        """max_pending bounds the states waiting to be taken (a handle whose message never arrives must not
+        hold its tensor forever): beyond it the oldest is evicted, counted in `evicted` and given to
+        on_evict(item)."""
+        self._states: dict[int, BoundaryState] = {}
+        self._owners: dict[int, object] = {}
+        self.on_evict = on_evict
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self.owner_pid = os.getpid()
+        self.max_pending = max_pending
+        self.evicted = 0
+
+    def send(self, state: BoundaryState, owner: object = None) -> int:
+        with self._lock:
+            handle = next(self._ids)
+            self._states[handle] = state
+            self._owners[handle] = owner
+            evicted = []
+            while self.max_pending is not None and len(self._states) > self.max_pending:
+                oldest = next(iter(self._states))
+                evicted.append(self._states.pop(oldest))
+                self._owners.pop(oldest, None)
+                self.evicted += 1
+        for item in evicted:
+            if self.on_evict is not None:
+                self.on_evict(item)
+        return handle
+
+    def receive(self, handle: int) -> BoundaryState:
+        with self._lock:
+            state = self._states.pop(handle, None)
+            self._owners.pop(handle, None)
+        expect(state is not None, InputError, f"in-process handle {handle}: unknown or already taken")
+        return state
+
+    def pending(self, owner: object = None) -> int:
+        """States waiting to be taken (only `owner`'s when given)."""
+        with self._lock:
+            return len(self._states) if owner is None else sum(o is owner for o in self._owners.values())
+
+    def discard(self, owner: object) -> int:
+        """Forget `owner`'s states (its sender closed: nobody will take them). -> how many."""
+        with self._lock:
+            handles = [h for h, o in self._owners.items() if o is owner]
+            for handle in handles:
+                self._states.pop(handle, None)
+                self._owners.pop(handle, None)
+        return len(handles)
+
+    def close(self) -> None:
+        with self._lock:
+            self._states.clear()
+            self._owners.clear()
+
+
+class InlineTransport:
+    name = "inline"
+
+    def send(self, state: BoundaryState) -> bytes:
+        return codec.encode(state)
+
+    def receive(self, payload: bytes) -> BoundaryState:
+        return codec.decode(payload, source="inline boundary payload")
+
+    def close(self) -> None:
+        pass
+
+
+class SharedMemoryTransport:
+    """Same host: the prefix side owns the ring (created at the first state, sized to it); the handle is
+    the 40-byte descriptor; the suffix side attaches by segment name, only to this user's rings of its
+    `scope` (the ROS graph)."""
+
+    name = "shm"
+
+    def __init__(self, slots: int = 2, name: str | None = None, scope: str = "local"):
+        self.slots, self.scope = slots, scope
+        self.name_hint = name or f"ring{secrets.token_hex(4)}"
+        self.ring: SharedMemoryRing | None = None
+        self._reader: SharedMemoryRing | None = None
+
+    @property
+    def reclaimed(self) -> int:
+        """Slots the writer took back from a reader that never read them (frames lost with a dead reader)."""
+        return self.ring.reclaimed if self.ring is not None else 0
+
+    def send(self, state: BoundaryState) -> tuple[str, bytes]:
+        if self.ring is None:
+            self.ring = SharedMemoryRing.create(self.name_hint, self.slots, codec.encoded_size(state),
+                                                scope=self.scope)
+        desc = self.ring.write(state)
+        return desc.segment, desc.pack()
+
+    def receive(self, handle: tuple[str, bytes]) -> BoundaryState:
+        segment, packed = handle
+        desc = SlotDescriptor.unpack(segment, packed)  # checked before any segment is opened
+        if self._reader is None or self._reader.segment != segment:  # first state, or a restarted writer
+            if self._reader is not None and self._reader is not self.ring:
+                self._reader.close()
+            self._reader = None
+            self._reader = self.ring if self.ring is not None and self.ring.segment == segment \
+                else SharedMemoryRing.attach(segment, scope=self.scope)
+        return self._reader.read(desc)
+
+    def close(self) -> None:
+        for ring in {id(r): r for r in (self._reader, self.ring) if r is not None}.values():
+            ring.close()
+
+
+TRANSPORTS = {"inproc": InProcessTransport, "shm": SharedMemoryTransport, "inline": InlineTransport}
+
+
+def make_transport(name: str, slots: int = 2):
+    expect(name in TRANSPORTS, InputError, f"transport '{name}' is not one of {sorted(TRANSPORTS)}")
+    return SharedMemoryTransport(slots) if name == "shm" else TRANSPORTS[name]()

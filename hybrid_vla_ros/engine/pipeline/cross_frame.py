@@ -1,0 +1,255 @@
+"""Cross-frame asynchronous pipeline: the prefix runs frame t while the suffix runs frame t-1.
+
+The same mechanism as the ROS graph: two stage workers (engine/pipeline/worker.py, each pinned to its own core set;
+torch releases the GIL in its kernels), the handover of engine/handover/endpoints.py (envelope, in-process registry,
+shared-memory ring or inline bytes), and the frames-in-flight gate with its just-in-time start
+(engine/pipeline/flight.py):
+    max_in_flight = 1  -> serial (the same split, no overlap: the paper's ablation)
+    max_in_flight >= 2 -> pipelined
+Input policies: "latest" (real time: a one-frame mailbox, a newer frame replaces a waiting one and the
+replaced frame is counted as dropped) or "lossless" (offline replay: a bounded queue, submit blocks).
+Results come out in frame order; a stage error becomes a result with `error` set and the next frame goes on.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+
+from ...errors import ConfigError, expect
+from ...types import Frame, Trajectory
+from .flight import FlightControl
+from ..handover.endpoints import HandoverDecoder, HandoverEncoder
+from ..stages import PrefixStage, SuffixStage
+from .worker import POLICIES, StageHealth, StageWorker
+
+_RING_NAMES = itertools.count()
+
+
+@dataclass
+class PipelineConfig:
+    max_in_flight: int = 2
+    policy: str = "lossless"
+    transport: str = "inproc"
+    prefix_cores: list[int] | None = None
+    suffix_cores: list[int] | None = None
+    prefix_threads: int | None = None
+    suffix_threads: int | None = None
+    join_timeout_s: float = 10.0
+    submit_timeout_s: float = 60.0
+    # Start the prefix just in time: when the suffix is the slower stage, delay taking the next frame so it
+    # finishes when the suffix frees up. Same period, no frame left waiting at the handover (fresher input).
+    just_in_time: bool = True
+
+    def __post_init__(self) -> None:
+        expect(isinstance(self.max_in_flight, int) and 1 <= self.max_in_flight <= 64, ConfigError,
+               f"max_in_flight={self.max_in_flight!r}, expected an integer in 1..64")
+        expect(self.policy in POLICIES, ConfigError, f"policy '{self.policy}' is not one of {POLICIES}")
+        if self.prefix_cores and self.suffix_cores:
+            overlap = sorted(set(self.prefix_cores) & set(self.suffix_cores))
+            expect(not overlap, ConfigError, f"prefix and suffix core sets overlap on cores {overlap}")
+
+
+@dataclass
+class FrameResult:
+    """One frame's outcome with perf_counter timestamps (seconds)."""
+    seq: int
+    stamp_ns: int
+    partition: int = -1
+    trajectory: Trajectory | None = None
+    error: str | None = None
+    failed_stage: str | None = None
+    arrival: float = 0.0
+    prefix_start: float = 0.0
+    prefix_end: float = 0.0
+    sent: float = 0.0
+    recv_start: float = 0.0
+    suffix_start: float = 0.0
+    suffix_end: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def latency_ms(self) -> float:
+        """Processing latency: prefix start to trajectory out."""
+        return (self.suffix_end - self.prefix_start) * 1e3
+
+    @property
+    def age_ms(self) -> float:
+        """Arrival to trajectory out (includes waiting for the prefix)."""
+        return (self.suffix_end - self.arrival) * 1e3
+
+    @property
+    def handover_ms(self) -> float:
+        return ((self.sent - self.prefix_end) + (self.suffix_start - self.recv_start)) * 1e3
+
+
+@dataclass
+class PipelineStats:
+    submitted: int = 0
+    dropped: list[int] = field(default_factory=list)
+    completed: int = 0
+    failed: int = 0
+    prefix_busy_s: float = 0.0
+    suffix_busy_s: float = 0.0
+    max_in_flight_seen: int = 0
+
+
+class Pipeline:
+    def __init__(self, prefix: PrefixStage, suffix: SuffixStage, config: PipelineConfig = PipelineConfig(),
+                 source=None):
+        """source: optional callable () -> Frame | None used instead of submit(): the prefix pulls a fresh
+        frame whenever it is free (a camera whose newest frame is always ready); None ends the stream."""
+        self.prefix, self.suffix, self.config, self.source = prefix, suffix, config, source
+        self.flight = FlightControl(config.max_in_flight, config.just_in_time)
+        self.encoder = HandoverEncoder(config.transport, ring_slots=config.max_in_flight,
+                                       ring_name=f"pipe{next(_RING_NAMES)}")
+        self.decoder = HandoverDecoder()
+        self.stats = PipelineStats()
+        self._lock = threading.Lock()
+        self._results: queue.Queue = queue.Queue()
+        self._host_buffers: queue.Queue = queue.Queue()  # reused pinned buffers (GPU prefix only)
+        self._closed = False
+        self.prefix_worker = StageWorker(
+            "prefix", self._run_prefix, config.policy, config.max_in_flight, config.prefix_cores,
+            config.prefix_threads, StageHealth(), admit=self.flight.admit, on_admitted_stop=self.flight.release,
+            source=self._pull if source else None, on_displaced=lambda item: self._count_drop(item[0].seq))
+        self.suffix_worker = StageWorker("suffix", self._run_suffix, "lossless", config.max_in_flight,
+                                         config.suffix_cores, config.suffix_threads, StageHealth())
+
+    # ---- control ------------------------------------------------------------------------------------------
+    def start(self) -> "Pipeline":
+        self.suffix_worker.start()
+        self.prefix_worker.start()
+        return self
+
+    def submit(self, frame: Frame) -> bool:
+        """Hand a frame to the pipeline. Returns False if it displaced (dropped) an older waiting frame."""
+        expect(not self._closed and not self.prefix_worker.closed, ConfigError, "pipeline is closed")
+        with self._lock:
+            self.stats.submitted += 1
+        return self.prefix_worker.submit((frame, time.perf_counter()), self.config.submit_timeout_s)
+
+    def set_partition(self, partition: int) -> None:
+        """Takes effect at the next frame boundary of the prefix (never inside a frame)."""
+        self.prefix.set_partition(partition)  # validates against the zone now; harmless to apply early
+        self.suffix.set_partition(partition)
+
+    def backlog(self) -> int:
+        """Frames handed to the suffix and not finished (the scheduler's backlog signal)."""
+        return self.suffix_worker.backlog()
+
+    def handover_pending(self) -> int:
+        """This pipeline's boundary states in the in-process registry (sent, not yet taken)."""
+        return self.encoder.pending()
+
+    def get(self, timeout: float | None = None) -> FrameResult | None:
+        try:
+            return self._results.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def finish(self, timeout_s: float = 120.0) -> list[FrameResult]:
+        """Stop taking input (or, with a source, wait for it to run dry), let frames in flight complete,
+        return every result not yet fetched."""
+        deadline = time.monotonic() + timeout_s
+        if self.source is None:
+            self.prefix_worker.close(timeout_s, drain=True)
+        else:
+            self.prefix_worker.join(timeout_s)
+        self.suffix_worker.close(max(0.0, deadline - time.monotonic()), drain=True)
+        results = []
+        while (item := self.get(timeout=0)) is not None:
+            results.append(item)
+        self.close()
+        return results
+
+    def close(self) -> None:
+        """Stop now. Joins are bounded; a stuck stage is abandoned (daemon thread), never waited on forever."""
+        self._closed = True
+        self.prefix_worker.close(self.config.join_timeout_s)
+        self.suffix_worker.close(self.config.join_timeout_s)
+        self.encoder.close()
+        self.decoder.close()
+
+    @property
+    def alive(self) -> bool:
+        return self.prefix_worker.alive or self.suffix_worker.alive
+
+    # ---- the two stages -----------------------------------------------------------------------------------
+    def _pull(self):
+        frame = self.source()
+        return None if frame is None else (frame, time.perf_counter())
+
+    def _count_drop(self, seq: int) -> None:
+        with self._lock:
+            self.stats.dropped.append(seq)
+
+    def _run_prefix(self, item) -> None:
+        """(frame, arrival) -> the suffix worker as (record, envelope); errors travel as records, in order."""
+        frame, arrival = item
+        if self.source is not None:
+            with self._lock:
+                self.stats.submitted += 1
+        record = FrameResult(seq=frame.seq, stamp_ns=frame.stamp_ns, arrival=arrival)
+        record.prefix_start = time.perf_counter()
+        envelope = None
+        try:
+            state = self.prefix.run(frame)
+            record.partition = state.partition
+            record.prefix_end = time.perf_counter()
+            if self.prefix.placement.uses_cuda:
+                self._stage_to_host(state)
+            envelope = self.encoder.encode(state)
+            if self.config.transport != "inproc" and "host_buffer" in state.timings:
+                self._host_buffers.put(state.timings.pop("host_buffer"))  # the bytes are copied out
+            record.sent = time.perf_counter()
+        except Exception as exc:  # noqa: BLE001 - reported in order through the suffix; the next frame goes on
+            record.prefix_end = record.sent = time.perf_counter()
+            record.error, record.failed_stage = f"{type(exc).__name__}: {exc}", "prefix"
+        with self._lock:
+            self.stats.prefix_busy_s += record.sent - record.prefix_start
+        self.flight.prefix_finished(record.sent - record.prefix_start)
+        self.suffix_worker.submit((record, envelope), timeout_s=self.config.submit_timeout_s)
+
+    def _run_suffix(self, item) -> None:
+        record, envelope = item
+        record.recv_start = time.perf_counter()
+        self.flight.suffix_started()
+        if record.error is None:
+            try:
+                state, _ = self.decoder.decode(envelope)
+                record.suffix_start = time.perf_counter()
+                record.trajectory = self.suffix.run(state)
+                buffer = state.timings.pop("host_buffer", None)
+                if buffer is not None:
+                    self._host_buffers.put(buffer)
+            except Exception as exc:  # noqa: BLE001
+                record.error, record.failed_stage = f"{type(exc).__name__}: {exc}", "suffix"
+        record.suffix_start = record.suffix_start or record.recv_start
+        record.suffix_end = time.perf_counter()
+        with self._lock:
+            self.stats.suffix_busy_s += record.suffix_end - record.recv_start
+            self.stats.completed += record.ok
+            self.stats.failed += not record.ok
+            self.stats.max_in_flight_seen = self.flight.max_seen
+        self._results.put(record)
+        self.flight.suffix_finished(record.suffix_end - record.recv_start)
+
+    def _stage_to_host(self, state) -> None:
+        """GPU -> one of max_in_flight preallocated pinned host buffers (non-blocking copy, then sync)."""
+        try:
+            buffer = self._host_buffers.get_nowait()
+        except queue.Empty:
+            buffer = self.prefix.placement.host_buffer(state.hidden.shape, state.hidden.dtype)
+        if buffer.shape != state.hidden.shape or buffer.dtype != state.hidden.dtype:
+            buffer = self.prefix.placement.host_buffer(state.hidden.shape, state.hidden.dtype)
+        state.hidden = self.prefix.placement.to_host(state.hidden, out=buffer)
+        state.position_ids = state.position_ids.cpu()
+        state.attention_mask = state.attention_mask.cpu()
+        state.timings["host_buffer"] = buffer

@@ -1,0 +1,106 @@
+"""Frames in flight and the just-in-time start: the one definition the benchmark pipeline and the ROS graph
+share (ROS-free).
+
+`max_in_flight` = frames the prefix has taken and the suffix has not finished. The prefix calls `admit()`
+before it takes its next frame (so under latest-frame-wins it takes the newest one once a slot is free); the
+suffix calls `suffix_finished()` (or the prefix calls `release()` when a frame ends early or leaves the
+process). With the suffix the slower stage, `admit()` also delays the prefix so that its frame is ready just
+when the suffix frees up: the same period, no frame left waiting at the handover (fresher input).
+
+A slot that nobody releases (a handle whose message was lost) is reclaimed after `slot_timeout_s` and
+counted, so the prefix can never stall for good.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+
+from ...errors import ConfigError, expect
+
+POLL_S = 0.05
+
+
+def ema(previous: float, sample: float, weight: float = 0.3) -> float:
+    return sample if previous == 0.0 else (1 - weight) * previous + weight * sample
+
+
+class FlightControl:
+    def __init__(self, max_in_flight: int, just_in_time: bool = True, slot_timeout_s: float | None = None):
+        expect(isinstance(max_in_flight, int) and 1 <= max_in_flight <= 64, ConfigError,
+               f"max_in_flight={max_in_flight!r}, expected an integer in 1..64")
+        self.max_in_flight, self.just_in_time, self.slot_timeout_s = max_in_flight, just_in_time, slot_timeout_s
+        self._cond = threading.Condition()
+        self._taken: deque[float] = deque()   # admission times of the slots in use, oldest first
+        self.max_seen = 0
+        self.reclaimed = 0
+        self.prefix_s = 0.0                   # EMA of the prefix's time per frame
+        self.suffix_s = 0.0                   # EMA of the suffix's time per frame (0: not known here)
+        self._handed = 0                      # handed to the suffix, not started
+        self._suffix_started: float | None = None
+
+    @property
+    def in_flight(self) -> int:
+        with self._cond:
+            return len(self._taken)
+
+    # ---- the prefix side ---------------------------------------------------------------------------------
+    def admit(self, stopped=lambda: False) -> bool:
+        """Block until a slot is free (False once `stopped()`), then wait just in time."""
+        with self._cond:
+            while len(self._taken) >= self.max_in_flight:
+                if stopped():
+                    return False
+                self._reclaim_expired()
+                self._cond.wait(POLL_S)
+            self._taken.append(time.monotonic())
+            self.max_seen = max(self.max_seen, len(self._taken))
+        self._wait_just_in_time(stopped)
+        return not stopped()
+
+    def release(self) -> None:
+        """A frame left the pipeline (finished, failed, dropped, or handed out of this process)."""
+        with self._cond:
+            if self._taken:
+                self._taken.popleft()
+            self._cond.notify_all()
+
+    def prefix_finished(self, seconds: float, handed_to_suffix: bool = True) -> None:
+        with self._cond:
+            self.prefix_s = ema(self.prefix_s, seconds)
+            self._handed += handed_to_suffix
+
+    # ---- the suffix side (only where it shares the process) --------------------------------------------
+    def suffix_started(self) -> None:
+        with self._cond:
+            self._handed = max(0, self._handed - 1)
+            self._suffix_started = time.perf_counter()
+
+    def suffix_finished(self, seconds: float) -> None:
+        with self._cond:
+            self.suffix_s = ema(self.suffix_s, seconds)
+            self._suffix_started = None
+        self.release()
+
+    # ---- internals ---------------------------------------------------------------------------------------
+    def _reclaim_expired(self) -> None:
+        """Called with the lock held."""
+        if self.slot_timeout_s is not None and self._taken and time.monotonic() - self._taken[0] > self.slot_timeout_s:
+            self._taken.popleft()
+            self.reclaimed += 1
+
+    def suffix_free_in(self) -> float:
+        """Estimated seconds until the suffix has finished everything handed to it so far."""
+        with self._cond:
+            busy_left = 0.0
+            if self._suffix_started is not None:
+                busy_left = max(0.0, self._suffix_started + self.suffix_s - time.perf_counter())
+            return busy_left + self._handed * self.suffix_s
+
+    def _wait_just_in_time(self, stopped) -> None:
+        if not (self.just_in_time and self.max_in_flight > 1 and self.prefix_s > 0 and self.suffix_s > 0):
+            return
+        deadline = time.monotonic() + self.suffix_free_in() - self.prefix_s
+        while not stopped() and time.monotonic() < deadline - 0.0005:
+            time.sleep(min(POLL_S, deadline - time.monotonic()))

@@ -1,0 +1,125 @@
+"""Drives as rosbag2 folders, the way a car records them: per step, the odometry and one image per camera,
+each logged at its own receive time (header stamp + a delay, images later than the odometry), cameras
+offered best effort. Two sources: the preset's synthetic frames (plumbing only) and the synthetic road of
+sim/road.py, which also records the ground-truth future path (`GROUND_TRUTH_TOPIC`, nav_msgs/Path in
+base_link at the frame's stamp)."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from typing import Iterable, NamedTuple
+
+import numpy as np
+
+from ...errors import ConfigError, InputError, expect
+from ...model.spec import get_preset
+from ...types import Trajectory
+from .. import convert
+from .storage import BagWriter, reliable_qos, sensor_qos
+from ..topics import KINEMATIC_TOPIC
+
+GROUND_TRUTH_TOPIC = "/ground_truth/trajectory"
+START_NS = 1_700_000_000_000_000_000
+
+
+class DriveStep(NamedTuple):
+    images: list[np.ndarray]
+    speed_mps: float
+    yaw_rate_rps: float
+    truth: np.ndarray | None        # (N, 5) x, y, heading, speed, time_from_start in base_link, or None
+
+
+def write_drive(path: str | Path, camera_topics: list[str], steps: Iterable[DriveStep], rate_hz: float = 10.0,
+                storage: str = "mcap", compressed: bool = True, seed: int = 7,
+                receive_delay_ms: tuple[float, float] = (2.0, 12.0)) -> Path:
+    from nav_msgs.msg import Odometry, Path as PathMsg
+    from rclpy.serialization import serialize_message
+    from sensor_msgs.msg import CompressedImage, Image
+    writer = BagWriter(path, storage)
+    for topic in camera_topics:
+        writer.declare(topic, [sensor_qos()])
+    writer.declare(KINEMATIC_TOPIC, [reliable_qos()])
+    writer.declare(GROUND_TRUTH_TOPIC, [reliable_qos()])  # a topic exists in the bag once it has a message
+    rng, low, high = np.random.default_rng(seed), int(receive_delay_ms[0] * 1e6), int(receive_delay_ms[1] * 1e6)
+    camera_type = "sensor_msgs/msg/CompressedImage" if compressed else "sensor_msgs/msg/Image"
+    try:
+        for seq, step in enumerate(steps):
+            stamp = START_NS + int(seq * 1e9 / rate_hz)
+            odom = Odometry()
+            convert.ns_to_stamp(stamp, odom.header.stamp)
+            odom.header.frame_id, odom.child_frame_id = "map", "base_link"
+            odom.twist.twist.linear.x, odom.twist.twist.angular.z = step.speed_mps, step.yaw_rate_rps
+            out = [(stamp + low // 2, KINEMATIC_TOPIC, "nav_msgs/msg/Odometry", serialize_message(odom))]
+            if step.truth is not None:
+                truth = convert.trajectory_to_msg(Trajectory(points=step.truth, seq=seq, stamp_ns=stamp, partition=-1),
+                                                  PathMsg, "path", "base_link")
+                out.append((stamp + low // 2, GROUND_TRUTH_TOPIC, "nav_msgs/msg/Path", serialize_message(truth)))
+            for index, topic in enumerate(camera_topics):
+                msg = convert.array_to_compressed(step.images[index], CompressedImage()) if compressed \
+                    else convert.array_to_image(step.images[index], Image())
+                convert.ns_to_stamp(stamp, msg.header.stamp)
+                msg.header.frame_id = f"camera{index}/camera_optical_link"
+                out.append((stamp + int(rng.integers(low, high + 1)), topic, camera_type, serialize_message(msg)))
+            for receive_ns, topic, msgtype, raw in sorted(out):
+                writer.write(topic, msgtype, receive_ns, raw)
+    finally:
+        writer.close()
+    return Path(path)
+
+
+def road_steps(preset: str, frames: int, seed: int, rate_hz: float = 10.0):
+    """The synthetic road at the preset's image size and camera count, ground truth at its waypoint spacing."""
+    from ...sim.road import drive
+    spec = get_preset(preset)
+    for frame in drive(seed, frames, spec.num_cameras, spec.image_height, spec.image_width, spec.num_waypoints,
+                       spec.waypoint_dt_s, rate_hz):
+        t = np.arange(1, spec.num_waypoints + 1)[:, None] * spec.waypoint_dt_s
+        yield DriveStep(frame.images, frame.scene.speed_mps, frame.yaw_rate_rps, np.hstack([frame.truth, t]))
+
+
+def write_road_drive(path: str | Path, preset: str, camera_topics: list[str], frames: int = 40, seed: int = 0,
+                     rate_hz: float = 10.0, storage: str = "mcap") -> Path:
+    spec = get_preset(preset)
+    expect(len(camera_topics) == spec.num_cameras, ConfigError,
+           f"road drive: {len(camera_topics)} camera topics for a {spec.num_cameras}-camera model")
+    return write_drive(path, camera_topics, road_steps(preset, frames, seed, rate_hz), rate_hz, storage, seed=seed)
+
+
+def read_drive_view(path: str | Path, camera_topic: str | None = None, predictions: dict | None = None) -> list:
+    """A drive bag -> sim.view.ViewFrame per odometry message (by header stamp): speed and yaw rate, the
+    recorded ground truth and the front camera's image (`camera_topic`, default: the first camera topic) when
+    the bag is a synthetic road drive (it has the ground truth), and `predictions` (stamp -> (N, 2)). Decoded with the bag type store (pure
+    Python), never rclpy: a damaged message is skipped, not a crash."""
+    from ...sim.view import ViewFrame
+    from .storage import bag_info, stream_bag, typestore_with
+    from .replay import CAMERA_TYPES
+    types = bag_info(path).types
+    cameras = [t for t, m in types.items() if m in CAMERA_TYPES]
+    camera_topic = camera_topic or (sorted(cameras)[0] if cameras else None)
+    # images only for the sim's drives (the ground truth says so): the paths are drawn with its camera model
+    synthetic = GROUND_TRUTH_TOPIC in types
+    wanted = {t for t in (camera_topic if synthetic else None, KINEMATIC_TOPIC, GROUND_TRUTH_TOPIC) if t in types}
+    store = typestore_with({types[t] for t in wanted})
+    images, odometry, truths = {}, {}, {}
+    for message in stream_bag(path):
+        if message.topic not in wanted:
+            continue
+        try:
+            msg = store.deserialize_cdr(message.raw, message.msgtype)
+            stamp = convert.stamp_to_ns(msg.header.stamp)
+            if message.topic == KINEMATIC_TOPIC:
+                odometry[stamp] = (float(msg.twist.twist.linear.x), float(msg.twist.twist.angular.z))
+            elif message.topic == GROUND_TRUTH_TOPIC:
+                truths[stamp] = np.array([[p.pose.position.x, p.pose.position.y,
+                                           (convert.stamp_to_ns(p.header.stamp) - stamp) * 1e-9] for p in msg.poses])
+            else:
+                images[stamp] = (convert.compressed_to_array(msg, message.topic) if hasattr(msg, "format")
+                                 else convert.image_to_array(msg, message.topic))
+        except (InputError, ValueError, IndexError, KeyError, AttributeError, struct.error, UnicodeDecodeError):
+            # a picture of the drive: a damaged message is left out
+            continue
+    predictions = predictions or {}
+    return [ViewFrame(stamp, images.get(stamp), speed, yaw_rate, truth[:, :2] if truth is not None else None,
+                      predictions.get(stamp), truth[:, 2] if truth is not None else None)
+            for stamp, (speed, yaw_rate), truth in ((s, o, truths.get(s)) for s, o in sorted(odometry.items()))]

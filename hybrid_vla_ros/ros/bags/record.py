@@ -1,0 +1,61 @@
+"""Recording topics into a rosbag2 folder the way `ros2 bag record` does: each topic is subscribed once a
+publisher of it is seen, with a QoS that matches every publisher (best effort when any of them is: camera
+drivers publish best effort, and a reliable subscription would get nothing), the offered QoS is stored in
+the bag, and each message is stamped with its receive time on the recorder's clock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rclpy.qos import ReliabilityPolicy
+
+from .storage import BagWriter, message_class, qos_from_bag, qos_to_bag
+
+
+class Recorder:
+    """topics: name -> message type, or None to take the type its publishers advertise. discover() (run by
+    a timer every `discover_period_s`) subscribes what newly has publishers; a topic whose publishers change
+    to best effort is subscribed again, best effort."""
+
+    def __init__(self, node, path: str | Path, topics: dict[str, str | None], storage: str = "mcap",
+                 depth: int = 100, discover_period_s: float = 0.1):
+        self.node, self.depth = node, depth
+        self.writer = BagWriter(path, storage)
+        self.wanted = dict(topics)
+        self.closed = False
+        self.subscriptions: dict[str, tuple[object, bool]] = {}  # topic -> (subscription, reliable)
+        self.timer = node.create_timer(discover_period_s, self.discover)
+        self.discover()
+
+    def _publishers(self, topic: str):
+        return self.node.get_publishers_info_by_topic(topic)
+
+    def discover(self) -> None:
+        for topic, msgtype in self.wanted.items():
+            infos = self._publishers(topic)
+            if not infos:
+                continue
+            offered = [qos_to_bag(i.qos_profile) for i in infos]
+            qos = qos_from_bag(offered, self.depth)
+            reliable = qos.reliability == ReliabilityPolicy.RELIABLE
+            current = self.subscriptions.get(topic)
+            if current is not None and (current[1] == reliable or not current[1]):
+                continue  # already matching every publisher
+            msgtype = msgtype or infos[0].topic_type
+            if current is not None:
+                self.node.destroy_subscription(current[0])
+            self.writer.declare(topic, offered)
+            subscription = self.node.create_subscription(
+                message_class(msgtype), topic,
+                lambda raw, t=topic, m=msgtype: self.closed or
+                self.writer.write(t, m, self.node.get_clock().now().nanoseconds, raw),
+                qos, raw=True)
+            self.subscriptions[topic] = (subscription, reliable)
+
+    def close(self) -> dict[str, int]:
+        """Stop writing and finish the bag. The subscriptions go with the node (destroying them here could wait
+        forever on an executor's suspended wait: session.RELEASE_NOTE); nothing is written after this."""
+        self.timer.cancel()
+        self.closed = True
+        self.writer.close()
+        return dict(self.writer.count)

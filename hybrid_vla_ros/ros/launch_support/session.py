@@ -1,0 +1,82 @@
+"""One way to open, spin and close rclpy for every program of the package (bringup, `ros2 run` entry points,
+demo, bag tools): rclpy installs no signal handlers of its own (hybrid_vla_ros.stop owns SIGINT/SIGTERM, so
+a Ctrl-C never shuts the context down under a running executor), the spin loop ends on a stop request, and
+teardown never raises. Uses only APIs that Humble, Jazzy and Kilted rclpy all have."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from ... import stop
+
+SPIN_STEP_S = 0.1
+
+
+def _init(args, context) -> None:
+    import rclpy
+    from .dds import use_large_frame_profile
+    use_large_frame_profile()  # before the first participant of this process reads its profile
+    try:
+        from rclpy.signals import SignalHandlerOptions
+        rclpy.init(args=args, context=context, signal_handler_options=SignalHandlerOptions.NO)
+    except ImportError:  # an rclpy without selectable signal handlers
+        rclpy.init(args=args, context=context)
+
+
+@contextmanager
+def ros_context(args: list[str] | None = None, context=None):
+    """rclpy initialised on `context` (a fresh one when None) for the body; shut down afterwards. `args`: the
+    command line rcl parses (`ros2 run` entry points pass sys.argv); None: none at all, so nothing on this
+    process's command line (e.g. a launch file's `__node:=` rename) applies to the nodes made here."""
+    import rclpy
+    context = context or rclpy.Context()
+    _init(args if args is not None else [], context)
+    try:
+        yield context
+    finally:
+        if context.ok():
+            context.try_shutdown()
+
+
+RELEASE_NOTE = """Executors are shut down before their nodes are destroyed: an rclpy executor keeps its last wait as
+a suspended generator holding the waited entities' handles, so destroying entities while it lives can
+leave them to be finalised later, from whatever thread drops the generator. Seen once (2026-11-30, loaded
+2-core machine): a test process stuck inside Node.destroy_node (in rcl/DDS, GIL held) after a probe's last
+spin; the order here rules the executor out, the DDS side was not reproduced."""
+
+
+@contextmanager
+def executor_with(nodes, context):
+    """A single-threaded executor holding `nodes`; every node is removed and destroyed at the end, in order,
+    even when one of them fails to."""
+    from rclpy.executors import SingleThreadedExecutor
+    executor = SingleThreadedExecutor(context=context)
+    for node in nodes:
+        executor.add_node(node)
+    try:
+        yield executor
+    finally:
+        for node in nodes:
+            executor.remove_node(node)
+        executor.shutdown()  # first: see release_before_destroy
+        for node in nodes:
+            node.destroy_node()
+
+
+def spin_until_stopped(executor, done=None, step_s: float = SPIN_STEP_S, on_error=None) -> None:
+    """Spin until a stop is requested (SIGINT/SIGTERM), `done()` is true, or the context goes down. An
+    exception from one callback does not end the node (jazzy's rclpy raises from the lifecycle service on
+    an invalid transition request, e.g. `ros2 lifecycle set` of activate while unconfigured): it is handed
+    to on_error(exc) (default: printed) and spinning goes on."""
+    while not stop.requested() and (done is None or not done()) and executor.context.ok():
+        try:
+            executor.spin_once(timeout_sec=step_s)
+        except Exception as exc:  # noqa: BLE001 - one bad callback must not stop the graph
+            if not executor.context.ok():
+                break
+            (on_error or _report)(exc)
+
+
+def _report(exc: Exception) -> None:
+    import sys
+    print(f"hybrid_vla_ros: a callback failed and was skipped: {type(exc).__name__}: {exc}", file=sys.stderr)

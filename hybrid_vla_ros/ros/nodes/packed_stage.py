@@ -1,0 +1,137 @@
+"""Action-token models in the graph (ActionFlow, engine/actionflow/prefix_server.py): the same prefix and suffix nodes,
+with packed steps instead of one boundary state per frame.
+
+prefix: camera frames -> PackedPrefixServer; its worker runs one group's packed step at a time and
+publishes the step's bytes on ~/output/boundary_state (inline: a packed step is small and answered within
+milliseconds); ~/input/action_tokens brings each step's next tokens back. Parameters: pack (K frames in
+flight per group), pack_groups, token_timeout_s; partition_point moves at the next drain.
+suffix: a packed step in (recognised by its magic on the same boundary topic) -> the next tokens out on
+~/output/action_tokens at once, then the trajectories of the frames this step completed, stamped with
+their own frame's stamp.
+
+Infos: both stages publish ~/debug/step_info per packed step (step, rows, partition, the stage's time: the
+scheduler joins them by step). Per frame, as for waypoint models, the prefix publishes ~/debug/frame_info
+at its prefill and the suffix ~/debug/trajectory_info with its trajectory (latency from its prefill).
+"""
+
+from __future__ import annotations
+
+import time
+
+from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
+from std_msgs.msg import UInt8MultiArray
+
+from ...engine.actionflow.prefix_server import PackedPrefixServer, SentStep
+from ...engine.actionflow.suffix_server import PackedSuffixServer
+from ...engine.placement import CPU
+from ...engine.pipeline.worker import StageWorker
+from ...errors import ConfigError, HybridVLAError, expect
+from .. import convert
+from ..topics import TOKENS_QOS
+
+LOSSLESS_FRAMES = 64   # input_policy lossless: frames waiting for a packed slot (a replay queues them all)
+
+
+def info(name: str, values: dict) -> DiagnosticStatus:
+    return DiagnosticStatus(name=name, values=[KeyValue(key=k, value=str(v)) for k, v in values.items()])
+
+
+class PackedPrefixLoop:
+    """The prefix node's compute for an action-token model. `prepare(frame) -> bool` is the node's admission
+    (order, staleness, image decoding, kinematic state): False = rejected there (counted by the node)."""
+
+    def __init__(self, node, prepare):
+        p = node.params
+        expect(node.placement.prefix_device == CPU, ConfigError,
+               f"model '{node.model.spec.name}' decodes action tokens: its packed prefix runs on the CPU in this "
+               f"version (device {node.placement.prefix_device}); set device: cpu (or auto)")
+        self.node = node
+        self.server = PackedPrefixServer(node.model, p["pack"], p["pack_groups"], p["partition_point"],
+                                         policy=p["input_policy"], capacity=LOSSLESS_FRAMES,
+                                         token_timeout_s=p["token_timeout_s"], prepare=prepare,
+                                         zone=tuple(node.zone))
+        self.lossy_reason = "displaced" if p["input_policy"] == "latest" else "queue_full"
+        self.step_pub = node.configured_publisher(DiagnosticStatus, "~/debug/step_info", 100)
+        self.worker = StageWorker("prefix", self._step, source=self.server.next_group, cores=node.cores,
+                                  threads=p["threads"] or None, health=node.health, on_error=node._on_worker_error)
+        node.configured_subscription(UInt8MultiArray, "~/input/action_tokens", self._on_tokens, TOKENS_QOS)
+        self.worker.start()
+
+    def submit(self, frame) -> None:
+        dropped = self.server.submit(frame)
+        if dropped is not None:
+            self.node.health.drop(self.lossy_reason, dropped.stamp_ns)
+
+    def _on_tokens(self, msg) -> None:
+        """Taken in any state: they answer this node's own steps (frames in flight finish after deactivate)."""
+        try:
+            self.server.tokens_in(bytes(msg.data))
+        except HybridVLAError as exc:
+            self.node._reject("invalid_tokens", exc)
+
+    def _step(self, group: int) -> None:
+        """One group's packed step (the worker's handler): publish its bytes, then account for the frames
+        lost on the way and the step's time."""
+        sent = self.server.step(group)
+        for lost in self.server.take_lost():
+            self.node._reject(lost.reason, ConfigError(lost.message), lost.stamp_ns)
+        self.server.take_completed()  # the suffix publishes the actions; here they only free their slots
+        if sent is None:
+            return
+        self.node.pub.publish(convert.boundary_to_msg(sent.payload, UInt8MultiArray()))
+        self._publish_info(sent)
+        self.node.health.record(sent.prefix_ms)
+        self.node.diagnostics.publish_time(sent.prefix_ms)
+
+    def _publish_info(self, sent: SentStep) -> None:
+        name = self.node.get_name()
+        self.step_pub.publish(info(f"{name}: step", {
+            "step": sent.step, "group": sent.group, "rows": sent.rows, "frames": sent.frames,
+            "prefill": sent.prefill, "partition": sent.partition, "prefix_ms": f"{sent.prefix_ms:.3f}"}))
+        if sent.prefill_seq is not None:  # a frame's info when its prefill went out
+            self.node.info_pub.publish(info(f"{name}: frame", {
+                "stamp_ns": sent.stamp_ns, "seq": sent.prefill_seq, "partition": sent.partition,
+                "prefix_ms": f"{sent.prefix_ms:.3f}", "prefill_step": sent.step}))
+
+    def checks(self) -> list:
+        s = self.server
+        return [("packed", 0, f"{s.in_flight} frames in flight in {len(s.groups)} groups of {s.pack}, "
+                              f"{len(s.inbox)} waiting for a slot",
+                 {"pack": str(s.pack), "pack_groups": str(len(s.groups)), "in_flight": str(s.in_flight),
+                  "waiting": str(len(s.inbox)),
+                  "steps": str(s.step_no), "stale_tokens": str(s.stale_tokens),
+                  "pending_partition": str(s.pending_partition if s.pending_partition is not None else "")})]
+
+    def close(self) -> None:
+        self.server.close()
+        self.worker.close()
+
+
+class PackedSuffixSteps:
+    """The suffix node's compute for an action-token model, one packed step per boundary message."""
+
+    def __init__(self, node):
+        self.node = node
+        self.server = PackedSuffixServer(node.model, tuple(node.zone))
+        self.tokens_pub = node.configured_publisher(UInt8MultiArray, "~/output/action_tokens", TOKENS_QOS)
+        self.step_pub = node.configured_publisher(DiagnosticStatus, "~/debug/step_info", 100)
+
+    def serve(self, data: bytes, t0: float, received: float) -> None:
+        node = self.node
+        try:
+            out = self.server.step(data)
+        except HybridVLAError as exc:
+            node._reject("invalid_boundary", exc)
+            return
+        self.tokens_pub.publish(UInt8MultiArray(data=out.tokens_payload))   # first: the prefix waits for it
+        ms = (time.perf_counter() - t0) * 1e3   # the step's compute (the scheduler's sample), not the publishing
+        for seq, stamp_ns in out.incomplete:
+            node.health.drop("action_incomplete", stamp_ns)
+        for result in out.completed:
+            node.publish_trajectory(result.trajectory, out.arrivals.get(result.seq, 0), {
+                "latency_ms": f"{result.latency_s * 1e3:.3f}", "tokens": len(result.tokens), "transport": "packed"})
+        self.step_pub.publish(info(f"{node.get_name()}: step", {
+            "step": out.step, "rows": out.rows, "partition": out.partition, "completed": len(out.completed),
+            "suffix_ms": f"{ms:.3f}", "queue_ms": f"{(t0 - received) * 1e3:.3f}", "transport": "packed"}))
+        node.health.record(ms)
+        node.diagnostics.publish_time(ms)

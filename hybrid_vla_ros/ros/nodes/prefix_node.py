@@ -1,0 +1,283 @@
+"""hybrid_vla_prefix: cameras (+ kinematic state) in; vision + blocks [0, p); boundary state out."""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from nav_msgs.msg import Odometry
+from rclpy.qos import qos_profile_sensor_data
+from sensor_msgs.msg import CompressedImage, Image
+from std_msgs.msg import Int32, UInt8MultiArray
+
+from ...engine.cpu import default_stage_cores
+from ...engine.pipeline.flight import FlightControl
+from ...engine.handover.endpoints import HOST_ID, PROCESS_REGISTRY, HandoverEncoder
+from ...engine.placement import Placement
+from ...engine.stages import PrefixStage
+from ...engine.pipeline.camera_sync import CameraSync, StampedHistory
+from ...engine.pipeline.worker import StageWorker
+from ...errors import ConfigError, HybridVLAError, expect
+from ...model.load import model_id
+from ...types import EgoState, Frame
+from .. import convert
+from .diagnostics import DiagnosticsPublisher
+from .stage_node import StageNode, graph_scope
+from .packed_stage import PackedPrefixLoop
+from ..params import chosen_cores
+from ..topics import BOUNDARY_QOS
+
+NODE_NAME = "hybrid_vla_prefix"
+KINEMATIC_WAIT_S = 0.1               # longest wait for the kinematic state matching a frame
+SENT_STAMPS_KEPT = 256               # seq -> stamp of frames handed over (to name those lost in the ring)
+FLIGHT_SLOT_TIMEOUT_S = 10.0         # an in-flight slot nobody freed (a lost handle) is reclaimed after this
+
+
+class PrefixNode(StageNode):
+    def __init__(self, node_name: str = NODE_NAME, **kwargs):
+        self.worker = self.handover = self.flight = self.packed = None
+        super().__init__(node_name, NODE_NAME, **kwargs)
+
+    def configure_stage(self) -> None:
+        p = self.params
+        packed = self.model.spec.action_head == "tokens"  # ActionFlow's packed steps (ros/nodes/packed_stage.py)
+        self.placement = Placement.create("cpu" if packed and p["device"] == "auto" else p["device"],
+                                          p["dtype"], p["dtype"])
+        # cores [-1]: the prefix's share of a default split (bringup, launch and ros2 run alike)
+        self.cores = chosen_cores(p["cores"]) or default_stage_cores(0)
+        self.seq = 0
+        self.images_decoded = 0  # camera images decoded: only those of sets the worker took
+        self.images_received = 0  # camera images the callbacks got (while active)
+        self.last_stamp_ns = -1
+        self.ego_history = StampedHistory()  # EgoState by stamp, matched to frames
+        self.pub = self.configured_publisher(UInt8MultiArray, "~/output/boundary_state", BOUNDARY_QOS)
+        self.info_pub = self.configured_publisher(DiagnosticStatus, "~/debug/frame_info", 10)
+        self.diagnostics = None
+        if packed:
+            self.packed = PackedPrefixLoop(self, self._prepare_packed)
+            self.stage, self.worker, self._submit = self.packed.server, self.packed.worker, self.packed.submit
+        else:
+            self._configure_frames()
+        self._subscribe_cameras()
+        if p["use_kinematic_state"]:
+            self.configured_subscription(Odometry, "~/input/kinematic_state", self._on_odometry, 10)
+        self.configured_subscription(Int32, "~/input/partition_point", self._on_partition_topic, 10)
+        self.configured_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
+        self.diagnostics = DiagnosticsPublisher(self, self.health, self.worker, self._extra_checks)
+        self.configured_timer(p["diagnostics_period_s"], self.diagnostics.publish)
+        transport = f"packed steps inline ({p['pack_groups']} groups of {p['pack']} frames)" if packed \
+            else p["boundary_transport"]
+        self.get_logger().info(
+            f"prefix: model '{self.model.spec.name}' ({self.model.num_blocks} blocks), partition "
+            f"{self.stage.partition}, zone {list(self.zone)}, {self.placement.describe()}, cameras "
+            f"{self.camera_topics}, input policy {p['input_policy']}, boundary transport {transport}, "
+            f"worker cores {self.cores or 'unpinned'}")
+
+    def _configure_frames(self) -> None:
+        """A waypoint-head model: one boundary state per frame, through the handover."""
+        p = self.params
+        self.stage = PrefixStage(self.model, p["partition_point"], self.placement, self.zone)
+        # max_in_flight: frames taken and not finished by the suffix (in-process suffix: it frees the slot;
+        # otherwise the slot is freed once the state left this process, and the ring bounds what waits).
+        self.flight = FlightControl(p["max_in_flight"], just_in_time=True, slot_timeout_s=FLIGHT_SLOT_TIMEOUT_S)
+        self.handover = HandoverEncoder(p["boundary_transport"], ring_slots=p["max_in_flight"],
+                                        ring_name=self.get_name(), flight=self.flight, scope=graph_scope(self),
+                                        model_id=model_id(self.model))
+        self.receiver_domains: dict[str, int] = {}  # suffix node name -> the shm domain it reported
+        self.sent_stamps: OrderedDict = OrderedDict()  # seq -> stamp of the last frames handed over
+        self.worker = StageWorker("prefix", self._process, policy=p["input_policy"], capacity=p["max_in_flight"],
+                                  cores=self.cores, threads=p["threads"] or None, health=self.health,
+                                  on_error=self._on_worker_error, admit=self.flight.admit,
+                                  on_admitted_stop=self.flight.release, stamp_of=lambda frame: frame.stamp_ns).start()
+        self._submit = self.worker.submit
+
+    def release_stage(self) -> None:
+        if self.packed is not None:
+            self.packed.close()
+        elif self.worker is not None:
+            self.worker.close()
+        if self.handover is not None:
+            self.handover.close()
+        self.worker = self.handover = self.packed = None
+
+    # ---- inputs ----------------------------------------------------------------------------------------
+    def _subscribe_cameras(self) -> None:
+        topics = self.params["camera_topics"]
+        self.camera_topics = topics
+        expect(len(topics) == self.model.spec.num_cameras, ConfigError,
+               f"camera_topics: {len(topics)} topics, model '{self.model.spec.name}' takes "
+               f"{self.model.spec.num_cameras} cameras")
+        self.sync = CameraSync(len(topics), int(self.params["sync_skew_ms"] * 1e6),
+                               on_discard=lambda stamp: self.health.drop("camera_set_incomplete", stamp))
+        compressed = self.params["image_transport"] == "compressed"
+        msg_type = CompressedImage if compressed else Image
+        for index, topic in enumerate(topics):
+            self.configured_subscription(msg_type, topic, lambda msg, i=index: self._on_image(i, msg, compressed),
+                                         qos_profile_sensor_data)
+
+    def _on_image(self, camera: int, msg, compressed: bool) -> None:
+        """Headers are checked here; pixels are decoded only for a complete camera set the worker takes
+        (a set the synchroniser or the input policy drops is never decoded)."""
+        if not self.accepting():
+            return
+        self.images_received += 1
+        where = f"camera {camera} ({self.camera_topics[camera]})"
+        try:
+            (convert.check_compressed_msg if compressed else convert.check_image_msg)(msg, where)
+        except HybridVLAError as exc:
+            self._reject("invalid_image", exc)
+            return
+        ready = self.sync.add(camera, convert.stamp_to_ns(msg.header.stamp), msg)
+        if ready is not None:
+            messages, stamp_ns = ready
+            frame = Frame(images=messages, seq=self.seq, stamp_ns=stamp_ns, ego=None,
+                          instruction=self.params["instruction"], arrival_ns=time.time_ns())
+            self.seq += 1
+            self._submit(frame)
+
+    def _decode(self, frame: Frame) -> bool:
+        """The frame's camera messages -> (H, W, 3) uint8 RGB arrays, on the worker's thread."""
+        compressed = self.params["image_transport"] == "compressed"
+        decode = convert.compressed_to_array if compressed else convert.image_to_array
+        self.images_decoded += len(frame.images)
+        try:
+            frame.images = [decode(msg, f"camera {i} ({self.camera_topics[i]})") for i, msg in enumerate(frame.images)]
+        except HybridVLAError as exc:
+            self._reject("invalid_image", exc, frame.stamp_ns)
+            return False
+        return True
+
+    def _on_odometry(self, msg: Odometry) -> None:
+        self.ego_history.add(convert.stamp_to_ns(msg.header.stamp), convert.odometry_to_ego(msg))
+
+    def ego_at(self, stamp_ns: int) -> EgoState:
+        """The kinematic state for a frame: the newest one stamped within the camera skew of the frame, waiting
+        up to KINEMATIC_WAIT_S for it; else the newest older one, counted as 'kinematic_state_late'."""
+        use = self.params["use_kinematic_state"]
+        ego, matched = self.ego_history.match(stamp_ns, int(self.params["sync_skew_ms"] * 1e6),
+                                              KINEMATIC_WAIT_S if use else 0.0)
+        if not matched and use:
+            self.health.reject("kinematic_state_late")
+        return ego or EgoState()
+
+    def _on_diagnostics(self, msg: DiagnosticArray) -> None:
+        """Suffix nodes report the shared-memory domain they can reach ("<node>: handover", receives_shm_domain):
+        with boundary_transport auto, a receiver on another host or /dev/shm makes the handover inline. The
+        graph is asked who reads the boundary topic only until a receiver is known, and when a report changes."""
+        reported = {}
+        for status in msg.status:
+            values = {kv.key: kv.value for kv in status.values}
+            if status.name.endswith(": handover") and "receives_shm_domain" in values:
+                try:
+                    reported[status.name.rsplit(": ", 1)[0]] = int(values["receives_shm_domain"], 16)
+                except ValueError:
+                    continue
+        if self.handover is None or not reported or (
+                reported.items() <= self.receiver_domains.items() and self.handover.receivers is not None):
+            return
+        self.receiver_domains.update(reported)
+        topic = getattr(self.pub, "topic_name", None)
+        readers = {i.node_name for i in self.get_subscriptions_info_by_topic(topic)} if topic else None
+        known = {d for n, d in self.receiver_domains.items() if readers is None or n in readers}
+        self.handover.receivers = known or None  # None: none reported yet (same host assumed)
+
+    def _on_partition_topic(self, msg: Int32) -> None:
+        try:
+            self._check_param("partition_point", int(msg.data))
+        except HybridVLAError as exc:
+            self._reject("partition", exc)
+            return
+        self.stage.set_partition(int(msg.data))
+
+    # ---- compute ---------------------------------------------------------------------------------------
+    def _process(self, frame: Frame) -> None:
+        """The worker's handler, run after the flight gate admitted the frame: the slot is freed here unless
+        the state went to an in-process suffix (which frees it when done)."""
+        handed_in_process = False
+        try:
+            handed_in_process = self._serve(frame)
+        finally:
+            if not handed_in_process:
+                self.flight.release()
+
+    def _admissible(self, frame: Frame) -> bool:
+        if frame.stamp_ns <= self.last_stamp_ns:
+            self._reject("out_of_order", ConfigError(
+                f"frame stamp {frame.stamp_ns} is not newer than the last processed {self.last_stamp_ns}"), frame.stamp_ns)
+            return False
+        stale_ms = self.params["stale_after_ms"]
+        age_ms = (self.get_clock().now().nanoseconds - frame.stamp_ns) / 1e6
+        if stale_ms > 0 and age_ms > stale_ms:
+            self._reject("stale", ConfigError(f"frame {frame.seq} is {age_ms:.1f} ms old (stale_after_ms {stale_ms})"),
+                         frame.stamp_ns)
+            return False
+        return True
+
+    def _prepare_packed(self, frame: Frame) -> bool:
+        """An action-token frame's admission, right before its prefill: False = rejected (counted here)."""
+        if not self._admissible(frame) or not self._decode(frame):
+            return False
+        frame.ego = self.ego_at(frame.stamp_ns)
+        self.last_stamp_ns = frame.stamp_ns
+        return True
+
+    def _serve(self, frame: Frame) -> bool:
+        """-> True when the state was handed to a suffix in this process."""
+        if not self._admissible(frame):
+            return False
+        t0 = time.perf_counter()
+        if not self._decode(frame):
+            return False
+        frame.ego = self.ego_at(frame.stamp_ns)  # at processing time: the matching odometry has arrived
+        try:
+            state = self.stage.run(frame)
+        except HybridVLAError as exc:
+            self._reject("invalid_input", exc, frame.stamp_ns)
+            return False
+        self.last_stamp_ns = frame.stamp_ns
+        kind = self.handover.kind()
+        try:
+            envelope = self.handover.encode(state, kind)
+        except (HybridVLAError, TimeoutError) as exc:
+            self._reject("handover", exc, frame.stamp_ns)
+            return False
+        self._report_reclaimed(state)
+        self.flight.prefix_finished(state.timings["prefix_ms"] / 1e3, handed_to_suffix=kind == "inproc")
+        self.pub.publish(convert.boundary_to_msg(envelope, UInt8MultiArray()))
+        self._publish_frame_info(state)
+        ms = (time.perf_counter() - t0) * 1e3
+        self.health.record(ms)
+        self.diagnostics.publish_time(ms)
+        return kind == "inproc"
+
+    def _report_reclaimed(self, state) -> None:
+        """Frames whose ring slots the writer took back (their reader died before reading them): lost."""
+        self.sent_stamps[state.seq] = state.stamp_ns
+        while len(self.sent_stamps) > SENT_STAMPS_KEPT:
+            self.sent_stamps.popitem(last=False)
+        for seq in self.handover.take_reclaimed():
+            self.health.drop("ring_slot_reclaimed", self.sent_stamps.get(seq))
+
+    def _publish_frame_info(self, state) -> None:
+        self.info_pub.publish(DiagnosticStatus(name=f"{self.get_name()}: frame", values=[
+            KeyValue(key=k, value=str(v)) for k, v in {
+                "stamp_ns": state.stamp_ns, "seq": state.seq, "partition": state.partition,
+                "prefix_ms": f"{state.timings['prefix_ms']:.3f}"}.items()]))
+
+    def _extra_checks(self):
+        partition = [("partition", 0, f"p={self.stage.partition}",
+                      {"partition": str(self.stage.partition), "zone_min": str(self.zone[0]),
+                       "zone_max": str(self.zone[1]), "num_blocks": str(self.model.num_blocks),
+                       "camera_sync_discarded": str(self.sync.discarded), "images_decoded": str(self.images_decoded),
+                       "images_received": str(self.images_received),
+                       "inproc_handles_evicted": str(PROCESS_REGISTRY.evicted)})]
+        if self.packed is not None:
+            return partition + self.packed.checks()
+        return partition + [
+                ("handover", 0, f"{self.handover.kind()} to receivers in shm domains "
+                                f"{sorted(f'{d:016x}' for d in self.handover.receivers or [])}",
+                 {"transport": self.handover.kind(), "shm_domain": f"{HOST_ID:016x}",
+                  "model_id": f"{self.handover.model_id:016x}",
+                  "ring_slots_reclaimed": str(self.handover.reclaimed)})]
+

@@ -1,0 +1,236 @@
+"""hybrid_vla_suffix: boundary states in; blocks [p, L) + head on NUMA-pinned CPU cores; trajectory out."""
+
+from __future__ import annotations
+
+import time
+
+from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
+from nav_msgs.msg import Odometry
+from std_msgs.msg import UInt8MultiArray
+
+from ...engine.cpu import (DtypeChoice, bind_memory_to_node, choose_suffix_dtype, cores_of_numa_node,
+                           cpu_backend_report, default_stage_cores)
+from ...engine.handover.endpoints import HOST_ID, HandoverDecoder, envelope_stamp
+from ...engine.actionflow.codec import is_packed_state
+from ...engine.placement import CPU, Placement, parse_dtype
+from ...engine.pipeline.camera_sync import StampedHistory
+from ...engine.stages import SuffixStage
+from ...engine.pipeline.worker import StageWorker
+from ...errors import ConfigError, HybridVLAError, expect
+from ...model.load import model_id
+from .. import convert
+from .diagnostics import DiagnosticsPublisher
+from .stage_node import StageNode, graph_scope
+from .packed_stage import PackedSuffixSteps
+from ..params import chosen_cores
+from ..topics import BOUNDARY_QOS
+
+NODE_NAME = "hybrid_vla_suffix"
+SUFFIX_QUEUE = 64  # boundary states waiting for the suffix worker (the limit of max_in_flight)
+EGO_FRAME = "base_link"
+POSE_SKEW_NS = 50_000_000   # the kinematic state matched to a frame lies within this of its stamp
+POSE_WAIT_S = 0.1           # and may arrive up to this late
+
+
+class SuffixNode(StageNode):
+    def __init__(self, node_name: str = NODE_NAME, **kwargs):
+        self.worker = self.decoder = self.packed = None
+        self.cores = None
+        self.memory_binding = "not requested (numa_node = -1)"
+        super().__init__(node_name, NODE_NAME, **kwargs)
+
+    def configure_stage(self) -> None:
+        p = self.params
+        # cores [-1]: the NUMA node's cores when numa_node is set, else the suffix's share of a default split
+        self.cores = chosen_cores(p["cores"]) or (cores_of_numa_node(p["numa_node"]) if p["numa_node"] >= 0
+                                                  else default_stage_cores(1))
+        self.dtype_choice = self._choose_dtype()
+        placement = Placement(prefix_device=CPU, prefix_dtype=parse_dtype(p["boundary_dtype"], "boundary_dtype"),
+                              suffix_dtype=parse_dtype(self.dtype_choice.dtype, "dtype"))
+        packed = self.model.spec.action_head == "tokens"
+        self.stage = None if packed else SuffixStage(self.model, p["partition_point"], placement, self.zone)
+        self.msg_cls, self.output_kind, reason = convert.resolve_trajectory_type(p["output_type"])
+        self.decoder = HandoverDecoder(scope=graph_scope(self), model_id=model_id(self.model))
+        self.last_stamp_ns = -1
+        self.pub = self.configured_publisher(self.msg_cls, "~/output/trajectory", 10)
+        self.info_pub = self.configured_publisher(DiagnosticStatus, "~/debug/trajectory_info", 10)
+        self.packed = PackedSuffixSteps(self) if packed else None  # ActionFlow (ros/nodes/packed_stage.py)
+        # Bounded like the prefix: in one process the prefix's in-flight gate keeps at most max_in_flight here;
+        # across processes the ring does (shm). A full mailbox drops and counts, never blocks the executor.
+        self.worker = StageWorker("suffix", self._process, policy="lossless", capacity=SUFFIX_QUEUE, cores=self.cores,
+                                  threads=p["threads"] or None, health=self.health, on_start=self._bind_memory,
+                                  on_error=self._on_worker_error, stamp_of=lambda item: envelope_stamp(item[0])).start()
+        self.configured_subscription(UInt8MultiArray, "~/input/boundary_state", self._on_boundary, BOUNDARY_QOS)
+        self.poses = StampedHistory() if p["frame_id"] != EGO_FRAME else None
+        if self.poses is not None:  # the map-frame output needs the ego pose of each frame
+            self.configured_subscription(Odometry, "~/input/kinematic_state", self._on_odometry, 50)
+        self.markers = self._marker_publisher()
+        self.diagnostics = DiagnosticsPublisher(self, self.health, self.worker, self._extra_checks)
+        self.configured_timer(p["diagnostics_period_s"], self.diagnostics.publish)
+        self._log_configuration(reason, placement)
+
+    def _choose_dtype(self) -> DtypeChoice:
+        """dtype: auto -> measured on this CPU and the worker's cores (engine/cpu.py); else the parameter."""
+        if self.model.spec.action_head == "tokens":
+            expect(self.params["dtype"] in ("auto", "fp32"), ConfigError,
+                   f"dtype {self.params['dtype']}: model '{self.model.spec.name}' decodes action tokens, whose packed "
+                   f"suffix runs the model's fp32 weights in this version; set dtype: fp32 (or auto)")
+            return DtypeChoice("fp32", "action-token model: the packed suffix runs fp32")
+        if self.params["dtype"] != "auto":
+            return DtypeChoice(self.params["dtype"], "set by the dtype parameter")
+        spec = self.model.spec
+        return choose_suffix_dtype(spec.hidden_size, spec.intermediate_size, self.cores)
+
+    def _log_configuration(self, reason: str, placement) -> None:
+        p = self.params
+        backend = cpu_backend_report(placement.suffix_dtype)
+        self.get_logger().info(
+            f"suffix: publishing {self.msg_cls.__module__.split('.')[0]}/{self.msg_cls.__name__} on "
+            f"~/output/trajectory ({reason}); blocks from zone {list(self.zone)}, dtype "
+            f"{self.dtype_choice.dtype} ({self.dtype_choice.reason}), "
+            f"worker cores {self.cores or 'unpinned'}"
+            + (f" (NUMA node {p['numa_node']})" if p["numa_node"] >= 0 and not chosen_cores(p["cores"]) else "")
+            + f"; CPU backend: {self.stage.cpu_backend if self.stage else 'torch'} ({backend['backend']}, isa {backend['isa']}, "
+              f"bf16 native: {backend['bf16_native']})")
+
+    def release_stage(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+        if self.decoder is not None:
+            self.decoder.close()
+        self.worker = self.decoder = None
+
+    def _bind_memory(self) -> None:
+        """Runs on the pinned worker thread: bind its allocations to the NUMA node, then re-copy the suffix's
+        own weights so they live there."""
+        node = self.params["numa_node"]
+        if node < 0:
+            return
+        self.memory_binding = bind_memory_to_node(node)
+        if self.memory_binding == "bound" and self.stage is not None:
+            self.stage.rematerialise()
+        self.get_logger().info(f"suffix memory on NUMA node {node}: {self.memory_binding}")
+
+    def _marker_publisher(self):
+        try:
+            from visualization_msgs.msg import MarkerArray
+        except ImportError:
+            self.get_logger().info("visualization_msgs not importable: no ~/debug/markers")
+            return None
+        return self.configured_publisher(MarkerArray, "~/debug/markers", 1)
+
+    def _on_odometry(self, msg) -> None:
+        self.poses.add(convert.stamp_to_ns(msg.header.stamp), convert.odometry_to_pose(msg))
+
+    def activated(self) -> None:
+        self.diagnostics.publish()  # at once: the prefix learns where this receiver is before the first frame
+
+    def _fresh(self, seq: int, stamp_ns: int, arrival_ns: int) -> bool:
+        """False (counted as stale_output) when the frame arrived at the prefix more than max_output_age_ms
+        ago: a planner must never get a trajectory for a world that has moved on. Ages come from the
+        prefix's wall clock (hosts of one car are time-synchronised); 0 = unknown arrival (not checked)."""
+        limit_ms = self.params["max_output_age_ms"]
+        if limit_ms <= 0 or not arrival_ns:
+            return True
+        age_ms = (time.time_ns() - arrival_ns) / 1e6
+        if age_ms <= limit_ms:
+            return True
+        self._reject("stale_output", ConfigError(
+            f"trajectory of frame {seq} is {age_ms:.0f} ms old at publish time (max_output_age_ms {limit_ms:g})"),
+            stamp_ns)
+        return False
+
+    def _output_points(self, trajectory):
+        """The points in the output frame, or None (counted) when the map frame has no pose for this frame."""
+        if self.poses is None:
+            return trajectory.points
+        pose, matched = self.poses.match(trajectory.stamp_ns, POSE_SKEW_NS, POSE_WAIT_S)
+        if not matched:
+            self._reject("pose_missing", ConfigError(
+                f"no kinematic state within {POSE_SKEW_NS / 1e6:.0f} ms of frame {trajectory.seq}: the "
+                f"{self.params['frame_id']}-frame trajectory is not published (frame_id: base_link needs none)"),
+                trajectory.stamp_ns)
+            return None
+        return trajectory.in_map(pose)
+
+    def _publish_markers(self, points, stamp_ns: int) -> None:
+        if self.markers is None:
+            return
+        from geometry_msgs.msg import Point
+        from visualization_msgs.msg import Marker, MarkerArray
+        self.markers.publish(convert.trajectory_markers(points, self.params["frame_id"], stamp_ns, MarkerArray,
+                                                        Marker, Point))
+
+    def _on_boundary(self, msg: UInt8MultiArray) -> None:
+        if self.accepting():
+            self.worker.submit((bytes(msg.data), time.perf_counter()))
+
+    def _process(self, item) -> None:
+        data, received = item
+        t0 = time.perf_counter()
+        if self.packed is not None and is_packed_state(data):  # an action-token model's packed step
+            self.packed.serve(data, t0, received)
+            return
+        try:
+            state, transport = self.decoder.decode(data)
+        except HybridVLAError as exc:
+            self._reject("invalid_boundary", exc, envelope_stamp(data))
+            return
+        if state.flight is not None:  # handed over in this process: report to the prefix's in-flight gate
+            state.flight.suffix_started()
+        try:
+            self._serve(state, transport, t0, received)
+        finally:
+            if state.flight is not None:
+                state.flight.suffix_finished(time.perf_counter() - t0)
+
+    def _serve(self, state, transport: str, t0: float, received: float) -> None:
+        if not self._fresh(state.seq, state.stamp_ns, state.arrival_ns):  # already too old: not worth the compute
+            return
+        if state.stamp_ns <= self.last_stamp_ns:
+            self._reject("out_of_order", ConfigError(
+                f"boundary state of frame {state.seq} has stamp {state.stamp_ns}, not newer than {self.last_stamp_ns}"),
+                state.stamp_ns)
+            return
+        try:
+            trajectory = self.stage.run(state)
+        except HybridVLAError as exc:
+            self._reject("invalid_boundary", exc, state.stamp_ns)
+            return
+        ms = (time.perf_counter() - t0) * 1e3
+        self.publish_trajectory(trajectory, state.arrival_ns, {
+            "suffix_ms": f"{ms:.3f}", "queue_ms": f"{(t0 - received) * 1e3:.3f}", "transport": transport})
+        self.health.record(ms)
+        self.diagnostics.publish_time(ms)
+
+    def publish_trajectory(self, trajectory, arrival_ns: int, values: dict) -> None:
+        """A finished frame's trajectory in the output frame, its markers and its info; not when it is older
+        than the last one published (out_of_order), has no pose, or is stale by now (each counted)."""
+        if trajectory.stamp_ns <= self.last_stamp_ns:
+            self._reject("out_of_order", ConfigError(
+                f"trajectory of frame {trajectory.seq} has stamp {trajectory.stamp_ns}, not newer than "
+                f"{self.last_stamp_ns}"), trajectory.stamp_ns)
+            return
+        self.last_stamp_ns = trajectory.stamp_ns
+        points = self._output_points(trajectory)
+        if points is None or not self._fresh(trajectory.seq, trajectory.stamp_ns, arrival_ns):
+            return
+        self.pub.publish(convert.trajectory_to_msg(trajectory, self.msg_cls, self.output_kind,
+                                                   self.params["frame_id"], points))
+        self._publish_markers(points, trajectory.stamp_ns)
+        self.info_pub.publish(DiagnosticStatus(name=f"{self.get_name()}: trajectory", values=[
+            KeyValue(key=k, value=str(v)) for k, v in {
+                "stamp_ns": trajectory.stamp_ns, "seq": trajectory.seq, "partition": trajectory.partition,
+                **values}.items()]))
+
+    def _extra_checks(self):
+        import psutil
+        loads = psutil.cpu_percent(percpu=True)
+        cores = self.cores or list(range(len(loads)))
+        load = sum(loads[c] for c in cores if c < len(loads)) / max(1, len(cores))
+        return [("cpu_load", 0, f"{load:.0f}% on cores {cores}", {"cpu_load_percent": f"{load:.1f}"}),
+                ("dtype", 0, self.dtype_choice.dtype, {"dtype": self.dtype_choice.dtype,
+                                                       "dtype_reason": self.dtype_choice.reason}),
+                ("handover", 0, f"receives shared memory of domain {HOST_ID:016x}",
+                 {"receives_shm_domain": f"{HOST_ID:016x}", "model_id": f"{self.decoder.model_id:016x}"})]
+
