@@ -19,15 +19,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.parametrize("node", sorted(NODE_PARAMS))
 def test_shipped_yaml_validates_against_the_node_schema(node):
-    schema = json.loads((ROOT / "config" / f"{node}.schema.json").read_text())
+    schema = json.loads((ROOT / "schema" / f"{node}.schema.json").read_text())
     jsonschema.Draft7Validator.check_schema(schema)
     jsonschema.validate(yaml.safe_load((ROOT / "config" / f"{node}.param.yaml").read_text()), schema)
 
 
 @pytest.mark.parametrize("node", sorted(NODE_PARAMS))
 def test_shipped_schema_matches_the_parameter_table(node):
-    assert json.loads((ROOT / "config" / f"{node}.schema.json").read_text()) == node_schema(node), \
-        "regenerate with: hybrid-vla schema --out config --docs docs/INTERFACES.md"
+    assert json.loads((ROOT / "schema" / f"{node}.schema.json").read_text()) == node_schema(node), \
+        "regenerate with: hybrid-vla schema --out schema --docs docs/INTERFACES.md"
 
 
 def test_schema_rejects_out_of_range_and_unknown_values():

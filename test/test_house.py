@@ -113,3 +113,44 @@ def test_files_and_functions_stay_short():
                 if lines > MAX_FUNCTION_LINES:
                     long.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name}: {lines} lines")
     assert not long, "\n".join(long)
+
+
+MAX_FOLDER_MODULES = 12
+ARCHIVE_SUFFIXES = (".whl", ".tar.gz", ".tgz", ".zip", ".egg", ".tar", ".7z")
+
+
+def test_no_package_folder_is_crowded():
+    """A folder's name says what lives in it: past a dozen modules it holds more than one concept."""
+    crowded = []
+    for folder in [PACKAGE, *(p for p in PACKAGE.rglob("*") if p.is_dir() and (p / "__init__.py").exists())]:
+        count = len([p for p in folder.glob("*.py") if p.name != "__init__.py"])
+        if count > MAX_FOLDER_MODULES:
+            crowded.append(f"{folder.relative_to(PACKAGE.parent)}/ holds {count} modules (> {MAX_FOLDER_MODULES})")
+    assert not crowded, "\n".join(crowded)
+
+
+def test_no_binary_archive_is_tracked():
+    import subprocess
+    root = PACKAGE.parent
+    if not (root / ".git").exists():
+        import pytest
+        pytest.skip("not a git checkout: nothing is tracked")
+    tracked = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True, check=True).stdout.split()
+    archives = [name for name in tracked if name.lower().endswith(ARCHIVE_SUFFIXES)]
+    assert not archives, f"archives tracked in git (build artefacts stay out: .gitignore): {archives}"
+
+
+def test_only_the_families_folder_knows_family_names():
+    """The engine, loader and prompt ask the family interface (model/families/base.py), never compare names."""
+    families = PACKAGE / "model" / "families"
+    names = {p.stem for p in families.glob("*.py")} - {"__init__", "base"}
+    bad = []
+    for path in PACKAGE.rglob("*.py"):
+        if families in path.parents:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare):
+                consts = [c.value for c in ast.walk(node) if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+                if any(c in names for c in consts):
+                    bad.append(f"{path.relative_to(PACKAGE)}:{node.lineno} compares with a family name")
+    assert not bad, "\n".join(bad)

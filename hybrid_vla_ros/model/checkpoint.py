@@ -1,6 +1,6 @@
 """Checkpoint directories in Hugging Face's layout, read per stage. Never pickle, never the hub.
 
-    config.json                          the backbone's HF config (model_type qwen2_vl, qwen2_5_vl or llava)
+    config.json                          the backbone's HF config (a model_type of model/families/)
     model.safetensors                    the backbone's weights, or sharded:
     model-0000X-of-0000N.safetensors     ... with model.safetensors.index.json (`weight_map`: key -> file)
     action_head.safetensors              the action head (docs/CHECKPOINTS.md): mlp.0.{weight,bias},
@@ -28,7 +28,7 @@ from safetensors.torch import save_file
 from torch import nn
 
 from ..errors import ConfigError, expect
-from .families import FAMILY_OF_MODEL_TYPE, load_backbone_config, spec_fields
+from .families import load_backbone_config, spec_fields
 from .preprocess import ImageProcessing
 from .prompt import has_tokenizer, load_prompt
 from .spec import VLASpec
@@ -47,10 +47,6 @@ TOKEN_FIELDS = ("action_head", "action_bins", "action_step_range_m")
 PROMPT_FIELDS = ("plan_token",)  # head metadata beside the spec's fields: the action head's query token
 PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt", "model.pth", "model.ckpt")
 HEAD_PREFIX = "action_head."
-# Key layouts of checkpoints saved from the generation classes (and older transformers): prefix -> ours.
-KEY_PREFIXES = (("model.language_model.", "language_model."), ("model.visual.", "visual."),
-                ("model.vision_tower.", "vision_tower."), ("model.multi_modal_projector.", "multi_modal_projector."),
-                ("language_model.model.", "language_model."), ("model.", "language_model."))
 
 
 def save_checkpoint(model: VLAModel, directory: str | Path, max_shard_size: str | int = "2GB") -> Path:
@@ -178,11 +174,12 @@ def parameters_on_meta():
             nn.Module.register_parameter = original
 
 
-def _checkpoint_key(key: str, available) -> str | None:
-    """Our parameter name -> the checkpoint's name for it (identity or a known layout), None if absent."""
+def _checkpoint_key(key: str, available, key_prefixes) -> str | None:
+    """Our parameter name -> the checkpoint's name for it (identity or one of the family's layouts), None if
+    absent."""
     if key in available:
         return key
-    return next((theirs + key[len(ours):] for theirs, ours in KEY_PREFIXES
+    return next((theirs + key[len(ours):] for theirs, ours in key_prefixes
                  if key.startswith(ours) and theirs + key[len(ours):] in available), None)
 
 
@@ -201,12 +198,12 @@ def _read(handle, path: Path, key: str, expected: torch.Tensor, dtype: torch.dty
     return converted.clone() if converted.data_ptr() == tensor.data_ptr() else converted
 
 
-def _source(files: CheckpointFiles, name: str) -> tuple[Path, str]:
+def _source(files: CheckpointFiles, name: str, key_prefixes) -> tuple[Path, str]:
     """Our parameter name -> (file, key in it)."""
     if name.startswith(HEAD_PREFIX):
         return files.head_file, name[len(HEAD_PREFIX):]
     ours = name[len("backbone."):]
-    key = _checkpoint_key(ours, files.weight_map)
+    key = _checkpoint_key(ours, files.weight_map, key_prefixes)
     expect(key is not None, ConfigError,
            f"checkpoint '{files.directory}': tensor '{ours}' is in no safetensors file (nor in the index)")
     return files.weight_map[key], key
@@ -221,7 +218,7 @@ def materialise(model: VLAModel, files: CheckpointFiles, modules, dtype: torch.d
     for name, param in list(model.named_parameters()):
         if id(param) not in wanted or param.device.type != "meta" or (fresh_head and name.startswith(HEAD_PREFIX)):
             continue
-        path, key = _source(files, name)
+        path, key = _source(files, name, model.family.key_prefixes)
         # a file opened per tensor: its mapped pages are let go at once (open for the whole read, the
         # pages the copies came from stay resident until the end: peak RSS 1.4x higher on `bench`)
         with _opened(path, device) as handle:
@@ -278,12 +275,12 @@ def load_checkpoint(directory: str | Path, dtype: torch.dtype = torch.float32, k
         model = VLAModel(spec, backbone_config=files.config)
     model.checkpoint_files = files
     if has_tokenizer(files.directory):
-        model.prompt = load_prompt(files.directory, spec.family, files.config, files.vla.get("plan_token"))
+        model.prompt = load_prompt(files.directory, model.family, files.config, files.vla.get("plan_token"))
     model.image_processing = ImageProcessing.for_spec(spec, _processor_config(files.directory),
                                                       str(files.directory / PROCESSOR_FILE))
     ensure_loaded(model, keep(model) if keep else [model], dtype)
     return model.eval()
 
 
-__all__ = ["CONFIG_FILE", "FAMILY_OF_MODEL_TYPE", "HEAD_FILE", "INDEX_FILE", "WEIGHTS_FILE", "ensure_loaded",
+__all__ = ["CONFIG_FILE", "HEAD_FILE", "INDEX_FILE", "WEIGHTS_FILE", "ensure_loaded",
            "inspect_checkpoint", "load_checkpoint", "save_checkpoint"]

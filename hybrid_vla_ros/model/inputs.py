@@ -18,7 +18,7 @@ from .spec import VLASpec
 class EncodedFrame:
     input_ids: torch.Tensor          # (1, S) int64
     mm_token_type_ids: torch.Tensor  # (1, S) int32, 1 on image tokens
-    pixels: dict                     # family-specific pixel tensors (see families.py)
+    pixels: dict                     # family-specific pixel tensors (see model/families/)
 
 
 def encode_frame(frame: Frame, model, device: torch.device | str = "cpu") -> EncodedFrame:

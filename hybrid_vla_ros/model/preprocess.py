@@ -24,11 +24,11 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import ConfigError, InputError, expect
+from .families import get_family
 from .spec import VLASpec
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)  # OpenAI CLIP, used by Qwen2-VL and LLaVA processors
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
-CROPPING_FAMILIES = ("llava",)
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class ImageProcessing:
         """The family's defaults; a checkpoint's preprocessor_config.json may set mean, std, rescale, crop."""
         cfg = processor_config or {}
         values = dict(height=spec.image_height, width=spec.image_width,
-                      crop=bool(cfg.get("do_center_crop", spec.family in CROPPING_FAMILIES)))
+                      crop=bool(cfg.get("do_center_crop", get_family(spec.family).centre_crop)))
         for ours, theirs in (("mean", "image_mean"), ("std", "image_std")):
             if theirs in cfg:
                 value = cfg[theirs]

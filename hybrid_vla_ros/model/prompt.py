@@ -42,14 +42,10 @@ class BytePrompt:
 
 
 class TokenizerPrompt:
-    def __init__(self, tokenizer, family: str, config, plan_token: str, source: str):
+    def __init__(self, tokenizer, family, config, plan_token: str, source: str):
+        """family: the backbone's Family (model/families/), which says where its config keeps the image ids."""
         self.tokenizer, self.source = tokenizer, source
-        if family == "llava":
-            self.image_token_id = getattr(config, "image_token_index", None) or config.image_token_id
-            self.vision_start = self.vision_end = None
-        else:
-            self.image_token_id = config.image_token_id
-            self.vision_start, self.vision_end = config.vision_start_token_id, config.vision_end_token_id
+        self.image_token_id, self.vision_start, self.vision_end = family.prompt_token_ids(config)
         self.plan_token = plan_token
         self.plan_id = self._token_id(plan_token, "plan_token (the action head's query token)")
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -99,7 +95,7 @@ def has_tokenizer(directory: Path) -> bool:
     return any((directory / name).is_file() for name in TOKENIZER_FILES)
 
 
-def load_prompt(directory: Path, family: str, config, plan_token: str | None) -> TokenizerPrompt:
+def load_prompt(directory: Path, family, config, plan_token: str | None) -> TokenizerPrompt:
     """The checkpoint's own tokenizer, offline; the planning query token must be named."""
     from transformers import AutoTokenizer
     source = f"checkpoint '{directory}'"

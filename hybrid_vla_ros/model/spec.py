@@ -11,19 +11,16 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError, expect
+from .families import family_names, get_family
 from .tokens import MIN_VOCAB
 
-FAMILIES = ("qwen2_vl", "qwen2_5_vl", "llava")
-# Patches merged per image side before the LLM (Qwen merges 2x2 patches): image sides are multiples of
-# patch_size x this. Family facts live in model/families.py; this one is needed to validate a spec cheaply.
-PATCH_MERGE = {"qwen2_vl": 2, "qwen2_5_vl": 2, "llava": 1}
 ACTION_HEADS = ("waypoints", "tokens")
 
 
 @dataclass(frozen=True)
 class VLASpec:
     name: str
-    family: str  # one of FAMILIES: selects the HF backbone classes and the token layout
+    family: str  # a registered family (model/families/): the HF backbone classes and the token layout
     # Language model (the part that gets partitioned).
     num_blocks: int
     hidden_size: int
@@ -59,8 +56,8 @@ class VLASpec:
     notes: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
-        expect(self.family in FAMILIES, ConfigError,
-               f"spec '{self.name}': family '{self.family}' is not one of {FAMILIES}")
+        expect(self.family in family_names(), ConfigError,
+               f"spec '{self.name}': family '{self.family}' is not one of {family_names()}")
         for name in ("num_blocks", "hidden_size", "num_heads", "num_kv_heads", "num_cameras",
                      "num_waypoints", "text_tokens", "image_height", "image_width"):
             value = getattr(self, name)
@@ -79,7 +76,7 @@ class VLASpec:
                    f"ids above the prompt's {MIN_VOCAB}; raise vocab_size for more)")
             expect(self.action_step_range_m > 0, ConfigError,
                    f"spec '{self.name}': action_step_range_m={self.action_step_range_m}, expected > 0")
-        step = self.patch_size * PATCH_MERGE[self.family]
+        step = self.patch_size * get_family(self.family).patch_merge  # image sides: whole merged patches
         for side in ("image_height", "image_width"):
             expect(getattr(self, side) % step == 0, ConfigError,
                    f"spec '{self.name}': {side}={getattr(self, side)} must be a multiple of {step} for {self.family}")

@@ -7,7 +7,7 @@ from torch import nn
 
 from ..errors import ConfigError, expect
 from .action_tokens import ActionTokenizer, TokenHead
-from .families import get_family, language_model
+from .families import get_family
 from .preprocess import ImageProcessing
 from .prompt import BytePrompt
 from .spec import VLASpec
@@ -61,7 +61,7 @@ class VLAModel(nn.Module):
 
     @property
     def decoder(self):
-        return language_model(self.backbone)
+        return self.family.language_model(self.backbone)
 
     @property
     def num_blocks(self) -> int:
