@@ -106,7 +106,7 @@ def test_rclpy_own_parameters_are_accepted_in_yaml_and_by_the_schema(tmp_path):
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(data))
     values = load_node_params(tmp_path / "s.yaml", "hybrid_vla_suffix")
     assert values["use_sim_time"] is True
-    jsonschema.validate(data, json.loads((ROOT / "config" / "hybrid_vla_suffix.schema.json").read_text()))
+    jsonschema.validate(data, json.loads((ROOT / "schema" / "hybrid_vla_suffix.schema.json").read_text()))
     params["use_sim_time"] = "yes"
     (tmp_path / "t.yaml").write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError, match="'use_sim_time'='yes': expected bool"):

@@ -59,9 +59,9 @@ def test_a_drive_is_deterministic_from_its_seed_and_differs_across_seeds():
 def test_a_road_drive_is_a_bag_the_graph_takes_with_its_ground_truth(tmp_path):
     from nav_msgs.msg import Path
     from rclpy.serialization import deserialize_message
-    from hybrid_vla_ros.ros.bag import read_bag
-    from hybrid_vla_ros.ros.drives import GROUND_TRUTH_TOPIC, write_road_drive
-    from hybrid_vla_ros.ros.replay import bag_frames
+    from hybrid_vla_ros.ros.bags.storage import read_bag
+    from hybrid_vla_ros.ros.bags.drives import GROUND_TRUTH_TOPIC, write_road_drive
+    from hybrid_vla_ros.ros.bags.replay import bag_frames
     topics = ["/cam0/image/compressed", "/cam1/image/compressed"]
     bag = write_road_drive(tmp_path / "road", "tiny", topics, frames=5, seed=3)
     frames = list(bag_frames(bag, skew_ns=20_000_000, camera_topics=topics))
@@ -77,9 +77,9 @@ def test_a_road_drive_is_a_bag_the_graph_takes_with_its_ground_truth(tmp_path):
 @pytest.mark.slow
 def test_the_graph_serves_a_road_drive_as_it_is(domain, tmp_path):
     from ros_harness import TINY_OVERRIDES
-    from hybrid_vla_ros.ros.bringup import graph_params
+    from hybrid_vla_ros.ros.launch_support.bringup import graph_params
     from hybrid_vla_ros.ros.demo import drive_graph
-    from hybrid_vla_ros.ros.drives import write_road_drive
+    from hybrid_vla_ros.ros.bags.drives import write_road_drive
     topics = ["/cam0/image/compressed", "/cam1/image/compressed"]
     bag = write_road_drive(tmp_path / "road", "tiny", topics, frames=5, seed=4)
     overrides = {k: dict(v) for k, v in TINY_OVERRIDES.items()}
