@@ -115,3 +115,48 @@ def test_unavailable_cuda_and_unknown_dtype_are_refused():
             Placement.create(prefix_device="cuda")
     with pytest.raises(ConfigError, match="'int8' is not one of"):
         Placement.create(prefix_dtype="int8")
+
+
+def test_a_boundary_state_with_one_inf_is_refused_as_nonfinite(tiny):
+    """Tried as a new user would: one inf element used to come out as a trajectory of NaN waypoints."""
+    from hybrid_vla_ros.errors import NonFiniteError
+    suffix = SuffixStage(tiny, 2)
+    for bad in (float("inf"), float("nan"), float("-inf")):
+        state = _state(tiny)
+        state.hidden = state.hidden.clone()
+        state.hidden[0, 7, 3] = bad
+        with pytest.raises(NonFiniteError, match=r"hidden: 1 of 2688 values are NaN or Inf") as info:
+            suffix.run(state)
+        assert info.value.reason == "nonfinite_boundary"
+    assert np.isfinite(suffix.run(_state(tiny)).points).all()   # and the next good state is served
+
+
+def test_a_trajectory_with_nan_waypoints_is_refused_as_nonfinite_output(tiny):
+    import copy
+    from hybrid_vla_ros.errors import NonFiniteError
+    broken = copy.deepcopy(tiny)
+    with torch.no_grad():
+        broken.action_head.mlp[2].bias[0] = float("nan")   # an overflowing head: the first waypoint's dx
+    with pytest.raises(NonFiniteError, match="trajectory of frame 0") as info:
+        SuffixStage(broken, 2).run(_state(broken))
+    assert info.value.reason == "nonfinite_output"
+
+
+def test_nonfinite_refusals_warn_and_turn_to_error_while_they_persist():
+    from hybrid_vla_ros.engine.pipeline.worker import ERROR, OK, WARN, StageHealth
+    health = StageHealth(error_after=3)
+
+    def level():
+        return next(c for c in health.checks(0) if c[0] == "nonfinite")[1]
+    assert level() == OK
+    health.reject("nonfinite_boundary")
+    assert level() == WARN
+    health.reject("nonfinite_output")
+    health.reject("nonfinite_boundary")
+    assert level() == ERROR
+    health.reject("invalid_boundary")          # another reason neither adds to nor ends the streak
+    assert level() == ERROR
+    health.record(5.0)                         # a frame served: the streak is over, the count stays
+    assert level() == WARN
+    values = next(c for c in health.checks(0) if c[0] == "nonfinite")[3]
+    assert values["nonfinite"] == "3" and values["rejected.nonfinite_boundary"] == "2"

@@ -7,6 +7,7 @@ import os
 import time
 from collections import deque
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -242,6 +243,7 @@ def test_a_suffix_server_fed_damaged_steps_refuses_them_and_then_decodes_exactly
         tokens, _ = decode_tokens(out.tokens_payload)
         base, bins = model.action_tokenizer.base, model.action_tokenizer.bins
         assert all(base <= t < base + bins for t in tokens.values())
+        assert all(np.isfinite(r.trajectory.points).all() for r in out.completed)  # never a NaN action
     frames = frames_of(model, 2, first=50)
     done, _ = drive(PackedPrefixServer(model, 2, 1, 2, policy="lossless", capacity=4), suffix, frames)
     assert {r.seq: r.tokens for r in done} == {f.seq: sequential_tokens(model, f) for f in frames}
@@ -258,3 +260,65 @@ def _clean_steps(model) -> list[bytes]:
               frames_of(model, 3), on_step=lambda s: sent.append(s.payload))
         _STEPS[model.spec.name] = sent
     return _STEPS[model.spec.name]
+
+
+def _decode_step(side, hidden_size, long_pos, short_pos):
+    """Two decode rows in slots 0 and 1 at positions long_pos and short_pos (1-D positions)."""
+    import torch
+    from hybrid_vla_ros.engine.actionflow.forward import PackedState, Segment
+    torch.manual_seed(1)
+    hidden = torch.randn(2, hidden_size)
+    segments = [Segment(seq=0, slot=0, start=long_pos, row=0, count=1), Segment(seq=1, slot=1, start=short_pos, row=1, count=1)]
+    return side.blocks_forward(PackedState(hidden, torch.tensor([[long_pos, short_pos]]), segments)).hidden
+
+
+def test_nan_past_a_decode_rows_own_length_never_reaches_it(models):
+    """Two decode rows gather keys up to the longer one; positions past the shorter row's own length hold
+    whatever its slot had before (a damaged step's NaN). Masked scores still multiply those values: they must
+    be zeroed, or the row's logits turn NaN and argmax publishes a wrong action token silently."""
+    import torch
+    from hybrid_vla_ros.engine.actionflow.forward import PackedSide
+    model = models["tiny-llava-act"]
+    clean = PackedSide(model, 0, model.num_blocks, slots=2, slot_tokens=16)
+    poisoned = PackedSide(model, 0, model.num_blocks, slots=2, slot_tokens=16)
+    torch.manual_seed(0)
+    for layer in clean.ring.keys:       # the same history in both: positions 0..9 of both slots
+        clean.ring.keys[layer][:, :, :10] = torch.randn_like(clean.ring.keys[layer][:, :, :10])
+        clean.ring.values[layer][:, :, :10] = torch.randn_like(clean.ring.values[layer][:, :, :10])
+        poisoned.ring.keys[layer][:, :, :10] = clean.ring.keys[layer][:, :, :10]
+        poisoned.ring.values[layer][:, :, :10] = clean.ring.values[layer][:, :, :10]
+        poisoned.ring.keys[layer][1, :, 4:] = float("nan")      # slot 1 past its row's position 3: NaN
+        poisoned.ring.values[layer][1, :, 4:] = float("inf")
+    expected = _decode_step(clean, model.spec.hidden_size, 9, 3)
+    got = _decode_step(poisoned, model.spec.hidden_size, 9, 3)
+    assert torch.isfinite(got).all()
+    assert torch.equal(got, expected)
+
+
+def test_a_released_ring_slot_is_cleared_before_the_next_frame_takes_it():
+    import torch
+    from hybrid_vla_ros.engine.actionflow.kv_ring import KVRing
+    ring = KVRing(range(2), slots=2, slot_tokens=4, kv_heads=1, head_dim=2)
+    slot = ring.acquire()
+    for layer in range(2):
+        ring.keys[layer][slot].fill_(float("nan"))
+        ring.values[layer][slot].fill_(float("inf"))
+    ring.release(slot)
+    ring.acquire()
+    again = ring.acquire()
+    assert again == slot
+    assert all(torch.count_nonzero(store[slot]) == 0 for store in (*ring.keys.values(), *ring.values.values()))
+
+
+def test_a_packed_step_with_nan_rows_is_refused_as_nonfinite_and_nothing_changes(models):
+    import torch
+    from hybrid_vla_ros.engine.actionflow.codec import decode_state, encode_state
+    from hybrid_vla_ros.errors import NonFiniteError
+    model = models["tiny-act"]
+    suffix = PackedSuffixServer(model)
+    clean = _clean_steps(model)[0]
+    state, header = decode_state(clean)
+    state.hidden[0, 0] = float("nan")
+    with pytest.raises(NonFiniteError, match="NaN or Inf") as info:
+        suffix.step(encode_state(state, header.partition, header.step, header.slots))
+    assert info.value.reason == "nonfinite_boundary" and suffix.side is None and not suffix.decoding

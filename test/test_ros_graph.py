@@ -137,7 +137,7 @@ def test_bad_boundary_states_are_rejected_counted_and_the_next_frame_is_served(h
     good = harness.prefix.stage.run(harness.frame(1))
 
     def publish(state=None, raw=None):
-        data = raw if raw is not None else HandoverEncoder("inline", 1, "test").encode(state)
+        data = raw if raw is not None else HandoverEncoder("inline", 1, "test", model_id=harness.prefix.handover.model_id).encode(state)
         harness.boundary_pub.publish(UInt8MultiArray(data=data))
 
     def variant(**changes):
@@ -149,7 +149,7 @@ def test_bad_boundary_states_are_rejected_counted_and_the_next_frame_is_served(h
     publish(variant(hidden=good.hidden[:, :5]))                    # wrong shape
     publish(variant(hidden=good.hidden.to(torch.bfloat16)))        # wrong dtype
     publish(variant(partition=0))                                  # partition outside the suffix's zone
-    bad_version = bytearray(HandoverEncoder("inline", 1, "test").encode(good))
+    bad_version = bytearray(HandoverEncoder("inline", 1, "test", model_id=harness.prefix.handover.model_id).encode(good))
     bad_version[ENVELOPE.size + 4] = 9                     # codec version 9
     publish(raw=bytes(bad_version))
     publish(raw=b"garbage")
@@ -158,6 +158,29 @@ def test_bad_boundary_states_are_rejected_counted_and_the_next_frame_is_served(h
     assert harness.suffix.health.rejected["invalid_boundary"] == 5, dict(harness.suffix.health.rejected)
     harness.send_frame(2)
     assert [int(i["seq"]) for i in harness.infos] == [0, 1]  # prefix numbers frames it serves: 0, then 1
+
+
+def test_nonfinite_boundary_states_are_refused_never_published_and_reported(harness):
+    """One inf (an fp16 overflow on a GPU prefix, a damaged payload) used to come out as NaN waypoints."""
+    from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+    from std_msgs.msg import UInt8MultiArray
+    seen = {}
+    harness.node.create_subscription(DiagnosticArray, "/diagnostics",
+                                     lambda m: seen.update({s.name: s for s in m.status}), 20)
+    harness.send_frame(0)
+    for i, bad in enumerate((float("inf"), float("nan"))):
+        state = harness.prefix.stage.run(harness.frame(1 + i))
+        state.hidden = state.hidden.clone()
+        state.hidden[0, 2 + i, 1] = bad
+        harness.boundary_pub.publish(UInt8MultiArray(data=HandoverEncoder("inline", 1, "test", model_id=harness.prefix.handover.model_id).encode(state)))
+    assert wait_until(lambda: harness.suffix.health.rejected["nonfinite_boundary"] == 2, harness.spin, 10)
+    assert wait_until(lambda: "hybrid_vla_suffix: nonfinite" in seen and
+                      {kv.key: kv.value for kv in seen["hybrid_vla_suffix: nonfinite"].values}["nonfinite"] == "2",
+                      harness.spin, 10)
+    assert seen["hybrid_vla_suffix: nonfinite"].level == DiagnosticStatus.WARN
+    assert len(harness.infos) == 1                      # nothing published for either
+    harness.send_frame(3)
+    assert len(harness.infos) == 2
 
 
 def test_an_unexpected_exception_in_a_stage_is_counted_reported_and_the_next_frame_is_served(harness):

@@ -9,7 +9,7 @@ import time
 import torch
 from transformers.masking_utils import create_causal_mask
 
-from ..errors import ConfigError, InputError, expect
+from ..errors import ConfigError, InputError, expect, expect_finite
 from ..model.checkpoint import ensure_loaded
 from ..model.inputs import encode_frame
 from ..model.vla import VLAModel, waypoints_from_head
@@ -174,6 +174,7 @@ class SuffixStage:
                f"{where}: attention_mask shape {tuple(state.attention_mask.shape)}, expected {(1, self.seq_len)}")
         expect(-self.seq_len <= state.query_index < self.seq_len, InputError,
                f"{where}: query_index {state.query_index} outside the {self.seq_len} tokens")
+        expect_finite(state.hidden, "nonfinite_boundary", f"{where}: hidden")  # an fp16 overflow, a damaged payload
 
     def run(self, state: BoundaryState) -> Trajectory:
         return self.forward(state)[1]
@@ -192,6 +193,7 @@ class SuffixStage:
         hidden = self.norm(hidden)                                                     # (1, S, H)
         raw = self.head(hidden[:, state.query_index])                                  # (1, N, 4)
         points = waypoints_from_head(raw.float(), model.spec.waypoint_dt_s)            # (1, N, 5)
+        expect_finite(points, "nonfinite_output", f"trajectory of frame {state.seq}")
         state.timings["suffix_ms"] = (time.perf_counter() - t0) * 1e3
         return hidden, Trajectory(points=points[0].cpu().numpy(), seq=state.seq, stamp_ns=state.stamp_ns,
                                   partition=state.partition)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
+from ...errors import expect_finite
 from ...model.checkpoint import ensure_loaded
 from ...model.vla import VLAModel
 from .kv_ring import KVRing
@@ -85,6 +86,10 @@ def packed_block(block, layer: int, hidden: torch.Tensor, cos: torch.Tensor, sin
     if decode is not None:
         ring.write_rows(layer, decode.slots, decode.positions, k[decode.rows], v[decode.rows])
         keys, values = ring.gather(layer, decode.slots, decode.mask.shape[-1])          # (n, kv_heads, L, D)
+        # positions past a row's own length hold another frame's (or nothing's) keys: masked scores still
+        # multiply their values, so a NaN/Inf there would reach this row. Zeroed in the gathered copy.
+        beyond = ~decode.mask[:, :, 0, :, None]                                          # (n, 1, L, 1)
+        keys, values = keys.masked_fill_(beyond, 0.0), values.masked_fill_(beyond, 0.0)
         query = q[decode.rows].unsqueeze(2)                                              # (n, heads, 1, D)
         out[decode.rows] = F.scaled_dot_product_attention(query, keys, values, attn_mask=decode.mask,
                                                           scale=attn.scaling, enable_gqa=True)[:, :, 0]
@@ -120,5 +125,6 @@ class PackedSide:
         """Suffix end: the last row of each segment -> its frame's next action token (greedy)."""
         last = torch.tensor([seg.row + seg.count - 1 for seg in state.segments])
         logits = self.model.action_head(self.model.decoder.norm(state.hidden[last]))    # (frames, bins)
+        expect_finite(logits, "nonfinite_output", "packed step: action-token logits")  # argmax would pick a token
         base = self.model.action_tokenizer.base
         return {seg.seq: base + int(b) for seg, b in zip(state.segments, logits.argmax(dim=-1))}

@@ -39,9 +39,13 @@ class KVRing:
         self.taken = 0  # slots handed out so far (how many times the ring went round: taken / slots)
 
     def acquire(self) -> int:
+        """A free slot, cleared: nothing of the frame that held it before (a NaN included) can reach the next."""
         expect(bool(self.free), ConfigError, f"KV ring: all {self.slots} slots are in flight")
         self.taken += 1
-        return self.free.popleft()
+        slot = self.free.popleft()
+        for store in (*self.keys.values(), *self.values.values()):
+            store[slot].zero_()
+        return slot
 
     def release(self, slot: int) -> None:
         expect(0 <= slot < self.slots and slot not in self.free, ConfigError, f"KV ring: slot {slot} is not in use")

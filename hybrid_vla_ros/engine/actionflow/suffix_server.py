@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ...errors import ConfigError, InputError, expect
+from ...errors import ConfigError, InputError, expect, expect_finite
 from ...model.checkpoint import ensure_loaded
 from ...model.vla import VLAModel
 from ...types import Trajectory
@@ -66,6 +66,7 @@ class PackedSuffixServer:
         do not fit this model, or are cut outside this suffix's zone."""
         state, header = decode_state(payload)
         self._check(state, header)
+        expect_finite(state.hidden, "nonfinite_boundary", f"packed step {header.step}: hidden rows")
         zone = self.zone
         expect(zone is None or zone[0] <= header.partition <= zone[1], InputError,
                f"packed boundary cut at p={header.partition}, outside this suffix's dynamic zone {list(zone or ())}")

@@ -73,6 +73,7 @@ class StageHealth:
     failures: Counter = field(default_factory=Counter)   # exceptions caught at the frame, by type name
     consecutive_failures: int = 0
     rejected: Counter = field(default_factory=Counter)
+    consecutive_nonfinite: int = 0  # rejections for NaN/Inf in a row: ERROR once it reaches error_after
     times_ms: deque = field(default_factory=lambda: deque(maxlen=100))
     ends: deque = field(default_factory=lambda: deque(maxlen=100))
     consecutive_slow: int = 0
@@ -91,6 +92,7 @@ class StageHealth:
             self.times_ms.append(ms)
             self.ends.append(time.monotonic())
             self.consecutive_slow = self.consecutive_slow + 1 if ms > self.warn_ms else 0
+            self.consecutive_nonfinite = 0
 
     def handled(self) -> None:
         """A frame whose handler returned (served or rejected with a reason): the failure streak is over."""
@@ -121,7 +123,17 @@ class StageHealth:
     def reject(self, reason: str, stamp_ns: int | None = None) -> None:
         with self.lock:
             self.rejected[reason] += 1
+            if reason.startswith("nonfinite"):
+                self.consecutive_nonfinite += 1
         self._tell("rejected", reason, stamp_ns)
+
+    def nonfinite_check(self, rejected: dict, streak: int) -> tuple[str, int, str, dict]:
+        """NaN/Inf refused (boundary states or outputs): WARN once seen, ERROR while it persists."""
+        counts = {k: v for k, v in rejected.items() if k.startswith("nonfinite")}
+        level = ERROR if streak >= self.error_after else WARN if counts else OK
+        return ("nonfinite", level, f"{sum(counts.values())} refused for NaN/Inf, {streak} in a row",
+                {"nonfinite": str(sum(counts.values())), "nonfinite_in_a_row": str(streak),
+                 **{f"rejected.{k}": str(v) for k, v in counts.items()}})
 
     def stage_ms(self, recent: int = 5) -> float:
         """Median of the last `recent` stage times (recent, so a partition change shows up quickly)."""
@@ -145,7 +157,7 @@ class StageHealth:
         stage, period = self.stage_ms(), self.period_ms()
         level = self.time_level()
         with self.lock:
-            rejected = dict(self.rejected)
+            rejected, nonfinite_streak = dict(self.rejected), self.consecutive_nonfinite
             counts = {"processed": self.processed, "dropped": self.dropped, "failed": self.failed,
                       **{f"dropped.{k}": v for k, v in self.drop_reasons.items()}}
         time_msg = {OK: "within threshold", WARN: f"above {self.warn_ms} ms",
@@ -157,6 +169,7 @@ class StageHealth:
             ("backlog", OK if backlog <= 1 else WARN, f"{backlog} waiting", {"backlog": str(backlog)}),
             ("drops", OK if not counts["dropped"] else WARN, f"{counts['dropped']} dropped",
              {k: str(v) for k, v in counts.items()}),
+            self.nonfinite_check(rejected, nonfinite_streak),
             ("rejected_inputs", OK if not rejected else WARN, f"{sum(rejected.values())} rejected",
              {"rejected": str(sum(rejected.values())), **{f"rejected.{k}": str(v) for k, v in rejected.items()}}),
         ]

@@ -120,8 +120,8 @@ class PackedSuffixSteps:
         node = self.node
         try:
             out = self.server.step(data)
-        except HybridVLAError as exc:
-            node._reject("invalid_boundary", exc)
+        except HybridVLAError as exc:  # NaN/Inf: nonfinite_boundary / nonfinite_output
+            node._reject(getattr(exc, "reason", "invalid_boundary"), exc)
             return
         self.tokens_pub.publish(UInt8MultiArray(data=out.tokens_payload))   # first: the prefix waits for it
         ms = (time.perf_counter() - t0) * 1e3   # the step's compute (the scheduler's sample), not the publishing

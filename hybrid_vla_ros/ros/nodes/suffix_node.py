@@ -16,7 +16,7 @@ from ...engine.placement import CPU, Placement, parse_dtype
 from ...engine.pipeline.camera_sync import StampedHistory
 from ...engine.stages import SuffixStage
 from ...engine.pipeline.worker import StageWorker
-from ...errors import ConfigError, HybridVLAError, expect
+from ...errors import ConfigError, HybridVLAError, NonFiniteError, expect, expect_finite
 from ...model.load import model_id
 from .. import convert
 from .diagnostics import DiagnosticsPublisher
@@ -194,8 +194,8 @@ class SuffixNode(StageNode):
             return
         try:
             trajectory = self.stage.run(state)
-        except HybridVLAError as exc:
-            self._reject("invalid_boundary", exc, state.stamp_ns)
+        except HybridVLAError as exc:  # NaN/Inf in the state or the output: nonfinite_boundary/_output
+            self._reject(getattr(exc, "reason", "invalid_boundary"), exc, state.stamp_ns)
             return
         ms = (time.perf_counter() - t0) * 1e3
         self.publish_trajectory(trajectory, state.arrival_ns, {
@@ -214,6 +214,11 @@ class SuffixNode(StageNode):
         self.last_stamp_ns = trajectory.stamp_ns
         points = self._output_points(trajectory)
         if points is None or not self._fresh(trajectory.seq, trajectory.stamp_ns, arrival_ns):
+            return
+        try:  # the last gate before the car, for every kind of model and output frame
+            expect_finite(points, "nonfinite_output", f"trajectory of frame {trajectory.seq}")
+        except NonFiniteError as exc:
+            self._reject(exc.reason, exc, trajectory.stamp_ns)
             return
         self.pub.publish(convert.trajectory_to_msg(trajectory, self.msg_cls, self.output_kind,
                                                    self.params["frame_id"], points))
