@@ -240,3 +240,29 @@ def test_bag_message_payload(raw, stamp):
     assert header_stamp_ns(out) == stamp
     with pytest.raises(ConfigError, match="int32 seconds"):
         with_header_stamp(raw, 2**31 * 10**9)
+
+
+def _tensor_record(code: int, dims: list[int], nbytes: int, body: bytes = b"") -> bytes:
+    return codec.TENSOR_HEAD.pack(code, len(dims)) + b"".join(codec.U64.pack(d) for d in dims) + \
+        codec.U64.pack(nbytes) + body
+
+
+def test_an_empty_tensor_declaring_a_huge_side_is_refused_before_any_reshape():
+    """Shape [0, 2**64-1, 4] with 0 bytes: the byte count matches (0), and torch's reshape raised TypeError."""
+    record = _tensor_record(1, [0, 2**64 - 1, 4], 0)
+    with pytest.raises(InputError, match=r"declares shape \(0, 18446744073709551615, 4\), a side above"):
+        codec.read_tensor(memoryview(record), 0, "hidden", "fuzz")
+
+
+@FUZZ
+@given(code=st.integers(0, 7), dims=st.lists(st.one_of(st.integers(0, 8), st.integers(0, 2**64 - 1)), max_size=6),
+       nbytes=st.one_of(st.integers(0, 256), st.integers(0, 2**64 - 1)), body=st.binary(max_size=256))
+def test_tensor_records_with_every_field_hostile_at_once(code, dims, nbytes, body):
+    """dtype code, dims, byte count and body drawn together: a tensor of exactly the declared shape, or an
+    InputError; no other exception, no read past the record."""
+    record = _tensor_record(code, dims, nbytes, body)
+    try:
+        tensor, end = codec.read_tensor(memoryview(record), 0, "hidden", "fuzz")
+    except InputError:
+        return
+    assert list(tensor.shape) == dims and end <= len(record)

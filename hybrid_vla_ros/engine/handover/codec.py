@@ -25,6 +25,7 @@ DTYPE_CODES = {torch.float32: 1, torch.float16: 2, torch.bfloat16: 3, torch.int6
 CODE_DTYPES = {v: k for k, v in DTYPE_CODES.items()}
 TENSOR_NAMES = ("hidden", "position_ids", "attention_mask")
 MAX_NDIM = 4
+MAX_DIM = 2**31 - 1  # no boundary tensor has a side this long; a larger one is a damaged or hostile header
 
 
 def _tensor_bytes(tensor: torch.Tensor) -> memoryview:
@@ -71,6 +72,8 @@ def read_tensor(view: memoryview, pos: int, name: str, source: str, copy: bool =
     shape = [U64.unpack_from(view, pos + U64.size * i)[0] for i in range(ndim)]
     nbytes = U64.unpack_from(view, pos + U64.size * ndim)[0]
     pos += U64.size * (ndim + 1)
+    expect(all(dim <= MAX_DIM for dim in shape), InputError,
+           f"{source}: tensor '{name}' declares shape {tuple(shape)}, a side above {MAX_DIM}")
     dtype = CODE_DTYPES[code]
     expected = dtype.itemsize
     for dim in shape:
