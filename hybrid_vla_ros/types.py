@@ -3,6 +3,7 @@ a trajectory out. No ROS types here; ros/convert.py translates."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -16,6 +17,12 @@ class EgoState:
     speed_mps: float = 0.0
     yaw_rate_rps: float = 0.0
 
+    @staticmethod
+    def between(a: "EgoState", b: "EgoState", w: float) -> "EgoState":
+        """The state a fraction w in [0, 1] of the way from a to b (linear)."""
+        return EgoState(a.speed_mps + w * (b.speed_mps - a.speed_mps),
+                        a.yaw_rate_rps + w * (b.yaw_rate_rps - a.yaw_rate_rps))
+
 
 @dataclass
 class Pose2D:
@@ -23,6 +30,12 @@ class Pose2D:
     x: float = 0.0
     y: float = 0.0
     yaw: float = 0.0
+
+    @staticmethod
+    def between(a: "Pose2D", b: "Pose2D", w: float) -> "Pose2D":
+        """The pose a fraction w in [0, 1] of the way from a to b: position linear, yaw the short way round."""
+        turn = math.remainder(b.yaw - a.yaw, 2.0 * math.pi)
+        return Pose2D(a.x + w * (b.x - a.x), a.y + w * (b.y - a.y), math.remainder(a.yaw + w * turn, 2.0 * math.pi))
 
 
 @dataclass

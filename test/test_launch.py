@@ -152,6 +152,7 @@ class Probe:
         stamp = time.time_ns()
         frame = synthetic_frame(get_preset("tiny"), seq, stamp_ns=stamp)
         odom = Odometry()
+        odom.header.frame_id = "map"   # the shipped suffix's frame_id: a pose in another frame is refused
         convert.ns_to_stamp(stamp, odom.header.stamp)
         self.odometry.publish(odom)
         for pub, image in zip(self.images, frame.images):

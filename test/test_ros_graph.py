@@ -417,6 +417,7 @@ def test_map_frame_trajectory_is_moved_with_the_matched_pose_and_needs_one(domai
         frame = h.frame(0)
         for stamp, x in ((frame.stamp_ns - 1_000_000_000, -50.0), (frame.stamp_ns, 10.0)):
             odom = Odometry()
+            odom.header.frame_id = "map"
             convert.ns_to_stamp(stamp, odom.header.stamp)
             odom.pose.pose.position.x, odom.pose.pose.position.y = x, 5.0
             odom.pose.pose.orientation.z, odom.pose.pose.orientation.w = math.sin(math.pi / 4), math.cos(math.pi / 4)
@@ -430,6 +431,38 @@ def test_map_frame_trajectory_is_moved_with_the_matched_pose_and_needs_one(domai
         assert h.paths[0].header.frame_id == "map"
         late = h.frame(5)
         h.publish_images(late.images, late.stamp_ns + 5_000_000_000)  # no odometry near this stamp
+        assert wait_until(lambda: h.suffix.health.rejected["pose_missing"] == 1, h.spin, 10)
+        assert len(h.paths) == 1
+    finally:
+        h.close()
+
+
+def test_the_map_frame_pose_is_interpolated_at_the_frame_stamp_and_other_frames_are_refused(domain):
+    """Odometry 40 ms before (x = 0) and 10 ms after (x = 10) the frame: the pose at the stamp is x = 8 (the
+    first sample inside the 50 ms skew was taken before: 1 m off at 20 m/s). Odometry in another frame than
+    frame_id is refused and counted; its frames go out as pose_missing."""
+    from nav_msgs.msg import Odometry
+    h = Harness({"hybrid_vla_suffix": {"frame_id": "map"}})
+    try:
+        pub = h.node.create_publisher(Odometry, "/localization/kinematic_state", 10)
+        assert wait_until(lambda: pub.get_subscription_count() > 0, h.spin, 10)
+        frame, other = h.frame(0), h.frame(1)
+        for stamp, x, frame_id in ((frame.stamp_ns - 40_000_000, 0.0, "map"), (frame.stamp_ns + 10_000_000, 10.0, "map"),
+                                   (other.stamp_ns, 3.0, "odom")):
+            odom = Odometry()
+            odom.header.frame_id = frame_id
+            convert.ns_to_stamp(stamp, odom.header.stamp)
+            odom.pose.pose.position.x = x
+            odom.pose.pose.orientation.w = 1.0
+            pub.publish(odom)
+        h.settle(0.3)
+        h.send_frame(0)
+        assert wait_until(lambda: len(h.paths) == 1, h.spin)
+        ego = reference_points(0)
+        got = np.array([[p.pose.position.x, p.pose.position.y] for p in h.paths[0].poses])
+        np.testing.assert_allclose(got, np.stack([8.0 + ego[:, 0], ego[:, 1]], axis=1), atol=1e-4)
+        assert h.suffix.health.rejected["odometry_frame_mismatch"] == 1
+        h.publish_images(other.images, other.stamp_ns)
         assert wait_until(lambda: h.suffix.health.rejected["pose_missing"] == 1, h.spin, 10)
         assert len(h.paths) == 1
     finally:

@@ -50,7 +50,7 @@ class PrefixNode(StageNode):
         self.images_decoded = 0  # camera images decoded: only those of sets the worker took
         self.images_received = 0  # camera images the callbacks got (while active)
         self.last_stamp_ns = -1
-        self.ego_history = StampedHistory()  # EgoState by stamp, matched to frames
+        self.ego_history = StampedHistory(between=EgoState.between)  # EgoState by stamp, matched to frames
         self.pub = self.configured_publisher(UInt8MultiArray, "~/output/boundary_state", BOUNDARY_QOS)
         self.info_pub = self.configured_publisher(DiagnosticStatus, "~/debug/frame_info", 10)
         self.diagnostics = None
@@ -152,7 +152,7 @@ class PrefixNode(StageNode):
         self.ego_history.add(convert.stamp_to_ns(msg.header.stamp), convert.odometry_to_ego(msg))
 
     def ego_at(self, stamp_ns: int) -> EgoState:
-        """The kinematic state for a frame: the newest one stamped within the camera skew of the frame, waiting
+        """The kinematic state for a frame: the nearest (or interpolated) one within the camera skew, waiting
         up to KINEMATIC_WAIT_S for it; else the newest older one, counted as 'kinematic_state_late'."""
         use = self.params["use_kinematic_state"]
         ego, matched = self.ego_history.match(stamp_ns, int(self.params["sync_skew_ms"] * 1e6),

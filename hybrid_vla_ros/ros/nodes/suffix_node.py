@@ -17,6 +17,7 @@ from ...engine.pipeline.camera_sync import StampedHistory
 from ...engine.stages import SuffixStage
 from ...engine.pipeline.worker import StageWorker
 from ...errors import ConfigError, HybridVLAError, NonFiniteError, expect, expect_finite
+from ...types import Pose2D
 from ...model.load import model_id
 from .. import convert
 from .diagnostics import DiagnosticsPublisher
@@ -61,7 +62,7 @@ class SuffixNode(StageNode):
                                   threads=p["threads"] or None, health=self.health, on_start=self._bind_memory,
                                   on_error=self._on_worker_error, stamp_of=lambda item: envelope_stamp(item[0])).start()
         self.configured_subscription(UInt8MultiArray, "~/input/boundary_state", self._on_boundary, BOUNDARY_QOS)
-        self.poses = StampedHistory() if p["frame_id"] != EGO_FRAME else None
+        self.poses = StampedHistory(between=Pose2D.between) if p["frame_id"] != EGO_FRAME else None
         if self.poses is not None:  # the map-frame output needs the ego pose of each frame
             self.configured_subscription(Odometry, "~/input/kinematic_state", self._on_odometry, 50)
         self.markers = self._marker_publisher()
@@ -120,6 +121,14 @@ class SuffixNode(StageNode):
         return self.configured_publisher(MarkerArray, "~/debug/markers", 1)
 
     def _on_odometry(self, msg) -> None:
+        """A pose in another frame than the output's would put the trajectory in the wrong place: refused,
+        counted (odometry_frame_mismatch); its frames then go out as pose_missing."""
+        frame = msg.header.frame_id.lstrip("/")
+        if frame != self.params["frame_id"]:  # an empty frame_id says nothing: refused too
+            self.health.reject("odometry_frame_mismatch")
+            self.get_logger().warning(f"kinematic state in frame '{frame}', the trajectory's frame_id is "
+                                      f"'{self.params['frame_id']}': refused", throttle_duration_sec=1.0)
+            return
         self.poses.add(convert.stamp_to_ns(msg.header.stamp), convert.odometry_to_pose(msg))
 
     def activated(self) -> None:
