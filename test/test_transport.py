@@ -93,6 +93,25 @@ def test_shm_ring_round_trip_permissions_and_cleanup():
     assert not path.exists()
 
 
+def test_a_reader_follows_a_writer_that_made_a_new_ring_under_the_same_name():
+    """A prefix's cleanup + configure (or a container reusing the PID) makes a new ring under the same segment
+    name; the reader used to stay on the old, unlinked mapping and refuse every frame as a foreign slot."""
+    reader = SharedMemoryTransport(slots=2)
+    first = SharedMemoryTransport(slots=2, name="recycled")
+    state = make_state(0)
+    assert_same(state, reader.receive(first.send(state)))
+    first.close()
+    second = SharedMemoryTransport(slots=2, name="recycled")
+    try:
+        state = make_state(1)
+        segment, packed = second.send(state)
+        assert segment == reader._reader.segment            # the same name, another ring
+        assert_same(state, reader.receive((segment, packed)))
+    finally:
+        second.close()
+        reader.close()
+
+
 def test_shm_ring_back_pressure_when_the_reader_stalls():
     ring = SharedMemoryRing.create("bp", slots=2, slot_capacity=codec.encoded_size(make_state()))
     try:

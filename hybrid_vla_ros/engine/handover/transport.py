@@ -123,7 +123,9 @@ class SharedMemoryTransport:
     def receive(self, handle: tuple[str, bytes]) -> BoundaryState:
         segment, packed = handle
         desc = SlotDescriptor.unpack(segment, packed)  # checked before any segment is opened
-        if self._reader is None or self._reader.segment != segment:  # first state, or a restarted writer
+        # first state, a restarted writer, or one that made a new ring under the same name (cleanup + configure,
+        # a container reusing the PID): the ring id tells them apart; the old mapping was unlinked
+        if self._reader is None or self._reader.segment != segment or self._reader.ring_id != desc.ring_id:
             if self._reader is not None and self._reader is not self.ring:
                 self._reader.close()
             self._reader = None
