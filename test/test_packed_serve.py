@@ -322,3 +322,64 @@ def test_a_packed_step_with_nan_rows_is_refused_as_nonfinite_and_nothing_changes
     with pytest.raises(NonFiniteError, match="NaN or Inf") as info:
         suffix.step(encode_state(state, header.partition, header.step, header.slots))
     assert info.value.reason == "nonfinite_boundary" and suffix.side is None and not suffix.decoding
+
+
+class _FailOnce:
+    """Wraps a side's blocks_forward: raises on call number `at` (counted from 1), then behaves."""
+
+    def __init__(self, side, at):
+        self.side, self.real, self.at, self.calls = side, side.blocks_forward, at, 0
+        side.blocks_forward = self
+
+    def __call__(self, state):
+        self.calls += 1
+        if self.calls == self.at:
+            raise RuntimeError("injected fault in the blocks")
+        return self.real(state)
+
+
+def test_a_packed_step_that_raises_fails_its_frames_frees_their_slots_and_the_group_goes_on(models):
+    """Before: the frame admitted in the failing step stayed in flight without a token; every later step of the
+    group raised IndexError, its slot was never freed and no partition move could happen."""
+    model = models["tiny-act"]
+    frames = frames_of(model, 5)
+    prefix = PackedPrefixServer(model, 2, 1, 2, policy="lossless", capacity=16)
+    _FailOnce(prefix.groups[0].prefix, at=2)     # step 2: frame 1's prefill beside frame 0's decode row
+    suffix = PackedSuffixServer(model)
+    for frame in frames:
+        prefix.submit(frame)
+    done, failures = [], 0
+    while not prefix.idle:
+        index = prefix.next_group(wait_s=0.0)
+        if index is None:
+            continue
+        try:
+            sent = prefix.step(index)
+        except RuntimeError:
+            failures += 1
+            continue
+        if sent is not None:
+            out = suffix.step(sent.payload)
+            done += out.completed
+            prefix.tokens_in(out.tokens_payload)
+    lost = prefix.take_lost()
+    assert failures == 1 and {entry.reason for entry in lost} == {"step_failed"}
+    lost_stamps = {entry.stamp_ns for entry in lost}
+    assert lost_stamps == {frames[0].stamp_ns, frames[1].stamp_ns}
+    survivors = [f for f in frames if f.stamp_ns not in lost_stamps]
+    assert {r.seq: r.tokens for r in done} == {f.seq: sequential_tokens(model, f) for f in survivors}
+    assert prefix.in_flight == 0 and len(prefix.groups[0].prefix.ring.free) == prefix.slots
+
+
+def test_one_process_actionflow_fails_only_the_frames_of_a_step_that_raises(models):
+    from hybrid_vla_ros.engine.actionflow.packing import ActionFlow
+    model = models["tiny-act"]
+    frames = frames_of(model, 4)
+    flow = ActionFlow(model, pack=2, partition=2)
+    _FailOnce(flow.suffix, at=2)
+    results = flow.run(frames)
+    failed = [r for r in results if r.tokens is None]
+    assert len(failed) == 2 and {r.reason for r in failed} == {"step_failed"}
+    good = {r.seq: r.tokens for r in results if r.tokens is not None}
+    assert good == {f.seq: sequential_tokens(model, f) for f in frames if f.seq in good} and len(good) == 2
+    assert not flow.flight and len(flow.prefix.ring.free) == flow.prefix.ring.slots

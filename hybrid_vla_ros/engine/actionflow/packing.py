@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -77,6 +78,7 @@ class ActionResult:
     trajectory: Trajectory | None
     latency_s: float
     error: str = ""
+    reason: str = ""              # with error: the diagnostics reason (invalid_input, step_failed)
 
 
 class ActionFlow:
@@ -118,13 +120,13 @@ class ActionFlow:
     def busy(self) -> bool:
         return bool(self.waiting or self.flight)
 
-    def release(self, seq: int, error: str = "") -> None:
+    def release(self, seq: int, error: str = "", reason: str = "invalid_input") -> None:
         """Drop an in-flight frame (it failed, or its output is no longer wanted): its slot is free now."""
         entry = self.flight.pop(seq)
         self.prefix.ring.release(entry.slot)
         if error:
             self.failed.append(ActionResult(seq, entry.frame.stamp_ns, None, None,
-                                            time.perf_counter() - entry.started, error))
+                                            time.perf_counter() - entry.started, error, reason))
 
     # ---- one packed step ---------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -148,7 +150,20 @@ class ActionFlow:
         if not segments:
             return None
         state = PackedState(torch.cat(rows), torch.cat(positions, dim=-1), segments)    # (R, H), (.., R)
-        return self.prefix.blocks_forward(state)
+        with self.failing_on_error(segments):
+            return self.prefix.blocks_forward(state)
+
+    @contextmanager
+    def failing_on_error(self, segments: list[Segment]):
+        """A step that raises fails its frames (slots freed, each reported once in `failed`) and re-raises: a
+        frame admitted without its token would otherwise wedge the group (every later step an IndexError)."""
+        try:
+            yield
+        except Exception as exc:
+            for seg in segments:
+                if seg.seq in self.flight:
+                    self.release(seg.seq, f"packed step failed ({type(exc).__name__}: {exc})", "step_failed")
+            raise
 
     def _admit(self):
         """The oldest waiting frame, embedded, in a fresh slot; a frame that cannot be embedded fails alone.
@@ -160,7 +175,7 @@ class ActionFlow:
                     continue  # refused by the caller (which counted why)
                 embeds, pos, _ = frame_embeddings(self.model, frame)                   # (1, S, H), (.., 1, S)
             except HybridVLAError as exc:
-                self.failed.append(ActionResult(frame.seq, frame.stamp_ns, None, None, 0.0, str(exc)))
+                self.failed.append(ActionResult(frame.seq, frame.stamp_ns, None, None, 0.0, str(exc), "invalid_input"))
                 continue
             # after the prompt, text continues at its largest position + 1 (in all three M-RoPE rows)
             entry = InFlight(frame, self.prefix.ring.acquire(), next_position=int(pos.max()) + 1,
@@ -214,7 +229,8 @@ class ActionFlow:
         state = self.prefix_step()
         if state is None:
             return []
-        return self.finish(state, self.suffix_step(state))
+        with self.failing_on_error(state.segments):
+            return self.finish(state, self.suffix_step(state))
 
     def run(self, frames) -> list[ActionResult]:
         """All frames through, in one group; results in completion order (failed frames included)."""
@@ -222,7 +238,10 @@ class ActionFlow:
             self.submit(frame)
         results = []
         while self.busy:
-            results += self.step()
+            try:
+                results += self.step()
+            except Exception:  # noqa: BLE001 - the step's frames are failed (self.failed); the rest go on
+                continue
         return results + self.failed
 
 

@@ -169,8 +169,10 @@ class PackedPrefixServer:
     def step(self, index: int) -> SentStep | None:
         """Group `index`'s packed step through blocks [0, p), as bytes for the suffix (None: nothing to run)."""
         group, t0 = self.groups[index], time.perf_counter()
-        state = group.prefix_step()
-        self._collect_failed(group)
+        try:
+            state = group.prefix_step()
+        finally:  # a step that raised failed its frames in the group: reported as lost (step_failed)
+            self._collect_failed(group)
         if state is None:
             return None
         with self.cond:
@@ -242,7 +244,7 @@ class PackedPrefixServer:
     def _collect_failed(self, group: ActionFlow) -> None:
         failed, group.failed = group.failed, []
         with self.cond:
-            self.lost += [Lost("invalid_input", r.error, r.stamp_ns) for r in failed]
+            self.lost += [Lost(r.reason or "invalid_input", r.error, r.stamp_ns) for r in failed]
 
     def _repartition(self) -> None:
         if self.pending_partition is None or self.awaiting or self.in_flight:

@@ -72,9 +72,11 @@ class PackedPrefixLoop:
     def _step(self, group: int) -> None:
         """One group's packed step (the worker's handler): publish its bytes, then account for the frames
         lost on the way and the step's time."""
-        sent = self.server.step(group)
-        for lost in self.server.take_lost():
-            self.node._reject(lost.reason, ConfigError(lost.message), lost.stamp_ns)
+        try:
+            sent = self.server.step(group)
+        finally:  # a step that raised lost its frames (step_failed): each reported now, once
+            for lost in self.server.take_lost():
+                self.node._reject(lost.reason, ConfigError(lost.message), lost.stamp_ns)
         self.server.take_completed()  # the suffix publishes the actions; here they only free their slots
         if sent is None:
             return
