@@ -5,7 +5,8 @@ at every p, for the Qwen2-VL (M-RoPE) and LLaVA families."""
 import numpy as np
 import pytest
 
-from hybrid_vla_ros.engine.actionflow.packing import ActionFlow, run_alternating, sequential_tokens
+from hybrid_vla_ros.engine.actionflow.packing import ActionFlow, run_alternating
+from hybrid_vla_ros.engine.actionflow.reference import sequential_tokens
 from hybrid_vla_ros.engine.actionflow.kv_ring import check_ring
 from hybrid_vla_ros.errors import ConfigError, InputError
 from hybrid_vla_ros.model.inputs import synthetic_frame

@@ -7,7 +7,8 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from hybrid_vla_ros.engine.actionflow.packing import ActionFlow, sequential_tokens
+from hybrid_vla_ros.engine.actionflow.packing import ActionFlow
+from hybrid_vla_ros.engine.actionflow.reference import sequential_tokens
 from hybrid_vla_ros.engine.actionflow.forward import PackedState, Segment
 from hybrid_vla_ros.engine.actionflow.codec import decode_state, decode_tokens, encode_state, encode_tokens
 from hybrid_vla_ros.errors import InputError

@@ -9,7 +9,7 @@ import pytest
 from diagnostic_msgs.msg import DiagnosticStatus
 from std_msgs.msg import UInt8MultiArray
 
-from hybrid_vla_ros.engine.actionflow.packing import sequential_tokens
+from hybrid_vla_ros.engine.actionflow.reference import sequential_tokens
 from hybrid_vla_ros.engine.actionflow.codec import encode_tokens
 from hybrid_vla_ros.model.load import load_vla
 from hybrid_vla_ros.types import EgoState

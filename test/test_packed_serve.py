@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from hybrid_vla_ros.engine.actionflow.packing import sequential_tokens
+from hybrid_vla_ros.engine.actionflow.reference import sequential_tokens
 from hybrid_vla_ros.engine.actionflow.codec import decode_tokens, encode_tokens
 from hybrid_vla_ros.engine.actionflow.prefix_server import PackedPrefixServer
 from hybrid_vla_ros.engine.actionflow.suffix_server import PackedSuffixServer
@@ -311,7 +311,6 @@ def test_a_released_ring_slot_is_cleared_before_the_next_frame_takes_it():
 
 
 def test_a_packed_step_with_nan_rows_is_refused_as_nonfinite_and_nothing_changes(models):
-    import torch
     from hybrid_vla_ros.engine.actionflow.codec import decode_state, encode_state
     from hybrid_vla_ros.errors import NonFiniteError
     model = models["tiny-act"]

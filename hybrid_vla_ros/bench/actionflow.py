@@ -12,7 +12,8 @@ from contextlib import contextmanager
 
 import torch
 
-from ..engine.actionflow.packing import ActionFlow, run_alternating, sequential_results
+from ..engine.actionflow.packing import ActionFlow, run_alternating
+from ..engine.actionflow.reference import sequential_results
 from ..engine.cpu import allowed_cores
 from ..model.inputs import synthetic_frame
 from ..report import percentiles, pyplot
