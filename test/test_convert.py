@@ -104,6 +104,40 @@ def test_compressed_jpeg_and_png_decode_and_garbage_is_rejected():
         convert.compressed_to_array(CompressedImage(format="theora", data=b"x"), "cam2")
 
 
+def _blank_png(width: int, height: int) -> bytes:
+    """A real, decodable PNG of zeros, streamed through zlib: a few hundred KB that decode to width x height x 3."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    deflate, row, body = zlib.compressobj(1), bytes(1 + 3 * width), []
+    for _ in range(height):
+        body.append(deflate.compress(row))
+    body.append(deflate.flush())
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)) + \
+        chunk(b"IDAT", b"".join(body)) + chunk(b"IEND", b"")
+
+
+def test_a_small_png_declaring_tens_of_megapixels_is_refused_before_decoding():
+    """8000 x 8000 in ~190 KB: decoded it is 192 MB per camera (below PIL's own bomb limit, so PIL decodes it)."""
+    data = _blank_png(8000, 8000)
+    assert len(data) < 1_000_000
+    msg = CompressedImage(format="png", data=data)
+    with pytest.raises(InputError, match=r"declares 8000x8000 = 64.0 MP, above max_image_megapixels 40"):
+        convert.compressed_to_array(msg, "camera 0")
+    small = convert.compressed_to_array(CompressedImage(format="png", data=_blank_png(64, 48)), "camera 0")
+    assert small.shape == (48, 64, 3)
+    with pytest.raises(InputError, match="above max_image_megapixels 0.001"):
+        convert.compressed_to_array(CompressedImage(format="png", data=_blank_png(64, 48)), "camera 0", 1000)
+
+
+def test_a_raw_image_above_the_pixel_limit_is_refused():
+    msg = convert.array_to_image(np.zeros((40, 30, 3), np.uint8), Image())
+    with pytest.raises(InputError, match=r"30x40 = 0.0 MP, above max_image_megapixels 0.001"):
+        convert.image_to_array(msg, "camera 0", max_pixels=1000)
+
+
 def test_odometry_gives_speed_and_yaw_rate():
     odom = Odometry()
     odom.twist.twist.linear.x, odom.twist.twist.angular.z = 4.5, -0.2

@@ -58,9 +58,13 @@ def _yuv422_to_rgb(packed: np.ndarray, order: str) -> np.ndarray:
     return rgb.round_().clamp_(0.0, 255.0).to(torch.uint8).numpy()
 
 
-def image_to_array(msg, where: str) -> np.ndarray:
-    """sensor_msgs/Image (any size; rgb8, bgr8, rgba8, bgra8, mono8, yuv422 variants) -> (H, W, 3) uint8 RGB."""
+def image_to_array(msg, where: str, max_pixels: int = 40_000_000) -> np.ndarray:
+    """sensor_msgs/Image (any size up to max_pixels; rgb8, bgr8, rgba8, bgra8, mono8, yuv422 variants) ->
+    (H, W, 3) uint8 RGB."""
     check_image_msg(msg, where)
+    expect(int(msg.height) * int(msg.width) <= max_pixels, InputError,
+           f"{where}: image of {msg.width}x{msg.height} = {int(msg.height) * int(msg.width) / 1e6:.1f} MP, above "
+           f"max_image_megapixels {max_pixels / 1e6:g}")
     enc = msg.encoding.lower()
     bpp, h, w, step = BYTES_PER_PIXEL[enc], int(msg.height), int(msg.width), int(msg.step)
     data = np.frombuffer(msg.data if isinstance(msg.data, (bytes, bytearray)) else bytes(msg.data), np.uint8)
@@ -81,12 +85,17 @@ def check_compressed_msg(msg, where: str) -> None:
     expect(len(msg.data) > 0, InputError, f"{where}: compressed image has no data")
 
 
-def compressed_to_array(msg, where: str) -> np.ndarray:
-    """sensor_msgs/CompressedImage (jpeg/png, any size) -> (H, W, 3) uint8 RGB."""
+def compressed_to_array(msg, where: str, max_pixels: int = 40_000_000) -> np.ndarray:
+    """sensor_msgs/CompressedImage (jpeg/png, any size up to max_pixels) -> (H, W, 3) uint8 RGB. The size is
+    read from the header before anything is decoded: a few-KB PNG may declare ~170 MP (0.5 GB decoded)."""
     from PIL import Image, UnidentifiedImageError
     check_compressed_msg(msg, where)
     try:
         with Image.open(io.BytesIO(bytes(msg.data))) as img:
+            width, height = img.size
+            expect(width * height <= max_pixels, InputError,
+                   f"{where}: compressed image declares {width}x{height} = {width * height / 1e6:.1f} MP, above "
+                   f"max_image_megapixels {max_pixels / 1e6:g}; refused before decoding")
             return np.asarray(img.convert("RGB"))
     except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
         raise InputError(f"{where}: compressed image could not be decoded ({exc})") from exc

@@ -98,6 +98,8 @@ PREFIX_PARAMS = _common_model() + [
     ParamSpec("image_transport", "string", "raw sensor_msgs/Image or sensor_msgs/CompressedImage",
               choices=("raw", "compressed")),
     ParamSpec("sync_skew_ms", "double", "largest stamp difference between cameras of one frame", 0.0, 10000.0),
+    ParamSpec("max_image_megapixels", "double", "largest camera image taken, in megapixels, checked before "
+              "decoding (a few-KB PNG can declare 170 MP: 0.5 GB decoded)", 0.01, 1000.0),
     ParamSpec("use_kinematic_state", "bool", "read ego speed and yaw rate from ~/input/kinematic_state"),
     ParamSpec("instruction", "string", "text instruction given to the model", dynamic=True),
     ParamSpec("input_policy", "string", "latest: newest frame wins, drops counted; lossless: queue (replay)",

@@ -139,10 +139,12 @@ class PrefixNode(StageNode):
     def _decode(self, frame: Frame) -> bool:
         """The frame's camera messages -> (H, W, 3) uint8 RGB arrays, on the worker's thread."""
         compressed = self.params["image_transport"] == "compressed"
+        limit = int(self.params["max_image_megapixels"] * 1e6)
         decode = convert.compressed_to_array if compressed else convert.image_to_array
         self.images_decoded += len(frame.images)
         try:
-            frame.images = [decode(msg, f"camera {i} ({self.camera_topics[i]})") for i, msg in enumerate(frame.images)]
+            frame.images = [decode(msg, f"camera {i} ({self.camera_topics[i]})", limit)
+                            for i, msg in enumerate(frame.images)]
         except HybridVLAError as exc:
             self._reject("invalid_image", exc, frame.stamp_ns)
             return False
