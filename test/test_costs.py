@@ -128,3 +128,16 @@ def test_both_policies_take_run_time_changes_through_one_interface():
         policy.tune("hysteresis", 5.0)
         assert (policy.cooldown_s, policy.backlog_threshold) == (3.0, 5)
     assert cost.hysteresis == 0.9 and simple.hysteresis == 5.0  # the cost policy's is a fraction of the period
+
+
+@pytest.mark.parametrize("kind", ["cost", "simple"])
+def test_one_backlog_report_moves_p_once_not_once_per_frame_in_flight(kind):
+    """docs/results/load_step.json had moves at frames 25 and 26: each sample of a tick carried the same
+    /diagnostics backlog and moved p up a block past the cool-down. Frames that ran at the old p (in flight
+    across the move) must not push it further; a new backlog seen at the new p still does."""
+    policy = CostPolicy(model(), 0, 8, partition=4, cooldown_frames=100) if kind == "cost" else \
+        SimplePolicy(0, 8, 4, cooldown_s=100.0)
+    for _ in range(4):                                   # four frames of one tick, all at p = 4, backlog 3
+        policy.update(StageSample(4, 50.0, 40.0, backlog=3, at_s=1.0))
+    assert policy.partition == 5
+    assert policy.update(StageSample(5, 50.0, 40.0, backlog=3, at_s=1.1)) == 6   # still behind at the new p

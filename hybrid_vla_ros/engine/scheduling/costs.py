@@ -127,7 +127,8 @@ class CostPolicy:
         self.frames_seen += 1
         target = self.best(tokens)
         cooling = self.frames_since_move <= self.cooldown_frames or sample.at_s - self.last_move_s < self.cooldown_s
-        if sample.backlog >= self.backlog_threshold and self.partition < self.zone_max:
+        if sample.backlog >= self.backlog_threshold and self.partition < self.zone_max \
+                and sample.partition == self.partition:  # (frames in flight across a move: not again)
             target = max(target, self.partition + 1)  # suffix falling behind: relieve it now
         elif cooling:
             return self.partition

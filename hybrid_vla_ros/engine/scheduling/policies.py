@@ -4,8 +4,9 @@ A `StageSample` is one finished frame: the partition it *ran at*, its prefix and
 (waiting for odometry or ring space excluded), the suffix backlog when it finished, and when. Both policies
 attribute the times to the sample's own partition, never to the one they hold now.
 
-SimplePolicy moves p one block at a time towards balance: a suffix backlog at or above the threshold moves p
-up at once (give the prefix more blocks); otherwise p moves only when one stage is slower than the other by
+SimplePolicy moves p one block at a time towards balance: a suffix backlog at or above the threshold, seen
+by a frame that ran at the p held now, moves p up at once (give the prefix more blocks; frames in flight
+across that move cannot push it further); otherwise p moves only when one stage is slower than the other by
 more than the hysteresis, and not within the cool-down of the last move. The cost policy is in costs.py.
 """
 
@@ -51,8 +52,8 @@ class SimplePolicy:
         """Returns the partition to use from now on (possibly unchanged). Stage times measured at another
         partition than the one held now (in flight across a move) say nothing about it and are ignored."""
         target = self.partition
-        if sample.backlog >= self.backlog_threshold:
-            target = self.partition + 1
+        if sample.backlog >= self.backlog_threshold and sample.partition == self.partition:
+            target = self.partition + 1  # a frame still at the old p says nothing about a move just made
         elif sample.partition == self.partition and sample.at_s - self.last_move_s >= self.cooldown_s \
                 and sample.prefix_ms > 0 and sample.suffix_ms > 0:
             if sample.suffix_ms > sample.prefix_ms * (1 + self.hysteresis):

@@ -187,6 +187,7 @@ class SchedulerNode(ManagedNode):
         # A packed suffix holds at most one step per group (each group waits for its tokens): its queue is the
         # alternation working, never a backlog; frames that wait do so at the prefix. So no backlog for steps.
         backlog = 0 if isinstance(key, tuple) else self.suffix_backlog
+        self.suffix_backlog = 0  # one /diagnostics report, one sample: the samples of a tick all carried it
         self.samples.append(StageSample(partition, prefix[1], suffix_ms, backlog, time.monotonic(), rows=prefix[2]))
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
