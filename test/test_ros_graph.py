@@ -183,6 +183,40 @@ def test_nonfinite_boundary_states_are_refused_never_published_and_reported(harn
     assert len(harness.infos) == 2
 
 
+def test_states_sent_to_an_inactive_suffix_give_their_in_process_slots_back_at_once(harness):
+    """Before: an inactive suffix dropped in-process envelopes without releasing them; the prefix then waited
+    10 s per slot (FLIGHT_SLOT_TIMEOUT_S) before it could take another frame."""
+    harness.send_frame(0)
+    harness.suffix.trigger_deactivate()
+    max_in_flight = harness.prefix.flight.max_in_flight
+    for seq in range(1, 1 + max_in_flight + 1):   # more frames than slots: each must come back
+        harness.send_frame(seq, wait=False)
+        harness.settle(0.3)
+    assert wait_until(lambda: harness.suffix.health.drop_reasons["inactive"] == max_in_flight + 1, harness.spin, 5)
+    # idle, the prefix holds the one slot it asked for before taking a frame; none is held by a dropped state
+    assert wait_until(lambda: harness.prefix.flight.in_flight <= 1, harness.spin, 2)
+    assert harness.prefix.flight.reclaimed == 0
+    harness.suffix.trigger_activate()
+    t0 = time.monotonic()
+    harness.send_frame(10)
+    assert time.monotonic() - t0 < 5.0 and len(harness.infos) == 2
+
+
+def test_bring_up_activates_the_receivers_before_the_senders(harness):
+    order = []
+    for name in ("hybrid_vla_prefix", "hybrid_vla_suffix"):
+        node = harness.graph.nodes[name]
+        node.trigger_deactivate()
+        node.activated = lambda name=name: order.append(name)
+    from hybrid_vla_ros.ros.nodes.lifecycle import bring_up_all
+    for node in harness.graph.nodes.values():
+        if node.active:
+            node.trigger_deactivate()
+        node.trigger_cleanup()
+    bring_up_all([harness.graph.nodes[n] for n in ("hybrid_vla_prefix", "hybrid_vla_suffix")])
+    assert order == ["hybrid_vla_suffix", "hybrid_vla_prefix"]
+
+
 def test_an_unexpected_exception_in_a_stage_is_counted_reported_and_the_next_frame_is_served(harness):
     from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
     seen = {}

@@ -77,6 +77,13 @@ class FlightControl:
             self._handed = max(0, self._handed - 1)
             self._suffix_started = time.perf_counter()
 
+    def suffix_dropped(self) -> None:
+        """A handed-over frame the suffix will not run (it was not active): the slot is free now, and the
+        suffix's time per frame is left as it was."""
+        with self._cond:
+            self._handed = max(0, self._handed - 1)
+        self.release()
+
     def suffix_finished(self, seconds: float) -> None:
         with self._cond:
             self.suffix_s = ema(self.suffix_s, seconds)

@@ -118,7 +118,7 @@ class InProcessGraph:
     def __init__(self, params: dict[str, dict], context=None, activate_scheduler: bool = True,
                  remaps: dict[str, dict] | None = None, nodes: tuple[str, ...] = NODES):
         from rclpy.executors import SingleThreadedExecutor
-        from ..nodes.lifecycle import bring_up
+        from ..nodes.lifecycle import bring_up_all
         tune_interpreter()
         if not activate_scheduler:
             params = {**params, "hybrid_vla_scheduler": {**params["hybrid_vla_scheduler"], "autostart": False}}
@@ -130,7 +130,8 @@ class InProcessGraph:
                 return
             self.nodes[node] = make_node(node, params[node], context, (remaps or {}).get(node))
             self.executor.add_node(self.nodes[node])
-            bring_up(self.nodes[node])
+        if self.complete:  # the suffix listens before the prefix sends (in-process handles would wait)
+            bring_up_all(list(self.nodes.values()))
 
     @property
     def complete(self) -> bool:

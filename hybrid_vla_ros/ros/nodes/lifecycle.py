@@ -43,8 +43,16 @@ class ManagedNode(LifecycleNode):
 
 def bring_up(node) -> bool:
     """unconfigured -> inactive -> active when the node's `autostart` parameter says so. -> active?"""
-    if not node.params["autostart"]:
-        return False
-    node.trigger_configure()
-    node.trigger_activate()
-    return True
+    return bring_up_all([node])
+
+
+def bring_up_all(nodes) -> bool:
+    """Configure the nodes whose `autostart` says so, in the order given (the prefix first: it places the
+    shared blocks before the suffix decides on copies), then activate them receivers first (reversed), so
+    no node sends to one that is not yet listening. -> all of them active?"""
+    chosen = [n for n in nodes if n.params["autostart"]]
+    for node in chosen:
+        node.trigger_configure()
+    for node in reversed(chosen):
+        node.trigger_activate()
+    return len(chosen) == len(nodes)

@@ -86,10 +86,11 @@ class StageNode(ManagedNode):
     def configured_timer(self, *args):
         self._entities.append(("timer", self.create_timer(*args)))
 
-    def accepting(self, reason: str = "inactive") -> bool:
-        """Inputs are taken only while active; one arriving otherwise is counted as a drop."""
+    def accepting(self, reason: str = "inactive", stamp_ns: int | None = None) -> bool:
+        """Inputs are taken only while active; one arriving otherwise is counted as a drop (with its stamp when
+        known, so it is accounted for on ~/debug/dropped_frames)."""
         if not self.active:
-            self.health.drop(reason)
+            self.health.drop(reason, stamp_ns)
         return self.active
 
     # ---- parameters ------------------------------------------------------------------------------------

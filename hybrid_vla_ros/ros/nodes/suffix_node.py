@@ -171,8 +171,21 @@ class SuffixNode(StageNode):
                                                         Marker, Point))
 
     def _on_boundary(self, msg: UInt8MultiArray) -> None:
-        if self.accepting():
-            self.worker.submit((bytes(msg.data), time.perf_counter()))
+        data = bytes(msg.data)
+        if self.accepting(stamp_ns=envelope_stamp(data)):
+            self.worker.submit((data, time.perf_counter()))
+        elif not is_packed_state(data):
+            self._let_go(data)
+
+    def _let_go(self, data: bytes) -> None:
+        """A state that arrived while inactive is not run (the drop is counted), but its in-process flight slot
+        and its shared-memory ring slot are given back: the prefix would otherwise wait ~10 s per slot."""
+        try:
+            state, _ = self.decoder.decode(data)
+        except HybridVLAError:
+            return
+        if state.flight is not None:
+            state.flight.suffix_dropped()
 
     def _process(self, item) -> None:
         data, received = item
