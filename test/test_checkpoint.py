@@ -106,6 +106,30 @@ def test_a_bf16_suffix_never_converts_the_shared_checkpoint_model(exported):
     np.testing.assert_allclose(split, native, atol=1e-5)
 
 
+def _resident_bytes(*models) -> int:
+    """Bytes of the distinct parameter storages the models hold (meta parameters hold none)."""
+    seen = {}
+    for model in models:
+        for param in model.parameters():
+            if param.device.type != "meta":
+                seen[param.untyped_storage().data_ptr()] = param.untyped_storage().nbytes()
+    return sum(seen.values())
+
+
+def test_a_checkpoint_prefix_in_another_dtype_holds_its_weights_once(exported):
+    """Found in review: the prefix read its weights into the shared model, but the rotary tables (buffers
+    only, never read) stayed fp32, `is_placed` failed and the whole prefix was deep-copied: on a GPU prefix a
+    second copy of its weights on the GPU. Measured here as bytes resident, not only as values."""
+    model = load_checkpoint(exported["tiny"], dtype=torch.bfloat16, keep=lambda m: [])
+    assert _resident_bytes(model) == 0
+    stage = PrefixStage(model, 2, Placement(prefix_dtype=torch.bfloat16))
+    read = sum(p.numel() * p.element_size() for m in prefix_modules(model, 2) for p in m.parameters())
+    assert stage.model is model
+    assert _resident_bytes(model, stage.model) == read
+    state = stage.run(synthetic_frame(model.spec, 0))
+    assert state.hidden.dtype == torch.bfloat16 and torch.isfinite(state.hidden.float()).all()
+
+
 def refused(directory, match, **kwargs):
     with pytest.raises(ConfigError, match=match):
         model = load_checkpoint(directory, **kwargs)

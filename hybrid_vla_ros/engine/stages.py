@@ -39,6 +39,13 @@ def is_placed(module: torch.nn.Module, device: torch.device, dtype: torch.dtype)
                for t in list(module.parameters()) + list(module.buffers()))
 
 
+def needs_placing(module: torch.nn.Module, device: torch.device, dtype: torch.dtype) -> bool:
+    """A module with weights not yet on `device` in `dtype`. One without parameters (the decoder's rotary
+    tables) needs none: HF's text rotary moves its table to the input's device, in fp32, at every call. (It
+    used to fail is_placed on a checkpoint's prefix, and the whole prefix was copied: its weights twice.)"""
+    return any(True for _ in module.parameters()) and not is_placed(module, device, dtype)
+
+
 def placed(module: torch.nn.Module, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
     """`module` itself when already placed, else a converted copy: the model given to a stage (possibly the
     process-wide one other stages share) is never mutated."""
@@ -83,7 +90,7 @@ class PrefixStage:
         device, dtype = placement.prefix_device, placement.prefix_dtype
         placement.exact_fp32()
         ensure_loaded(model, prefix_modules(model, hi), dtype, device)  # a checkpoint's prefix side: read now
-        if not all(is_placed(m, device, dtype) for m in prefix_modules(model, hi)):
+        if any(needs_placing(m, device, dtype) for m in prefix_modules(model, hi)):
             model = copy_sharing(model, suffix_modules(model, hi))
             for module in prefix_modules(model, hi):  # blocks [0, zone end) resident here
                 module.to(device=device, dtype=dtype)
