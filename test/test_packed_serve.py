@@ -382,3 +382,28 @@ def test_one_process_actionflow_fails_only_the_frames_of_a_step_that_raises(mode
     good = {r.seq: r.tokens for r in results if r.tokens is not None}
     assert good == {f.seq: sequential_tokens(model, f) for f in frames if f.seq in good} and len(good) == 2
     assert not flow.flight and len(flow.prefix.ring.free) == flow.prefix.ring.slots
+
+
+def test_headers_alternating_ring_sizes_do_not_rebuild_the_suffix_ring_each_step(models):
+    """Found in review: the suffix rebuilt every layer's KV ring whenever header.slots changed; alternating
+    values forced a reallocation per step. The ring now only grows."""
+    from hybrid_vla_ros.engine.actionflow.codec import decode_state, encode_state
+    model = models["tiny-act"]
+    suffix = PackedSuffixServer(model)
+    state, header = decode_state(_clean_steps(model)[0])
+    sides = []
+    for slots in (2, 4, 2, 4, 3, 4):
+        suffix.step(encode_state(state, header.partition, header.step, slots))
+        sides.append(suffix.side)
+    assert len({id(side) for side in sides}) == 2 and suffix.side.ring.slots == 4   # grown once, then kept
+
+
+def test_a_multi_row_segment_that_does_not_start_at_zero_is_refused(models):
+    """Several rows continuing a frame (start > 0) used to be attended top-left causal, wrongly aligned."""
+    from hybrid_vla_ros.engine.actionflow.codec import decode_state, encode_state
+    model = models["tiny-act"]
+    state, header = decode_state(_clean_steps(model)[0])
+    prefill = next(seg for seg in state.segments if seg.count > 1)
+    prefill.start = 3
+    with pytest.raises(InputError, match="several rows must be a prefill from position 0"):
+        PackedSuffixServer(model).step(encode_state(state, header.partition, header.step, header.slots))

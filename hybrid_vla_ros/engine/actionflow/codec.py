@@ -89,10 +89,15 @@ def check_layout(segments: list[Segment], hidden: torch.Tensor, positions: torch
 
 
 def check_fits(state: PackedState, slots: int, slot_tokens: int, source: str) -> None:
-    """Every segment lies inside a ring of `slots` slots of `slot_tokens` tokens (the receiving side's)."""
+    """Every segment lies inside a ring of `slots` slots of `slot_tokens` tokens (the receiving side's), and
+    several rows are a prefill from position 0 (the packed forward attends them causally from the slot's
+    start: rows continuing a frame would be misaligned, so they are refused, not attended wrongly)."""
     for seg in state.segments:
         expect(seg.slot < slots and seg.start + seg.count <= slot_tokens, InputError,
                f"{source}: segment {seg} does not fit a KV ring of {slots} slots x {slot_tokens} tokens")
+        expect(seg.count == 1 or seg.start == 0, InputError,
+               f"{source}: segment {seg} has {seg.count} rows from position {seg.start}; several rows must be a "
+               f"prefill from position 0")
 
 
 def encode_tokens(tokens: dict[int, int], step: int) -> bytes:

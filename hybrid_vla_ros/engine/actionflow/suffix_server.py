@@ -98,8 +98,10 @@ class PackedSuffixServer:
         check_rows_fit_model(state, self.model)
 
     def _follow(self, partition: int, slots: int) -> list[tuple[int, int]]:
-        """(Re)build this side's ring when the prefix's cut or ring changed; frames mid-decode are then lost."""
-        if self.side is not None and (self.side.lo, self.side.ring.slots) == (partition, slots):
+        """(Re)build this side's ring when the prefix's cut moved or its ring outgrew this one; frames
+        mid-decode are then lost. The ring only grows (to MAX_SLOTS at most): headers alternating between
+        ring sizes cost one allocation, not one of every layer per step."""
+        if self.side is not None and self.side.lo == partition and slots <= self.side.ring.slots:
             return []
         lost = [(e.seq, e.stamp_ns) for e in self.decoding.values()]
         self.side = PackedSide(self.model, partition, self.model.num_blocks, slots, self.slot_tokens)
