@@ -89,7 +89,7 @@ def test_a_step_whose_tokens_never_come_back_fails_its_frames_and_the_rest_go_on
     prefix = PackedPrefixServer(model, 2, 1, 2, policy="lossless", capacity=16, token_timeout_s=0.2)
     dropped = {3}   # the suffix's answer to step 3 is lost (frames 0 and 1 are mid-decode then)
     done, _ = drive(prefix, PackedSuffixServer(model), frames,
-                    answer=lambda sent, out: None if sent.step in dropped else out.tokens_payload)
+                    answer=lambda sent, out: None if sent.step - prefix.run_base in dropped else out.tokens_payload)
     lost = prefix.take_lost()
     assert {entry.reason for entry in lost} == {"token_feedback_timeout"}
     lost_stamps = {entry.stamp_ns for entry in lost}
@@ -97,9 +97,26 @@ def test_a_step_whose_tokens_never_come_back_fails_its_frames_and_the_rest_go_on
     survivors = [f for f in frames if f.stamp_ns not in lost_stamps]
     assert {r.seq: r.tokens for r in done} == {f.seq: sequential_tokens(model, f) for f in survivors}
     late = prefix.stale_tokens
-    prefix.tokens_in(encode_tokens({0: 300}, 3))   # the lost answer arrives after all: ignored, counted
+    prefix.tokens_in(encode_tokens({0: 300}, prefix.run_base + 3))   # the lost answer after all: ignored, counted
     prefix.next_group(wait_s=0.0)
     assert prefix.stale_tokens == late + 1
+
+
+def test_a_late_answer_from_an_earlier_run_never_matches_a_step_of_a_new_one(models):
+    """Step numbers restarted at 1 on every reconfigure or respawn, so a late answer to step 1 of the old run
+    was taken as the answer to step 1 of the new one. Step ids now start at a random base per server."""
+    model = models["tiny-act"]
+    frames = frames_of(model, 2)
+    old = PackedPrefixServer(model, 1, 1, 2, policy="lossless", capacity=4)
+    old.submit(frames[0])
+    late = PackedSuffixServer(model).step(old.step(old.next_group(wait_s=0.0)).payload)   # never delivered to old
+    new = PackedPrefixServer(model, 1, 1, 2, policy="lossless", capacity=4)
+    assert new.run_base != old.run_base
+    new.submit(frames[1])
+    sent = new.step(new.next_group(wait_s=0.0))
+    new.tokens_in(late.tokens_payload)                  # frame 0's token for the old run's step 1
+    new.next_group(wait_s=0.0)
+    assert new.stale_tokens == 1 and sent.step in new.awaiting
 
 
 def test_tokens_for_other_frames_or_outside_the_vocabulary_fail_the_step(models):
@@ -109,9 +126,9 @@ def test_tokens_for_other_frames_or_outside_the_vocabulary_fail_the_step(models)
     base = model.action_tokenizer.base
 
     def corrupt(sent, out):
-        if sent.step == 2:
+        if sent.step - prefix.run_base == 2:
             return encode_tokens({99: base}, sent.step)
-        if sent.step == 12:   # frame 2's second step (frame 0 failed at step 2, frame 1 took steps 3..10)
+        if sent.step - prefix.run_base == 12:   # frame 2's second step (frame 0 failed at step 2, frame 1 took steps 3..10)
             return encode_tokens({seq: base - 1 for seq in decode_tokens(out.tokens_payload)[0]}, sent.step)
         return out.tokens_payload
     done, _ = drive(prefix, PackedSuffixServer(model), frames, answer=corrupt)
@@ -154,7 +171,7 @@ def test_a_partition_change_waits_for_the_drain_and_the_suffix_follows(models):
 
     def on_step(sent):
         seen.append(sent.partition)
-        if sent.step == 3:
+        if sent.step - prefix.run_base == 3:
             prefix.request_partition(3)
     done, steps = drive(prefix, suffix, frames, on_step=on_step)
     assert {r.seq: r.tokens for r in done} == {f.seq: sequential_tokens(model, f) for f in frames}

@@ -14,6 +14,7 @@ Its counterpart in the suffix node is engine/actionflow/suffix_server.py.
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from collections import deque
@@ -86,6 +87,9 @@ class PackedPrefixServer:
         self.completed: list[ActionResult] = []
         self.pending_partition: int | None = None
         self.step_no, self.turn, self.closed = 0, 0, False
+        # Step ids on the wire start at a random base per server (a reconfigure or a respawn makes a new one):
+        # a late answer to a step of an earlier run never matches a step of this one.
+        self.run_base = secrets.randbits(62) << 1
         self.stale_tokens = 0   # token messages for steps no longer awaited (timed out, repeated)
 
     def _side(self, partition: int) -> PackedSide:
@@ -177,7 +181,7 @@ class PackedPrefixServer:
             return None
         with self.cond:
             self.step_no += 1
-            step = self.step_no
+            step = self.run_base + self.step_no
             self.awaiting[step] = (index, state, time.monotonic() + self.token_timeout_s)
         prefix_ms = (time.perf_counter() - t0) * 1e3
         payload = encode_state(state, group.partition, step, self.slots)
