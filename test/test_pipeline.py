@@ -205,3 +205,19 @@ def test_partition_change_mid_stream_matches_unsplit_for_every_frame(model):
         _, ref = reference_forward(model, frame)
         assert result.trajectory.partition == result.partition
         np.testing.assert_allclose(result.trajectory.points, ref.points, atol=1e-6)
+
+
+def test_a_late_release_after_a_reclaim_does_not_free_the_slot_of_a_frame_in_flight():
+    """A slot nobody released is reclaimed after slot_timeout_s; when its release then arrives after all, it
+    used to pop the slot of a frame still in flight, letting one more frame in than max_in_flight."""
+    from hybrid_vla_ros.engine.pipeline.flight import FlightControl
+    flight = FlightControl(2, just_in_time=False, slot_timeout_s=0.05)
+    assert flight.admit() and flight.admit()          # frames a and b
+    time.sleep(0.1)
+    assert flight.admit()                             # c: a's slot is reclaimed
+    assert flight.reclaimed == 1 and flight.in_flight == 2
+    flight.release()                                  # a's release, late
+    assert flight.in_flight == 2                      # b and c are still in flight
+    flight.release()
+    flight.release()
+    assert flight.in_flight == 0

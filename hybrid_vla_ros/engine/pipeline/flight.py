@@ -35,6 +35,7 @@ class FlightControl:
         self._taken: deque[float] = deque()   # admission times of the slots in use, oldest first
         self.max_seen = 0
         self.reclaimed = 0
+        self._owed = 0                        # reclaimed slots whose late release is still to come
         self.prefix_s = 0.0                   # EMA of the prefix's time per frame
         self.suffix_s = 0.0                   # EMA of the suffix's time per frame (0: not known here)
         self._handed = 0                      # handed to the suffix, not started
@@ -60,9 +61,12 @@ class FlightControl:
         return not stopped()
 
     def release(self) -> None:
-        """A frame left the pipeline (finished, failed, dropped, or handed out of this process)."""
+        """A frame left the pipeline (finished, failed, dropped, or handed out of this process). The late release
+        of a reclaimed slot settles that reclaim instead of freeing the slot of a frame still in flight."""
         with self._cond:
-            if self._taken:
+            if self._owed:
+                self._owed -= 1
+            elif self._taken:
                 self._taken.popleft()
             self._cond.notify_all()
 
@@ -96,6 +100,7 @@ class FlightControl:
         if self.slot_timeout_s is not None and self._taken and time.monotonic() - self._taken[0] > self.slot_timeout_s:
             self._taken.popleft()
             self.reclaimed += 1
+            self._owed += 1
 
     def suffix_free_in(self) -> float:
         """Estimated seconds until the suffix has finished everything handed to it so far."""
