@@ -424,3 +424,16 @@ def test_a_multi_row_segment_that_does_not_start_at_zero_is_refused(models):
     prefill.start = 3
     with pytest.raises(InputError, match="several rows must be a prefill from position 0"):
         PackedSuffixServer(model).step(encode_state(state, header.partition, header.step, header.slots))
+
+
+def test_closing_the_packed_prefix_accounts_for_every_frame_waiting_or_in_flight(models):
+    model = models["tiny-act"]
+    frames = frames_of(model, 4)
+    prefix = PackedPrefixServer(model, 2, 1, 2, policy="lossless", capacity=8)
+    for frame in frames:
+        prefix.submit(frame)
+    prefix.step(prefix.next_group(wait_s=0.0))          # frame 0 in flight (its tokens never come back)
+    prefix.close()
+    lost = prefix.take_lost()
+    assert sorted(entry.stamp_ns for entry in lost) == [f.stamp_ns for f in frames]
+    assert {entry.reason for entry in lost} == {"shutdown"}

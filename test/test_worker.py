@@ -80,3 +80,20 @@ def test_a_full_lossless_mailbox_drops_and_counts_instead_of_blocking_the_caller
     finally:
         release.set()
         worker.close()
+
+
+def test_closing_without_drain_counts_every_frame_it_leaves_with_its_stamp():
+    """close(drain=False) cleared the mailbox silently: those frames were never accounted for."""
+    release, lost = threading.Event(), []
+    health = StageHealth()
+    health.listener = lambda kind, reason, stamp_ns: lost.append((kind, reason, stamp_ns))
+    worker = StageWorker("t", lambda item: release.wait(5), policy="lossless", capacity=4, health=health,
+                         stamp_of=lambda item: 1000 + item).start()
+    worker.submit(0)
+    assert wait_for(lambda: worker.busy)
+    for item in (1, 2, 3):
+        assert worker.submit(item)
+    worker.close(timeout_s=0.1, drain=False)   # frame 0 still in the handler: the three waiting are left
+    release.set()
+    assert [entry for entry in lost if entry[1] == "shutdown"] == [("dropped", "shutdown", s) for s in (1001, 1002, 1003)]
+    assert health.drop_reasons["shutdown"] == 3

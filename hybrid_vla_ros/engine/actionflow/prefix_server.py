@@ -131,8 +131,13 @@ class PackedPrefixServer:
     set_partition = request_partition   # the stage interface the prefix node drives (partition_point)
 
     def close(self) -> None:
+        """Stop serving; every frame still waiting or in flight is lost as `shutdown` (take_lost says which)."""
         with self.cond:
             self.closed = True
+            left = list(self.inbox) + [f for g in self.groups for f in g.waiting] + \
+                [e.frame for g in self.groups for e in g.flight.values()]
+            self.inbox.clear()
+            self.lost += [Lost("shutdown", f"frame {f.seq}: the packed prefix closed", f.stamp_ns) for f in left]
             self.cond.notify_all()
 
     def take_lost(self) -> list[Lost]:

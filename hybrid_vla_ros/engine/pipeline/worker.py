@@ -255,12 +255,15 @@ class StageWorker:
         return _STOP if item is None else item
 
     def close(self, timeout_s: float = 5.0, drain: bool = False) -> None:
-        """Stop taking input. drain=False: stop now (an item in progress finishes; waiting ones are left);
-        drain=True: finish what is waiting first. Bounded: a stuck handler is abandoned (daemon thread)."""
+        """Stop taking input. drain=False: stop now (an item in progress finishes; waiting ones are dropped,
+        each counted as `shutdown` with its stamp); drain=True: finish what is waiting first. Bounded: a stuck
+        handler is abandoned (daemon thread)."""
         self._hard_stop = not drain
         if not drain:
             with self._mailbox.cond:
-                self._mailbox.items.clear()
+                left, self._mailbox.items = self._mailbox.items, []
+            for item in left:
+                self.health.drop("shutdown", self.stamp_of(item))
         self._mailbox.close()
         self._thread.join(timeout_s)
 

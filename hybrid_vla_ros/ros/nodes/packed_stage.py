@@ -107,6 +107,8 @@ class PackedPrefixLoop:
     def close(self) -> None:
         self.server.close()
         self.worker.close()
+        for lost in self.server.take_lost():  # frames waiting or in flight: each accounted for, once
+            self.node.health.drop(lost.reason, lost.stamp_ns)
 
 
 class PackedSuffixSteps:
