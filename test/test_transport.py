@@ -287,3 +287,60 @@ def test_in_process_registry_is_bounded_and_counts_evictions():
     with pytest.raises(InputError, match="unknown or already taken"):
         transport.receive(handles[0])
     assert transport.receive(handles[3]).seq == 3
+
+
+SLOW_READER = textwrap.dedent("""
+    import sys, time
+    from hybrid_vla_ros.engine.handover.transport import SharedMemoryTransport
+    reader = SharedMemoryTransport()
+    for line in sys.stdin:
+        segment, packed = line.split()
+        state = reader.receive((segment, bytes.fromhex(packed)))   # the state copied out ...
+        print("got", state.seq, flush=True)
+        time.sleep(float(sys.argv[1]))             # ... then a real-size CPU suffix: seconds per frame
+        print("done", state.seq, flush=True)
+""")
+
+
+def test_a_live_reader_slower_than_two_seconds_per_frame_loses_nothing():
+    """Measured on main: a READY slot was reclaimed after 1 s whatever its reader did, so a 7B-class suffix
+    lost frames even under lossless, each counted twice (ring_slot_reclaimed + invalid_boundary). Now the
+    reader's heartbeat keeps its slots; the writer waits (back-pressure)."""
+    child = subprocess.Popen([sys.executable, "-c", SLOW_READER, "2.1"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    writer = SharedMemoryTransport(slots=1)
+
+    def send(seq):
+        segment, packed = writer.send(make_state(seq))
+        child.stdin.write(f"{segment} {packed.hex()}\n")
+        child.stdin.flush()
+    try:
+        send(0)
+        assert child.stdout.readline().split() == ["got", "0"]   # the reader is up (its imports took a while)
+        t0 = time.monotonic()
+        send(1)                                    # in the freed slot at once
+        send(2)                                    # waits ~2 s: frame 1 is READY while frame 0 computes
+        assert time.monotonic() - t0 > 1.5
+        child.stdin.close()
+        lines = [line.split() for line in child.stdout]
+        assert child.wait(30) == 0
+        assert [int(seq) for word, seq in lines if word == "done"] == [0, 1, 2] and writer.reclaimed == 0
+    finally:
+        child.kill()
+        writer.close()
+
+
+def test_a_slot_the_reader_has_read_past_is_taken_back_at_once():
+    """States are served in order: once the reader took frame 5, a READY frame 4 (its descriptor displaced in
+    the reader's latest-wins mailbox) will never be read; the writer reuses its slot without waiting."""
+    writer = SharedMemoryTransport(slots=2)
+    reader = SharedMemoryTransport()
+    try:
+        writer.send(make_state(4))                 # never read
+        reader.receive(writer.send(make_state(5)))
+        t0 = time.monotonic()
+        writer.send(make_state(6))                 # needs frame 4's slot
+        assert time.monotonic() - t0 < 0.5 and writer.reclaimed == 1
+    finally:
+        reader.close()
+        writer.close()

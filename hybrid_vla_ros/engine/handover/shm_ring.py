@@ -4,9 +4,15 @@ Preallocated slots in /dev/shm with back-pressure, a sequence number, a partitio
 generation per slot; owner-only permissions. Segment names carry the user and a scope (the ROS graph:
 `segment_name`), so a reader never opens another user's or another graph's ring. The owner holds a shared
 flock on its segment for its whole life: a segment nobody holds a lock on is stale and is reclaimed; this
-works across PID namespaces (containers sharing /dev/shm), where a PID says nothing. A slot left READY for
-longer than `reclaim_after_s` (its reader died or restarted) is taken back by the writer and counted; a
-reader that was copying it at that moment sees the generation change and refuses the copy.
+works across PID namespaces (containers sharing /dev/shm), where a PID says nothing.
+
+A READY slot is the reader's for as long as the reader lives, however slow it is (a 7B CPU suffix takes
+seconds per frame; a fixed age limit lost its frames even under `lossless`). The reader says it lives with a
+heartbeat in the ring header (a thread of its transport, every READER_BEAT_S, independent of its compute)
+and says how far it has read (the newest frame it took). The writer takes a READY slot back, counted, only
+when the reader is gone (no heartbeat for `reclaim_after_s`, or none ever within that of the write) or has
+read a newer frame (states are served in order: it will never read this one). A reader that was copying a
+slot at that moment sees the generation change and refuses the copy.
 Attaching checks the segment's size against its header, so a truncated segment is refused, never read past.
 """
 
@@ -29,13 +35,16 @@ from . import codec
 SHM_DIR = Path("/dev/shm")
 SEGMENT_PREFIX = "hvla_"
 RING_MAGIC = b"HVLARING"
-RING_VERSION = 2
+RING_VERSION = 3
 RING_HEADER = struct.Struct("<8sIIQQI")       # magic, version, slots, slot capacity, ring id, owner pid
+READER = struct.Struct("<QQ")                  # at READER_OFFSET: reader heartbeat (CLOCK_MONOTONIC ns), newest seq read + 1
+READER_OFFSET = 40
 # state, epoch(partition), seq, ring id, generation, payload length, written at (CLOCK_MONOTONIC ns)
 SLOT_HEADER = struct.Struct("<IIQQIQQ")
 SLOT_HEADER_SIZE = 64
 FREE, WRITING, READY = 0, 1, 2
-RECLAIM_AFTER_S = 1.0                         # a slot READY this long has lost its reader
+RECLAIM_AFTER_S = 1.0                         # a reader silent this long (no heartbeat) is gone
+READER_BEAT_S = 0.1                           # how often a reader's transport beats
 DESCRIPTOR = struct.Struct("<8sQIIQQ")        # magic, ring id, slot, epoch, seq, length
 DESCRIPTOR_MAGIC = b"HVLASLOT"
 
@@ -126,8 +135,8 @@ class SharedMemoryRing:
                              f"{self.slots} slots of {self.slot_capacity} B = {needed} B (truncated?)")
         self._next = 0
         self._closed = False
-        self.reclaimed = 0  # writer: slots taken back from a reader that never read them (frames lost)
-        self.reclaimed_seqs: list[int] = []  # their frame seqs, until the owner takes them (bounded)
+        self.reclaimed = 0  # writer: slots taken back from a reader that never read them
+        self.reclaimed_seqs: list[int] = []  # frames lost with a gone reader, until the owner takes them (bounded)
         if owner:
             atexit.register(self.close)
 
@@ -192,23 +201,45 @@ class SharedMemoryRing:
         return SLOT_HEADER.unpack_from(self._mm, self._slot_offset(index))
 
     # -- writer ----------------------------------------------------------------------------------------
-    def _wait_for_slot(self, index: int, timeout_s: float, reclaim_after_s: float) -> None:
-        """Back-pressure: wait until the slot is FREE; take it back once it has been READY for reclaim_after_s
-        (its reader is gone: the frame in it is lost, counted in `reclaimed`)."""
-        deadline = time.monotonic() + timeout_s
+    def _wait_for_slot(self, index: int, timeout_s: float | None, reclaim_after_s: float) -> None:
+        """Back-pressure: wait until the slot is FREE, for as long as its reader lives (timeout_s: a bound
+        anyway, None = none); take it back when the reader is gone or has read past it (the frame in it is
+        lost, counted in `reclaimed`)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        pause = 0.0002
         while True:
             flag, _, seq, *_, written_ns = self._slot_header(index)
             if flag == FREE:
                 return
-            if flag == READY and time.monotonic_ns() - written_ns > reclaim_after_s * 1e9:
+            done = self._reader_done_with(seq, written_ns, reclaim_after_s) if flag == READY else None
+            if done is not None:
                 self.reclaimed += 1
-                self.reclaimed_seqs = (self.reclaimed_seqs + [seq])[-self.slots * 4:]
+                if done == "gone":   # lost with its reader; one it read past, it dropped and counted itself
+                    self.reclaimed_seqs = (self.reclaimed_seqs + [seq])[-self.slots * 4:]
                 return
-            if time.monotonic() > deadline:
+            if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"ring '{self.segment}': no free slot within {timeout_s} s (reader stalled?)")
-            time.sleep(0.0002)
+            time.sleep(pause)
+            pause = min(pause * 2, 0.005)   # a slow reader: poll less often the longer it takes
 
-    def write(self, state: BoundaryState, timeout_s: float = 5.0,
+    def _reader_done_with(self, seq: int, written_ns: int, reclaim_after_s: float) -> str | None:
+        """"gone" (silent since its last beat, or since the write), "passed" (it took a newer frame: this one
+        will never be read) or None (the slot is still the reader's)."""
+        beat_ns, read_past = READER.unpack_from(self._mm, READER_OFFSET)
+        if read_past > seq + 1:
+            return "passed"
+        return "gone" if time.monotonic_ns() - max(beat_ns, written_ns) > reclaim_after_s * 1e9 else None
+
+    def beat(self) -> None:
+        """Reader: I am alive (the writer leaves my READY slots to me)."""
+        beat_ns, read_past = READER.unpack_from(self._mm, READER_OFFSET)
+        READER.pack_into(self._mm, READER_OFFSET, time.monotonic_ns(), read_past)
+
+    def _mark_read(self, seq: int) -> None:
+        beat_ns, read_past = READER.unpack_from(self._mm, READER_OFFSET)
+        READER.pack_into(self._mm, READER_OFFSET, time.monotonic_ns(), max(read_past, seq + 1))
+
+    def write(self, state: BoundaryState, timeout_s: float | None = None,
               reclaim_after_s: float = RECLAIM_AFTER_S) -> SlotDescriptor:
         length = codec.encoded_size(state)
         expect(length <= self.slot_capacity, InputError,
@@ -248,6 +279,7 @@ class SharedMemoryRing:
                    f"{where}: frame {seq} was taken back by the writer while being read (read too late)")
             expect((state.seq, state.partition) == (seq, epoch), InputError,
                    f"{where}: payload is frame {state.seq} partition {state.partition}, header says {seq}/{epoch}")
+            self._mark_read(seq)
             return state
         finally:
             if self._still(desc.slot, generation):  # else the writer owns it again: leave it alone

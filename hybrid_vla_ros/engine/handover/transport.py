@@ -18,7 +18,7 @@ import threading
 from ...errors import InputError, expect
 from ...types import BoundaryState
 from . import codec
-from .shm_ring import SHM_DIR, SharedMemoryRing, SlotDescriptor  # noqa: F401 (SHM_DIR: re-exported)
+from .shm_ring import READER_BEAT_S, SHM_DIR, SharedMemoryRing, SlotDescriptor  # noqa: F401 (SHM_DIR: re-exported)
 
 
 class InProcessTransport:
@@ -107,6 +107,7 @@ class SharedMemoryTransport:
         self.name_hint = name or f"ring{secrets.token_hex(4)}"
         self.ring: SharedMemoryRing | None = None
         self._reader: SharedMemoryRing | None = None
+        self._beating: threading.Event | None = None   # set: the reader's heartbeat thread stops
 
     @property
     def reclaimed(self) -> int:
@@ -131,9 +132,30 @@ class SharedMemoryTransport:
             self._reader = None
             self._reader = self.ring if self.ring is not None and self.ring.segment == segment \
                 else SharedMemoryRing.attach(segment, scope=self.scope)
+            self._reader.beat()
+            self._start_beating()
         return self._reader.read(desc)
 
+    def _start_beating(self) -> None:
+        """The reader's heartbeat, from a thread of its own: a suffix computing for seconds still beats (torch
+        releases the GIL), so the writer leaves its slots alone; a dead reader stops beating."""
+        if self._beating is not None:
+            return
+        self._beating = stop = threading.Event()
+
+        def beat_loop() -> None:
+            while not stop.wait(READER_BEAT_S):
+                reader = self._reader
+                try:
+                    if reader is not None:
+                        reader.beat()
+                except (ValueError, OSError):   # its mapping closed meanwhile (re-attach or close)
+                    pass
+        threading.Thread(target=beat_loop, name="shm-reader-heartbeat", daemon=True).start()
+
     def close(self) -> None:
+        if self._beating is not None:
+            self._beating.set()
         for ring in {id(r): r for r in (self._reader, self.ring) if r is not None}.values():
             ring.close()
 
