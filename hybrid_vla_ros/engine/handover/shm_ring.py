@@ -6,13 +6,11 @@ generation per slot; owner-only permissions. Segment names carry the user and a 
 flock on its segment for its whole life: a segment nobody holds a lock on is stale and is reclaimed; this
 works across PID namespaces (containers sharing /dev/shm), where a PID says nothing.
 
-A READY slot is the reader's for as long as the reader lives, however slow it is (a 7B CPU suffix takes
-seconds per frame; a fixed age limit lost its frames even under `lossless`). The reader says it lives with a
-heartbeat in the ring header (a thread of its transport, every READER_BEAT_S, independent of its compute)
-and says how far it has read (the newest frame it took). The writer takes a READY slot back, counted, only
-when the reader is gone (no heartbeat for `reclaim_after_s`, or none ever within that of the write) or has
-read a newer frame (states are served in order: it will never read this one). A reader that was copying a
-slot at that moment sees the generation change and refuses the copy.
+A READY slot is the reader's while the reader lives, however slow (a 7B CPU suffix takes seconds per
+frame): the reader beats in the ring header from a thread of its transport and records the newest frame it
+took. The writer takes a READY slot back, counted, only when the reader is gone (silent for
+`reclaim_after_s`) or has read past it (states are served in order); a reader copying that slot at that
+moment sees the generation change and refuses the copy.
 Attaching checks the segment's size against its header, so a truncated segment is refused, never read past.
 """
 
@@ -37,8 +35,7 @@ SEGMENT_PREFIX = "hvla_"
 RING_MAGIC = b"HVLARING"
 RING_VERSION = 3
 RING_HEADER = struct.Struct("<8sIIQQI")       # magic, version, slots, slot capacity, ring id, owner pid
-READER = struct.Struct("<QQ")                  # at READER_OFFSET: reader heartbeat (CLOCK_MONOTONIC ns), newest seq read + 1
-READER_OFFSET = 40
+READER, READER_OFFSET = struct.Struct("<QQ"), 40  # reader's heartbeat (CLOCK_MONOTONIC ns), newest seq read + 1
 # state, epoch(partition), seq, ring id, generation, payload length, written at (CLOCK_MONOTONIC ns)
 SLOT_HEADER = struct.Struct("<IIQQIQQ")
 SLOT_HEADER_SIZE = 64
@@ -230,14 +227,11 @@ class SharedMemoryRing:
             return "passed"
         return "gone" if time.monotonic_ns() - max(beat_ns, written_ns) > reclaim_after_s * 1e9 else None
 
-    def beat(self) -> None:
-        """Reader: I am alive (the writer leaves my READY slots to me)."""
-        beat_ns, read_past = READER.unpack_from(self._mm, READER_OFFSET)
-        READER.pack_into(self._mm, READER_OFFSET, time.monotonic_ns(), read_past)
-
-    def _mark_read(self, seq: int) -> None:
-        beat_ns, read_past = READER.unpack_from(self._mm, READER_OFFSET)
-        READER.pack_into(self._mm, READER_OFFSET, time.monotonic_ns(), max(read_past, seq + 1))
+    def beat(self, read_seq: int | None = None) -> None:
+        """Reader: I am alive (the writer leaves my READY slots to me); read_seq: and I took this frame."""
+        read_past = READER.unpack_from(self._mm, READER_OFFSET)[1]
+        READER.pack_into(self._mm, READER_OFFSET, time.monotonic_ns(),
+                         read_past if read_seq is None else max(read_past, read_seq + 1))
 
     def write(self, state: BoundaryState, timeout_s: float | None = None,
               reclaim_after_s: float = RECLAIM_AFTER_S) -> SlotDescriptor:
@@ -279,7 +273,7 @@ class SharedMemoryRing:
                    f"{where}: frame {seq} was taken back by the writer while being read (read too late)")
             expect((state.seq, state.partition) == (seq, epoch), InputError,
                    f"{where}: payload is frame {state.seq} partition {state.partition}, header says {seq}/{epoch}")
-            self._mark_read(seq)
+            self.beat(read_seq=seq)
             return state
         finally:
             if self._still(desc.slot, generation):  # else the writer owns it again: leave it alone
