@@ -47,3 +47,25 @@ def test_only_one_side_within_the_skew_is_not_extrapolated():
     history.add(20 * MS, EgoState(6.0, 0.0))
     value, matched = history.match(0, 50 * MS)
     assert matched and value.speed_mps == 6.0
+
+
+def test_frames_wait_for_their_state_in_order_without_blocking_the_caller():
+    import time
+    from hybrid_vla_ros.engine.pipeline.camera_sync import WaitForState
+    from hybrid_vla_ros.types import Frame
+    history, out = StampedHistory(), []
+    gate = WaitForState(history, 50 * MS, wait_s=0.2, forward=lambda frame: out.append(frame.seq))
+    frames = [Frame(images=[], seq=i, stamp_ns=(i + 1) * 100 * MS) for i in range(3)]
+    t0 = time.monotonic()
+    for frame in frames:
+        gate.add(frame)
+    assert time.monotonic() - t0 < 0.05 and out == []          # nothing waited on the caller's thread
+    history.add(200 * MS, EgoState(1.0, 0.0))                  # frame 1's state is in, frame 0's is not
+    gate.poll()
+    assert out == []                                           # frame 1 keeps its place behind frame 0
+    history.add(100 * MS, EgoState(1.0, 0.0))
+    gate.poll()
+    assert out == [0, 1]
+    time.sleep(0.25)                                           # frame 2's state never comes: it goes on anyway
+    gate.poll()
+    assert out == [0, 1, 2] and gate.clear() == []

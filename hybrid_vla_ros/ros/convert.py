@@ -67,7 +67,7 @@ def image_to_array(msg, where: str, max_pixels: int = 40_000_000) -> np.ndarray:
            f"max_image_megapixels {max_pixels / 1e6:g}")
     enc = msg.encoding.lower()
     bpp, h, w, step = BYTES_PER_PIXEL[enc], int(msg.height), int(msg.width), int(msg.step)
-    data = np.frombuffer(msg.data if isinstance(msg.data, (bytes, bytearray)) else bytes(msg.data), np.uint8)
+    data = np.frombuffer(msg.data if not isinstance(msg.data, list) else bytes(msg.data), np.uint8)  # a view
     rows = data.reshape(h, step)[:, : w * bpp]
     if enc in YUV422:
         return _yuv422_to_rgb(rows.reshape(h, w // 2, 4), YUV422[enc])
@@ -129,6 +129,12 @@ def odometry_to_ego(msg) -> EgoState:
 
 
 # ---- boundary message --------------------------------------------------------------------------------
+
+def boundary_from_msg(msg) -> memoryview:
+    """std_msgs/UInt8MultiArray -> a view of its bytes, which the handover decodes (no copy: the message's
+    array stays alive as long as the view)."""
+    return memoryview(msg.data) if not isinstance(msg.data, list) else memoryview(bytes(msg.data))
+
 
 def boundary_to_msg(envelope: bytes, msg):
     """Envelope bytes -> std_msgs/UInt8MultiArray (one labelled dimension)."""

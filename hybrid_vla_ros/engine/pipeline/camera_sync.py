@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 
 import numpy as np
@@ -78,3 +79,32 @@ class StampedHistory:
             return self.between(before[1], after[1], (stamp_ns - before[0]) / (after[0] - before[0])), True
         nearest = min(near or entries, key=lambda e: abs(e[0] - stamp_ns))
         return nearest[1], bool(near)
+
+
+class WaitForState:
+    """Frames wait here, in order, until the stamped state they need (their kinematic state) is in `history`
+    within `skew_ns`, or `wait_s` has passed; then they go on to `forward(frame)`. Called from the thread
+    that feeds frames and states (the executor): no compute thread waits, so no other frame is delayed."""
+
+    def __init__(self, history: StampedHistory, skew_ns: int, wait_s: float, forward):
+        self.history, self.skew_ns, self.wait_s, self.forward = history, skew_ns, wait_s, forward
+        self.waiting: deque = deque()   # (frame, deadline)
+
+    def add(self, frame) -> None:
+        self.waiting.append((frame, time.monotonic() + self.wait_s))
+        self.poll()
+
+    def poll(self) -> None:
+        """Forward every frame at the head whose state is in, or whose wait is over."""
+        while self.waiting:
+            frame, deadline = self.waiting[0]
+            if not self.history.match(frame.stamp_ns, self.skew_ns)[1] and time.monotonic() < deadline:
+                return
+            self.waiting.popleft()
+            self.forward(frame)
+
+    def clear(self) -> list:
+        """-> the frames still waiting (the caller accounts for them)."""
+        frames = [frame for frame, _ in self.waiting]
+        self.waiting.clear()
+        return frames

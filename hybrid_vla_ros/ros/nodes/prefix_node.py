@@ -16,7 +16,7 @@ from ...engine.pipeline.flight import FlightControl
 from ...engine.handover.endpoints import HOST_ID, PROCESS_REGISTRY, HandoverEncoder
 from ...engine.placement import Placement
 from ...engine.stages import PrefixStage
-from ...engine.pipeline.camera_sync import CameraSync, StampedHistory
+from ...engine.pipeline.camera_sync import CameraSync, StampedHistory, WaitForState
 from ...engine.pipeline.worker import StageWorker
 from ...errors import ConfigError, HybridVLAError, expect
 from ...model.load import model_id
@@ -36,7 +36,7 @@ FLIGHT_SLOT_TIMEOUT_S = 10.0         # an in-flight slot nobody freed (a lost ha
 
 class PrefixNode(StageNode):
     def __init__(self, node_name: str = NODE_NAME, **kwargs):
-        self.worker = self.handover = self.flight = self.packed = None
+        self.worker = self.handover = self.flight = self.packed = self.ego_gate = None
         super().__init__(node_name, NODE_NAME, **kwargs)
 
     def configure_stage(self) -> None:
@@ -60,8 +60,12 @@ class PrefixNode(StageNode):
         else:
             self._configure_frames()
         self._subscribe_cameras()
-        if p["use_kinematic_state"]:
+        self.ego_gate = None
+        if p["use_kinematic_state"]:  # a frame waits for its kinematic state here, not in the compute thread
+            self.ego_gate = WaitForState(self.ego_history, int(p["sync_skew_ms"] * 1e6), KINEMATIC_WAIT_S,
+                                         lambda frame: self._submit(frame))
             self.configured_subscription(Odometry, "~/input/kinematic_state", self._on_odometry, 10)
+            self.configured_timer(0.01, self.ego_gate.poll)
         self.configured_subscription(Int32, "~/input/partition_point", self._on_partition_topic, 10)
         self.configured_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
         self.diagnostics = DiagnosticsPublisher(self, self.health, self.worker, self._extra_checks)
@@ -93,6 +97,8 @@ class PrefixNode(StageNode):
         self._submit = self.worker.submit
 
     def release_stage(self) -> None:
+        for frame in self.ego_gate.clear() if self.ego_gate is not None else []:  # accounted for, each
+            self.health.drop("shutdown", frame.stamp_ns)
         if self.packed is not None:
             self.packed.close()
         elif self.worker is not None:
@@ -134,7 +140,7 @@ class PrefixNode(StageNode):
             frame = Frame(images=messages, seq=self.seq, stamp_ns=stamp_ns, ego=None,
                           instruction=self.params["instruction"], arrival_ns=time.time_ns())
             self.seq += 1
-            self._submit(frame)
+            (self.ego_gate.add if self.ego_gate is not None else self._submit)(frame)
 
     def _decode(self, frame: Frame) -> bool:
         """The frame's camera messages -> (H, W, 3) uint8 RGB arrays, on the worker's thread."""
@@ -152,13 +158,14 @@ class PrefixNode(StageNode):
 
     def _on_odometry(self, msg: Odometry) -> None:
         self.ego_history.add(convert.stamp_to_ns(msg.header.stamp), convert.odometry_to_ego(msg))
+        self.ego_gate.poll()
 
     def ego_at(self, stamp_ns: int) -> EgoState:
-        """The kinematic state for a frame: the nearest (or interpolated) one within the camera skew, waiting
-        up to KINEMATIC_WAIT_S for it; else the newest older one, counted as 'kinematic_state_late'."""
+        """The kinematic state for a frame: the nearest (or interpolated) one within the camera skew (the frame
+        waited for it in ego_gate, up to KINEMATIC_WAIT_S); else the nearest one, counted as
+        'kinematic_state_late'."""
         use = self.params["use_kinematic_state"]
-        ego, matched = self.ego_history.match(stamp_ns, int(self.params["sync_skew_ms"] * 1e6),
-                                              KINEMATIC_WAIT_S if use else 0.0)
+        ego, matched = self.ego_history.match(stamp_ns, int(self.params["sync_skew_ms"] * 1e6))
         if not matched and use:
             self.health.reject("kinematic_state_late")
         return ego or EgoState()

@@ -35,7 +35,7 @@ POSE_WAIT_S = 0.1           # and may arrive up to this late
 
 class SuffixNode(StageNode):
     def __init__(self, node_name: str = NODE_NAME, **kwargs):
-        self.worker = self.decoder = self.packed = None
+        self.worker = self.decoder = self.packed = self.output = None
         self.cores = None
         self.memory_binding = "not requested (numa_node = -1)"
         super().__init__(node_name, NODE_NAME, **kwargs)
@@ -65,6 +65,10 @@ class SuffixNode(StageNode):
         self.poses = StampedHistory(between=Pose2D.between) if p["frame_id"] != EGO_FRAME else None
         if self.poses is not None:  # the map-frame output needs the ego pose of each frame
             self.configured_subscription(Odometry, "~/input/kinematic_state", self._on_odometry, 50)
+            # ... and may wait for it (POSE_WAIT_S): on a thread of its own, never the compute thread's
+            self.output = StageWorker("output", self._publish_now, policy="lossless", capacity=4 * SUFFIX_QUEUE,
+                                      health=self.health, on_error=self._on_worker_error,
+                                      stamp_of=lambda item: item[0].stamp_ns).start()
         self.markers = self._marker_publisher()
         self.diagnostics = DiagnosticsPublisher(self, self.health, self.worker, self._extra_checks)
         self.configured_timer(p["diagnostics_period_s"], self.diagnostics.publish)
@@ -97,9 +101,11 @@ class SuffixNode(StageNode):
     def release_stage(self) -> None:
         if self.worker is not None:
             self.worker.close()
+        if self.output is not None:
+            self.output.close(drain=True)
         if self.decoder is not None:
             self.decoder.close()
-        self.worker = self.decoder = None
+        self.worker = self.decoder = self.output = None
 
     def _bind_memory(self) -> None:
         """Runs on the pinned worker thread: bind its allocations to the NUMA node, then re-copy the suffix's
@@ -171,7 +177,7 @@ class SuffixNode(StageNode):
                                                         Marker, Point))
 
     def _on_boundary(self, msg: UInt8MultiArray) -> None:
-        data = bytes(msg.data)
+        data = convert.boundary_from_msg(msg)
         if self.accepting(stamp_ns=envelope_stamp(data)):
             self.worker.submit((data, time.perf_counter()))
         elif not is_packed_state(data):
@@ -226,8 +232,18 @@ class SuffixNode(StageNode):
         self.diagnostics.publish_time(ms)
 
     def publish_trajectory(self, trajectory, arrival_ns: int, values: dict) -> None:
-        """A finished frame's trajectory in the output frame, its markers and its info; not when it is older
-        than the last one published (out_of_order), has no pose, or is stale by now (each counted)."""
+        """A finished frame's trajectory in the output frame, its markers and its info (in the map frame from
+        the output thread, which may wait for the frame's pose; in the ego frame at once)."""
+        item = (trajectory, arrival_ns, values)
+        if self.output is None:
+            self._publish_now(item)
+        else:
+            self.output.submit(item)
+
+    def _publish_now(self, item) -> None:
+        """Not published when older than the last one (out_of_order), without a pose, stale by now or
+        non-finite (each counted)."""
+        trajectory, arrival_ns, values = item
         if trajectory.stamp_ns <= self.last_stamp_ns:
             self._reject("out_of_order", ConfigError(
                 f"trajectory of frame {trajectory.seq} has stamp {trajectory.stamp_ns}, not newer than "
