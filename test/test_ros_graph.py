@@ -668,3 +668,40 @@ def test_graph_serves_an_hf_checkpoint_directory_exactly(domain, tmp_path):
         assert h.suffix.model.checkpoint_files.read_keys  # read from the directory, not built from the preset
     finally:
         h.close()
+
+
+def test_a_warm_standby_suffix_takes_over_within_a_second_and_publishes_nothing_twice(domain):
+    """Two suffixes (the standby in the same executor here; `--processes` gives it a process of its own),
+    inline handover so both see every state. The standby stays idle while the active one beats; when that one
+    goes silent (its node leaves the executor: no beats, no callbacks) the standby takes over and serves the
+    frames that follow; no stamp is published twice."""
+    from hybrid_vla_ros.ros.launch_support.bringup import graph_params, make_node
+    from hybrid_vla_ros.ros.nodes.lifecycle import bring_up
+    from hybrid_vla_ros.ros.topics import STANDBY_NODE
+    overrides = {"hybrid_vla_prefix": {"boundary_transport": "inline"}, "hybrid_vla_suffix": {"warm_standby": True}}
+    h = Harness(overrides)
+    try:
+        merged = {k: {**v, **overrides.get(k, {})} for k, v in TINY_OVERRIDES.items()}
+        standby = make_node("hybrid_vla_suffix", graph_params(overrides=merged)["hybrid_vla_suffix"], h.context,
+                            name=STANDBY_NODE)
+        h.graph.executor.add_node(standby)
+        bring_up(standby)
+        primary = h.suffix
+        assert wait_until(lambda: primary.role.active, h.spin, 5)
+        for seq in range(3):
+            h.send_frame(seq)
+        assert primary.role.active and not standby.role.active and standby.role.buffer
+        h.graph.executor.remove_node(primary)            # silent from now on, as if SIGKILLed
+        t_dead = time.monotonic()
+        h.send_frame(3)
+        assert time.monotonic() - t_dead < 1.0
+        assert standby.role.active and standby.role.takeovers == 1
+        h.send_frame(4)
+        stamps = [int(i["stamp_ns"]) for i in h.infos]
+        assert len(stamps) == len(set(stamps)) == 5
+        assert standby.health.rejected.get("out_of_order", 0) <= 3   # buffered frames the primary had published
+    finally:
+        h.graph.executor.remove_node(standby)
+        standby.destroy_node()
+        h.graph.executor.add_node(primary)
+        h.close()

@@ -12,6 +12,8 @@ BOUNDARY_TOPIC = "/hybrid_vla/boundary_state"
 # Action-token models: each packed step's next tokens, suffix -> prefix (the prefix needs them for its next step).
 ACTION_TOKENS_TOPIC = "/hybrid_vla/action_tokens"
 PARTITION_TOPIC = "/hybrid_vla/partition_point"
+SUFFIX_ROLE_TOPIC = "/hybrid_vla/suffix_role"   # warm standby: the active suffix's heartbeat (ros/nodes/standby.py)
+STANDBY_NODE = "hybrid_vla_suffix_standby"      # the standby suffix's node name (the suffix's parameters)
 TRAJECTORY_TOPIC = "/planning/hybrid_vla/trajectory"
 # The launch files' default output: where Autoware's end-to-end planners publish (autoware_launch remaps the
 # end-to-end planner's output there); `hybrid-vla graph` keeps the package's own name beside a running stack.
@@ -32,6 +34,12 @@ REMAPS = {
                              "~/input/trajectory_info": TRAJECTORY_INFO_TOPIC,
                              "~/input/prefix_step_info": PREFIX_STEP_TOPIC, "~/input/suffix_step_info": SUFFIX_STEP_TOPIC},
 }
+
+# The standby suffix (ros/nodes/standby.py) takes the suffix's topics, and its debug topics are the suffix's:
+# consumers (the scheduler, the benches, Autoware's tools) see one suffix, whichever is active.
+STANDBY_REMAPS = {**REMAPS["hybrid_vla_suffix"], "~/debug/trajectory_info": TRAJECTORY_INFO_TOPIC,
+                  "~/debug/step_info": SUFFIX_STEP_TOPIC,
+                  "~/debug/dropped_frames": "/hybrid_vla_suffix/debug/dropped_frames"}
 
 # Boundary: reliable, keep last 10, transient local: a suffix that starts after the prefix still gets the
 # latest states (stale ones are then rejected and counted, never silently lost).

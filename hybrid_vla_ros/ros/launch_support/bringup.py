@@ -15,7 +15,7 @@ from ...errors import ConfigError, expect
 from ..params import NODE_PARAMS, chosen_cores, load_node_params
 from .session import executor_with, ros_context, spin_until_stopped
 from .supervise import Supervisor, stop_processes  # noqa: F401 (stop_processes: the demo's)
-from ..topics import NODES, REMAPS
+from ..topics import NODES, REMAPS, STANDBY_NODE, STANDBY_REMAPS
 
 SHORT = {"prefix": "hybrid_vla_prefix", "suffix": "hybrid_vla_suffix", "scheduler": "hybrid_vla_scheduler"}
 
@@ -105,9 +105,12 @@ def node_class(node: str):
     return getattr(modules[node], NODE_CLASSES[node])
 
 
-def make_node(node: str, values: dict, context=None, remaps: dict | None = None):
-    return node_class(node)(context=context, cli_args=remap_args(node, remaps),
-                            parameter_overrides=to_ros_parameters(node, values))
+def make_node(node: str, values: dict, context=None, remaps: dict | None = None, name: str | None = None):
+    """name: another node name for the same node kind (the standby suffix: the suffix's topics and params)."""
+    kwargs = {"node_name": name} if name else {}
+    extra = {**STANDBY_REMAPS, **(remaps or {})} if name == STANDBY_NODE else remaps
+    return node_class(node)(context=context, cli_args=remap_args(node, extra),
+                            parameter_overrides=to_ros_parameters(node, values), **kwargs)
 
 
 class InProcessGraph:
@@ -175,6 +178,8 @@ def child_commands(config: str | None, nodes: tuple[str, ...] = NODES) -> dict[s
         if cores:
             cmd += ["--pin", ",".join(map(str, cores))]
         commands[node] = cmd
+        if node == "hybrid_vla_suffix" and params[node].get("warm_standby"):  # its standby, on the same cores
+            commands[STANDBY_NODE] = cmd + ["--name", STANDBY_NODE]
     return commands
 
 
@@ -201,7 +206,8 @@ def node_names(text: str) -> tuple[str, ...]:
     return tuple(n for n in NODES if n in full)
 
 
-def run_single_node(node: str, config: str | None, pin: list[int] | None, autostart: bool = True) -> int:
+def run_single_node(node: str, config: str | None, pin: list[int] | None, autostart: bool = True,
+                    name: str | None = None) -> int:
     """Child of `--processes`: one node, its own process, until SIGINT/SIGTERM (exit code 0)."""
     from ..nodes.lifecycle import bring_up
     tune_interpreter()
@@ -215,7 +221,7 @@ def run_single_node(node: str, config: str | None, pin: list[int] | None, autost
     with ros_context() as context:
         if stop.requested():
             return 0
-        n = make_node(node, params, context)
+        n = make_node(node, params, context, name=name)
         with executor_with([n], context) as executor:
             if not stop.requested():
                 bring_up(n)
@@ -270,11 +276,12 @@ def main(argv=None) -> int:
     parser.add_argument("--config", default=None)
     parser.add_argument("--pin", default="")
     parser.add_argument("--no-autostart", action="store_true", help="leave the node unconfigured (autostart false)")
+    parser.add_argument("--name", default=None, choices=[STANDBY_NODE], help="the suffix's warm standby")
     args = parser.parse_args(argv)
     pin = [int(c) for c in args.pin.split(",") if c]
     expect(all(c in allowed_cores() for c in pin), ConfigError, f"--pin {pin}: not all cores are allowed here")
     try:
-        return run_single_node(args.node, args.config, pin, autostart=not args.no_autostart)
+        return run_single_node(args.node, args.config, pin, autostart=not args.no_autostart, name=args.name)
     finally:
         stop.ignore_further()
 

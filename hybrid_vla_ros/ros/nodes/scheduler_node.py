@@ -34,7 +34,7 @@ from ...errors import ConfigError, HybridVLAError, expect
 from .lifecycle import ManagedNode
 from .model_cache import shared_model
 from .parameters import ParameterTable
-from ..topics import PARTITION_QOS
+from ..topics import PARTITION_QOS, STANDBY_NODE
 
 NODE_NAME = "hybrid_vla_scheduler"
 PENDING_FRAMES = 64  # prefix infos waiting for their suffix info (bounded: a frame dropped later never joins)
@@ -192,7 +192,8 @@ class SchedulerNode(ManagedNode):
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
         for status in msg.status:
-            if status.name.endswith(": backlog") and "suffix" in status.name:
+            standby = status.name.startswith(STANDBY_NODE)   # idle by design: its backlog says nothing
+            if status.name.endswith(": backlog") and "suffix" in status.name and not standby:
                 try:
                     self.suffix_backlog = int(info_values(status)["backlog"])
                 except (KeyError, ValueError):

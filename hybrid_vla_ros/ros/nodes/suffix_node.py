@@ -23,8 +23,9 @@ from .. import convert
 from .diagnostics import DiagnosticsPublisher
 from .stage_node import StageNode, graph_scope
 from .packed_stage import PackedSuffixSteps
+from .standby import SuffixRole
 from ..params import chosen_cores
-from ..topics import BOUNDARY_QOS
+from ..topics import BOUNDARY_QOS, STANDBY_NODE
 
 NODE_NAME = "hybrid_vla_suffix"
 SUFFIX_QUEUE = 64  # boundary states waiting for the suffix worker (the limit of max_in_flight)
@@ -35,7 +36,7 @@ POSE_WAIT_S = 0.1           # and may arrive up to this late
 
 class SuffixNode(StageNode):
     def __init__(self, node_name: str = NODE_NAME, **kwargs):
-        self.worker = self.decoder = self.packed = self.output = None
+        self.worker = self.decoder = self.packed = self.output = self.role = None
         self.cores = None
         self.memory_binding = "not requested (numa_node = -1)"
         super().__init__(node_name, NODE_NAME, **kwargs)
@@ -70,9 +71,20 @@ class SuffixNode(StageNode):
                                       health=self.health, on_error=self._on_worker_error,
                                       stamp_of=lambda item: item[0].stamp_ns).start()
         self.markers = self._marker_publisher()
+        self.role = self._standby_role() if p["warm_standby"] else None
         self.diagnostics = DiagnosticsPublisher(self, self.health, self.worker, self._extra_checks)
         self.configured_timer(p["diagnostics_period_s"], self.diagnostics.publish)
         self._log_configuration(reason, placement)
+
+    def _standby_role(self) -> SuffixRole:
+        expect(self.packed is None, ConfigError, f"warm_standby: model '{self.model.spec.name}' decodes action "
+               f"tokens; the frames in flight live in the active suffix's KV ring, a standby cannot take them over")
+
+        def take_over(buffered) -> None:  # the messages the active one may not have finished, oldest first
+            for data, received in buffered:
+                if (envelope_stamp(data) or 0) > self.last_stamp_ns:
+                    self.worker.submit((data, received))
+        return SuffixRole(self, self.get_name() == STANDBY_NODE, take_over)
 
     def _choose_dtype(self) -> DtypeChoice:
         """dtype: auto -> measured on this CPU and the worker's cores (engine/cpu.py); else the parameter."""
@@ -178,7 +190,9 @@ class SuffixNode(StageNode):
 
     def _on_boundary(self, msg: UInt8MultiArray) -> None:
         data = convert.boundary_from_msg(msg)
-        if self.accepting(stamp_ns=envelope_stamp(data)):
+        if self.role is not None and not self.role.active:
+            self.role.keep((data, time.perf_counter()))   # standing by: never read (a shm slot is the active's)
+        elif self.accepting(stamp_ns=envelope_stamp(data)):
             self.worker.submit((data, time.perf_counter()))
         elif not is_packed_state(data):
             self._let_go(data)
@@ -271,7 +285,8 @@ class SuffixNode(StageNode):
         loads = psutil.cpu_percent(percpu=True)
         cores = self.cores or list(range(len(loads)))
         load = sum(loads[c] for c in cores if c < len(loads)) / max(1, len(cores))
-        return [("cpu_load", 0, f"{load:.0f}% on cores {cores}", {"cpu_load_percent": f"{load:.1f}"}),
+        role = [self.role.check()] if self.role is not None else []
+        return role + [("cpu_load", 0, f"{load:.0f}% on cores {cores}", {"cpu_load_percent": f"{load:.1f}"}),
                 ("dtype", 0, self.dtype_choice.dtype, {"dtype": self.dtype_choice.dtype,
                                                        "dtype_reason": self.dtype_choice.reason}),
                 ("handover", 0, f"receives shared memory of domain {HOST_ID:016x}",

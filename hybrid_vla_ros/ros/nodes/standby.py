@@ -1,0 +1,102 @@
+"""A warm standby for the suffix: a second suffix process with its weights loaded, subscribed and idle, that
+takes over within a fraction of a second when the active one goes silent (respawn alone takes seconds:
+a new interpreter, torch, the model, discovery).
+
+Every suffix of a graph with `warm_standby` runs a `SuffixRole`. The active one beats on ROLE_TOPIC every
+BEAT_S from its executor (never from a compute thread, so a long frame does not silence it). A standby keeps
+the last boundary messages it saw without running them (it never reads a shared-memory slot: that would take
+it from the active one) and follows the trajectories published (their stamps). When no beat came for
+TAKEOVER_S it becomes active: it runs the buffered messages newer than the last published trajectory, then
+serves as usual; nothing already published is published again (the stage refuses stamps not newer).
+Everyone starts by listening for LISTEN_S: a respawned primary that hears the promoted standby stands by in
+its turn. Of two active ones (a stalled primary that comes back), the one active longer stays.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections import deque
+
+from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
+
+from ..convert import stamp_to_ns
+from ..topics import SUFFIX_ROLE_TOPIC
+
+BEAT_S = 0.05            # the active suffix's heartbeat period
+TAKEOVER_S = 0.3         # silence after which a standby takes over (six beats missed)
+LISTEN_S = 0.6           # every suffix listens this long before it may become active
+FIRST_WAIT_S = 5.0       # a standby that never heard an active one takes over after this
+BUFFERED = 16            # boundary messages a standby keeps (the newest)
+
+
+class SuffixRole:
+    def __init__(self, node, standby: bool, on_promote):
+        """standby: start as the standby (else: become active once nobody else is). on_promote(buffered):
+        the messages to run, oldest first, when this one becomes active."""
+        self.node, self.on_promote, self.prefers_standby = node, on_promote, standby
+        self.instance, self.started = secrets.randbits(62), time.monotonic()
+        self.active_since_ns = 0          # wall clock when this one became active (0: standing by)
+        self.heard: float | None = None   # when the last beat of another active suffix came
+        self.buffer: deque = deque(maxlen=BUFFERED)
+        self.takeovers = 0
+        self.pub = node.configured_publisher(DiagnosticStatus, SUFFIX_ROLE_TOPIC, 10)
+        node.configured_subscription(DiagnosticStatus, SUFFIX_ROLE_TOPIC, self._on_beat, 10)
+        node.configured_subscription(node.msg_cls, "~/output/trajectory", self._on_published, 10)
+        node.configured_timer(BEAT_S, self._tick)
+
+    def _on_published(self, msg) -> None:
+        """While standing by: the newest stamp published (by the active one), so nothing is published twice."""
+        if not self.active:
+            self.node.last_stamp_ns = max(self.node.last_stamp_ns, stamp_to_ns(msg.header.stamp))
+
+    @property
+    def active(self) -> bool:
+        return self.active_since_ns > 0
+
+    def keep(self, item) -> None:
+        """A standby's boundary message (data, received), kept for a takeover."""
+        self.buffer.append(item)
+
+    def _on_beat(self, msg: DiagnosticStatus) -> None:
+        values = {kv.key: kv.value for kv in msg.values}
+        try:
+            theirs = (int(values["active_since_ns"]), int(values["instance"]))
+        except (KeyError, ValueError):
+            return
+        if theirs[1] == self.instance:
+            return
+        self.heard = time.monotonic()
+        if self.active and theirs < (self.active_since_ns, self.instance):  # it was active first: it stays
+            self.active_since_ns = 0
+            self.node.get_logger().warning("another suffix has been active longer: standing by")
+
+    def _tick(self) -> None:
+        if self.active:
+            self.pub.publish(DiagnosticStatus(name=f"{self.node.get_name()}: role", message="active", values=[
+                KeyValue(key="instance", value=str(self.instance)),
+                KeyValue(key="active_since_ns", value=str(self.active_since_ns))]))
+            return
+        now = time.monotonic()
+        if now - self.started < LISTEN_S:
+            return
+        if self.heard is None:
+            silent = not self.prefers_standby or now - self.started > FIRST_WAIT_S
+        else:
+            silent = now - self.heard > TAKEOVER_S
+        if silent:
+            self._promote()
+
+    def _promote(self) -> None:
+        self.active_since_ns, self.takeovers = time.time_ns(), self.takeovers + 1
+        buffered, self.buffer = list(self.buffer), deque(maxlen=BUFFERED)
+        if self.heard is not None:
+            self.node.get_logger().warning(f"no active suffix for {TAKEOVER_S:g} s: taking over "
+                                           f"({len(buffered)} boundary messages buffered)")
+        self._tick()   # say so at once
+        self.on_promote(buffered)
+
+    def check(self) -> tuple:
+        """The role's diagnostic status (check name, level, message, values)."""
+        role = "active" if self.active else "standby"
+        return ("role", 0, role, {"role": role, "takeovers": str(self.takeovers), "buffered": str(len(self.buffer))})
