@@ -687,7 +687,7 @@ def test_a_warm_standby_suffix_takes_over_within_a_second_and_publishes_nothing_
         h.graph.executor.add_node(standby)
         bring_up(standby)
         primary = h.suffix
-        assert wait_until(lambda: primary.role.active, h.spin, 5)
+        assert wait_until(lambda: primary.role.active, h.spin, 10)   # another suffix is up: it waits for beats first
         for seq in range(3):
             h.send_frame(seq)
         assert primary.role.active and not standby.role.active and standby.role.buffer

@@ -23,9 +23,9 @@ CAMERA_TOPICS = ("/faults/camera0/image_raw", "/faults/camera1/image_raw", "/fau
 NODE_NAMES = ("hybrid_vla_prefix", "hybrid_vla_suffix", "hybrid_vla_scheduler")
 
 
-def graph_config(preset: str, directory: Path) -> Path:
+def graph_config(preset: str, directory: Path, standby: bool = False) -> Path:
     """The shipped defaults with the camera topics of this drive, the `latest` input policy of a live car
-    and the small model."""
+    and the small model; standby: the suffix with its warm standby (and the inline handover both can read)."""
     from ..ros.launch_support.bringup import graph_params, write_combined_config
     spec = get_preset(preset)
     zone = {"model.preset": preset, "partition_point": 2, "dynamic_zone_min": 1, "dynamic_zone_max": 3,
@@ -33,10 +33,12 @@ def graph_config(preset: str, directory: Path) -> Path:
     overrides = {
         "hybrid_vla_prefix": {**zone, "camera_topics": list(CAMERA_TOPICS[:spec.num_cameras]), "image_transport": "raw",
                               "input_policy": "latest", "use_kinematic_state": False},
-        "hybrid_vla_suffix": {**zone, "frame_id": "base_link", "output_type": "path"},
+        "hybrid_vla_suffix": {**zone, "frame_id": "base_link", "output_type": "path", "warm_standby": standby},
         "hybrid_vla_scheduler": {"model.preset": preset, "initial_partition": 2, "dynamic_zone_min": 1,
                                  "dynamic_zone_max": 3, "policy": "simple", "hysteresis": 10.0,
                                  "backlog_threshold": 1000}}  # the partition stays put: a move is not a fault
+    if standby:
+        overrides["hybrid_vla_prefix"]["boundary_transport"] = "inline"
     return write_combined_config(graph_params(overrides=overrides), directory / "graph.param.yaml")
 
 
@@ -48,11 +50,13 @@ class GraphProcess:
         self.proc = subprocess.Popen(cmd + (["--processes"] if processes else []), env=env, start_new_session=True)
 
     def node_pid(self, node: str) -> int | None:
-        """The pid of the child running `node` (--processes), or None."""
+        """The pid of the child running `node` (--processes; the standby suffix by its own name), or None."""
         import psutil
+        from ..ros.topics import STANDBY_NODE
         for child in psutil.Process(self.proc.pid).children(recursive=True):
             try:
-                if node in child.cmdline():
+                cmdline = child.cmdline()
+                if node in cmdline and (node == STANDBY_NODE or STANDBY_NODE not in cmdline):
                     return child.pid
             except psutil.Error:
                 continue
@@ -88,6 +92,7 @@ class Ledger:
     delivered: dict = field(default_factory=dict)   # stamp -> trajectory receive time
     handed: dict = field(default_factory=dict)      # stamp -> prefix frame_info receive time
     lost: dict = field(default_factory=dict)        # stamp -> "node: kind reason" (first report)
+    published_twice: int = 0                        # trajectories of a stamp already delivered
     partitions: list = field(default_factory=list)  # (time, partition) from the prefix's frame infos
 
 
@@ -126,7 +131,9 @@ class Camera:
 
     def _on_trajectory(self, msg) -> None:
         from ..ros.convert import stamp_to_ns
-        self.ledger.delivered.setdefault(stamp_to_ns(msg.header.stamp), time.monotonic())
+        stamp = stamp_to_ns(msg.header.stamp)
+        self.ledger.published_twice += stamp in self.ledger.delivered
+        self.ledger.delivered.setdefault(stamp, time.monotonic())
 
     def _on_frame_info(self, msg) -> None:
         values = {kv.key: kv.value for kv in msg.values}

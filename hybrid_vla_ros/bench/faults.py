@@ -26,6 +26,7 @@ from .drive import Camera, GraphProcess, Ledger, graph_config
 
 KILLS = ("hybrid_vla_suffix", "hybrid_vla_prefix", "hybrid_vla_scheduler")
 START_TIMEOUT_S = 120.0
+RESPAWN_UP_S = 8.0  # a respawned suffix is up (and standing by) within this here
 QUIET_S = 2.0  # > two diagnostics periods of the bench graph (0.5 s): the counts they carry are current
 
 
@@ -144,6 +145,30 @@ def run_kills(preset: str, config: Path, rate_hz: float, before_s: float, timeou
         {p for t, p in camera.ledger.partitions if t < kills[0]["t_kill"]})}
 
 
+def run_standby_kill(preset: str, directory: Path, rate_hz: float, before_s: float, timeout_s: float,
+                     progress) -> dict:
+    """The suffix with a warm standby (ros/nodes/standby.py): SIGKILL the active suffix, the standby takes
+    over; its time to the first trajectory beside respawn's, every frame accounted for, none published twice."""
+    config = graph_config(preset, directory, standby=True)
+    graph = GraphProcess(config, processes=True, env=dict(os.environ))
+    camera = Camera(preset)
+    try:
+        progress("standby: starting the graph with a warm standby suffix")
+        wait_for_graph(camera, rate_hz)
+        camera.drive(before_s, rate_hz)
+        progress("standby: SIGKILL hybrid_vla_suffix (the active one)")
+        kill = kill_and_recover(graph, camera, "hybrid_vla_suffix", rate_hz, timeout_s)
+        camera.drive(before_s + RESPAWN_UP_S, rate_hz)   # the respawned primary comes up: it must stand by
+        end = time.monotonic()
+        camera.spin(3.0)
+        exit_code = graph.stop()
+    finally:
+        camera.close()
+        graph.stop()
+    account(camera.ledger, [kill], end)
+    return {**kill, "published_twice": camera.ledger.published_twice, "graph_exit_code": exit_code}
+
+
 def run_soak(preset: str, config: Path, processes: bool, frames: int, rate_hz: float, burst: int, progress) -> dict:
     """frames at rate_hz with the tree's RSS and fds sampled each second, then `burst` frames back to back.
     The frames that brought the graph up (readiness probes, published while nodes were still matching or
@@ -212,11 +237,12 @@ def run_faults(preset: str = "tiny", rate_hz: float = 20.0, before_s: float = 4.
     isolate_dds()
     config = graph_config(preset, Path(tempfile.mkdtemp(prefix="hvla_faults_")))
     kills = run_kills(preset, config, rate_hz, before_s, recover_timeout_s, progress)
+    standby = run_standby_kill(preset, config.parent, rate_hz, before_s, recover_timeout_s, progress)
     soak = {}
     for processes in (False, True):
         result = run_soak(preset, config, processes, soak_frames, soak_rate_hz, burst, progress)
         soak[result["mode"]] = result
-    return {"scenario": "faults", "preset": preset, "rate_hz": rate_hz, **kills,
+    return {"scenario": "faults", "preset": preset, "rate_hz": rate_hz, **kills, "standby": standby,
             "soak": {"frames": min(s["frames"] for s in soak.values()),
                      "rss_growth_fraction": max(s["rss_growth_fraction"] for s in soak.values()),
                      "frames_unaccounted": sum(s["frames_unaccounted"] for s in soak.values()), "modes": soak}}

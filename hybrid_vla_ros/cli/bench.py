@@ -166,12 +166,18 @@ def bench_faults(args) -> int:
     rows = [(k["node"], f"recovered {k['recovered']}, first trajectory after {k['seconds_to_first_trajectory']} s, "
                         f"lost {k['lost_in_killed_process']}, dropped {k['dropped_counted']}, unaccounted "
                         f"{k['frames_unaccounted']}") for k in report["kills"]]
+    sb = report["standby"]
+    rows.append(("suffix with warm standby", f"first trajectory after {sb['seconds_to_first_trajectory']} s, lost "
+                                            f"{sb['lost_in_killed_process']}, dropped {sb['dropped_counted']}, "
+                                            f"unaccounted {sb['frames_unaccounted']}, published twice "
+                                            f"{sb['published_twice']}"))
     rows += [(f"soak {m}", f"{s['frames']} frames, RSS {s['rss_growth_fraction']:+.2%}, fds {s['fds_at_base']}->"
                            f"{s['fds_at_end']}, burst {s['burst']['delivered']}/{s['burst']['frames']} delivered, "
                            f"unaccounted {s['frames_unaccounted']}") for m, s in report["soak"]["modes"].items()]
     print(key_value_table(rows + [("full report", args.json or "(--json FILE)")]))
-    unaccounted = sum(k["frames_unaccounted"] for k in report["kills"]) + report["soak"]["frames_unaccounted"]
-    return 0 if all(k["recovered"] for k in report["kills"]) and not unaccounted else 1
+    unaccounted = sum(k["frames_unaccounted"] for k in report["kills"] + [sb]) + report["soak"]["frames_unaccounted"]
+    return 0 if all(k["recovered"] for k in report["kills"] + [sb]) and not unaccounted and not sb["published_twice"] \
+        else 1
 
 
 def register(sub) -> None:

@@ -25,8 +25,11 @@ from ..topics import SUFFIX_ROLE_TOPIC
 
 BEAT_S = 0.05            # the active suffix's heartbeat period
 TAKEOVER_S = 0.3         # silence after which a standby takes over (six beats missed)
-LISTEN_S = 0.6           # every suffix listens this long before it may become active
-FIRST_WAIT_S = 5.0       # a standby that never heard an active one takes over after this
+LISTEN_S = 2.0           # every suffix listens this long before it may become active: DDS discovery of a
+                         # new process takes up to ~1.5 s here (at 0.6 s a respawned primary missed the
+                         # standby's beats and both served for 1.6 s)
+FIRST_WAIT_S = 5.0       # a primary that sees another suffix but never heard it beat goes active after
+                         # this (twice this for a standby that never heard an active one)
 BUFFERED = 16            # boundary messages a standby keeps (the newest)
 
 
@@ -46,9 +49,9 @@ class SuffixRole:
         node.configured_timer(BEAT_S, self._tick)
 
     def _on_published(self, msg) -> None:
-        """While standing by: the newest stamp published (by the active one), so nothing is published twice."""
-        if not self.active:
-            self.node.last_stamp_ns = max(self.node.last_stamp_ns, stamp_to_ns(msg.header.stamp))
+        """The newest stamp published by any suffix, so nothing is published twice (also in the moment two
+        are active, before the later one stands by)."""
+        self.node.last_stamp_ns = max(self.node.last_stamp_ns, stamp_to_ns(msg.header.stamp))
 
     @property
     def active(self) -> bool:
@@ -78,12 +81,18 @@ class SuffixRole:
                 KeyValue(key="active_since_ns", value=str(self.active_since_ns))]))
             return
         now = time.monotonic()
-        if now - self.started < LISTEN_S:
+        age = now - self.started
+        if age < LISTEN_S:
             return
-        if self.heard is None:
-            silent = not self.prefers_standby or now - self.started > FIRST_WAIT_S
-        else:
+        if self.heard is not None:
             silent = now - self.heard > TAKEOVER_S
+        elif self.prefers_standby:
+            silent = age > 2 * FIRST_WAIT_S
+        else:  # a primary alone (no other suffix discovered, no boundary traffic yet: a fresh graph) starts at
+            # once; one that finds the graph running (a respawn) gives an active one's beats time to arrive
+            # (discovery of a new process can lag: a respawned primary once served beside the standby)
+            alone = self.node.count_publishers(SUFFIX_ROLE_TOPIC) <= 1 and not self.buffer
+            silent = alone or age > FIRST_WAIT_S
         if silent:
             self._promote()
 
