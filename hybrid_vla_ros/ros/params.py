@@ -131,8 +131,8 @@ SUFFIX_PARAMS = _common_model() + [
     ParamSpec("max_output_age_ms", "double", "drop (and count as stale_output) a trajectory whose frame arrived at "
               "the prefix longer ago than this at publish time; 0 = never", 0.0, 1e7, dynamic=True),
     ParamSpec("numa_node", "int", "pin the worker to this NUMA node's cores; -1 = no NUMA pinning", -1, 63),
-    ParamSpec("warm_standby", "bool", "a second suffix process (hybrid_vla_suffix_standby, --processes and the "
-              "launch files) with its weights loaded takes over within ~0.3 s when this one goes silent"),
+    ParamSpec("warm_standby", "bool", "a second suffix process (hybrid_vla_suffix_standby; hybrid-vla graph --processes) "
+              "with its weights loaded takes over within ~0.3 s when this one goes silent"),
     ParamSpec("output_type", "string", "trajectory message type; auto = Autoware when importable, else Path",
               choices=("auto", "autoware", "autoware_auto", "path")),
     ParamSpec("frame_id", "string", "frame of the output trajectory: base_link = the ego frame as predicted; any "
