@@ -439,6 +439,25 @@ def test_sample_drive_gives_the_same_trajectories_in_one_process_and_in_separate
         np.testing.assert_allclose(traj_one[stamp], traj_many[stamp], atol=1e-5)
 
 
+def odometry(stamp_ns: int, x: float, y: float, yaw: float, frame_id: str = "map"):
+    import math
+    from nav_msgs.msg import Odometry
+    odom = Odometry()
+    odom.header.frame_id = frame_id
+    convert.ns_to_stamp(stamp_ns, odom.header.stamp)
+    odom.pose.pose.position.x, odom.pose.pose.position.y = x, y
+    odom.pose.pose.orientation.z, odom.pose.pose.orientation.w = math.sin(yaw / 2), math.cos(yaw / 2)
+    return odom
+
+
+def first_path_after_frame_0(h):
+    """Frame 0 through the graph (after the odometry settled) -> its path's (x, y) points."""
+    h.settle(0.3)
+    h.send_frame(0)
+    assert wait_until(lambda: len(h.paths) == 1, h.spin)
+    return np.array([[p.pose.position.x, p.pose.position.y] for p in h.paths[0].poses])
+
+
 def test_map_frame_trajectory_is_moved_with_the_matched_pose_and_needs_one(domain):
     """frame_id map: ego waypoints rotated by the pose's yaw and moved to its position (the odometry matched to
     the frame by stamp); no pose for a frame: nothing published, counted as pose_missing."""
@@ -450,17 +469,9 @@ def test_map_frame_trajectory_is_moved_with_the_matched_pose_and_needs_one(domai
         assert wait_until(lambda: pub.get_subscription_count() > 0, h.spin, 10)
         frame = h.frame(0)
         for stamp, x in ((frame.stamp_ns - 1_000_000_000, -50.0), (frame.stamp_ns, 10.0)):
-            odom = Odometry()
-            odom.header.frame_id = "map"
-            convert.ns_to_stamp(stamp, odom.header.stamp)
-            odom.pose.pose.position.x, odom.pose.pose.position.y = x, 5.0
-            odom.pose.pose.orientation.z, odom.pose.pose.orientation.w = math.sin(math.pi / 4), math.cos(math.pi / 4)
-            pub.publish(odom)
-        h.settle(0.3)
-        h.send_frame(0)
-        assert wait_until(lambda: len(h.paths) == 1, h.spin)
+            pub.publish(odometry(stamp, x, 5.0, math.pi / 2))
+        got = first_path_after_frame_0(h)
         ego = reference_points(0)
-        got = np.array([[p.pose.position.x, p.pose.position.y] for p in h.paths[0].poses])
         np.testing.assert_allclose(got, np.stack([10.0 - ego[:, 1], 5.0 + ego[:, 0]], axis=1), atol=1e-4)
         assert h.paths[0].header.frame_id == "map"
         late = h.frame(5)
@@ -483,17 +494,9 @@ def test_the_map_frame_pose_is_interpolated_at_the_frame_stamp_and_other_frames_
         frame, other = h.frame(0), h.frame(1)
         for stamp, x, frame_id in ((frame.stamp_ns - 40_000_000, 0.0, "map"), (frame.stamp_ns + 10_000_000, 10.0, "map"),
                                    (other.stamp_ns, 3.0, "odom")):
-            odom = Odometry()
-            odom.header.frame_id = frame_id
-            convert.ns_to_stamp(stamp, odom.header.stamp)
-            odom.pose.pose.position.x = x
-            odom.pose.pose.orientation.w = 1.0
-            pub.publish(odom)
-        h.settle(0.3)
-        h.send_frame(0)
-        assert wait_until(lambda: len(h.paths) == 1, h.spin)
+            pub.publish(odometry(stamp, x, 0.0, 0.0, frame_id))
+        got = first_path_after_frame_0(h)
         ego = reference_points(0)
-        got = np.array([[p.pose.position.x, p.pose.position.y] for p in h.paths[0].poses])
         np.testing.assert_allclose(got, np.stack([8.0 + ego[:, 0], ego[:, 1]], axis=1), atol=1e-4)
         assert h.suffix.health.rejected["odometry_frame_mismatch"] == 1
         h.publish_images(other.images, other.stamp_ns)
