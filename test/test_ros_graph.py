@@ -203,17 +203,13 @@ def test_states_sent_to_an_inactive_suffix_give_their_in_process_slots_back_at_o
 
 
 def test_bring_up_activates_the_receivers_before_the_senders(harness):
-    order = []
-    for name in ("hybrid_vla_prefix", "hybrid_vla_suffix"):
-        node = harness.graph.nodes[name]
-        node.trigger_deactivate()
-        node.activated = lambda name=name: order.append(name)
     from hybrid_vla_ros.ros.nodes.lifecycle import bring_up_all
-    for node in harness.graph.nodes.values():
-        if node.active:
-            node.trigger_deactivate()
+    order, stages = [], [harness.graph.nodes[n] for n in ("hybrid_vla_prefix", "hybrid_vla_suffix")]
+    for node in stages:          # back to unconfigured (the scheduler is left alone: it never started here)
+        node.trigger_deactivate()
         node.trigger_cleanup()
-    bring_up_all([harness.graph.nodes[n] for n in ("hybrid_vla_prefix", "hybrid_vla_suffix")])
+        node.activated = lambda name=node.get_name(): order.append(name)
+    bring_up_all(stages)
     assert order == ["hybrid_vla_suffix", "hybrid_vla_prefix"]
 
 
