@@ -91,12 +91,51 @@ def accelerations(points: np.ndarray) -> np.ndarray:
 
 
 @dataclass
+class DeepStack:
+    """Qwen3-VL's DeepStack: visual features from several vision layers, added to the hidden state at the image
+    tokens after each of the first k decoder blocks. A boundary cut at p < k carries the ones still to add.
+
+    positions: (n,) int64  the image tokens' indices in the frame's sequence
+    features:  (m, n, H)   the additions after blocks first_block .. first_block + m - 1
+    """
+    positions: torch.Tensor
+    features: torch.Tensor
+    first_block: int = 0
+
+    @property
+    def end_block(self) -> int:
+        return self.first_block + self.features.shape[0]
+
+    def after_block(self, block: int, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden (1, S, H) after decoder block `block` -> with that block's addition (if any) at the image tokens."""
+        if not self.first_block <= block < self.end_block:
+            return hidden
+        hidden = hidden.clone()
+        hidden[0, self.positions] = hidden[0, self.positions] + self.features[block - self.first_block].to(hidden.dtype)
+        return hidden
+
+    def from_block(self, block: int) -> "DeepStack | None":
+        """What a suffix starting at `block` still adds (views, no copy); None when nothing is left."""
+        start = max(block, self.first_block)
+        if start >= self.end_block:
+            return None
+        return DeepStack(self.positions, self.features[start - self.first_block:], start)
+
+    def to(self, device) -> "DeepStack":
+        return DeepStack(self.positions.to(device), self.features.to(device), self.first_block)
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.positions, self.features))
+
+
+@dataclass
 class BoundaryState:
     """Everything the suffix needs to run blocks [partition, L) for one frame.
 
     hidden:         (B, S, H)  hidden state after block partition-1 (the embeddings when partition == 0)
     position_ids:   (3, B, S) for M-RoPE (Qwen-VL) or (B, S) for 1-D RoPE (LLaMA); int64
     attention_mask: (B, S)     1 = attend, 0 = padding; int64
+    deepstack:      what DeepStack (Qwen3-VL) still adds after blocks >= partition; None for other families
     """
     hidden: torch.Tensor
     position_ids: torch.Tensor
@@ -107,9 +146,11 @@ class BoundaryState:
     query_index: int = -1  # position of the planning query token the head reads
     arrival_ns: int = 0    # the frame's arrival at the prefix (Frame.arrival_ns), carried in the envelope
     timings: dict = field(default_factory=dict)
+    deepstack: DeepStack | None = None
     # Set by an in-process handover: the sender's FlightControl (engine/pipeline/flight.py); the receiver reports
     # suffix_started() / suffix_finished(s) to it, which frees the sender's in-flight slot. Never serialised.
     flight: object = field(default=None, repr=False, compare=False)
 
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (self.hidden, self.position_ids, self.attention_mask))
+        tensors = sum(t.numel() * t.element_size() for t in (self.hidden, self.position_ids, self.attention_mask))
+        return tensors + (self.deepstack.nbytes() if self.deepstack is not None else 0)

@@ -2,6 +2,7 @@
 own tensors (straight into its dtype), and every malformed directory is refused naming the file and tensor."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from hybrid_vla_ros.errors import ConfigError
 from hybrid_vla_ros.model.checkpoint import HEAD_FILE, INDEX_FILE, load_checkpoint, save_checkpoint
 from hybrid_vla_ros.model.inputs import synthetic_frame
 
-FAMILIES = ("tiny", "tiny-qwen2.5", "tiny-llava")
+FAMILIES = ("tiny", "tiny-qwen2.5", "tiny-llava", "tiny-qwen3vl")
 
 
 @pytest.fixture(scope="module")
@@ -168,7 +169,9 @@ def test_malformed_directories_are_refused_naming_file_and_tensor(exported, tmp_
     d = copy_of(src, tmp_path / "model_type")
     config = json.loads((d / "config.json").read_text())
     (d / "config.json").write_text(json.dumps({**config, "model_type": "gpt2"}))
-    refused(d, r"model_type 'gpt2' is not supported; supported: \['llava', 'qwen2_5_vl', 'qwen2_vl'\]")
+    from hybrid_vla_ros.model.families import supported_model_types
+    assert {"llava", "qwen2_vl", "qwen2_5_vl", "qwen3_vl"} <= set(supported_model_types())
+    refused(d, re.escape(f"model_type 'gpt2' is not supported; supported: {supported_model_types()}"))
 
     d = copy_of(src, tmp_path / "corrupt")
     (d / shard).write_bytes((d / shard).read_bytes()[:100])

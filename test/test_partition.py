@@ -11,7 +11,7 @@ from hybrid_vla_ros.model.load import load_vla
 from hybrid_vla_ros.model.tokens import sequence_length
 
 
-@pytest.mark.parametrize("preset", ["tiny", "tiny-qwen2.5", "tiny-llava"])
+@pytest.mark.parametrize("preset", ["tiny", "tiny-qwen2.5", "tiny-llava", "tiny-qwen3vl"])
 def test_split_matches_unsplit_forward_at_every_partition_in_fp32(preset):
     model = load_vla(preset=preset)
     report = verify_partitions(model, frames=2)

@@ -54,16 +54,17 @@ def with_own_tokenizer(directory, preset, plan_token="<|plan|>"):
     return tokenizer
 
 
-@pytest.mark.parametrize("preset", ["tiny", "tiny-llava"])
+@pytest.mark.parametrize("preset", ["tiny", "tiny-llava", "tiny-qwen3vl"])
 def test_a_checkpoint_with_its_own_tokenizer_is_prompted_with_it_and_splits_exactly(tmp_path, preset):
     tokenizer = with_own_tokenizer(tmp_path, preset)
     model = load_checkpoint(tmp_path)
     assert isinstance(model.prompt, TokenizerPrompt)
     ids = encode_frame(synthetic_frame(model.spec, 0), model).input_ids[0].tolist()
     n = model.family.image_tokens_per_camera(model.spec)
-    image_id = tokenizer.convert_tokens_to_ids("<|image_pad|>" if preset == "tiny" else "<image>")
+    qwen = preset != "tiny-llava"
+    image_id = tokenizer.convert_tokens_to_ids("<|image_pad|>" if qwen else "<image>")
     assert ids.count(image_id) == model.spec.num_cameras * n and image_id >= 256  # not the built-in id 2
-    if preset == "tiny":
+    if qwen:
         start = tokenizer.convert_tokens_to_ids("<|vision_start|>")
         assert ids[:n + 2] == [start] + [image_id] * n + [tokenizer.convert_tokens_to_ids("<|vision_end|>")]
     assert ids[-1] == tokenizer.convert_tokens_to_ids("<|plan|>")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import time
+from typing import NamedTuple
 
 import torch
 from transformers.masking_utils import create_causal_mask
@@ -16,20 +17,23 @@ from ..model.vla import VLAModel, waypoints_from_head
 from .cpu import optimise_for_cpu
 from .scheduling.partition import Zone, check_partition, partition_report, prefix_modules, suffix_modules  # noqa: F401
 from .placement import Placement
-from ..types import BoundaryState, Frame, Trajectory
+from ..types import BoundaryState, DeepStack, Frame, Trajectory
 
 
 def run_blocks(decoder, blocks, hidden: torch.Tensor, position_ids: torch.Tensor,
-               attention_mask: torch.Tensor) -> torch.Tensor:
-    """Run the given decoder blocks on hidden (B, S, H). Mask and rotary cos/sin are rebuilt from the
-    2-D mask and the position ids, so either side of the cut can call this with the same inputs."""
+               attention_mask: torch.Tensor, first: int = 0, deepstack: DeepStack | None = None) -> torch.Tensor:
+    """Run decoder blocks first, first + 1, ... (the given ones) on hidden (B, S, H), adding DeepStack's
+    features after the blocks it names. Mask and rotary cos/sin are rebuilt from the 2-D mask and the position
+    ids, so either side of the cut can call this with the same inputs."""
     if len(blocks) == 0:
         return hidden
     mask = create_causal_mask(config=decoder.config, inputs_embeds=hidden, attention_mask=attention_mask,
                               cache=None, position_ids=None)
     position_embeddings = decoder.rotary_emb(hidden, position_ids)  # cos, sin: (B, S, head_dim)
-    for block in blocks:
+    for index, block in enumerate(blocks, start=first):
         hidden = block(hidden, attention_mask=mask, position_embeddings=position_embeddings, position_ids=None)
+        if deepstack is not None:
+            hidden = deepstack.after_block(index, hidden)
     return hidden
 
 
@@ -59,21 +63,28 @@ def copy_sharing(model: VLAModel, shared: list[torch.nn.Module]) -> VLAModel:
     return copy.deepcopy(model, memo={id(m): m for m in shared})
 
 
-def frame_embeddings(model: VLAModel, frame: Frame, place: Placement = Placement()):
-    """Frame -> (input embeddings (1, S, H) with the image features in place, position ids (3, 1, S) or
-    (1, S), token ids (1, S)), on the prefix device: what block 0 takes."""
+class Embedded(NamedTuple):
+    """One frame, ready for block 0, on the prefix device."""
+    embeds: torch.Tensor              # (1, S, H) token embeddings with the image features in place
+    position_ids: torch.Tensor        # (3, 1, S) M-RoPE or (1, S)
+    input_ids: torch.Tensor           # (1, S)
+    deepstack: DeepStack | None       # Qwen3-VL: additions after blocks 0 .. k-1 at the image tokens
+
+
+def frame_embeddings(model: VLAModel, frame: Frame, place: Placement = Placement()) -> Embedded:
+    """Frame -> what block 0 takes (and what DeepStack adds after the first blocks), on the prefix device."""
     encoded = encode_frame(frame, model, place.prefix_device)  # images resized/normalised on the prefix device
     input_ids = place.to_prefix(encoded.input_ids)                                     # (1, S)
     pixels = {k: place.to_prefix(v) for k, v in encoded.pixels.items()}
     if "pixel_values" in pixels:
         pixels["pixel_values"] = pixels["pixel_values"].to(place.prefix_dtype)
     embeds = model.decoder.embed_tokens(input_ids)                                     # (1, S, H)
-    features = model.family.image_features(model.backbone, pixels).to(embeds.dtype)   # (n_img, H)
-    image_mask = (input_ids == model.prompt.image_token_id).unsqueeze(-1)              # (1, S, 1)
-    embeds = embeds.masked_scatter(image_mask, features)
+    features, additions = model.family.image_features_and_deepstack(model.backbone, pixels)  # (n_img, H), k x
+    image_mask = input_ids == model.prompt.image_token_id                              # (1, S)
+    embeds = embeds.masked_scatter(image_mask.unsqueeze(-1), features.to(embeds.dtype))
     position_ids = model.family.position_ids(model.backbone, input_ids, place.to_prefix(encoded.mm_token_type_ids),
                                              pixels)                                   # (3, 1, S) or (1, S)
-    return embeds, position_ids, input_ids
+    return Embedded(embeds, position_ids, input_ids, model.family.deepstack(image_mask, additions))
 
 
 class PrefixStage:
@@ -106,13 +117,13 @@ class PrefixStage:
     def run(self, frame: Frame) -> BoundaryState:
         t0 = time.perf_counter()
         model, place = self.model, self.placement
-        embeds, position_ids, input_ids = frame_embeddings(model, frame, place)
-        decoder = model.decoder
+        embeds, position_ids, input_ids, deepstack = frame_embeddings(model, frame, place)
         attention_mask = torch.ones_like(input_ids)                                    # (1, S)
         partition = self.partition  # read once: a concurrent set_partition applies from the next frame
-        hidden = run_blocks(decoder, self.blocks[:partition], embeds, position_ids, attention_mask)
+        hidden = run_blocks(model.decoder, self.blocks[:partition], embeds, position_ids, attention_mask, 0, deepstack)
         place.synchronize()
         return BoundaryState(hidden=hidden, position_ids=position_ids, attention_mask=attention_mask,
+                             deepstack=deepstack.from_block(partition) if deepstack is not None else None,
                              partition=partition, seq=frame.seq, stamp_ns=frame.stamp_ns,
                              query_index=input_ids.shape[1] - 1, arrival_ns=frame.arrival_ns,
                              timings={"prefix_ms": (time.perf_counter() - t0) * 1e3})
@@ -143,8 +154,10 @@ class SuffixStage:
         own = [b for i, b in self.blocks.items() if b is not layers[i] or (i < hi and placed_apart)]
         self.cpu_backend = optimise_for_cpu(own, placement.suffix_dtype)
         spec = model.spec
+        self.image_tokens = spec.num_cameras * model.family.image_tokens_per_camera(spec)
         self.seq_len = model.prompt.sequence_length(spec.num_cameras, model.family.image_tokens_per_camera(spec),
                                                     spec.text_tokens)
+        self.deepstack_depth = model.family.deepstack_blocks(model.backbone.config)
 
     def set_partition(self, partition: int) -> None:
         """The partition the suffix expects by default; each state still runs from its own partition."""
@@ -182,6 +195,27 @@ class SuffixStage:
         expect(-self.seq_len <= state.query_index < self.seq_len, InputError,
                f"{where}: query_index {state.query_index} outside the {self.seq_len} tokens")
         expect_finite(state.hidden, "nonfinite_boundary", f"{where}: hidden")  # an fp16 overflow, a damaged payload
+        self.validate_deepstack(state, where)
+
+    def validate_deepstack(self, state: BoundaryState, where: str) -> None:
+        """A cut below the DeepStack depth k carries the k - p additions still due, at the image tokens."""
+        due = max(0, self.deepstack_depth - state.partition)
+        ds = state.deepstack
+        expect((ds is None) == (due == 0), InputError,
+               f"{where}: {'no' if ds is None else 'a'} DeepStack payload at partition {state.partition}; this "
+               f"model adds DeepStack features after blocks 0..{self.deepstack_depth - 1}, so {due} are due")
+        if ds is None:
+            return
+        shape = (due, self.image_tokens, self.model.spec.hidden_size)
+        expect(ds.first_block == state.partition and tuple(ds.features.shape) == shape, InputError,
+               f"{where}: DeepStack features {tuple(ds.features.shape)} from block {ds.first_block}, expected {shape} "
+               f"from block {state.partition}")
+        expect(ds.features.dtype == self.placement.prefix_dtype, InputError,
+               f"{where}: DeepStack dtype {ds.features.dtype}, expected {self.placement.prefix_dtype} (the prefix dtype)")
+        expect(ds.positions.dtype == torch.int64 and tuple(ds.positions.shape) == (self.image_tokens,) and
+               bool(((ds.positions >= 0) & (ds.positions < self.seq_len)).all()), InputError,
+               f"{where}: DeepStack positions: expected {self.image_tokens} int64 token indices in [0, {self.seq_len})")
+        expect_finite(ds.features, "nonfinite_boundary", f"{where}: DeepStack features")
 
     def run(self, state: BoundaryState) -> Trajectory:
         return self.forward(state)[1]
@@ -196,7 +230,8 @@ class SuffixStage:
         position_ids = state.position_ids.to(place.suffix_device)
         attention_mask = state.attention_mask.to(place.suffix_device)
         blocks = [self.blocks[i] for i in range(state.partition, model.num_blocks)]  # exactly what the prefix skipped
-        hidden = run_blocks(model.decoder, blocks, hidden, position_ids, attention_mask)
+        deepstack = state.deepstack.to(place.suffix_device) if state.deepstack is not None else None
+        hidden = run_blocks(model.decoder, blocks, hidden, position_ids, attention_mask, state.partition, deepstack)
         hidden = self.norm(hidden)                                                     # (1, S, H)
         raw = self.head(hidden[:, state.query_index])                                  # (1, N, 4)
         points = waypoints_from_head(raw.float(), model.spec.waypoint_dt_s)            # (1, N, 5)

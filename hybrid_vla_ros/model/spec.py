@@ -34,6 +34,9 @@ class VLASpec:
     vision_heads: int = 4
     vision_intermediate: int = 128
     patch_size: int = 14
+    # DeepStack (Qwen3-VL): decoder blocks 0 .. deepstack_blocks-1 each get an addition at the image tokens from
+    # one more ViT layer; 0 for every other family
+    deepstack_blocks: int = 0
     image_height: int = 56
     image_width: int = 56
     num_cameras: int = 1  # ORION and MindDrive take six surround cameras
@@ -76,7 +79,12 @@ class VLASpec:
                    f"ids above the prompt's {MIN_VOCAB}; raise vocab_size for more)")
             expect(self.action_step_range_m > 0, ConfigError,
                    f"spec '{self.name}': action_step_range_m={self.action_step_range_m}, expected > 0")
-        step = self.patch_size * get_family(self.family).patch_merge  # image sides: whole merged patches
+        family = get_family(self.family)
+        expect(isinstance(self.deepstack_blocks, int) and 0 <= self.deepstack_blocks <= family.max_deepstack and
+               self.deepstack_blocks <= min(self.num_blocks, self.vision_depth), ConfigError,
+               f"spec '{self.name}': deepstack_blocks={self.deepstack_blocks!r}, expected 0..{family.max_deepstack} for "
+               f"{self.family} and at most num_blocks and vision_depth")
+        step = self.patch_size * family.patch_merge  # image sides: whole merged patches
         for side in ("image_height", "image_width"):
             expect(getattr(self, side) % step == 0, ConfigError,
                    f"spec '{self.name}': {side}={getattr(self, side)} must be a multiple of {step} for {self.family}")
@@ -104,6 +112,8 @@ _BENCH = dict(num_blocks=16, hidden_size=576, num_heads=9, num_kv_heads=3, inter
               vision_depth=2, vision_hidden=192, vision_heads=3, vision_intermediate=384,
               image_height=112, image_width=112, num_cameras=6, text_tokens=32, head_hidden=256)
 
+_QWEN3_TINY = dict(patch_size=16, image_height=64, image_width=64, vision_depth=3, deepstack_blocks=2)
+
 PRESETS: dict[str, VLASpec] = {
     "tiny": VLASpec(name="tiny", family="qwen2_vl", **_TINY,
                     notes="Qwen2-VL family (M-RoPE), unit-test size"),
@@ -111,6 +121,10 @@ PRESETS: dict[str, VLASpec] = {
                             notes="Qwen2.5-VL family (MindDrive backbone family), unit-test size"),
     "tiny-llava": VLASpec(name="tiny-llava", family="llava", **{**_TINY, "image_height": 28, "image_width": 28},
                           notes="LLaVA family (CLIP + Llama, ORION backbone family), unit-test size"),
+    # Qwen3-VL: 16-px patches (image sides: multiples of 32) and DeepStack into decoder blocks 0, 1 (of 4): the
+    # cuts p = 0, 1 carry DeepStack additions over the boundary, p >= 2 none.
+    "tiny-qwen3vl": VLASpec(name="tiny-qwen3vl", family="qwen3_vl", **{**_TINY, **_QWEN3_TINY},
+                            notes="Qwen3-VL family (interleaved M-RoPE, DeepStack into 2 blocks), unit-test size"),
     "bench": VLASpec(name="bench", family="qwen2_vl", **_BENCH,
                      notes="Qwen2-VL family, six cameras; a few hundred ms per frame on one core"),
     "bench-llava": VLASpec(name="bench-llava", family="llava",
@@ -128,6 +142,10 @@ PRESETS: dict[str, VLASpec] = {
                               **{**_TINY, "image_height": 28, "image_width": 28, "num_waypoints": 4},
                               action_head="tokens", vocab_size=MIN_VOCAB + 256,
                               notes="LLaVA family, action tokens (8 per frame), unit-test size"),
+    "tiny-qwen3vl-act": VLASpec(name="tiny-qwen3vl-act", family="qwen3_vl",
+                                **{**_TINY, **_QWEN3_TINY, "num_waypoints": 4}, action_head="tokens",
+                                vocab_size=MIN_VOCAB + 256,
+                                notes="Qwen3-VL family (DeepStack into 2 blocks), action tokens (8 per frame)"),
     # bench-act: a short prompt (one camera) and 16 action tokens, so decode steps dominate a frame's time.
     "bench-act": VLASpec(name="bench-act", family="qwen2_vl", **{**_BENCH, "num_cameras": 1, "text_tokens": 16},
                          action_head="tokens", vocab_size=MIN_VOCAB + 256,
@@ -139,6 +157,13 @@ PRESETS: dict[str, VLASpec] = {
                           image_height=336, image_width=336, num_cameras=6, text_tokens=32,
                           head_hidden=1024, num_waypoints=6, shape_only=True,
                           notes="LLaVA-7B shapes (CLIP ViT-L/14-336 + 32 x 4096 Llama blocks), like ORION"),
+    "alpamayo-like": VLASpec(name="alpamayo-like", family="qwen3_vl", num_blocks=36, hidden_size=4096, num_heads=32,
+                             num_kv_heads=8, intermediate_size=12288, vocab_size=151936, vision_depth=27,
+                             vision_hidden=1152, vision_heads=16, vision_intermediate=4304, patch_size=16,
+                             deepstack_blocks=3, image_height=320, image_width=576, num_cameras=16, text_tokens=32,
+                             head_hidden=1024, num_waypoints=6, shape_only=True,
+                             notes="Qwen3-VL-8B shapes, 4 cameras x 4 frames of 320 x 576 (2880 image tokens), "
+                                   "like Alpamayo 1"),
     "minddrive-like": VLASpec(name="minddrive-like", family="qwen2_5_vl", num_blocks=36, hidden_size=2048,
                               num_heads=16, num_kv_heads=2, intermediate_size=11008, vocab_size=151936,
                               vision_depth=32, vision_hidden=1280, vision_heads=16, vision_intermediate=3420,

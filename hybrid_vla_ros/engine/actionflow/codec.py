@@ -5,7 +5,9 @@ field is checked on decode: a damaged or hostile payload is an InputError, never
 Packed state (little endian):
     header    "<4sHHIIQI"  magic b"HVLP", version, flags, partition, ring slots, step, segment count
     segment*  "<qiiiiqq"   seq, slot, start, row, count, frame stamp (ns), frame arrival (ns, wall clock)
-    tensors   hidden (R, H) float; positions (3, 1, R) (M-RoPE) or (1, R), int64
+    tensors   hidden (R, H) float; positions (3, 1, R) (M-RoPE) or (1, R), int64; with flag DEEPSTACK
+              (Qwen3-VL cut below its DeepStack depth): the prefill's image rows (n,) int64 and the additions
+              still due (k - p, n, H), from block `partition`
 Tokens back:
     header    "<4sHHQI"    magic b"HVLT", version, flags, step, count
     entry*    "<qq"        seq, token
@@ -18,7 +20,8 @@ from typing import NamedTuple
 
 import torch
 
-from ...errors import InputError, expect
+from ...errors import InputError, expect, expect_finite
+from ...types import DeepStack
 from ..handover.codec import read_tensor, tensors_size, write_tensor
 from .forward import PackedState, Segment
 
@@ -28,6 +31,7 @@ SEGMENT = struct.Struct("<qiiiiqq")
 TOKENS_HEADER = struct.Struct("<4sHHQI")
 TOKEN = struct.Struct("<qq")
 MAX_SEGMENTS = 1024
+DEEPSTACK = 1  # flag: DeepStack tensors follow
 
 
 class StepHeader(NamedTuple):
@@ -41,9 +45,11 @@ def is_packed_state(buffer) -> bool:
 
 
 def encode_state(state: PackedState, partition: int, step: int, slots: int = 0) -> bytes:
-    tensors = (state.hidden, state.positions)
+    ds = state.deepstack
+    tensors = (state.hidden, state.positions) + (() if ds is None else (ds.positions, ds.features))
     buffer = bytearray(STATE_HEADER.size + SEGMENT.size * len(state.segments) + tensors_size(tensors))
-    STATE_HEADER.pack_into(buffer, 0, STATE_MAGIC, VERSION, 0, partition, slots, step, len(state.segments))
+    STATE_HEADER.pack_into(buffer, 0, STATE_MAGIC, VERSION, 0 if ds is None else DEEPSTACK, partition, slots, step,
+                           len(state.segments))
     pos = STATE_HEADER.size
     for seg in state.segments:
         SEGMENT.pack_into(buffer, pos, seg.seq, seg.slot, seg.start, seg.row, seg.count, seg.stamp_ns,
@@ -57,7 +63,7 @@ def encode_state(state: PackedState, partition: int, step: int, slots: int = 0) 
 def decode_state(buffer, source: str = "packed boundary") -> tuple[PackedState, StepHeader]:
     view = memoryview(buffer)
     expect(view.nbytes >= STATE_HEADER.size, InputError, f"{source}: {view.nbytes} bytes, shorter than its header")
-    magic, version, _flags, partition, slots, step, count = STATE_HEADER.unpack_from(view, 0)
+    magic, version, flags, partition, slots, step, count = STATE_HEADER.unpack_from(view, 0)
     expect(magic == STATE_MAGIC, InputError, f"{source}: magic {magic!r}, expected {STATE_MAGIC!r}")
     expect(version == VERSION, InputError, f"{source}: version {version}, this decoder reads version {VERSION}")
     expect(0 < count <= MAX_SEGMENTS, InputError, f"{source}: {count} segments, expected 1..{MAX_SEGMENTS}")
@@ -66,9 +72,30 @@ def decode_state(buffer, source: str = "packed boundary") -> tuple[PackedState, 
     pos = STATE_HEADER.size + SEGMENT.size * count
     hidden, pos = read_tensor(view, pos, "hidden", source)
     positions, pos = read_tensor(view, pos, "positions", source)
+    deepstack = None
+    if flags & DEEPSTACK:
+        rows, pos = read_tensor(view, pos, "deepstack_positions", source)
+        features, pos = read_tensor(view, pos, "deepstack_features", source)
+        deepstack = DeepStack(rows, features, partition)
     expect(pos == view.nbytes, InputError, f"{source}: {view.nbytes - pos} trailing bytes")
     check_layout(segments, hidden, positions, source)
-    return PackedState(hidden, positions, segments), StepHeader(partition, step, slots)
+    check_deepstack(deepstack, hidden, source)
+    return PackedState(hidden, positions, segments, deepstack), StepHeader(partition, step, slots)
+
+
+def check_deepstack(deepstack: DeepStack | None, hidden: torch.Tensor, source: str) -> None:
+    """DeepStack rows inside the packed rows, additions of the hidden width and dtype, finite."""
+    if deepstack is None:
+        return
+    rows, features = deepstack.positions, deepstack.features
+    expect(rows.dtype == torch.int64 and rows.dim() == 1 and bool(((rows >= 0) & (rows < hidden.shape[0])).all()),
+           InputError, f"{source}: DeepStack rows {tuple(rows.shape)} {rows.dtype}, expected int64 rows in "
+                       f"[0, {hidden.shape[0]})")
+    expect(features.dim() == 3 and features.shape[1:] == (rows.shape[0], hidden.shape[1]) and
+           features.dtype == hidden.dtype, InputError,
+           f"{source}: DeepStack features {tuple(features.shape)} {features.dtype}, expected (k, {rows.shape[0]}, "
+           f"{hidden.shape[1]}) {hidden.dtype}")
+    expect_finite(features, "nonfinite_boundary", f"{source}: DeepStack features")
 
 
 def check_layout(segments: list[Segment], hidden: torch.Tensor, positions: torch.Tensor, source: str) -> None:

@@ -11,6 +11,7 @@ from torch.nn import functional as F
 from ...errors import expect_finite
 from ...model.checkpoint import ensure_loaded
 from ...model.vla import VLAModel
+from ...types import DeepStack
 from .kv_ring import KVRing
 from ..scheduling.partition import side_modules
 
@@ -30,10 +31,12 @@ class Segment:
 
 @dataclass
 class PackedState:
-    """What crosses the cut of a packed forward: hidden (R, H), positions (3, 1, R) or (1, R), the layout."""
+    """What crosses the cut of a packed forward: hidden (R, H), positions (3, 1, R) or (1, R), the layout, and
+    (Qwen3-VL) what DeepStack still adds at the prefill's image rows (its positions are row indices)."""
     hidden: torch.Tensor
     positions: torch.Tensor
     segments: list[Segment]
+    deepstack: DeepStack | None = None
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -63,6 +66,12 @@ class DecodeRows:
                    mask[:, None, None, :])
 
 
+def head_norm(attn, name: str, x: torch.Tensor) -> torch.Tensor:
+    """Qwen3's per-head RMSNorm of queries / keys before RoPE (q_norm, k_norm); other families have none."""
+    norm = getattr(attn, name, None)
+    return x if norm is None else norm(x)
+
+
 def packed_block(block, layer: int, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                  segments: list[Segment], ring: KVRing, decode: DecodeRows | None) -> torch.Tensor:
     """One decoder block (Llama / Qwen2 layout: pre-norm attention + MLP) over packed rows (R, H). Keys are
@@ -71,8 +80,8 @@ def packed_block(block, layer: int, hidden: torch.Tensor, cos: torch.Tensor, sin
     attn = block.self_attn
     rows, head_dim = hidden.shape[0], attn.head_dim
     x = block.input_layernorm(hidden)
-    q = rotate(attn.q_proj(x).view(rows, -1, head_dim), cos, sin)                      # (R, heads, D)
-    k = rotate(attn.k_proj(x).view(rows, -1, head_dim), cos, sin)                      # (R, kv_heads, D)
+    q = rotate(head_norm(attn, "q_norm", attn.q_proj(x).view(rows, -1, head_dim)), cos, sin)   # (R, heads, D)
+    k = rotate(head_norm(attn, "k_norm", attn.k_proj(x).view(rows, -1, head_dim)), cos, sin)   # (R, kv_heads, D)
     v = attn.v_proj(x).view(rows, -1, head_dim)
     out = torch.empty_like(q)
     for seg in segments:
@@ -116,9 +125,13 @@ class PackedSide:
         hidden = state.hidden
         cos, sin = self.model.decoder.rotary_emb(hidden.unsqueeze(0), state.positions)   # (1, R, D) each
         decode = DecodeRows.of(state.segments)
-        for offset, block in enumerate(self.blocks):
-            hidden = packed_block(block, self.lo + offset, hidden, cos[0], sin[0], state.segments, self.ring, decode)
-        return PackedState(hidden, state.positions, state.segments)
+        deepstack = state.deepstack
+        for layer, block in enumerate(self.blocks, start=self.lo):
+            hidden = packed_block(block, layer, hidden, cos[0], sin[0], state.segments, self.ring, decode)
+            if deepstack is not None:
+                hidden = deepstack.after_block(layer, hidden.unsqueeze(0))[0]            # (R, H)
+        left = deepstack.from_block(self.hi) if deepstack is not None else None
+        return PackedState(hidden, state.positions, state.segments, left)
 
     @torch.inference_mode()
     def next_tokens(self, state: PackedState) -> dict[int, int]:

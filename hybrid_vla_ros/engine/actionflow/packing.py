@@ -28,7 +28,7 @@ import torch
 
 from ...errors import ConfigError, HybridVLAError, InputError, expect
 from ...model.vla import VLAModel
-from ...types import Frame, Trajectory
+from ...types import DeepStack, Frame, Trajectory
 from .kv_ring import check_ring
 from .forward import PackedSide, PackedState, Segment
 from .codec import check_fits, decode_state, encode_tokens
@@ -49,8 +49,14 @@ def stamps(frame: Frame) -> tuple[int, int]:
     return frame.stamp_ns, frame.arrival_ns or 0
 
 
-def check_rows_fit_model(state: PackedState, model: VLAModel, source: str = "packed boundary") -> None:
-    """Hidden rows of this model's width and dtype, positions of its family's layout (M-RoPE or 1-D)."""
+def check_rows_fit_model(state: PackedState, model: VLAModel, partition: int, source: str = "packed boundary") -> None:
+    """Hidden rows of this model's width and dtype, positions of its family's layout (M-RoPE or 1-D), and the
+    DeepStack additions still due for a prefill cut below the DeepStack depth (none otherwise)."""
+    prefill = any(seg.count > 1 for seg in state.segments)
+    due = max(0, model.family.deepstack_blocks(model.backbone.config) - partition) if prefill else 0
+    have = 0 if state.deepstack is None else state.deepstack.features.shape[0]
+    expect(have == due, InputError, f"{source}: {have} DeepStack additions at p={partition}, "
+                                    f"{due} due ({'a' if prefill else 'no'} prefill in the step)")
     dtype, width = model.decoder.norm.weight.dtype, model.spec.hidden_size
     expect(state.hidden.shape[1] == width and state.hidden.dtype == dtype, InputError,
            f"{source}: hidden rows of {state.hidden.shape[1]} {state.hidden.dtype}, this model's are {width} {dtype}")
@@ -141,15 +147,17 @@ class ActionFlow:
             positions.append(torch.full(layout, entry.next_position, dtype=torch.long))
             segments.append(Segment(entry.frame.seq, entry.slot, entry.length, count, 1, *stamps(entry.frame)))
             count += 1
-        admitted = self._admit()
+        admitted, deepstack = self._admit(), None
         if admitted is not None:
-            entry, embeds, pos = admitted
+            entry, embeds, pos, deepstack = admitted
             segments.append(Segment(entry.frame.seq, entry.slot, 0, count, embeds.shape[0], *stamps(entry.frame)))
             rows.append(embeds)
             positions.append(pos)
+            if deepstack is not None:  # the prefill's image tokens sit at rows count + their positions
+                deepstack = DeepStack(deepstack.positions + count, deepstack.features, deepstack.first_block)
         if not segments:
             return None
-        state = PackedState(torch.cat(rows), torch.cat(positions, dim=-1), segments)    # (R, H), (.., R)
+        state = PackedState(torch.cat(rows), torch.cat(positions, dim=-1), segments, deepstack)  # (R, H), (.., R)
         with self.failing_on_error(segments):
             return self.prefix.blocks_forward(state)
 
@@ -173,7 +181,7 @@ class ActionFlow:
             try:
                 if self.prepare is not None and not self.prepare(frame):
                     continue  # refused by the caller (which counted why)
-                embeds, pos, _ = frame_embeddings(self.model, frame)                   # (1, S, H), (.., 1, S)
+                embeds, pos, _, deepstack = frame_embeddings(self.model, frame)        # (1, S, H), (.., 1, S)
             except HybridVLAError as exc:
                 self.failed.append(ActionResult(frame.seq, frame.stamp_ns, None, None, 0.0, str(exc), "invalid_input"))
                 continue
@@ -181,7 +189,7 @@ class ActionFlow:
             entry = InFlight(frame, self.prefix.ring.acquire(), next_position=int(pos.max()) + 1,
                              started=time.perf_counter())
             self.flight[frame.seq] = entry
-            return entry, embeds[0], pos
+            return entry, embeds[0], pos, deepstack
         return None
 
     @torch.inference_mode()
@@ -197,7 +205,7 @@ class ActionFlow:
         expect(partition == self.partition, InputError,
                f"packed boundary cut at p={partition}, this suffix runs blocks [{self.partition}, L)")
         check_fits(state, self.suffix.ring.slots, self.suffix.ring.slot_tokens, "packed boundary")
-        check_rows_fit_model(state, self.model)
+        check_rows_fit_model(state, self.model, partition)
         return encode_tokens(self.suffix_step(state), step)
 
     def finish(self, state: PackedState, tokens: dict[int, int]) -> list[ActionResult]:

@@ -10,33 +10,33 @@ import torch
 
 from ...model.vla import VLAModel
 from ...types import Frame, Trajectory
-from ..stages import frame_embeddings
+from ...model.inputs import encode_frame
 from .packing import ActionResult
 
 @torch.inference_mode()
 def sequential_tokens(model: VLAModel, frame: Frame) -> list[int]:
-    """Plain prefill, then T - 1 greedy decode steps of batch 1, through the decoder layers with a
-    transformers DynamicCache (what a user without ActionFlow runs)."""
+    """Plain prefill through the backbone's own HF forward (its vision encoder, DeepStack, M-RoPE), then T - 1
+    greedy decode steps of batch 1 through the HF decoder with a transformers DynamicCache (what a user
+    without ActionFlow runs)."""
     from transformers import DynamicCache
-    from transformers.masking_utils import create_causal_mask
-    decoder, tokenizer = model.decoder, model.action_tokenizer
-    embeds, positions, ids = frame_embeddings(model, frame)                           # (1, S, H), (.., 1, S)
-    cache = DynamicCache(config=decoder.config)
-    mask = create_causal_mask(config=decoder.config, inputs_embeds=embeds, attention_mask=torch.ones_like(ids),
-                              cache=None, position_ids=None)
-    hidden, position = embeds, int(positions.max()) + 1
+    tokenizer = model.action_tokenizer
+    encoded = encode_frame(frame, model)
+    ids = encoded.input_ids                                                             # (1, S)
+    cache = DynamicCache(config=model.decoder.config)
+    out = model.backbone(input_ids=ids, attention_mask=torch.ones_like(ids), cache=cache, use_cache=True,
+                         **model.family.reference_kwargs(encoded.pixels, encoded.mm_token_type_ids))
+    positions = model.family.position_ids(model.backbone, ids, encoded.mm_token_type_ids, encoded.pixels)
+    hidden, position = out.last_hidden_state, int(positions.max()) + 1                  # normed (1, S, H)
     tokens: list[int] = []
     while True:
-        rope = decoder.rotary_emb(hidden, positions)
-        for block in decoder.layers:
-            hidden = block(hidden, attention_mask=mask, position_embeddings=rope, cache=cache, use_cache=True)
-        logits = model.action_head(decoder.norm(hidden[:, -1]))                         # (1, bins)
+        logits = model.action_head(hidden[:, -1])                                        # (1, bins)
         tokens.append(tokenizer.base + int(logits.argmax(dim=-1)))
         if len(tokens) == tokenizer.tokens_per_frame:
             return tokens
-        hidden = decoder.embed_tokens(torch.tensor([[tokens[-1]]]))                     # (1, 1, H)
-        positions = torch.full(model.family.position_ids_shape(1), position, dtype=torch.long)
-        position, mask = position + 1, None                                            # one row sees all keys
+        step = torch.full(model.family.position_ids_shape(1), position, dtype=torch.long)  # (3, 1, 1) or (1, 1)
+        hidden = model.decoder(inputs_embeds=model.decoder.embed_tokens(torch.tensor([[tokens[-1]]])),
+                               position_ids=step, cache=cache, use_cache=True).last_hidden_state
+        position += 1
 
 
 def sequential_results(model: VLAModel, frames) -> list[ActionResult]:

@@ -95,7 +95,7 @@ class PackedSuffixServer:
         expect(0 < header.slots <= MAX_SLOTS, InputError,
                f"packed boundary: a ring of {header.slots} slots, expected 1..{MAX_SLOTS}")
         check_fits(state, header.slots, self.slot_tokens, "packed boundary")
-        check_rows_fit_model(state, self.model)
+        check_rows_fit_model(state, self.model, header.partition)
 
     def _follow(self, partition: int, slots: int) -> list[tuple[int, int]]:
         """(Re)build this side's ring when the prefix's cut moved or its ring outgrew this one; frames

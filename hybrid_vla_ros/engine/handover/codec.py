@@ -3,7 +3,9 @@
 Layout (little endian):
     header   "<4sHHIqqiI"  magic b"HVLB", version, flags, partition, seq, stamp_ns, query_index, tensor count
     tensor*  "<BB" dtype code, ndim; ndim x "<Q" dims; "<Q" nbytes; then nbytes raw bytes
-Tensors, in order: hidden (B, S, H), position_ids, attention_mask.
+Tensors, in order: hidden (B, S, H), position_ids, attention_mask; then, for a Qwen3-VL cut below its
+DeepStack depth (version 2), DeepStack's positions (n,) and features (k - p, n, H), from block `partition`.
+Version 1 (three tensors) is still read.
 """
 
 from __future__ import annotations
@@ -14,16 +16,18 @@ import warnings
 import torch
 
 from ...errors import InputError, expect
-from ...types import BoundaryState
+from ...types import BoundaryState, DeepStack
 
 MAGIC = b"HVLB"
-VERSION = 1
+VERSION = 2
+READS = (1, 2)
 HEADER = struct.Struct("<4sHHIqqiI")
 TENSOR_HEAD = struct.Struct("<BB")
 U64 = struct.Struct("<Q")
 DTYPE_CODES = {torch.float32: 1, torch.float16: 2, torch.bfloat16: 3, torch.int64: 4, torch.int32: 5}
 CODE_DTYPES = {v: k for k, v in DTYPE_CODES.items()}
 TENSOR_NAMES = ("hidden", "position_ids", "attention_mask")
+DEEPSTACK_NAMES = ("deepstack_positions", "deepstack_features")
 MAX_NDIM = 4
 MAX_DIM = 2**31 - 1  # no boundary tensor has a side this long; a larger one is a damaged or hostile header
 
@@ -86,13 +90,22 @@ def read_tensor(view: memoryview, pos: int, name: str, source: str, copy: bool =
     return (tensor.clone() if copy else tensor), pos + nbytes
 
 
+def _tensors(state: BoundaryState) -> tuple[torch.Tensor, ...]:
+    tensors = (state.hidden, state.position_ids, state.attention_mask)
+    ds = state.deepstack
+    return tensors if ds is None else tensors + (ds.positions, ds.features)
+
+
 def encoded_size(state: BoundaryState) -> int:
-    return HEADER.size + tensors_size((state.hidden, state.position_ids, state.attention_mask))
+    return HEADER.size + tensors_size(_tensors(state))
 
 
 def encode_into(state: BoundaryState, buffer, offset: int = 0) -> int:
     """Write the encoded state into a writable buffer (bytearray, mmap, shared memory). Returns bytes written."""
-    tensors = (state.hidden, state.position_ids, state.attention_mask)
+    tensors = _tensors(state)
+    expect(state.deepstack is None or state.deepstack.first_block == state.partition, InputError,
+           f"boundary state of frame {state.seq}: DeepStack from block {getattr(state.deepstack, 'first_block', 0)}, "
+           f"cut at {state.partition}")
     HEADER.pack_into(buffer, offset, MAGIC, VERSION, 0, state.partition, state.seq, state.stamp_ns,
                      state.query_index, len(tensors))
     pos = offset + HEADER.size
@@ -114,12 +127,15 @@ def decode(buffer, source: str = "boundary payload", copy: bool = True) -> Bound
            f"{source}: {view.nbytes} bytes is shorter than the {HEADER.size}-byte header")
     magic, version, _flags, partition, seq, stamp, query, count = HEADER.unpack_from(view, 0)
     expect(magic == MAGIC, InputError, f"{source}: magic {magic!r}, expected {MAGIC!r} (not a boundary state)")
-    expect(version == VERSION, InputError, f"{source}: version {version}, this decoder reads version {VERSION}")
-    expect(count == len(TENSOR_NAMES), InputError, f"{source}: {count} tensors, expected {len(TENSOR_NAMES)}")
+    expect(version in READS, InputError, f"{source}: version {version}, this decoder reads versions {READS}")
+    names = TENSOR_NAMES + (DEEPSTACK_NAMES if version >= 2 and count == 5 else ())
+    expect(count == len(names), InputError, f"{source}: {count} tensors, expected "
+           f"{len(TENSOR_NAMES)}{' or 5 (with DeepStack)' if version >= 2 else ''}")
     pos, tensors = HEADER.size, []
-    for name in TENSOR_NAMES:
+    for name in names:
         tensor, pos = read_tensor(view, pos, name, source, copy)
         tensors.append(tensor)
     expect(pos == view.nbytes, InputError, f"{source}: {view.nbytes - pos} trailing bytes after the last tensor")
+    deepstack = DeepStack(tensors[3], tensors[4], partition) if len(tensors) == 5 else None
     return BoundaryState(hidden=tensors[0], position_ids=tensors[1], attention_mask=tensors[2], partition=partition,
-                         seq=seq, stamp_ns=stamp, query_index=query)
+                         seq=seq, stamp_ns=stamp, query_index=query, deepstack=deepstack)

@@ -107,6 +107,7 @@ class SharedMemoryTransport:
         self.name_hint = name or f"ring{secrets.token_hex(4)}"
         self.ring: SharedMemoryRing | None = None
         self._reader: SharedMemoryRing | None = None
+        self._retired: list[SharedMemoryRing] = []     # outgrown rings (see _grow), closed with this transport
         self._beating: threading.Event | None = None   # set: the reader's heartbeat thread stops
 
     @property
@@ -115,11 +116,21 @@ class SharedMemoryTransport:
         return self.ring.reclaimed if self.ring is not None else 0
 
     def send(self, state: BoundaryState) -> tuple[str, bytes]:
-        if self.ring is None:
-            self.ring = SharedMemoryRing.create(self.name_hint, self.slots, codec.encoded_size(state),
-                                                scope=self.scope)
+        size = codec.encoded_size(state)
+        if self.ring is None or size > self.ring.slot_capacity:
+            self._grow(size)
         desc = self.ring.write(state)
         return desc.segment, desc.pack()
+
+    def _grow(self, size: int) -> None:
+        """A ring whose slots hold `size` bytes. A state larger than the ring's slots (a Qwen3-VL cut moved
+        below the DeepStack depth: its additions travel too) gets a new ring under a new name; the reader
+        re-attaches on the new name. The old ring stays mapped until close(): slots already handed over
+        are still read from it."""
+        if self.ring is not None:
+            self._retired.append(self.ring)
+        name = self.name_hint if self.ring is None else f"{self.name_hint}g{len(self._retired)}"
+        self.ring = SharedMemoryRing.create(name, self.slots, size, scope=self.scope)
 
     def receive(self, handle: tuple[str, bytes]) -> BoundaryState:
         segment, packed = handle
@@ -127,7 +138,8 @@ class SharedMemoryTransport:
         # first state, a restarted writer, or one that made a new ring under the same name (cleanup + configure,
         # a container reusing the PID): the ring id tells them apart; the old mapping was unlinked
         if self._reader is None or self._reader.segment != segment or self._reader.ring_id != desc.ring_id:
-            if self._reader is not None and self._reader is not self.ring:
+            if self._reader is not None and self._reader is not self.ring and \
+                    all(self._reader is not r for r in self._retired):   # the writer's own: closed by close()
                 self._reader.close()
             self._reader = None
             self._reader = self.ring if self.ring is not None and self.ring.segment == segment \
@@ -156,7 +168,7 @@ class SharedMemoryTransport:
     def close(self) -> None:
         if self._beating is not None:
             self._beating.set()
-        for ring in {id(r): r for r in (self._reader, self.ring) if r is not None}.values():
+        for ring in {id(r): r for r in (self._reader, self.ring, *self._retired) if r is not None}.values():
             ring.close()
 
 

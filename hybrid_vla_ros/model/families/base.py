@@ -65,6 +65,21 @@ class Family:
         """-> (N * image_tokens_per_camera, hidden): what replaces the image tokens' embeddings."""
         raise NotImplementedError
 
+    # ---- DeepStack (Qwen3-VL): vision features added after the first decoder blocks ----------------------------
+    max_deepstack = 0                    # a spec's deepstack_blocks may not exceed it (0: the family has none)
+
+    def deepstack_blocks(self, config) -> int:
+        """Decoder blocks after which image features are added (a backbone config's DeepStack depth k)."""
+        return 0
+
+    def image_features_and_deepstack(self, vlm, pixels: dict) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """-> the image features and the additions for blocks 0 .. k-1 (none but for DeepStack families)."""
+        return self.image_features(vlm, pixels), []
+
+    def deepstack(self, image_mask: torch.Tensor, additions: list[torch.Tensor]):
+        """image_mask (1, S) bool -> the frame's types.DeepStack, or None."""
+        return None
+
     @staticmethod
     def position_ids_shape(seq_len: int) -> tuple[int, ...]:
         """The layout of one frame's position ids: (1, S) for 1-D RoPE, (3, 1, S) for M-RoPE."""
