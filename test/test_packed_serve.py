@@ -19,7 +19,7 @@ from hybrid_vla_ros.errors import ConfigError, InputError
 from hybrid_vla_ros.model.inputs import synthetic_frame
 from hybrid_vla_ros.model.load import load_vla
 
-FAMILIES = ("tiny-act", "tiny-llava-act")
+FAMILIES = ("tiny-act", "tiny-llava-act", "tiny-qwen3vl-act")
 
 
 @pytest.fixture(scope="module")
