@@ -82,6 +82,23 @@ def test_the_graph_serves_an_action_token_model_with_the_sequential_tokens(domai
         h.close()
 
 
+def test_a_qwen3_vl_action_model_cut_below_its_deepstack_depth_is_served_exactly(domain):
+    """p = 1 of tiny-qwen3vl-act: each prefill's packed step carries the DeepStack addition still due."""
+    qwen3 = {"model.preset": "tiny-qwen3vl-act", "partition_point": 1, "dynamic_zone_min": 0, "dynamic_zone_max": 2}
+    h = Harness({"hybrid_vla_prefix": {**qwen3, "pack": 2, "pack_groups": 1, "token_timeout_s": 5.0},
+                 "hybrid_vla_suffix": qwen3, "hybrid_vla_scheduler": {"model.preset": "tiny-qwen3vl-act",
+                                                                      "initial_partition": 1, "dynamic_zone_min": 0,
+                                                                      "dynamic_zone_max": 2}})
+    try:
+        frames, paths = send_and_collect(h, range(3))
+        model = h.suffix.model
+        for frame, path in zip(frames, paths):
+            np.testing.assert_allclose(path_xy(path), expected_points(model, frame)[:, :2], atol=1e-6)
+        assert not h.prefix.health.rejected and not h.suffix.health.rejected
+    finally:
+        h.close()
+
+
 def test_a_partition_move_applies_at_a_drain_and_stays_exact(domain, model):
     from std_msgs.msg import Int32
     h = packed_harness(2, 2)
