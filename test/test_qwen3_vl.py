@@ -52,6 +52,15 @@ def test_the_boundary_carries_exactly_the_additions_still_due(model):
         assert state.nbytes() == plain + due * n * model.spec.hidden_size * 4 + n * 8
 
 
+def test_info_reports_the_bytes_each_cut_hands_over(model):
+    from hybrid_vla_ros.engine.scheduling.partition import partition_report
+    frame = synthetic_frame(model.spec, 0)
+    for p in range(model.num_blocks + 1):
+        report = partition_report(model, p)
+        assert report["boundary_bytes"] == PrefixStage(model, p).run(frame).nbytes(), p
+        assert (report["deepstack_bytes"] > 0) == (p < 2)
+
+
 def test_the_additions_matter_a_suffix_without_them_would_be_wrong(model):
     """Not vacuous: zeroing the carried additions changes the trajectory, and dropping them is refused."""
     frame = synthetic_frame(model.spec, 1)

@@ -26,7 +26,10 @@ def _info_lines(r: dict) -> list[str]:
         f"  suffix: {r['suffix_blocks']} blocks + norm + head          {r['suffix_params']:,} params  {r['suffix_bytes'] / gib:.3f} GiB",
         f"  total:  {r['total_params']:,} params  {r['total_bytes'] / gib:.3f} GiB",
         f"  dynamic zone {r['zone']}: {r['zone_bytes'] / gib:.3f} GiB resident on both sides -> prefix device holds "
-        f"{r['prefix_resident_bytes'] / gib:.3f} GiB, CPU {r['suffix_resident_bytes'] / gib:.3f} GiB"]
+        f"{r['prefix_resident_bytes'] / gib:.3f} GiB, CPU {r['suffix_resident_bytes'] / gib:.3f} GiB",
+        f"  boundary: {r['boundary_tokens']} tokens, {r['boundary_bytes'] / 2**20:.2f} MiB per frame"
+        + (f" (of which DeepStack additions still due: {r['deepstack_bytes'] / 2**20:.2f} MiB)"
+           if r["deepstack_bytes"] else "")]
 
 
 def cmd_info(args) -> int:

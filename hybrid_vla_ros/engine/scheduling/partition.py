@@ -3,6 +3,7 @@ and their bytes. Used by the stages, the nodes, both scheduler policies, the sch
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -113,4 +114,18 @@ def partition_report(model: VLAModel, partition: int, zone: tuple[int, int] | No
             "zone": [lo, hi], "zone_bytes": module_bytes(model.decoder.layers[lo:hi])[1],
             "prefix_resident_bytes": module_bytes(prefix_modules(model, hi))[1],
             "suffix_resident_bytes": module_bytes(suffix_modules(model, lo))[1],
-            "dtype": DTYPE_NAMES.get(dtype, str(dtype))}
+            "dtype": DTYPE_NAMES.get(dtype, str(dtype)), **boundary_bytes(model, partition, dtype.itemsize)}
+
+
+def boundary_bytes(model: VLAModel, partition: int, itemsize: int) -> dict:
+    """Bytes one frame's boundary state carries at this cut: hidden (S, H), positions and mask (int64), and for
+    a DeepStack family cut below its depth k the k - p additions at the n image tokens (k - p, n, H) + their
+    indices (n,)."""
+    spec, family = model.spec, model.family
+    image_tokens = spec.num_cameras * family.image_tokens_per_camera(spec)
+    seq = model.prompt.sequence_length(spec.num_cameras, family.image_tokens_per_camera(spec), spec.text_tokens)
+    positions = math.prod(family.position_ids_shape(seq))                               # 3 S (M-RoPE) or S
+    plain = seq * spec.hidden_size * itemsize + (positions + seq) * 8                   # + the (1, S) mask
+    due = max(0, family.deepstack_blocks(model.backbone.config) - partition)
+    deepstack = due * image_tokens * spec.hidden_size * itemsize + image_tokens * 8 if due else 0
+    return {"boundary_tokens": seq, "boundary_bytes": plain + deepstack, "deepstack_bytes": deepstack}
