@@ -47,6 +47,15 @@ class VLASpec:
     num_waypoints: int = 8
     waypoint_dt_s: float = 0.5
     head_hidden: int = 64
+    # Waypoint head: a plugin (model/plugins/heads.py: "mlp", "gru", or an installed package's) reading the final
+    # hidden states of the prompt's last `query_tokens` tokens; head_config: the plugin's own extra settings.
+    head: str = "mlp"
+    head_config: dict = field(default_factory=dict)
+    query_tokens: int = 1
+    # Scene encoder (scene_* families): a plugin (model/plugins/scene_encoders.py: "query_scene", or an installed
+    # package's) turning a frame's cameras + ego state into scene tokens; scene_config: its JSON config.
+    scene_encoder: str = ""
+    scene_config: dict = field(default_factory=dict)
     # "waypoints": a head reads all waypoints from the query token's hidden state in one forward;
     # "tokens": each waypoint step's x and y are action tokens decoded one at a time (OpenVLA-style), from
     # `action_bins` bins over [-action_step_range_m, +action_step_range_m] at the top of the vocabulary.
@@ -80,6 +89,7 @@ class VLASpec:
             expect(self.action_step_range_m > 0, ConfigError,
                    f"spec '{self.name}': action_step_range_m={self.action_step_range_m}, expected > 0")
         family = get_family(self.family)
+        self._check_plugins(family)
         expect(isinstance(self.deepstack_blocks, int) and 0 <= self.deepstack_blocks <= family.max_deepstack and
                self.deepstack_blocks <= min(self.num_blocks, self.vision_depth), ConfigError,
                f"spec '{self.name}': deepstack_blocks={self.deepstack_blocks!r}, expected 0..{family.max_deepstack} for "
@@ -88,6 +98,17 @@ class VLASpec:
         for side in ("image_height", "image_width"):
             expect(getattr(self, side) % step == 0, ConfigError,
                    f"spec '{self.name}': {side}={getattr(self, side)} must be a multiple of {step} for {self.family}")
+
+    def _check_plugins(self, family) -> None:
+        expect(isinstance(self.query_tokens, int) and self.query_tokens >= 1 and
+               (self.query_tokens == 1 or self.action_head == "waypoints"), ConfigError,
+               f"spec '{self.name}': query_tokens={self.query_tokens!r}, expected >= 1 (1 for action tokens)")
+        expect(bool(self.scene_encoder) == family.scene_encoded, ConfigError,
+               f"spec '{self.name}': family {self.family} " + ("needs a scene_encoder plugin" if family.scene_encoded
+                                                               else f"has its own vision tower, not a scene encoder "
+                                                                    f"({self.scene_encoder!r})"))
+        for name in ("head_config", "scene_config"):
+            expect(isinstance(getattr(self, name), dict), ConfigError, f"spec '{self.name}': {name} must be a dict")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

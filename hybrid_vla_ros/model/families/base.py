@@ -39,6 +39,8 @@ class Family:
                                                  ("language_model.model.", "language_model."),
                                                  ("model.", "language_model."))
 
+    scene_encoded = False                # image tokens come from a scene encoder plugin (scene_llm.py)
+
     # ---- building ------------------------------------------------------------------------------------
     @property
     def model_class(self):
@@ -92,6 +94,14 @@ class Family:
     def reference_kwargs(self, pixels: dict, mm_token_type_ids: torch.Tensor) -> dict:
         """Keyword arguments of HF's own unsplit forward (the exactness reference) for these inputs."""
         raise NotImplementedError
+
+    def image_blocks(self, spec) -> tuple[int, int]:
+        """The prompt's image blocks: (blocks, tokens per block); one per camera for a vision tower."""
+        return spec.num_cameras, self.image_tokens_per_camera(spec)
+
+    def reference_inputs(self, model, encoded, frame) -> dict:
+        """Keyword arguments of HF's own unsplit backbone forward for one encoded frame."""
+        return {"input_ids": encoded.input_ids, **self.reference_kwargs(encoded.pixels, encoded.mm_token_type_ids)}
 
     # ---- prompt and decoder --------------------------------------------------------------------------
     def prompt_token_ids(self, config) -> tuple[int, int | None, int | None]:
