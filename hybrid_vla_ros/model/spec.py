@@ -37,6 +37,7 @@ class VLASpec:
     image_height: int = 56
     image_width: int = 56
     num_cameras: int = 1  # ORION and MindDrive take six surround cameras
+    tile_size: int = 0  # InternVL: each camera image is cut into square tiles of this side; 0: untiled families
     # Prompt: instruction bytes are padded/truncated to a fixed count so every frame has the same
     # sequence length (lets the pipeline reuse preallocated boundary buffers).
     text_tokens: int = 16
@@ -76,6 +77,7 @@ class VLASpec:
                    f"ids above the prompt's {MIN_VOCAB}; raise vocab_size for more)")
             expect(self.action_step_range_m > 0, ConfigError,
                    f"spec '{self.name}': action_step_range_m={self.action_step_range_m}, expected > 0")
+        get_family(self.family).check_spec(self)
         step = self.patch_size * get_family(self.family).patch_merge  # image sides: whole merged patches
         for side in ("image_height", "image_width"):
             expect(getattr(self, side) % step == 0, ConfigError,
@@ -111,11 +113,15 @@ PRESETS: dict[str, VLASpec] = {
                             notes="Qwen2.5-VL family (MindDrive backbone family), unit-test size"),
     "tiny-llava": VLASpec(name="tiny-llava", family="llava", **{**_TINY, "image_height": 28, "image_width": 28},
                           notes="LLaVA family (CLIP + Llama, ORION backbone family), unit-test size"),
+    "tiny-internvl": VLASpec(name="tiny-internvl", family="internvl", **{**_TINY, "image_width": 112}, tile_size=56,
+                             notes="InternVL family (InternViT, pixel shuffle, Qwen2), 2 tiles/camera, unit-test size"),
     "bench": VLASpec(name="bench", family="qwen2_vl", **_BENCH,
                      notes="Qwen2-VL family, six cameras; a few hundred ms per frame on one core"),
     "bench-llava": VLASpec(name="bench-llava", family="llava",
                            **{**_BENCH, "image_height": 56, "image_width": 56},
                            notes="LLaVA family at bench size"),
+    "bench-internvl": VLASpec(name="bench-internvl", family="internvl", **{**_BENCH, "image_width": 224},
+                              tile_size=112, notes="InternVL family at bench size, 2 tiles per camera"),
     # drive: the model `hybrid-vla train` trains on synthetic road drives (the front camera).
     "drive": VLASpec(name="drive", family="qwen2_vl", num_blocks=4, hidden_size=128, num_heads=4, num_kv_heads=2,
                      intermediate_size=256, vision_depth=2, vision_hidden=64, vision_heads=2, vision_intermediate=128,
@@ -145,6 +151,13 @@ PRESETS: dict[str, VLASpec] = {
                               image_height=224, image_width=392, num_cameras=6, text_tokens=32,
                               head_hidden=1024, num_waypoints=6, shape_only=True,
                               notes="Qwen2.5-VL-3B shapes, like MindDrive's larger backbone"),
+    "internvl3-8b-like": VLASpec(name="internvl3-8b-like", family="internvl", num_blocks=28, hidden_size=3584,
+                                 num_heads=28, num_kv_heads=4, intermediate_size=18944, vocab_size=151674,
+                                 vision_depth=24, vision_hidden=1024, vision_heads=16, vision_intermediate=4096,
+                                 image_height=448, image_width=896, tile_size=448, num_cameras=1, text_tokens=32,
+                                 head_hidden=1024, num_waypoints=8, shape_only=True,
+                                 notes="InternVL3-8B shapes (InternViT-300M, 256 tokens per 448 tile + Qwen2.5-7B "
+                                       "blocks), like ReCogDrive; one camera in 2 tiles"),
 }
 
 
