@@ -1,6 +1,6 @@
 """InternVL (transformers' native `internvl`): fixed tiles per camera cut as transformers' own processor cuts
 them, the processor's <img> <IMG_CONTEXT> x n </img> block per camera, 1-D positions, checkpoints as the
-generation class writes them (Qwen2 and Qwen3 text) exact at every partition, and bad shapes refused."""
+generation class writes them (Qwen2, Qwen3, Llama text) exact at every partition, and bad shapes refused."""
 
 import dataclasses
 import json
@@ -89,13 +89,13 @@ def test_a_tile_size_on_an_untiled_family_is_refused():
 
 def generation_class_checkpoint(directory, text: str, in_memory_names: bool = False):
     """tiny-internvl's head and metadata, with a backbone written by InternVLForConditionalGeneration (seeded
-    weights of its own) with a Qwen2 or Qwen3 decoder. in_memory_names: its keys as the module names them
+    weights of its own) with a Qwen2, Qwen3 or Llama decoder. in_memory_names: its keys as the module names them
     (model.vision_tower.*, model.language_model.*, lm_head.*), not as save_pretrained writes them."""
-    from transformers import InternVLConfig, InternVLForConditionalGeneration, Qwen2Config, Qwen3Config
+    from transformers import InternVLConfig, InternVLForConditionalGeneration, LlamaConfig, Qwen2Config, Qwen3Config
     spec = get_preset("tiny-internvl")
     save_checkpoint(load_vla(preset="tiny-internvl"), directory)
     base = FAMILY.build_config(spec)
-    decoder = Qwen3Config(**text_fields(spec), head_dim=16) if text == "qwen3" else Qwen2Config(**text_fields(spec))
+    decoder = {"qwen2": Qwen2Config, "qwen3": Qwen3Config, "llama": LlamaConfig}[text](**text_fields(spec), head_dim=16)
     config = InternVLConfig(vision_config=base.vision_config, text_config=decoder, image_token_id=IMAGE_TOKEN,
                             image_seq_length=base.image_seq_length)
     torch.manual_seed(1)
@@ -107,7 +107,8 @@ def generation_class_checkpoint(directory, text: str, in_memory_names: bool = Fa
     return model
 
 
-@pytest.mark.parametrize("text,in_memory_names", [("qwen2", False), ("qwen3", False), ("qwen3", True)])
+@pytest.mark.parametrize("text,in_memory_names", [("qwen2", False), ("qwen3", False), ("llama", False),
+                                                   ("qwen3", True)])
 def test_a_generation_class_checkpoint_is_read_whole_and_splits_exactly(tmp_path, text, in_memory_names):
     written = generation_class_checkpoint(tmp_path, text, in_memory_names)
     model = load_checkpoint(tmp_path)
@@ -133,7 +134,7 @@ def test_checkpoint_configs_this_family_cannot_split_exactly_are_refused(tmp_pat
     save_checkpoint(load_vla(preset="tiny-internvl"), src)
     cases = [
         (lambda c: c.update(downsample_ratio=0.25), r"downsample_ratio=0.25, only 0.5"),
-        (lambda c: c["text_config"].update(model_type="llama"), r"text_config model_type 'llama'; supported"),
+        (lambda c: c["text_config"].update(model_type="mistral"), r"text_config model_type 'mistral'; supported"),
         (lambda c: c["text_config"].update(layer_types=["sliding_attention"] * 4, use_sliding_window=True,
                                            sliding_window=16), r"layer_types \['sliding_attention'\]"),
         (lambda c: c["vision_config"].update(image_size=[56, 112]), r"image_size=\[56, 112\], expected a square"),

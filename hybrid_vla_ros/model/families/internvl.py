@@ -1,6 +1,6 @@
 """InternVL (`internvl`, transformers' native InternVLModel; SimLingo's and ReCogDrive's backbone family):
 InternViT on square tiles, pixel shuffle (downsample_ratio 0.5: 2x2 patches -> one token) + MLP projector,
-and a Qwen2 (or Qwen3) decoder with 1-D RoPE.
+and a Qwen2 decoder (a checkpoint's may be Qwen3 or Llama) with 1-D RoPE.
 
 Fixed tiling: each camera image, resized straight to image_height x image_width (the GotOcr2 processor's
 resize for a fixed grid), is cut row-major into (image_height / tile_size) x (image_width / tile_size)
@@ -20,7 +20,7 @@ from ..tokens import IMAGE_TOKEN
 from .base import ATTN_IMPL, Family, register, text_fields
 
 DOWNSAMPLE_RATIO = 0.5          # every published InternVL 2 / 2.5 / 3 checkpoint
-TEXT_MODEL_TYPES = ("qwen2", "qwen3")
+TEXT_MODEL_TYPES = ("qwen2", "qwen3", "llama")  # llama: what InternVL3-9B / 2.5-2B, 8B convert to
 START_TOKEN, END_TOKEN = "<img>", "</img>"
 
 
