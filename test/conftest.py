@@ -26,7 +26,7 @@ def domain(monkeypatch):
 def tiny_models():
     """One instance per family, built once (a few tens of ms each)."""
     from hybrid_vla_ros.model.load import load_vla
-    return {name: load_vla(preset=name) for name in ("tiny", "tiny-qwen2.5", "tiny-llava", "tiny-qwen3vl")}
+    return {name: load_vla(preset=name) for name in ("tiny", "tiny-qwen2.5", "tiny-llava", "tiny-qwen3vl", "tiny-internvl")}
 
 
 def fresh_model(name="tiny"):

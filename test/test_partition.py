@@ -11,14 +11,17 @@ from hybrid_vla_ros.model.load import load_vla
 from hybrid_vla_ros.model.tokens import sequence_length
 
 
-@pytest.mark.parametrize("preset", ["tiny", "tiny-qwen2.5", "tiny-llava", "tiny-qwen3vl"])
+EXACT = {"tiny-internvl", "tiny-qwen3vl"}  # families measured bit-identical to HF's forward at every p (the 0.0)
+
+
+@pytest.mark.parametrize("preset", ["tiny", "tiny-qwen2.5", "tiny-llava", "tiny-internvl", "tiny-qwen3vl"])
 def test_split_matches_unsplit_forward_at_every_partition_in_fp32(preset):
     model = load_vla(preset=preset)
     report = verify_partitions(model, frames=2)
     assert report["num_blocks"] == model.num_blocks
     assert [r["partition"] for r in report["results"]] == list(range(model.num_blocks + 1))
     for row in report["results"]:
-        assert row["max_abs_diff"] <= 1e-6, row
+        assert row["max_abs_diff"] <= (0.0 if preset in EXACT else 1e-6), row
 
 
 def test_verify_detects_a_broken_suffix(tiny_models):

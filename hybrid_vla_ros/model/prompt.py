@@ -45,7 +45,7 @@ class TokenizerPrompt:
     def __init__(self, tokenizer, family, config, plan_token: str, source: str):
         """family: the backbone's Family (model/families/), which says where its config keeps the image ids."""
         self.tokenizer, self.source = tokenizer, source
-        self.image_token_id, self.vision_start, self.vision_end = family.prompt_token_ids(config)
+        self.image_token_id, self.vision_start, self.vision_end = family.tokenizer_token_ids(config, tokenizer)
         self.plan_token = plan_token
         self.plan_id = self._token_id(plan_token, "plan_token (the action head's query token)")
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id

@@ -40,6 +40,7 @@ class VLASpec:
     image_height: int = 56
     image_width: int = 56
     num_cameras: int = 1  # ORION and MindDrive take six surround cameras
+    tile_size: int = 0  # InternVL: each camera image is cut into square tiles of this side; 0: untiled families
     # Prompt: instruction bytes are padded/truncated to a fixed count so every frame has the same
     # sequence length (lets the pipeline reuse preallocated boundary buffers).
     text_tokens: int = 16
@@ -90,6 +91,7 @@ class VLASpec:
                    f"spec '{self.name}': action_step_range_m={self.action_step_range_m}, expected > 0")
         family = get_family(self.family)
         self._check_plugins(family)
+        family.check_spec(self)
         expect(isinstance(self.deepstack_blocks, int) and 0 <= self.deepstack_blocks <= family.max_deepstack and
                self.deepstack_blocks <= min(self.num_blocks, self.vision_depth), ConfigError,
                f"spec '{self.name}': deepstack_blocks={self.deepstack_blocks!r}, expected 0..{family.max_deepstack} for "
@@ -146,11 +148,15 @@ PRESETS: dict[str, VLASpec] = {
     # cuts p = 0, 1 carry DeepStack additions over the boundary, p >= 2 none.
     "tiny-qwen3vl": VLASpec(name="tiny-qwen3vl", family="qwen3_vl", **{**_TINY, **_QWEN3_TINY},
                             notes="Qwen3-VL family (interleaved M-RoPE, DeepStack into 2 blocks), unit-test size"),
+    "tiny-internvl": VLASpec(name="tiny-internvl", family="internvl", **{**_TINY, "image_width": 112}, tile_size=56,
+                             notes="InternVL family (InternViT, pixel shuffle, Qwen2), 2 tiles/camera, unit-test size"),
     "bench": VLASpec(name="bench", family="qwen2_vl", **_BENCH,
                      notes="Qwen2-VL family, six cameras; a few hundred ms per frame on one core"),
     "bench-llava": VLASpec(name="bench-llava", family="llava",
                            **{**_BENCH, "image_height": 56, "image_width": 56},
                            notes="LLaVA family at bench size"),
+    "bench-internvl": VLASpec(name="bench-internvl", family="internvl", **{**_BENCH, "image_width": 224},
+                              tile_size=112, notes="InternVL family at bench size, 2 tiles per camera"),
     # drive: the model `hybrid-vla train` trains on synthetic road drives (the front camera).
     "drive": VLASpec(name="drive", family="qwen2_vl", num_blocks=4, hidden_size=128, num_heads=4, num_kv_heads=2,
                      intermediate_size=256, vision_depth=2, vision_hidden=64, vision_heads=2, vision_intermediate=128,
@@ -191,6 +197,13 @@ PRESETS: dict[str, VLASpec] = {
                               image_height=224, image_width=392, num_cameras=6, text_tokens=32,
                               head_hidden=1024, num_waypoints=6, shape_only=True,
                               notes="Qwen2.5-VL-3B shapes, like MindDrive's larger backbone"),
+    "internvl3-8b-like": VLASpec(name="internvl3-8b-like", family="internvl", num_blocks=28, hidden_size=3584,
+                                 num_heads=28, num_kv_heads=4, intermediate_size=18944, vocab_size=151674,
+                                 vision_depth=24, vision_hidden=1024, vision_heads=16, vision_intermediate=4096,
+                                 image_height=448, image_width=896, tile_size=448, num_cameras=1, text_tokens=32,
+                                 head_hidden=1024, num_waypoints=8, shape_only=True,
+                                 notes="InternVL3-8B shapes (InternViT-300M, 256 tokens per 448 tile + Qwen2.5-7B "
+                                       "blocks), like ReCogDrive; one camera in 2 tiles"),
 }
 
 

@@ -52,8 +52,13 @@ class Family:
         raise NotImplementedError
 
     def vision_spec_fields(self, config) -> dict:
-        """A checkpoint's transformers config -> the VLASpec vision fields it implies."""
+        """A checkpoint's transformers config -> the VLASpec vision fields it implies (may override patch_size)."""
         raise NotImplementedError
+
+    def check_spec(self, spec) -> None:
+        """The family's own shape rules of a VLASpec (ConfigError); untiled families take no tile_size."""
+        expect(spec.tile_size == 0, ConfigError,
+               f"spec '{spec.name}': tile_size={spec.tile_size!r}, but {spec.family} does not tile images (keep 0)")
 
     # ---- one frame's inputs --------------------------------------------------------------------------
     def image_tokens_per_camera(self, spec) -> int:
@@ -107,6 +112,11 @@ class Family:
     def prompt_token_ids(self, config) -> tuple[int, int | None, int | None]:
         """A checkpoint's config -> (image token, vision start or None, vision end or None)."""
         raise NotImplementedError
+
+    def tokenizer_token_ids(self, config, tokenizer) -> tuple[int, int | None, int | None]:
+        """The same with a checkpoint's own tokenizer (a family whose start/end tokens are only in the tokenizer
+        looks them up there); default: the config's ids."""
+        return self.prompt_token_ids(config)
 
     @staticmethod
     def language_model(vlm):
@@ -187,7 +197,8 @@ def spec_fields(config, own_tokenizer: bool = False) -> dict:
                f"checkpoint config: {name}={theirs}, the built-in prompt layout uses {ours}; a checkpoint with "
                f"other special tokens must bring its tokenizer (tokenizer.json; docs/CHECKPOINTS.md)")
     text = config.get_text_config()
-    return dict(family=family.name, num_blocks=text.num_hidden_layers, hidden_size=text.hidden_size,
-                num_heads=text.num_attention_heads, num_kv_heads=text.num_key_value_heads,
-                intermediate_size=text.intermediate_size, vocab_size=text.vocab_size,
-                patch_size=config.vision_config.patch_size, **family.vision_spec_fields(config))
+    shared = dict(family=family.name, num_blocks=text.num_hidden_layers, hidden_size=text.hidden_size,
+                  num_heads=text.num_attention_heads, num_kv_heads=text.num_key_value_heads,
+                  intermediate_size=text.intermediate_size, vocab_size=text.vocab_size,
+                  patch_size=config.vision_config.patch_size)
+    return {**shared, **family.vision_spec_fields(config)}
