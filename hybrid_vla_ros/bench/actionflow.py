@@ -76,8 +76,7 @@ def run_actionflow_bench(model, packs: list[int], frames: int = 24, partition: i
     progress(f"sequential: {seq_fps:.2f} frames/s")
     report = {"preset": spec.name, "frames": frames, "repeat": repeat, "cores": cores,
               "tokens_per_frame": model.action_tokenizer.tokens_per_frame,
-              "prompt_tokens": model.prompt.sequence_length(spec.num_cameras, model.family.image_tokens_per_camera(spec),
-                                                            spec.text_tokens),
+              "prompt_tokens": model.sequence_length,
               "sequential": sequential,
               "pack": {}, "split": {"partition": partition, "prefix_cores": cores[:1], "suffix_cores": cores[1:2] or cores[:1],
                                     "pack": {}, "how": "suffix side in its own process (as the suffix node)"},

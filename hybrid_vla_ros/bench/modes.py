@@ -187,7 +187,7 @@ def reference_forward_on_cuda(model: VLAModel, frame) -> None:
         kwargs["pixel_values"] = kwargs["pixel_values"].half()
     ids = encoded.input_ids.cuda()
     out = model.backbone(input_ids=ids, attention_mask=torch.ones_like(ids), **kwargs)
-    model.action_head(out.last_hidden_state[:, -1])
+    model.action_head(out.last_hidden_state[:, -model.query_tokens:])
 
 
 def plot_bench(report: dict, path: str | Path) -> None:

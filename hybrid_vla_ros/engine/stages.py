@@ -79,7 +79,7 @@ def frame_embeddings(model: VLAModel, frame: Frame, place: Placement = Placement
     if "pixel_values" in pixels:
         pixels["pixel_values"] = pixels["pixel_values"].to(place.prefix_dtype)
     embeds = model.decoder.embed_tokens(input_ids)                                     # (1, S, H)
-    features, additions = model.family.image_features_and_deepstack(model.backbone, pixels)  # (n_img, H), k x
+    features, additions = model.family.frame_features(model, pixels, encoded.ego, frame.stamp_ns)  # (n_img, H), k x
     image_mask = input_ids == model.prompt.image_token_id                              # (1, S)
     embeds = embeds.masked_scatter(image_mask.unsqueeze(-1), features.to(embeds.dtype))
     position_ids = model.family.position_ids(model.backbone, input_ids, place.to_prefix(encoded.mm_token_type_ids),
@@ -154,9 +154,7 @@ class SuffixStage:
         own = [b for i, b in self.blocks.items() if b is not layers[i] or (i < hi and placed_apart)]
         self.cpu_backend = optimise_for_cpu(own, placement.suffix_dtype)
         spec = model.spec
-        self.image_tokens = spec.num_cameras * model.family.image_tokens_per_camera(spec)
-        self.seq_len = model.prompt.sequence_length(spec.num_cameras, model.family.image_tokens_per_camera(spec),
-                                                    spec.text_tokens)
+        self.image_tokens, self.seq_len = model.image_tokens, model.sequence_length
         self.deepstack_depth = model.family.deepstack_blocks(model.backbone.config)
 
     def set_partition(self, partition: int) -> None:
@@ -192,8 +190,10 @@ class SuffixStage:
                f"{where}: position_ids shape {tuple(state.position_ids.shape)}, expected {pos_shape}")
         expect(tuple(state.attention_mask.shape) == (1, self.seq_len), InputError,
                f"{where}: attention_mask shape {tuple(state.attention_mask.shape)}, expected {(1, self.seq_len)}")
-        expect(-self.seq_len <= state.query_index < self.seq_len, InputError,
-               f"{where}: query_index {state.query_index} outside the {self.seq_len} tokens")
+        q = self.model.query_tokens
+        expect(-self.seq_len <= state.query_index < self.seq_len and state.query_index % self.seq_len >= q - 1,
+               InputError, f"{where}: query_index {state.query_index}: the head's {q} query token(s) must end there, "
+                           f"inside the {self.seq_len} tokens")
         expect_finite(state.hidden, "nonfinite_boundary", f"{where}: hidden")  # an fp16 overflow, a damaged payload
         self.validate_deepstack(state, where)
 
@@ -233,7 +233,8 @@ class SuffixStage:
         deepstack = state.deepstack.to(place.suffix_device) if state.deepstack is not None else None
         hidden = run_blocks(model.decoder, blocks, hidden, position_ids, attention_mask, state.partition, deepstack)
         hidden = self.norm(hidden)                                                     # (1, S, H)
-        raw = self.head(hidden[:, state.query_index])                                  # (1, N, 4)
+        last = state.query_index % self.seq_len
+        raw = self.head(hidden[:, last - model.query_tokens + 1:last + 1])             # (1, N, 4) from (1, q, H)
         points = waypoints_from_head(raw.float(), model.spec.waypoint_dt_s)            # (1, N, 5)
         expect_finite(points, "nonfinite_output", f"trajectory of frame {state.seq}")
         state.timings["suffix_ms"] = (time.perf_counter() - t0) * 1e3
@@ -245,9 +246,10 @@ class SuffixStage:
 def reference_forward(model: VLAModel, frame: Frame) -> tuple[torch.Tensor, Trajectory]:
     """The unsplit model through HF's own forward: (final hidden state (1, S, H), trajectory)."""
     encoded = encode_frame(frame, model)
-    kwargs = model.family.reference_kwargs(encoded.pixels, encoded.mm_token_type_ids)
-    out = model.backbone(input_ids=encoded.input_ids, attention_mask=torch.ones_like(encoded.input_ids), **kwargs)
+    inputs = model.family.reference_inputs(model, encoded, frame)   # ids + pixels, or a scene model's embeddings
+    out = model.backbone(attention_mask=torch.ones_like(encoded.input_ids), **inputs)
     hidden = out.last_hidden_state                                                     # (1, S, H), normed
-    points = waypoints_from_head(model.action_head(hidden[:, -1]).float(), model.spec.waypoint_dt_s)
+    raw = model.action_head(hidden[:, -model.query_tokens:])                           # (1, N, 4) from (1, q, H)
+    points = waypoints_from_head(raw.float(), model.spec.waypoint_dt_s)
     return hidden, Trajectory(points=points[0].numpy(), seq=frame.seq, stamp_ns=frame.stamp_ns,
                               partition=model.num_blocks)

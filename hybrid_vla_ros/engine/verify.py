@@ -11,11 +11,15 @@ from .stages import PrefixStage, SuffixStage, reference_forward
 
 
 def verify_partitions(model: VLAModel, placement: Placement = Placement(), frames: int = 2) -> dict:
+    """A scene encoder's memory is reset before the reference run and before each cut's: every run sees the same
+    frames in the same order from an empty memory (frames > 1 then checks that memory, too)."""
     samples = [synthetic_frame(model.spec, seq) for seq in range(frames)]
+    model.reset_memory("verify")
     references = [reference_forward(model, frame) for frame in samples]
     results = []
     for partition in range(model.num_blocks + 1):
         prefix, suffix = PrefixStage(model, partition, placement), SuffixStage(model, partition, placement)
+        prefix.model.reset_memory("verify")
         hidden_diff = traj_diff = 0.0
         for frame, (ref_hidden, ref_traj) in zip(samples, references):
             hidden, traj = suffix.forward(prefix.run(frame))

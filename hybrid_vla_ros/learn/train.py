@@ -17,6 +17,7 @@ import torch
 from torch.nn import functional as F
 
 from ..engine.stages import frame_embeddings, run_blocks
+from ..errors import ConfigError, expect
 from ..model.vla import VLAModel
 from ..sim.road import drive
 from ..types import EgoState, Frame
@@ -56,13 +57,16 @@ def road_samples(spec, seeds, frames_per_drive: int, rate_hz: float = 10.0) -> l
 
 def batch_forward(model: VLAModel, frames: list[Frame]) -> torch.Tensor:
     """Frames -> the head's raw output (B, N, 4): steps dx, dy, heading, speed (differentiable)."""
+    expect(model.family.deepstack_blocks(model.backbone.config) == 0 and model.scene_encoder is None, ConfigError,
+           f"train: model '{model.spec.name}' has DeepStack or a scene encoder; training covers the single-pass "
+           f"vision-tower families (qwen2_vl, qwen2_5_vl, llava, internvl) only")
     embedded = [frame_embeddings(model, f)[:2] for f in frames]
     hidden = torch.cat([e for e, _ in embedded])                                     # (B, S, H)
     positions = torch.cat([p for _, p in embedded], dim=embedded[0][1].dim() - 2)     # (3, B, S) or (B, S)
     mask = torch.ones(hidden.shape[:2], dtype=torch.long)
     decoder = model.decoder
     hidden = decoder.norm(run_blocks(decoder, decoder.layers, hidden, positions, mask))
-    return model.action_head(hidden[:, -1])                                           # (B, N, 4)
+    return model.action_head(hidden[:, -model.query_tokens:])                         # (B, N, 4)
 
 
 def waypoint_loss(raw: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:

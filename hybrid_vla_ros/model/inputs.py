@@ -19,6 +19,7 @@ class EncodedFrame:
     input_ids: torch.Tensor          # (1, S) int64
     mm_token_type_ids: torch.Tensor  # (1, S) int32, 1 on image tokens
     pixels: dict                     # family-specific pixel tensors (see model/families/)
+    ego: torch.Tensor                # (2,) speed m/s, yaw rate rad/s (a scene encoder's input)
 
 
 def encode_frame(frame: Frame, model, device: torch.device | str = "cpu") -> EncodedFrame:
@@ -33,10 +34,12 @@ def encode_frame(frame: Frame, model, device: torch.device | str = "cpu") -> Enc
     expect(len(frame.images) == spec.num_cameras, InputError,
            f"{where}: {len(frame.images)} camera images, model '{spec.name}' expects {spec.num_cameras}")
     images = preprocess(frame.images, model.image_processing, device, where)       # (N, 3, H, W) float32
-    input_ids, mm_types = model.prompt.build(spec.num_cameras, model.family.image_tokens_per_camera(spec),
-                                             frame.instruction, spec.text_tokens, float(ego.speed_mps),
-                                             float(ego.yaw_rate_rps))                # (1, S) each
-    return EncodedFrame(input_ids, mm_types, model.family.pixel_inputs(spec, images))
+    blocks, per_block = model.family.image_blocks(spec)
+    input_ids, mm_types = model.prompt.build(blocks, per_block, frame.instruction, spec.text_tokens,
+                                             float(ego.speed_mps), float(ego.yaw_rate_rps),
+                                             spec.query_tokens)                      # (1, S) each
+    return EncodedFrame(input_ids, mm_types, model.family.pixel_inputs(spec, images),
+                        torch.tensor([float(ego.speed_mps), float(ego.yaw_rate_rps)]))
 
 
 def synthetic_frame(spec: VLASpec, seq: int, stamp_ns: int | None = None, seed: int = 0) -> Frame:

@@ -27,11 +27,11 @@ class BytePrompt:
     image_token_id = IMAGE_TOKEN
 
     def build(self, num_cameras: int, image_tokens: int, instruction: str, text_tokens: int,
-              speed_mps: float, yaw_rate_rps: float) -> tuple[torch.Tensor, torch.Tensor]:
-        return build_prompt(num_cameras, image_tokens, instruction, text_tokens, speed_mps, yaw_rate_rps)
+              speed_mps: float, yaw_rate_rps: float, query_tokens: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+        return build_prompt(num_cameras, image_tokens, instruction, text_tokens, speed_mps, yaw_rate_rps, query_tokens)
 
-    def sequence_length(self, num_cameras: int, image_tokens: int, text_tokens: int) -> int:
-        return sequence_length(num_cameras, image_tokens, text_tokens)
+    def sequence_length(self, num_cameras: int, image_tokens: int, text_tokens: int, query_tokens: int = 1) -> int:
+        return sequence_length(num_cameras, image_tokens, text_tokens, query_tokens)
 
     def describe(self) -> str:
         return "built-in byte-level tokenizer"
@@ -42,12 +42,17 @@ class BytePrompt:
 
 
 class TokenizerPrompt:
-    def __init__(self, tokenizer, family, config, plan_token: str, source: str):
-        """family: the backbone's Family (model/families/), which says where its config keeps the image ids."""
+    def __init__(self, tokenizer, family, config, plan_token: str | list[str], source: str):
+        """family: the backbone's Family (model/families/), which says where its config keeps the image ids.
+        plan_token: the head's query token, or the list of them for a head reading several (MindDrive: 2)."""
         self.tokenizer, self.source = tokenizer, source
         self.image_token_id, self.vision_start, self.vision_end = family.tokenizer_token_ids(config, tokenizer)
         self.plan_token = plan_token
-        self.plan_id = self._token_id(plan_token, "plan_token (the action head's query token)")
+        names = [plan_token] if isinstance(plan_token, str) else list(plan_token)
+        expect(names and all(isinstance(n, str) for n in names), ConfigError,
+               f"{source}: plan_token must name the head's query token(s): a string or a list of strings")
+        self.query_ids = [self._token_id(n, "plan_token (the action head's query token)") for n in names]
+        self.plan_id = self.query_ids[-1]
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         expect(self.pad_id is not None, ConfigError,
                f"{source}: the tokenizer has neither a pad nor an eos token to pad the instruction with")
@@ -70,18 +75,26 @@ class TokenizerPrompt:
         return block if self.vision_start is None else [self.vision_start] + block + [self.vision_end]
 
     def build(self, num_cameras: int, image_tokens: int, instruction: str, text_tokens: int,
-              speed_mps: float, yaw_rate_rps: float) -> tuple[torch.Tensor, torch.Tensor]:
+              speed_mps: float, yaw_rate_rps: float, query_tokens: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
         """-> input_ids (1, S), mm_token_type_ids (1, S) (1 on image tokens)."""
+        self.check_query_tokens(query_tokens)
         ids = list(self.bos)
         for _ in range(num_cameras):
             ids += self._image_block(image_tokens)
         ids += self._text(instruction, text_tokens) + self._text(ego_text(speed_mps, yaw_rate_rps), EGO_BYTES)
-        ids.append(self.plan_id)
+        ids += self.query_ids
         input_ids = torch.tensor([ids], dtype=torch.long)
         return input_ids, (input_ids == self.image_token_id).to(torch.int32)
 
-    def sequence_length(self, num_cameras: int, image_tokens: int, text_tokens: int) -> int:
-        return len(self.bos) + num_cameras * len(self._image_block(image_tokens)) + text_tokens + EGO_BYTES + 1
+    def check_query_tokens(self, query_tokens: int) -> None:
+        expect(query_tokens == len(self.query_ids), ConfigError,
+               f"{self.source}: the head reads {query_tokens} query tokens, its metadata names "
+               f"{len(self.query_ids)} ({self.plan_token!r}); name each one in 'plan_token'")
+
+    def sequence_length(self, num_cameras: int, image_tokens: int, text_tokens: int, query_tokens: int = 1) -> int:
+        self.check_query_tokens(query_tokens)
+        return len(self.bos) + num_cameras * len(self._image_block(image_tokens)) + text_tokens + EGO_BYTES + \
+            query_tokens
 
     def save(self, directory: Path) -> dict:
         self.tokenizer.save_pretrained(directory)

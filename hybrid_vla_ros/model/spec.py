@@ -130,6 +130,13 @@ _TINY = dict(num_blocks=4, hidden_size=64, num_heads=4, num_kv_heads=2, intermed
              vision_depth=2, vision_hidden=32, vision_heads=2, vision_intermediate=64,
              image_height=56, image_width=56, num_cameras=2, text_tokens=12, head_hidden=32)
 
+# tiny-scene: the ORION / MindDrive shape at toy size: a Qwen2 LLM fed 6 scene + 2 history tokens by the reference
+# scene encoder (model/plugins/scene_encoders.py) over 2 cameras, with a memory of 3 past frames; a GRU head
+# reading 2 query tokens.
+_SCENE = dict(width=32, depth=1, heads=2, patch_size=14, scene_queries=6, history_queries=2, memory_frames=3)
+_TINY_SCENE = dict(_TINY, scene_encoder="query_scene", head="gru", query_tokens=2,
+                   scene_config={**_SCENE, "image_height": 56, "image_width": 56, "cameras": 2})
+
 # bench: one frame costs a few hundred ms on one core here (see docs/BENCHMARKS.md).
 _BENCH = dict(num_blocks=16, hidden_size=576, num_heads=9, num_kv_heads=3, intermediate_size=1536,
               vision_depth=2, vision_hidden=192, vision_heads=3, vision_intermediate=384,
@@ -150,6 +157,9 @@ PRESETS: dict[str, VLASpec] = {
                             notes="Qwen3-VL family (interleaved M-RoPE, DeepStack into 2 blocks), unit-test size"),
     "tiny-internvl": VLASpec(name="tiny-internvl", family="internvl", **{**_TINY, "image_width": 112}, tile_size=56,
                              notes="InternVL family (InternViT, pixel shuffle, Qwen2), 2 tiles/camera, unit-test size"),
+    "tiny-scene": VLASpec(name="tiny-scene", family="scene_qwen2", **_TINY_SCENE,
+                          notes="Qwen2 LLM + reference scene encoder with memory (ORION/MindDrive shape), GRU head "
+                                "on 2 query tokens, unit-test size"),
     "bench": VLASpec(name="bench", family="qwen2_vl", **_BENCH,
                      notes="Qwen2-VL family, six cameras; a few hundred ms per frame on one core"),
     "bench-llava": VLASpec(name="bench-llava", family="llava",

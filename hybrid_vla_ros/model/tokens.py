@@ -1,10 +1,10 @@
 """The token layout of one frame, and a byte-level tokenizer (offline, no vocabulary file).
 
-    [BOS] ([VISION_START] [IMAGE] * n [VISION_END]) * cameras  text(instruction) text(ego)  [PLAN]
+    [BOS] ([VISION_START] [IMAGE] * n [VISION_END]) * cameras  text(instruction) text(ego)  [PLAN] * q
 
 The instruction is padded/truncated to a fixed byte count and the ego state is printed in a fixed-width
 format, so every frame of a model has the same sequence length. The action head reads the final hidden
-state at the last position, the [PLAN] query token.
+states at the last q positions, the [PLAN] query tokens (q = 1 but for heads reading several).
 """
 
 from __future__ import annotations
@@ -30,17 +30,18 @@ def ego_text(speed_mps: float, yaw_rate_rps: float) -> str:
 
 
 def build_prompt(num_cameras: int, image_tokens: int, instruction: str, text_tokens: int,
-                 speed_mps: float, yaw_rate_rps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Returns input_ids (1, S) and mm_token_type_ids (1, S) (1 on image tokens, 0 elsewhere)."""
+                 speed_mps: float, yaw_rate_rps: float, query_tokens: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns input_ids (1, S) and mm_token_type_ids (1, S) (1 on image tokens, 0 elsewhere). Several query
+    tokens are [PLAN] repeated (a checkpoint's own tokenizer names distinct ones)."""
     ids = [BOS]
     for _ in range(num_cameras):
         ids += [VISION_START] + [IMAGE_TOKEN] * image_tokens + [VISION_END]
     ids += byte_tokens(instruction, text_tokens)
     ids += byte_tokens(ego_text(speed_mps, yaw_rate_rps), EGO_BYTES)
-    ids.append(PLAN)
+    ids += [PLAN] * query_tokens
     input_ids = torch.tensor([ids], dtype=torch.long)
     return input_ids, (input_ids == IMAGE_TOKEN).to(torch.int32)
 
 
-def sequence_length(num_cameras: int, image_tokens: int, text_tokens: int) -> int:
-    return 1 + num_cameras * (image_tokens + 2) + text_tokens + EGO_BYTES + 1
+def sequence_length(num_cameras: int, image_tokens: int, text_tokens: int, query_tokens: int = 1) -> int:
+    return 1 + num_cameras * (image_tokens + 2) + text_tokens + EGO_BYTES + query_tokens

@@ -8,24 +8,11 @@ from torch import nn
 from ..errors import ConfigError, expect
 from .action_tokens import ActionTokenizer, TokenHead
 from .families import get_family
+from .plugins import HEADS, SCENE_ENCODERS, head_config, plugin_class
 from .preprocess import ImageProcessing
 from .prompt import BytePrompt
 from .spec import VLASpec
 from .tokens import MIN_VOCAB
-
-
-class ActionHead(nn.Module):
-    """Final hidden state at the [PLAN] token -> N waypoints (dx, dy, heading, speed)."""
-
-    def __init__(self, hidden_size: int, head_hidden: int, num_waypoints: int):
-        super().__init__()
-        self.num_waypoints = num_waypoints
-        self.mlp = nn.Sequential(nn.Linear(hidden_size, head_hidden), nn.GELU(),
-                                 nn.Linear(head_hidden, num_waypoints * 4))
-
-    def forward(self, query_hidden: torch.Tensor) -> torch.Tensor:
-        raw = self.mlp(query_hidden)                      # (B, N*4)
-        return raw.view(-1, self.num_waypoints, 4)        # (B, N, 4)
 
 
 def waypoints_from_head(raw: torch.Tensor, dt_s: float) -> torch.Tensor:
@@ -36,17 +23,30 @@ def waypoints_from_head(raw: torch.Tensor, dt_s: float) -> torch.Tensor:
     return torch.cat([xy, raw[..., 2:4].double(), t.unsqueeze(-1)], dim=-1)
 
 
-def make_action_head(spec: VLASpec) -> nn.Module:
-    """The spec's head, freshly initialised: action-token logits over the bins, or the waypoint MLP."""
+def make_action_head(spec: VLASpec, config: dict | None = None) -> nn.Module:
+    """The spec's head, freshly initialised: action-token logits over the bins, or its waypoint head plugin
+    (config: a checkpoint's head config; default: the preset's, from the spec)."""
     if spec.action_head == "tokens":
         return TokenHead(spec.hidden_size, spec.action_bins)
-    return ActionHead(spec.hidden_size, spec.head_hidden, spec.num_waypoints)
+    head = plugin_class(HEADS, spec.head).from_config(config or head_config(spec), spec.hidden_size, spec)
+    expect(head.query_tokens == spec.query_tokens, ConfigError,
+           f"head {spec.head!r} reads {head.query_tokens} query tokens, the prompt of '{spec.name}' has "
+           f"{spec.query_tokens}")
+    return head
+
+
+def make_scene_encoder(spec: VLASpec):
+    """The spec's scene encoder plugin (scene_* families), freshly initialised; None for a vision tower."""
+    if not spec.scene_encoder:
+        return None
+    return plugin_class(SCENE_ENCODERS, spec.scene_encoder).from_config(spec.scene_config, spec.hidden_size, spec)
 
 
 class VLAModel(nn.Module):
-    """backbone_config: the HF config a checkpoint came with (exact rope, eps, ...); default: built from spec."""
+    """backbone_config: the HF config a checkpoint came with (exact rope, eps, ...); default: built from spec.
+    head_plugin_config: a checkpoint head's config (default: from the spec)."""
 
-    def __init__(self, spec: VLASpec, backbone_config=None):
+    def __init__(self, spec: VLASpec, backbone_config=None, head_plugin_config: dict | None = None):
         super().__init__()
         expect(spec.vocab_size >= MIN_VOCAB, ConfigError,
                f"spec '{spec.name}': vocab_size={spec.vocab_size}, expected >= {MIN_VOCAB} (bytes + specials)")
@@ -55,7 +55,8 @@ class VLAModel(nn.Module):
         self.image_processing = ImageProcessing.for_spec(spec)  # a checkpoint's preprocessor_config may change it
         self.prompt = BytePrompt()                                # a checkpoint's own tokenizer replaces it
         self.backbone = self.family.model_class(backbone_config or self.family.build_config(spec))
-        self.action_head = make_action_head(spec)
+        self.scene_encoder = make_scene_encoder(spec)
+        self.action_head = make_action_head(spec, head_plugin_config)
         if spec.action_head == "tokens":
             self.action_tokenizer = ActionTokenizer(spec)
 
@@ -66,6 +67,29 @@ class VLAModel(nn.Module):
     @property
     def num_blocks(self) -> int:
         return len(self.decoder.layers)
+
+    @property
+    def query_tokens(self) -> int:
+        """The prompt's last tokens whose final hidden states the head reads."""
+        return self.spec.query_tokens
+
+    @property
+    def image_tokens(self) -> int:
+        blocks, per_block = self.family.image_blocks(self.spec)
+        return blocks * per_block
+
+    @property
+    def sequence_length(self) -> int:
+        """Tokens of every frame's prompt (fixed: the pipeline's buffers never change shape)."""
+        blocks, per_block = self.family.image_blocks(self.spec)
+        return self.prompt.sequence_length(blocks, per_block, self.spec.text_tokens, self.spec.query_tokens)
+
+    def reset_memory(self, reason: str = "requested", stamp_ns: int = 0) -> bool:
+        """Forget the scene encoder's cross-frame memory; False when the model keeps none."""
+        if self.scene_encoder is None:
+            return False
+        self.scene_encoder.reset(reason, stamp_ns)
+        return True
 
 
 def build_model(spec: VLASpec, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> VLAModel:

@@ -38,10 +38,7 @@ from ..stages import frame_embeddings
 
 def slot_tokens_of(model: VLAModel) -> int:
     """KV positions one frame needs: its prompt + its action tokens but the last (never fed back)."""
-    spec = model.spec
-    seq_len = model.prompt.sequence_length(spec.num_cameras, model.family.image_tokens_per_camera(spec),
-                                           spec.text_tokens)
-    return seq_len + model.action_tokenizer.tokens_per_frame - 1
+    return model.sequence_length + model.action_tokenizer.tokens_per_frame - 1
 
 
 def stamps(frame: Frame) -> tuple[int, int]:

@@ -64,9 +64,10 @@ class Zone(NamedTuple):
 
 
 def prefix_modules(model: VLAModel, partition: int) -> list[torch.nn.Module]:
-    """What the prefix device holds: vision, embeddings, rotary tables and blocks [0, partition)."""
+    """What the prefix device holds: vision (or the scene encoder), embeddings, rotary tables and blocks [0, p)."""
     decoder = model.decoder
-    owned = [m for name, m in model.backbone.named_children() if m is not decoder]
+    owned = [model.scene_encoder] if model.scene_encoder is not None else []
+    owned += [m for name, m in model.backbone.named_children() if m is not decoder]
     owned += [m for name, m in decoder.named_children() if name not in ("layers", "norm")]
     return owned + list(decoder.layers[:partition])
 
@@ -122,8 +123,7 @@ def boundary_bytes(model: VLAModel, partition: int, itemsize: int) -> dict:
     a DeepStack family cut below its depth k the k - p additions at the n image tokens (k - p, n, H) + their
     indices (n,)."""
     spec, family = model.spec, model.family
-    image_tokens = spec.num_cameras * family.image_tokens_per_camera(spec)
-    seq = model.prompt.sequence_length(spec.num_cameras, family.image_tokens_per_camera(spec), spec.text_tokens)
+    image_tokens, seq = model.image_tokens, model.sequence_length
     positions = math.prod(family.position_ids_shape(seq))                               # 3 S (M-RoPE) or S
     plain = seq * spec.hidden_size * itemsize + (positions + seq) * 8                   # + the (1, S) mask
     due = max(0, family.deepstack_blocks(model.backbone.config) - partition)

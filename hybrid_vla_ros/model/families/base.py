@@ -79,6 +79,11 @@ class Family:
         """Decoder blocks after which image features are added (a backbone config's DeepStack depth k)."""
         return 0
 
+    def frame_features(self, model, pixels: dict, ego: torch.Tensor, stamp_ns: int):
+        """One frame's image-token features (n_img, H) and DeepStack additions; a scene-encoded family runs
+        its scene encoder here (ego (2,) and the stamp are its inputs too)."""
+        return self.image_features_and_deepstack(model.backbone, pixels)
+
     def image_features_and_deepstack(self, vlm, pixels: dict) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """-> the image features and the additions for blocks 0 .. k-1 (none but for DeepStack families)."""
         return self.image_features(vlm, pixels), []
@@ -199,6 +204,8 @@ def spec_fields(config, own_tokenizer: bool = False) -> dict:
     text = config.get_text_config()
     shared = dict(family=family.name, num_blocks=text.num_hidden_layers, hidden_size=text.hidden_size,
                   num_heads=text.num_attention_heads, num_kv_heads=text.num_key_value_heads,
-                  intermediate_size=text.intermediate_size, vocab_size=text.vocab_size,
-                  patch_size=config.vision_config.patch_size)
+                  intermediate_size=text.intermediate_size, vocab_size=text.vocab_size)
+    vision = getattr(config, "vision_config", None)   # a scene-encoded LLM has none
+    if vision is not None:
+        shared["patch_size"] = vision.patch_size
     return {**shared, **family.vision_spec_fields(config)}

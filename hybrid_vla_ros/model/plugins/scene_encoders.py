@@ -38,6 +38,11 @@ class SceneEncoder(nn.Module):
         self.resets = 0
         self.last_reset = ("never", 0)   # (reason, stamp of the frame it happened before)
 
+    @classmethod
+    def tokens_for(cls, config: dict) -> int:
+        """Scene tokens per frame of an encoder of this config (the prompt is laid out before it is built)."""
+        raise NotImplementedError
+
     def forward(self, images: torch.Tensor, ego: torch.Tensor, stamp_ns: int) -> torch.Tensor:
         raise NotImplementedError
 
@@ -123,6 +128,10 @@ class QueryScene(SceneEncoder):
         expect(config["width"] % config["heads"] == 0, ConfigError,
                f"scene encoder 'query_scene': width {config['width']} not divisible by heads {config['heads']}")
         return cls(config, hidden_size)
+
+    @classmethod
+    def tokens_for(cls, config: dict) -> int:
+        return int(config.get("scene_queries", 0)) + int(config.get("history_queries", 0))
 
     def forward(self, images: torch.Tensor, ego: torch.Tensor, stamp_ns: int) -> torch.Tensor:
         patches = self.patch(images).flatten(2).transpose(1, 2)                        # (N, P, D)
