@@ -153,7 +153,6 @@ class SuffixStage:
         # the suffix's own blocks, free to optimise in place: copies, and zone blocks when placed apart
         own = [b for i, b in self.blocks.items() if b is not layers[i] or (i < hi and placed_apart)]
         self.cpu_backend = optimise_for_cpu(own, placement.suffix_dtype)
-        spec = model.spec
         self.image_tokens, self.seq_len = model.image_tokens, model.sequence_length
         self.deepstack_depth = model.family.deepstack_blocks(model.backbone.config)
 

@@ -6,7 +6,10 @@
     action_head.safetensors              the action head (docs/CHECKPOINTS.md): mlp.0.{weight,bias},
                                          mlp.2.{weight,bias}, or an action-token model's proj.{weight,bias};
                                          metadata `hybrid_vla` = the VLA's own fields (cameras, image size,
-                                         prompt length, waypoints; action_head, bins, range) as JSON
+                                         prompt length, waypoints; action_head, bins, range; the head
+                                         plugin, its config and query tokens) as JSON
+    scene_encoder.safetensors            scene_* families: the scene encoder plugin's weights; metadata
+                                         `plugin` (its name) and `config` (its JSON config)
 
 `save_checkpoint` writes it with transformers' own `save_pretrained`. `load_checkpoint` builds the model
 with its parameters on the meta device (buffers such as rotary tables are computed as usual) and reads from
@@ -19,34 +22,19 @@ from __future__ import annotations
 import json
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import nn
 
 from ..errors import ConfigError, expect
-from .families import load_backbone_config, spec_fields
+from .checkpoint_files import (CONFIG_FILE, HEAD_FILE, HEAD_FORMAT, HEAD_PREFIX, INDEX_FILE, PROCESSOR_FILE,
+                               SCENE_FILE, SCENE_FORMAT, SCENE_PREFIX, TOKEN_FIELDS, VLA_FIELDS, WEIGHTS_FILE,
+                               CheckpointFiles, _opened, checkpoint_spec, inspect_checkpoint)
 from .preprocess import ImageProcessing
 from .prompt import has_tokenizer, load_prompt
-from .spec import VLASpec
 from .vla import VLAModel, make_action_head
-
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
-INDEX_FILE = "model.safetensors.index.json"
-HEAD_FILE = "action_head.safetensors"
-PROCESSOR_FILE = "preprocessor_config.json"  # optional: the image processor's mean/std/rescale/centre crop
-HEAD_FORMAT = "hybrid_vla_action_head/1"
-VLA_FIELDS = ("name", "num_cameras", "image_height", "image_width", "text_tokens", "num_waypoints",
-              "waypoint_dt_s", "head_hidden")
-# An action-token model's head (TokenHead: proj.{weight,bias}, logits over the bins at the top of the vocabulary)
-TOKEN_FIELDS = ("action_head", "action_bins", "action_step_range_m")
-PROMPT_FIELDS = ("plan_token",)  # head metadata beside the spec's fields: the action head's query token
-PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt", "model.pth", "model.ckpt")
-HEAD_PREFIX = "action_head."
 
 
 def save_checkpoint(model: VLAModel, directory: str | Path, max_shard_size: str | int = "2GB") -> Path:
@@ -61,96 +49,12 @@ def save_checkpoint(model: VLAModel, directory: str | Path, max_shard_size: str 
     vla = {name: getattr(model.spec, name) for name in fields}
     vla.update(model.prompt.save(directory))  # a checkpoint's own tokenizer goes along, with its query token
     save_file(head, str(directory / HEAD_FILE), metadata={"format": HEAD_FORMAT, "hybrid_vla": json.dumps(vla)})
+    if model.scene_encoder is not None:
+        tensors = {k: v.detach().contiguous().cpu() for k, v in model.scene_encoder.state_dict().items()}
+        save_file(tensors, str(directory / SCENE_FILE),
+                  metadata={"format": SCENE_FORMAT, "plugin": model.spec.scene_encoder,
+                            "config": json.dumps(model.spec.scene_config)})
     return directory
-
-
-@dataclass
-class CheckpointFiles:
-    """What a checkpoint directory holds, checked; `read_keys` records every tensor read (tests)."""
-    directory: Path
-    config: object  # the backbone's transformers config
-    weight_map: dict[str, Path]  # checkpoint key -> safetensors file
-    head_file: Path | None
-    vla: dict
-    read_keys: set[str] = field(default_factory=set)
-
-
-def _refuse_pickle(directory: Path) -> None:
-    offered = [name for name in PICKLE_FILES if (directory / name).exists()]
-    expect(not offered, ConfigError,
-           f"checkpoint '{directory}': {offered[0] if offered else ''} is a pickle file; only safetensors are "
-           f"loaded (convert it with transformers: save_pretrained(..., safe_serialization=True))")
-
-
-def _weight_map(directory: Path) -> dict[str, Path]:
-    index = directory / INDEX_FILE
-    if index.is_file():
-        try:
-            entries = json.loads(index.read_text())["weight_map"]
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
-            raise ConfigError(f"checkpoint '{directory}': {INDEX_FILE} is not a valid index ({exc})") from exc
-        files = {name: directory / name for name in set(entries.values())}
-        for name, path in sorted(files.items()):
-            expect(path.is_file(), ConfigError, f"checkpoint '{directory}': shard {name} named in {INDEX_FILE} is missing")
-        return {key: files[name] for key, name in entries.items()}
-    _refuse_pickle(directory)
-    single = directory / WEIGHTS_FILE
-    expect(single.is_file(), ConfigError,
-           f"checkpoint '{directory}': no {WEIGHTS_FILE} and no {INDEX_FILE} (only safetensors are loaded)")
-    with _opened(single) as handle:
-        return {key: single for key in handle.keys()}
-
-
-@contextmanager
-def _opened(path: Path, device: str = "cpu"):
-    try:
-        with safe_open(str(path), framework="pt", device=device) as handle:
-            yield handle
-    except (SafetensorError, OSError) as exc:
-        raise ConfigError(f"checkpoint file '{path}' is corrupt or unreadable ({exc})") from exc
-
-
-def _head_metadata(directory: Path, fresh_head: bool) -> tuple[Path | None, dict]:
-    path = directory / HEAD_FILE
-    if not path.is_file():
-        expect(fresh_head, ConfigError,
-               f"checkpoint '{directory}': no {HEAD_FILE} (the action head; docs/CHECKPOINTS.md). Pass "
-               f"fresh_head / --fresh-head to start from a freshly initialised head on purpose")
-        return None, {}
-    with _opened(path) as handle:
-        meta = handle.metadata() or {}
-    expect(meta.get("format") == HEAD_FORMAT, ConfigError,
-           f"checkpoint '{path}': metadata format {meta.get('format')!r}, expected {HEAD_FORMAT!r}")
-    try:
-        vla = json.loads(meta.get("hybrid_vla", "{}"))
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"checkpoint '{path}': metadata 'hybrid_vla' is not JSON ({exc})") from exc
-    unknown = sorted(set(vla) - set(VLA_FIELDS) - set(TOKEN_FIELDS) - set(PROMPT_FIELDS))
-    expect(isinstance(vla, dict) and not unknown, ConfigError,
-           f"checkpoint '{path}': unknown fields {unknown} in metadata 'hybrid_vla'; known: "
-           f"{list(VLA_FIELDS + TOKEN_FIELDS + PROMPT_FIELDS)}")
-    return path, vla
-
-
-def inspect_checkpoint(directory: str | Path, fresh_head: bool = False) -> CheckpointFiles:
-    directory = Path(directory)
-    expect(directory.is_dir(), ConfigError, f"checkpoint '{directory}': no such directory")
-    expect((directory / CONFIG_FILE).is_file(), ConfigError,
-           f"checkpoint '{directory}': missing {CONFIG_FILE} (a Hugging Face model directory is expected)")
-    config = load_backbone_config(directory)
-    weight_map = _weight_map(directory)
-    head_file, vla = _head_metadata(directory, fresh_head)
-    return CheckpointFiles(directory, config, weight_map, head_file, vla)
-
-
-def checkpoint_spec(files: CheckpointFiles) -> VLASpec:
-    name = files.vla.get("name") or files.directory.name
-    own = {k: v for k, v in files.vla.items() if k not in PROMPT_FIELDS}
-    fields = {**spec_fields(files.config, own_tokenizer=has_tokenizer(files.directory)), **own, "name": name}
-    try:
-        return VLASpec(**fields)
-    except TypeError as exc:
-        raise ConfigError(f"checkpoint '{files.directory}': {exc}") from exc
 
 
 _BUILD_LOCK = threading.Lock()
@@ -202,6 +106,10 @@ def _source(files: CheckpointFiles, name: str, key_prefixes) -> tuple[Path, str]
     """Our parameter name -> (file, key in it)."""
     if name.startswith(HEAD_PREFIX):
         return files.head_file, name[len(HEAD_PREFIX):]
+    if name.startswith(SCENE_PREFIX):
+        expect(files.scene_file is not None, ConfigError,
+               f"checkpoint '{files.directory}': the model has a scene encoder, the directory no {SCENE_FILE}")
+        return files.scene_file, name[len(SCENE_PREFIX):]
     ours = name[len("backbone."):]
     key = _checkpoint_key(ours, files.weight_map, key_prefixes)
     expect(key is not None, ConfigError,

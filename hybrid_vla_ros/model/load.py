@@ -58,7 +58,7 @@ def model_id(model: VLAModel) -> int:
     digest = hashlib.sha256(repr(model.spec).encode())
     files = getattr(model, "checkpoint_files", None)
     if files is not None:
-        paths = set(files.weight_map.values()) | ({files.head_file} if files.head_file else set())
+        paths = set(files.weight_map.values()) | {f for f in (files.head_file, files.scene_file) if f}
         for path in sorted(paths):
             size = path.stat().st_size
             digest.update(f"{path.name}:{size}".encode())

@@ -23,12 +23,12 @@ def waypoints_from_head(raw: torch.Tensor, dt_s: float) -> torch.Tensor:
     return torch.cat([xy, raw[..., 2:4].double(), t.unsqueeze(-1)], dim=-1)
 
 
-def make_action_head(spec: VLASpec, config: dict | None = None) -> nn.Module:
+def make_action_head(spec: VLASpec) -> nn.Module:
     """The spec's head, freshly initialised: action-token logits over the bins, or its waypoint head plugin
-    (config: a checkpoint's head config; default: the preset's, from the spec)."""
+    (configured from the spec: num_waypoints, head_hidden, query_tokens and the plugin's own head_config)."""
     if spec.action_head == "tokens":
         return TokenHead(spec.hidden_size, spec.action_bins)
-    head = plugin_class(HEADS, spec.head).from_config(config or head_config(spec), spec.hidden_size, spec)
+    head = plugin_class(HEADS, spec.head).from_config(head_config(spec), spec.hidden_size, spec)
     expect(head.query_tokens == spec.query_tokens, ConfigError,
            f"head {spec.head!r} reads {head.query_tokens} query tokens, the prompt of '{spec.name}' has "
            f"{spec.query_tokens}")
@@ -43,10 +43,9 @@ def make_scene_encoder(spec: VLASpec):
 
 
 class VLAModel(nn.Module):
-    """backbone_config: the HF config a checkpoint came with (exact rope, eps, ...); default: built from spec.
-    head_plugin_config: a checkpoint head's config (default: from the spec)."""
+    """backbone_config: the HF config a checkpoint came with (exact rope, eps, ...); default: built from spec."""
 
-    def __init__(self, spec: VLASpec, backbone_config=None, head_plugin_config: dict | None = None):
+    def __init__(self, spec: VLASpec, backbone_config=None):
         super().__init__()
         expect(spec.vocab_size >= MIN_VOCAB, ConfigError,
                f"spec '{spec.name}': vocab_size={spec.vocab_size}, expected >= {MIN_VOCAB} (bytes + specials)")
@@ -56,7 +55,7 @@ class VLAModel(nn.Module):
         self.prompt = BytePrompt()                                # a checkpoint's own tokenizer replaces it
         self.backbone = self.family.model_class(backbone_config or self.family.build_config(spec))
         self.scene_encoder = make_scene_encoder(spec)
-        self.action_head = make_action_head(spec, head_plugin_config)
+        self.action_head = make_action_head(spec)
         if spec.action_head == "tokens":
             self.action_tokenizer = ActionTokenizer(spec)
 
