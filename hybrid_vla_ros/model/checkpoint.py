@@ -184,6 +184,7 @@ def load_checkpoint(directory: str | Path, dtype: torch.dtype = torch.float32, k
     model.checkpoint_files = files
     if has_tokenizer(files.directory):
         model.prompt = load_prompt(files.directory, model.family, files.config, files.vla.get("plan_token"))
+        model.prompt.check_query_tokens(spec.query_tokens)   # the head names each of its query tokens
     model.image_processing = ImageProcessing.for_spec(spec, _processor_config(files.directory),
                                                       str(files.directory / PROCESSOR_FILE))
     ensure_loaded(model, keep(model) if keep else [model], dtype)

@@ -134,7 +134,8 @@ _TINY = dict(num_blocks=4, hidden_size=64, num_heads=4, num_kv_heads=2, intermed
 # scene encoder (model/plugins/scene_encoders.py) over 2 cameras, with a memory of 3 past frames; a GRU head
 # reading 2 query tokens.
 _SCENE = dict(width=32, depth=1, heads=2, patch_size=14, scene_queries=6, history_queries=2, memory_frames=3)
-_TINY_SCENE = dict(_TINY, scene_encoder="query_scene", head="gru", query_tokens=2,
+_TINY_SCENE = dict({k: v for k, v in _TINY.items() if not k.startswith("vision_")},  # no vision tower
+                   scene_encoder="query_scene", head="gru", query_tokens=2,
                    scene_config={**_SCENE, "image_height": 56, "image_width": 56, "cameras": 2})
 
 # bench: one frame costs a few hundred ms on one core here (see docs/BENCHMARKS.md).
