@@ -14,7 +14,7 @@ from ros_harness import TINY_OVERRIDES
 
 pytestmark = pytest.mark.slow
 
-PRESETS_SERVED = ["tiny-internvl", "tiny-qwen3vl"]  # a family's unit-test preset (>= 3 blocks: the graph's zone is [1, 3])
+PRESETS_SERVED = ["tiny-internvl", "tiny-qwen3vl", "tiny-scene"]  # a family's unit-test preset (>= 3 blocks: the graph's zone is [1, 3])
 # the cut a preset is served at (default 2): tiny-qwen3vl below its DeepStack depth of 2, so the additions
 # still due cross with every boundary state (in process and through the shared-memory ring)
 PARTITION = {"tiny-qwen3vl": 1}

@@ -61,6 +61,11 @@ class StampedHistory:
             self.entries.append((stamp_ns, value))
             self.arrived.notify_all()
 
+    def clear(self) -> None:
+        """Forget every sample (time went back: samples of the old timeline would match the new stamps)."""
+        with self.arrived:
+            self.entries.clear()
+
     def match(self, stamp_ns: int, skew_ns: int, wait_s: float = 0.0):
         """-> (value or None, matched): `matched` is False when no sample lies within the skew; the nearest
         sample is still returned then (None when there is none)."""

@@ -37,6 +37,7 @@ class SceneEncoder(nn.Module):
         self.last_stamp_ns: int | None = None
         self.resets = 0
         self.last_reset = ("never", 0)   # (reason, stamp of the frame it happened before)
+        self._pending_reset: str | None = None
 
     @classmethod
     def tokens_for(cls, config: dict) -> int:
@@ -52,6 +53,11 @@ class SceneEncoder(nn.Module):
     def memory_length(self) -> int:
         return 0
 
+    def request_reset(self, reason: str) -> None:
+        """From another thread (a service): the memory is reset before the next frame, in the encoder's own
+        thread, never in the middle of one."""
+        self._pending_reset = reason
+
     def reset(self, reason: str, stamp_ns: int = 0) -> None:
         self.reset_memory()
         self.last_stamp_ns = None
@@ -60,7 +66,10 @@ class SceneEncoder(nn.Module):
 
     def encode(self, images: torch.Tensor, ego: torch.Tensor, stamp_ns: int) -> torch.Tensor:
         """One frame, in order: a stamp before the last one (time went back) resets the memory first."""
-        if self.last_stamp_ns is not None and stamp_ns < self.last_stamp_ns:
+        pending, self._pending_reset = self._pending_reset, None
+        if pending is not None:
+            self.reset(pending, stamp_ns)
+        elif self.last_stamp_ns is not None and stamp_ns < self.last_stamp_ns:
             self.reset("time_jump", stamp_ns)
         tokens = self.forward(images, ego, stamp_ns)
         self.last_stamp_ns = stamp_ns

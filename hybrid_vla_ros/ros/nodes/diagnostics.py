@@ -46,3 +46,12 @@ class DiagnosticsPublisher:
                 level=self.LEVELS[level], name=f"{self.node.get_name()}: {check}", message=message,
                 hardware_id="hybrid_vla_ros", values=[KeyValue(key=k, value=str(v)) for k, v in values.items()]))
         self.pub.publish(msg)
+
+
+def publish_frame_info(pub, node_name: str, state) -> None:
+    """The prefix's per-frame info (~/debug/frame_info): stamp, seq, the cut and the prefix time of a state."""
+    from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
+    pub.publish(DiagnosticStatus(name=f"{node_name}: frame", values=[
+        KeyValue(key=k, value=str(v)) for k, v in {
+            "stamp_ns": state.stamp_ns, "seq": state.seq, "partition": state.partition,
+            "prefix_ms": f"{state.timings['prefix_ms']:.3f}"}.items()]))

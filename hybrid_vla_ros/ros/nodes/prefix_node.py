@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from nav_msgs.msg import Odometry
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image
@@ -17,14 +17,16 @@ from ...engine.handover.endpoints import HOST_ID, PROCESS_REGISTRY, HandoverEnco
 from ...engine.placement import Placement
 from ...engine.stages import PrefixStage
 from ...engine.pipeline.camera_sync import CameraSync, StampedHistory, WaitForState
+from ...engine.pipeline.stamp_order import stamp_order
 from ...engine.pipeline.worker import StageWorker
 from ...errors import ConfigError, HybridVLAError, expect
 from ...model.load import model_id
 from ...types import EgoState, Frame
 from .. import convert
-from .diagnostics import DiagnosticsPublisher
+from .diagnostics import DiagnosticsPublisher, publish_frame_info
 from .stage_node import StageNode, graph_scope
 from .packed_stage import PackedPrefixLoop
+from .scene_memory import SceneMemory
 from ..params import chosen_cores
 from ..topics import BOUNDARY_QOS
 
@@ -49,7 +51,7 @@ class PrefixNode(StageNode):
         self.seq = 0
         self.images_decoded = 0  # camera images decoded: only those of sets the worker took
         self.images_received = 0  # camera images the callbacks got (while active)
-        self.last_stamp_ns = -1
+        self.last_stamp_ns, self.time_jumps = -1, 0
         self.ego_history = StampedHistory(between=EgoState.between)  # EgoState by stamp, matched to frames
         self.pub = self.configured_publisher(UInt8MultiArray, "~/output/boundary_state", BOUNDARY_QOS)
         self.info_pub = self.configured_publisher(DiagnosticStatus, "~/debug/frame_info", 10)
@@ -68,6 +70,7 @@ class PrefixNode(StageNode):
             self.configured_timer(0.01, self.ego_gate.poll)
         self.configured_subscription(Int32, "~/input/partition_point", self._on_partition_topic, 10)
         self.configured_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
+        self.scene_memory = SceneMemory(self, getattr(self.stage, "model", self.model).scene_encoder)
         self.diagnostics = DiagnosticsPublisher(self, self.health, self.worker, self._extra_checks)
         self.configured_timer(p["diagnostics_period_s"], self.diagnostics.publish)
         transport = f"packed steps inline ({p['pack_groups']} groups of {p['pack']} frames)" if packed \
@@ -211,10 +214,15 @@ class PrefixNode(StageNode):
                 self.flight.release()
 
     def _admissible(self, frame: Frame) -> bool:
-        if frame.stamp_ns <= self.last_stamp_ns:
+        order = stamp_order(self.last_stamp_ns, frame.stamp_ns)
+        if order == "older":
             self._reject("out_of_order", ConfigError(
                 f"frame stamp {frame.stamp_ns} is not newer than the last processed {self.last_stamp_ns}"), frame.stamp_ns)
             return False
+        if order == "jump":  # a bag loop, /clock reset: start over (the scene memory resets on the stamp too)
+            self.get_logger().warning(f"time went back from {self.last_stamp_ns} to {frame.stamp_ns} ns: starting over")
+            self.time_jumps += 1
+            self.ego_history.clear()
         stale_ms = self.params["stale_after_ms"]
         age_ms = (self.get_clock().now().nanoseconds - frame.stamp_ns) / 1e6
         if stale_ms > 0 and age_ms > stale_ms:
@@ -254,7 +262,7 @@ class PrefixNode(StageNode):
         self._report_reclaimed(state)
         self.flight.prefix_finished(state.timings["prefix_ms"] / 1e3, handed_to_suffix=kind == "inproc")
         self.pub.publish(convert.boundary_to_msg(envelope, UInt8MultiArray()))
-        self._publish_frame_info(state)
+        publish_frame_info(self.info_pub, self.get_name(), state)
         ms = (time.perf_counter() - t0) * 1e3
         self.health.record(ms)
         self.diagnostics.publish_time(ms)
@@ -268,19 +276,13 @@ class PrefixNode(StageNode):
         for seq in self.handover.take_reclaimed():
             self.health.drop("ring_slot_reclaimed", self.sent_stamps.get(seq))
 
-    def _publish_frame_info(self, state) -> None:
-        self.info_pub.publish(DiagnosticStatus(name=f"{self.get_name()}: frame", values=[
-            KeyValue(key=k, value=str(v)) for k, v in {
-                "stamp_ns": state.stamp_ns, "seq": state.seq, "partition": state.partition,
-                "prefix_ms": f"{state.timings['prefix_ms']:.3f}"}.items()]))
-
     def _extra_checks(self):
         partition = [("partition", 0, f"p={self.stage.partition}",
                       {"partition": str(self.stage.partition), "zone_min": str(self.zone[0]),
                        "zone_max": str(self.zone[1]), "num_blocks": str(self.model.num_blocks),
                        "camera_sync_discarded": str(self.sync.discarded), "images_decoded": str(self.images_decoded),
-                       "images_received": str(self.images_received),
-                       "inproc_handles_evicted": str(PROCESS_REGISTRY.evicted)})]
+                       "images_received": str(self.images_received), "time_jumps": str(self.time_jumps),
+                       "inproc_handles_evicted": str(PROCESS_REGISTRY.evicted)})] + self.scene_memory.checks()
         if self.packed is not None:
             return partition + self.packed.checks()
         return partition + [

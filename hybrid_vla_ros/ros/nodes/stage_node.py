@@ -70,7 +70,7 @@ class StageNode(ManagedNode):
         self.release_stage()
         for entity in self._entities:
             {"publisher": self.destroy_publisher, "subscription": self.destroy_subscription,
-             "timer": self.destroy_timer}[entity[0]](entity[1])
+             "timer": self.destroy_timer, "service": self.destroy_service}[entity[0]](entity[1])
         self._entities.clear()
         self.stage = self.lost_pub = None
 
@@ -85,6 +85,9 @@ class StageNode(ManagedNode):
 
     def configured_timer(self, *args):
         self._entities.append(("timer", self.create_timer(*args)))
+
+    def configured_service(self, *args):
+        self._entities.append(("service", self.create_service(*args)))
 
     def accepting(self, reason: str = "inactive", stamp_ns: int | None = None) -> bool:
         """Inputs are taken only while active; one arriving otherwise is counted as a drop (with its stamp when

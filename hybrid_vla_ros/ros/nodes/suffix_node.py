@@ -8,6 +8,7 @@ from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
 from nav_msgs.msg import Odometry
 from std_msgs.msg import UInt8MultiArray
 
+from ...engine.pipeline.stamp_order import stamp_order
 from ...engine.cpu import (DtypeChoice, bind_memory_to_node, choose_suffix_dtype, cores_of_numa_node,
                            cpu_backend_report, default_stage_cores)
 from ...engine.handover.endpoints import HOST_ID, HandoverDecoder, envelope_stamp
@@ -229,10 +230,7 @@ class SuffixNode(StageNode):
     def _serve(self, state, transport: str, t0: float, received: float) -> None:
         if not self._fresh(state.seq, state.stamp_ns, state.arrival_ns):  # already too old: not worth the compute
             return
-        if state.stamp_ns <= self.last_stamp_ns:
-            self._reject("out_of_order", ConfigError(
-                f"boundary state of frame {state.seq} has stamp {state.stamp_ns}, not newer than {self.last_stamp_ns}"),
-                state.stamp_ns)
+        if self._older(state.stamp_ns, f"boundary state of frame {state.seq}"):
             return
         try:
             trajectory = self.stage.run(state)
@@ -244,6 +242,17 @@ class SuffixNode(StageNode):
             "suffix_ms": f"{ms:.3f}", "queue_ms": f"{(t0 - received) * 1e3:.3f}", "transport": transport})
         self.health.record(ms)
         self.diagnostics.publish_time(ms)
+
+    def _older(self, stamp_ns: int, what: str) -> bool:
+        """Refused (out_of_order) when not newer than the last one published, unless time went back (a bag
+        loop, /clock reset: engine/pipeline/stamp_order.py), which starts the order over."""
+        order = stamp_order(self.last_stamp_ns, stamp_ns)
+        if order == "jump":
+            self.last_stamp_ns = -1
+        elif order == "older":
+            self._reject("out_of_order", ConfigError(
+                f"{what} has stamp {stamp_ns}, not newer than {self.last_stamp_ns}"), stamp_ns)
+        return order == "older"
 
     def publish_trajectory(self, trajectory, arrival_ns: int, values: dict) -> None:
         """A finished frame's trajectory in the output frame, its markers and its info (in the map frame from
@@ -258,10 +267,7 @@ class SuffixNode(StageNode):
         """Not published when older than the last one (out_of_order), without a pose, stale by now or
         non-finite (each counted)."""
         trajectory, arrival_ns, values = item
-        if trajectory.stamp_ns <= self.last_stamp_ns:
-            self._reject("out_of_order", ConfigError(
-                f"trajectory of frame {trajectory.seq} has stamp {trajectory.stamp_ns}, not newer than "
-                f"{self.last_stamp_ns}"), trajectory.stamp_ns)
+        if self._older(trajectory.stamp_ns, f"trajectory of frame {trajectory.seq}"):
             return
         self.last_stamp_ns = trajectory.stamp_ns
         points = self._output_points(trajectory)
