@@ -19,7 +19,8 @@ from .bags.drives import DriveStep, write_drive
 from .bags.record import Recorder
 from .bags.replay import Replayer, wait_for_answers
 from .launch_support.session import ros_context
-from .topics import BOUNDARY_TOPIC, KINEMATIC_TOPIC, TRAJECTORY_INFO_TOPIC as INFO_TOPIC, TRAJECTORY_TOPIC
+from .nodes.scene_memory import has_scene_memory, reset_scene_memory
+from .topics import BOUNDARY_TOPIC, TRAJECTORY_INFO_TOPIC as INFO_TOPIC, TRAJECTORY_TOPIC
 from .launch_support.bringup import (InProcessGraph, graph_params, spawn_processes, stop_processes,
                                      write_combined_config)
 
@@ -198,6 +199,8 @@ def _drive(context, bag, params, record_to, processes, rate, window, storage, co
         quiet_until = time.monotonic() + 2.0  # let every probe attempt drain before the bag starts
         while len(driver.infos) < attempts and time.monotonic() < quiet_until:
             spin(0.02)
+        if has_scene_memory(params["hybrid_vla_prefix"]):  # the probe frames must not stay in its memory
+            progress(reset_scene_memory(driver.node, spin))
         progress(f"graph answered; replaying {driver.replayer.message_count} messages")
         driver.start_recording()
         first_stamp = driver.replayer.first_stamp()
