@@ -36,7 +36,8 @@ def reference_run(model, sequence):
 def test_the_preset_is_a_plain_hf_llm_with_a_scene_encoder_and_a_gru_head_on_two_query_tokens(model):
     assert type(model.backbone).__name__ == "Qwen2Model" and model.backbone.config.model_type == "qwen2"
     assert model.scene_encoder.plugin_name == "query_scene" and model.scene_encoder.num_tokens == 8
-    assert model.action_head.plugin_name == "gru" and model.action_head.query_tokens == model.query_tokens == 2
+    assert model.action_head.plugin_name == "gru" and model.query_tokens == 2 and model.num_passes == 2
+    assert model.action_head.query_tokens == 4   # the 2 query tokens of each of the 2 passes
     assert model.sequence_length == 1 + (8 + 2) + model.spec.text_tokens + 16 + 2
 
 
@@ -88,7 +89,7 @@ def test_the_mlp_head_reads_the_query_tokens_and_both_heads_are_exact(model):
     spec = dataclasses.replace(get_preset(PRESET), name="scene-mlp", head="mlp")
     from hybrid_vla_ros.model.vla import build_model
     mlp = build_model(spec)
-    assert mlp.action_head.plugin_name == "mlp" and mlp.action_head.mlp[0].in_features == 2 * spec.hidden_size
+    assert mlp.action_head.plugin_name == "mlp" and mlp.action_head.mlp[0].in_features == 4 * spec.hidden_size
     assert verify_partitions(mlp, frames=2)["max_abs_diff"] == 0.0
 
 

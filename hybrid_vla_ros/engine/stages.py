@@ -64,10 +64,10 @@ def copy_sharing(model: VLAModel, shared: list[torch.nn.Module]) -> VLAModel:
 
 
 class Embedded(NamedTuple):
-    """One frame, ready for block 0, on the prefix device."""
-    embeds: torch.Tensor              # (1, S, H) token embeddings with the image features in place
-    position_ids: torch.Tensor        # (3, 1, S) M-RoPE or (1, S)
-    input_ids: torch.Tensor           # (1, S)
+    """One frame, ready for block 0, on the prefix device (P = the model's passes, 1 but for several-pass models)."""
+    embeds: torch.Tensor              # (P, S, H) token embeddings with the image features in place
+    position_ids: torch.Tensor        # (3, P, S) M-RoPE or (P, S)
+    input_ids: torch.Tensor           # (P, S)
     deepstack: DeepStack | None       # Qwen3-VL: additions after blocks 0 .. k-1 at the image tokens
 
 
@@ -81,6 +81,7 @@ def frame_embeddings(model: VLAModel, frame: Frame, place: Placement = Placement
     embeds = model.decoder.embed_tokens(input_ids)                                     # (1, S, H)
     features, additions = model.family.frame_features(model, pixels, encoded.ego, frame.stamp_ns)  # (n_img, H), k x
     image_mask = input_ids == model.prompt.image_token_id                              # (1, S)
+    features = features.repeat(input_ids.shape[0], 1)                                 # the same for every pass
     embeds = embeds.masked_scatter(image_mask.unsqueeze(-1), features.to(embeds.dtype))
     position_ids = model.family.position_ids(model.backbone, input_ids, place.to_prefix(encoded.mm_token_type_ids),
                                              pixels)                                   # (3, 1, S) or (1, S)
@@ -171,7 +172,7 @@ class SuffixStage:
                     param.data = param.data.clone()
 
     def expected_hidden_shape(self) -> tuple[int, int, int]:
-        return (1, self.seq_len, self.model.spec.hidden_size)
+        return (self.model.num_passes, self.seq_len, self.model.spec.hidden_size)
 
     def validate(self, state: BoundaryState) -> None:
         where = f"boundary state of frame {state.seq}"
@@ -184,11 +185,13 @@ class SuffixStage:
                f"(batch, tokens, hidden of model '{self.model.spec.name}')")
         expect(state.hidden.dtype == self.placement.prefix_dtype, InputError,
                f"{where}: hidden dtype {state.hidden.dtype}, expected {self.placement.prefix_dtype} (the prefix dtype)")
+        passes = self.model.num_passes
         pos_shape = self.model.family.position_ids_shape(self.seq_len)
+        pos_shape = pos_shape[:-2] + (passes, self.seq_len)                            # (P, S) or (3, P, S)
         expect(tuple(state.position_ids.shape) == pos_shape, InputError,
                f"{where}: position_ids shape {tuple(state.position_ids.shape)}, expected {pos_shape}")
-        expect(tuple(state.attention_mask.shape) == (1, self.seq_len), InputError,
-               f"{where}: attention_mask shape {tuple(state.attention_mask.shape)}, expected {(1, self.seq_len)}")
+        expect(tuple(state.attention_mask.shape) == (passes, self.seq_len), InputError,
+               f"{where}: attention_mask shape {tuple(state.attention_mask.shape)}, expected {(passes, self.seq_len)}")
         q = self.model.query_tokens
         expect(-self.seq_len <= state.query_index < self.seq_len and state.query_index % self.seq_len >= q - 1,
                InputError, f"{where}: query_index {state.query_index}: the head's {q} query token(s) must end there, "
@@ -221,7 +224,7 @@ class SuffixStage:
 
     @torch.inference_mode()
     def forward(self, state: BoundaryState) -> tuple[torch.Tensor, Trajectory]:
-        """-> (final normed hidden state (1, S, H), trajectory)."""
+        """-> (final normed hidden state (P, S, H), trajectory)."""
         self.validate(state)
         t0 = time.perf_counter()
         model, place = self.model, self.placement
@@ -232,8 +235,7 @@ class SuffixStage:
         deepstack = state.deepstack.to(place.suffix_device) if state.deepstack is not None else None
         hidden = run_blocks(model.decoder, blocks, hidden, position_ids, attention_mask, state.partition, deepstack)
         hidden = self.norm(hidden)                                                     # (1, S, H)
-        last = state.query_index % self.seq_len
-        raw = self.head(hidden[:, last - model.query_tokens + 1:last + 1])             # (1, N, 4) from (1, q, H)
+        raw = self.head(model.query_rows(hidden, state.query_index % self.seq_len))    # (1, N, 4) from (1, P q, H)
         points = waypoints_from_head(raw.float(), model.spec.waypoint_dt_s)            # (1, N, 5)
         expect_finite(points, "nonfinite_output", f"trajectory of frame {state.seq}")
         state.timings["suffix_ms"] = (time.perf_counter() - t0) * 1e3
@@ -243,12 +245,13 @@ class SuffixStage:
 
 @torch.inference_mode()
 def reference_forward(model: VLAModel, frame: Frame) -> tuple[torch.Tensor, Trajectory]:
-    """The unsplit model through HF's own forward: (final hidden state (1, S, H), trajectory)."""
+    """The unsplit model through HF's own forward (all passes as one batch): (final hidden state (P, S, H),
+    trajectory)."""
     encoded = encode_frame(frame, model)
     inputs = model.family.reference_inputs(model, encoded, frame)   # ids + pixels, or a scene model's embeddings
     out = model.backbone(attention_mask=torch.ones_like(encoded.input_ids), **inputs)
     hidden = out.last_hidden_state                                                     # (1, S, H), normed
-    raw = model.action_head(hidden[:, -model.query_tokens:])                           # (1, N, 4) from (1, q, H)
+    raw = model.action_head(model.query_rows(hidden, hidden.shape[1] - 1))             # (1, N, 4) from (1, P q, H)
     points = waypoints_from_head(raw.float(), model.spec.waypoint_dt_s)
     return hidden, Trajectory(points=points[0].numpy(), seq=frame.seq, stamp_ns=frame.stamp_ns,
                               partition=model.num_blocks)

@@ -66,7 +66,7 @@ def batch_forward(model: VLAModel, frames: list[Frame]) -> torch.Tensor:
     mask = torch.ones(hidden.shape[:2], dtype=torch.long)
     decoder = model.decoder
     hidden = decoder.norm(run_blocks(decoder, decoder.layers, hidden, positions, mask))
-    return model.action_head(hidden[:, -model.query_tokens:])                         # (B, N, 4)
+    return model.action_head(hidden[:, -model.query_tokens:])                         # (B, N, 4), one pass each
 
 
 def waypoint_loss(raw: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:

@@ -32,6 +32,7 @@ from ..errors import ConfigError, expect
 from .checkpoint_files import (CONFIG_FILE, HEAD_FILE, HEAD_FORMAT, HEAD_PREFIX, INDEX_FILE, PROCESSOR_FILE,
                                SCENE_FILE, SCENE_FORMAT, SCENE_PREFIX, TOKEN_FIELDS, VLA_FIELDS, WEIGHTS_FILE,
                                CheckpointFiles, _opened, checkpoint_spec, inspect_checkpoint)
+from .lora import adapter_source, is_adapter_parameter, save_adapters
 from .preprocess import ImageProcessing
 from .prompt import has_tokenizer, load_prompt
 from .vla import VLAModel, make_action_head
@@ -43,7 +44,9 @@ def save_checkpoint(model: VLAModel, directory: str | Path, max_shard_size: str 
     directory.mkdir(parents=True, exist_ok=True)
     from transformers.utils import logging as hf_logging
     hf_logging.disable_progress_bar()
-    model.backbone.save_pretrained(directory, max_shard_size=max_shard_size, safe_serialization=True)
+    own = {k: v for k, v in model.backbone.state_dict().items() if not is_adapter_parameter(k)}  # not LoRA
+    model.backbone.save_pretrained(directory, state_dict=own, max_shard_size=max_shard_size, safe_serialization=True)
+    save_adapters(model, directory)   # peft's layout, beside the untouched backbone
     head = {k: v.detach().contiguous().cpu() for k, v in model.action_head.state_dict().items()}
     fields = VLA_FIELDS + (TOKEN_FIELDS if model.spec.action_head == "tokens" else ())
     vla = {name: getattr(model.spec, name) for name in fields}
@@ -106,6 +109,8 @@ def _source(files: CheckpointFiles, name: str, key_prefixes) -> tuple[Path, str]
     """Our parameter name -> (file, key in it)."""
     if name.startswith(HEAD_PREFIX):
         return files.head_file, name[len(HEAD_PREFIX):]
+    if is_adapter_parameter(name):
+        return adapter_source(files.adapters, name, files.directory)
     if name.startswith(SCENE_PREFIX):
         expect(files.scene_file is not None, ConfigError,
                f"checkpoint '{files.directory}': the model has a scene encoder, the directory no {SCENE_FILE}")

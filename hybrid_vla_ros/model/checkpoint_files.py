@@ -13,6 +13,7 @@ from safetensors import SafetensorError, safe_open
 
 from ..errors import ConfigError, expect
 from .families import load_backbone_config, spec_fields
+from .lora import read_adapters
 from .prompt import has_tokenizer
 from .spec import VLASpec
 
@@ -23,7 +24,7 @@ HEAD_FILE = "action_head.safetensors"
 PROCESSOR_FILE = "preprocessor_config.json"  # optional: the image processor's mean/std/rescale/centre crop
 HEAD_FORMAT = "hybrid_vla_action_head/1"
 VLA_FIELDS = ("name", "num_cameras", "image_height", "image_width", "text_tokens", "num_waypoints",
-              "waypoint_dt_s", "head_hidden", "head", "head_config", "query_tokens")
+              "waypoint_dt_s", "head_hidden", "head", "head_config", "query_tokens", "passes")
 SCENE_FILE = "scene_encoder.safetensors"   # scene_* families: the encoder plugin's weights, its name and config
 SCENE_FORMAT = "hybrid_vla_scene_encoder/1"
 SCENE_PREFIX = "scene_encoder."
@@ -42,6 +43,7 @@ class CheckpointFiles:
     head_file: Path | None
     vla: dict
     scene_file: Path | None = None
+    adapters: dict = field(default_factory=dict)   # LoRA adapter name -> (weights file, its keys)
     read_keys: set[str] = field(default_factory=set)
 
 
@@ -111,7 +113,8 @@ def inspect_checkpoint(directory: str | Path, fresh_head: bool = False) -> Check
     weight_map = _weight_map(directory)
     head_file, vla = _head_metadata(directory, fresh_head)
     scene_file, scene = _scene_metadata(directory)
-    return CheckpointFiles(directory, config, weight_map, head_file, {**vla, **scene}, scene_file)
+    lora, adapters = read_adapters(directory, vla.get("passes") or [])
+    return CheckpointFiles(directory, config, weight_map, head_file, {**vla, **scene, **lora}, scene_file, adapters)
 
 
 def _scene_metadata(directory: Path) -> tuple[Path | None, dict]:

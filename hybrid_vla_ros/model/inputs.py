@@ -16,8 +16,8 @@ from .spec import VLASpec
 
 @dataclass
 class EncodedFrame:
-    input_ids: torch.Tensor          # (1, S) int64
-    mm_token_type_ids: torch.Tensor  # (1, S) int32, 1 on image tokens
+    input_ids: torch.Tensor          # (P, S) int64: one row per pass (P = 1 but for several-pass models)
+    mm_token_type_ids: torch.Tensor  # (P, S) int32, 1 on image tokens
     pixels: dict                     # family-specific pixel tensors (see model/families/)
     ego: torch.Tensor                # (2,) speed m/s, yaw rate rad/s (a scene encoder's input)
 
@@ -35,9 +35,10 @@ def encode_frame(frame: Frame, model, device: torch.device | str = "cpu") -> Enc
            f"{where}: {len(frame.images)} camera images, model '{spec.name}' expects {spec.num_cameras}")
     images = preprocess(frame.images, model.image_processing, device, where)       # (N, 3, H, W) float32
     blocks, per_block = model.family.image_blocks(spec)
-    input_ids, mm_types = model.prompt.build(blocks, per_block, frame.instruction, spec.text_tokens,
-                                             float(ego.speed_mps), float(ego.yaw_rate_rps),
-                                             spec.query_tokens)                      # (1, S) each
+    prompts = [model.prompt.build(blocks, per_block, instruction, spec.text_tokens, float(ego.speed_mps),
+                                  float(ego.yaw_rate_rps), spec.query_tokens)
+               for instruction in model.instructions(frame.instruction)]             # P x (1, S) each
+    input_ids, mm_types = torch.cat([ids for ids, _ in prompts]), torch.cat([mm for _, mm in prompts])  # (P, S)
     return EncodedFrame(input_ids, mm_types, model.family.pixel_inputs(spec, images),
                         torch.tensor([float(ego.speed_mps), float(ego.yaw_rate_rps)]))
 

@@ -57,6 +57,14 @@ class VLASpec:
     # package's) turning a frame's cameras + ego state into scene tokens; scene_config: its JSON config.
     scene_encoder: str = ""
     scene_config: dict = field(default_factory=dict)
+    # Passes (MindDrive: decision, then action): each {"name", "instruction" (default: the frame's), "adapter"
+    # (a LoRA adapter's name, or none)}, run as one batch over the same scene tokens; the head reads the query
+    # tokens of every pass, in pass order. Adapters: rank lora_rank, scaling lora_alpha / lora_rank, on the
+    # lora_targets linears of every block (model/lora.py). Empty: one pass, the frame's instruction, no adapter.
+    passes: list = field(default_factory=list)
+    lora_rank: int = 0
+    lora_alpha: float = 16.0
+    lora_targets: list = field(default_factory=lambda: ["q_proj", "v_proj"])
     # "waypoints": a head reads all waypoints from the query token's hidden state in one forward;
     # "tokens": each waypoint step's x and y are action tokens decoded one at a time (OpenVLA-style), from
     # `action_bins` bins over [-action_step_range_m, +action_step_range_m] at the top of the vocabulary.
@@ -111,6 +119,29 @@ class VLASpec:
                                                                     f"({self.scene_encoder!r})"))
         for name in ("head_config", "scene_config"):
             expect(isinstance(getattr(self, name), dict), ConfigError, f"spec '{self.name}': {name} must be a dict")
+        self._check_passes(family)
+
+    def _check_passes(self, family) -> None:
+        if not self.passes:
+            return
+        where = f"spec '{self.name}': passes"
+        expect(family.scene_encoded and self.action_head == "waypoints", ConfigError,
+               f"{where}: several passes are served for scene-encoded families with a waypoint head (one image "
+               f"block shared by the passes); {self.family} / {self.action_head} is not")
+        names = [p.get("name") if isinstance(p, dict) else None for p in self.passes]
+        expect(all(isinstance(n, str) and n for n in names) and len(set(names)) == len(names), ConfigError,
+               f"{where}: each pass must be a dict with a unique non-empty 'name' (got {self.passes!r})")
+        for p in self.passes:
+            unknown = sorted(set(p) - {"name", "instruction", "adapter"})
+            expect(not unknown, ConfigError, f"{where}: pass {p['name']!r} has unknown keys {unknown}")
+        adapted = any(p.get("adapter") for p in self.passes)
+        expect(not adapted or (isinstance(self.lora_rank, int) and self.lora_rank >= 1 and self.lora_targets),
+               ConfigError, f"{where}: adapters need lora_rank >= 1 and lora_targets (got {self.lora_rank!r}, "
+                            f"{self.lora_targets!r})")
+
+    @property
+    def num_passes(self) -> int:
+        return max(1, len(self.passes))
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -130,12 +161,14 @@ _TINY = dict(num_blocks=4, hidden_size=64, num_heads=4, num_kv_heads=2, intermed
              vision_depth=2, vision_hidden=32, vision_heads=2, vision_intermediate=64,
              image_height=56, image_width=56, num_cameras=2, text_tokens=12, head_hidden=32)
 
-# tiny-scene: the ORION / MindDrive shape at toy size: a Qwen2 LLM fed 6 scene + 2 history tokens by the reference
-# scene encoder (model/plugins/scene_encoders.py) over 2 cameras, with a memory of 3 past frames; a GRU head
-# reading 2 query tokens.
+# tiny-scene: the MindDrive shape at toy size: a Qwen2 LLM fed 6 scene + 2 history tokens by the reference scene
+# encoder (model/plugins/scene_encoders.py) over 2 cameras, with a memory of 3 past frames; two passes (decision,
+# action) with LoRA adapters of their own; a GRU head reading the 2 query tokens of each pass.
 _SCENE = dict(width=32, depth=1, heads=2, patch_size=14, scene_queries=6, history_queries=2, memory_frames=3)
 _TINY_SCENE = dict({k: v for k, v in _TINY.items() if not k.startswith("vision_")},  # no vision tower
-                   scene_encoder="query_scene", head="gru", query_tokens=2,
+                   scene_encoder="query_scene", head="gru", query_tokens=2, lora_rank=4,
+                   passes=[{"name": "decision", "instruction": "decide: keep lane, turn, stop", "adapter": "decision"},
+                           {"name": "action", "adapter": "action"}],
                    scene_config={**_SCENE, "image_height": 56, "image_width": 56, "cameras": 2})
 
 # bench: one frame costs a few hundred ms on one core here (see docs/BENCHMARKS.md).

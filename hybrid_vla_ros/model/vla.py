@@ -8,6 +8,7 @@ from torch import nn
 from ..errors import ConfigError, expect
 from .action_tokens import ActionTokenizer, TokenHead
 from .families import get_family
+from .lora import attach_adapters
 from .plugins import HEADS, SCENE_ENCODERS, head_config, plugin_class
 from .preprocess import ImageProcessing
 from .prompt import BytePrompt
@@ -29,9 +30,9 @@ def make_action_head(spec: VLASpec) -> nn.Module:
     if spec.action_head == "tokens":
         return TokenHead(spec.hidden_size, spec.action_bins)
     head = plugin_class(HEADS, spec.head).from_config(head_config(spec), spec.hidden_size, spec)
-    expect(head.query_tokens == spec.query_tokens, ConfigError,
+    expect(head.query_tokens == spec.query_tokens * spec.num_passes, ConfigError,
            f"head {spec.head!r} reads {head.query_tokens} query tokens, the prompt of '{spec.name}' has "
-           f"{spec.query_tokens}")
+           f"{spec.query_tokens} in each of its {spec.num_passes} pass(es)")
     return head
 
 
@@ -54,6 +55,8 @@ class VLAModel(nn.Module):
         self.image_processing = ImageProcessing.for_spec(spec)  # a checkpoint's preprocessor_config may change it
         self.prompt = BytePrompt()                                # a checkpoint's own tokenizer replaces it
         self.backbone = self.family.model_class(backbone_config or self.family.build_config(spec))
+        if any(p.get("adapter") for p in spec.passes):
+            attach_adapters(self.decoder, spec)   # LoRA per pass inside the blocks (model/lora.py)
         self.scene_encoder = make_scene_encoder(spec)
         self.action_head = make_action_head(spec)
         if spec.action_head == "tokens":
@@ -71,6 +74,20 @@ class VLAModel(nn.Module):
     def query_tokens(self) -> int:
         """The prompt's last tokens whose final hidden states the head reads."""
         return self.spec.query_tokens
+
+    @property
+    def num_passes(self) -> int:
+        """Rows of every hidden state: one per pass."""
+        return self.spec.num_passes
+
+    def instructions(self, frame_instruction: str) -> list[str]:
+        """The prompt instruction of each pass (a pass without its own takes the frame's)."""
+        return [p.get("instruction") or frame_instruction for p in self.spec.passes] or [frame_instruction]
+
+    def query_rows(self, hidden: torch.Tensor, last: int) -> torch.Tensor:
+        """hidden (P, S, H) -> the head's input (1, P * q, H): every pass's q query tokens ending at `last`."""
+        rows = hidden[:, last - self.query_tokens + 1:last + 1]                        # (P, q, H)
+        return rows.reshape(1, -1, rows.shape[-1])
 
     @property
     def image_tokens(self) -> int:

@@ -125,7 +125,7 @@ def boundary_bytes(model: VLAModel, partition: int, itemsize: int) -> dict:
     spec, family = model.spec, model.family
     image_tokens, seq = model.image_tokens, model.sequence_length
     positions = math.prod(family.position_ids_shape(seq))                               # 3 S (M-RoPE) or S
-    plain = seq * spec.hidden_size * itemsize + (positions + seq) * 8                   # + the (1, S) mask
+    plain = model.num_passes * (seq * spec.hidden_size * itemsize + (positions + seq) * 8)  # + the mask, per pass
     due = max(0, family.deepstack_blocks(model.backbone.config) - partition)
     deepstack = due * image_tokens * spec.hidden_size * itemsize + image_tokens * 8 if due else 0
     return {"boundary_tokens": seq, "boundary_bytes": plain + deepstack, "deepstack_bytes": deepstack}

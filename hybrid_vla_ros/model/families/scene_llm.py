@@ -59,9 +59,10 @@ class SceneLLMFamily(Family):
         """HF's own LLM forward on the prompt's embeddings with the scene tokens in place (the encoder runs
         once for the frame, as in the split)."""
         ids = encoded.input_ids
-        embeds = model.decoder.embed_tokens(ids)                                       # (1, S, H)
+        embeds = model.decoder.embed_tokens(ids)                                       # (P, S, H)
         features, _ = self.frame_features(model, encoded.pixels, encoded.ego, frame.stamp_ns)
-        embeds = embeds.masked_scatter((ids == model.prompt.image_token_id).unsqueeze(-1), features.to(embeds.dtype))
+        features = features.repeat(ids.shape[0], 1).to(embeds.dtype)                  # every pass: the same scene
+        embeds = embeds.masked_scatter((ids == model.prompt.image_token_id).unsqueeze(-1), features)
         return {"inputs_embeds": embeds}
 
     def prompt_token_ids(self, config) -> tuple[int, int | None, int | None]:

@@ -3,7 +3,8 @@ The suffix keeps only the query tokens' rows after the last block.
 
 The interface a plugin implements (subclass WaypointHead):
     from_config(config, hidden_size, spec)  -> an instance; `config` (JSON-able) is saved with its weights
-    query_tokens                            how many query tokens it reads (the prompt's last ones)
+    query_tokens                            how many query tokens it reads (the prompt's last ones, of every
+                                            pass of a several-pass model, in pass order)
     forward(query_hidden (B, Q, H))         -> (B, N, 4) per-step dx, dy, heading, speed
 
 Shipped: `mlp` (one MLP over the query tokens' states; the round-1 head, same weights for one token) and
@@ -37,8 +38,8 @@ class WaypointHead(nn.Module):
 
 def head_config(spec) -> dict:
     """A preset's head config from its spec (a checkpoint's comes from its head file)."""
-    return {"num_waypoints": spec.num_waypoints, "head_hidden": spec.head_hidden, "query_tokens": spec.query_tokens,
-            **spec.head_config}
+    return {"num_waypoints": spec.num_waypoints, "head_hidden": spec.head_hidden,
+            "query_tokens": spec.query_tokens * spec.num_passes, **spec.head_config}
 
 
 @register(HEADS, "mlp")
