@@ -34,7 +34,7 @@ def need_real_messages() -> None:
     shared = next((s for s in SHARED if (s / "build_msgs.sh").is_file()), None)
     if shared is None:
         pytest.skip(f"{missing} not importable and no ../shared/autoware_msgs here to build them from")
-    why = f"{missing} not importable: build them with {shared}/build_msgs.sh kilted .venv (scripts/setup.sh does)"
+    why = f"{missing} not importable: build them with {shared}/build_msgs.sh kilted|jazzy VENV (scripts/setup.sh does)"
     if os.environ.get("CI"):
         pytest.fail(why + "; CI's set-up should have")
     pytest.skip(why)
