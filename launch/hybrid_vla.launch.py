@@ -17,7 +17,7 @@ from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import LifecycleNode, Node
 from launch_ros.substitutions import FindPackageShare
 
-from hybrid_vla_ros.ros.topics import KINEMATIC_TOPIC, LAUNCH_TRAJECTORY_TOPIC, NODES, REMAPS
+from hybrid_vla_ros.ros.topics import KINEMATIC_TOPIC, LAUNCH_CANDIDATES_TOPIC, LAUNCH_TRAJECTORY_TOPIC, NODES, REMAPS
 
 PACKAGE = "hybrid_vla_ros"
 RESPAWN_DELAY_S = 1.0
@@ -25,6 +25,8 @@ ARGUMENTS = {
     "single_process": ("false", "all three nodes in one process (zero-copy handover)"),
     "input/kinematic_state": (KINEMATIC_TOPIC, "odometry the prefix reads (nav_msgs/Odometry)"),
     "output/trajectory": (LAUNCH_TRAJECTORY_TOPIC, "where the suffix publishes the trajectory"),
+    "output/trajectories": (LAUNCH_CANDIDATES_TOPIC, "where the suffix publishes its CandidateTrajectories (Autoware's "
+                            "selector: /planning/generator/candidate_trajectories)"),
     "use_sim_time": ("false", "use /clock (a bag played with --clock)"),
     "prefix_cores": ("[-1]", "cores of the prefix worker; [-1]: its half of a default split"),
     "suffix_cores": ("[-1]", "cores of the suffix worker; [-1]: its half of a default split"),
@@ -32,12 +34,11 @@ ARGUMENTS = {
 
 
 def remaps(node: str) -> list[tuple]:
-    """The graph's remaps, with the two Autoware-facing topics taken from the launch arguments."""
+    """The graph's remaps, with the Autoware-facing topics taken from the launch arguments."""
     rules = dict(REMAPS[node])
-    if "~/input/kinematic_state" in rules:
-        rules["~/input/kinematic_state"] = LaunchConfiguration("input/kinematic_state")
-    if "~/output/trajectory" in rules:
-        rules["~/output/trajectory"] = LaunchConfiguration("output/trajectory")
+    for topic in ("input/kinematic_state", "output/trajectory", "output/trajectories"):
+        if f"~/{topic}" in rules:
+            rules[f"~/{topic}"] = LaunchConfiguration(topic)
     return list(rules.items())
 
 

@@ -31,4 +31,26 @@ if [ "$DISTRO" != kilted ]; then  # the same ROS packages under the distro's whe
 fi
 "$VENV/bin/python" -m pip install -q -r "$REQUIREMENTS"
 "$VENV/bin/python" -m pip install -q --no-deps -e .
+# The real Autoware message packages for the tests (autoware_planning_msgs, autoware_internal_planning_msgs),
+# built from ../shared/autoware_msgs where it exists (a machine with Autoware installed has its own; the
+# package copies none of their definitions). Rebuilt when the definitions or the recipe change.
+AUTOWARE_MSGS=../shared/autoware_msgs
+if [ -f "$AUTOWARE_MSGS/build_msgs.sh" ]; then
+  SUM=$(cat "$AUTOWARE_MSGS"/build_msgs.sh "$AUTOWARE_MSGS"/*/msg/*.msg | sha256sum | cut -d' ' -f1)
+  if [ "$(cat "$VENV/.autoware_msgs.sha256" 2>/dev/null)" != "$SUM" ] || ! "$VENV/bin/python" -c \
+      "import autoware_planning_msgs.msg, autoware_internal_planning_msgs.msg" 2>/dev/null; then
+    START=$SECONDS
+    # build_msgs.sh stops (grep finds nothing, pipefail) in a venv whose wheel CMake files it already fixed
+    # (a rebuild): one file naming /opt/python/ keeps it going
+    GUARD="$VENV/share/hvla_build_msgs_guard"
+    mkdir -p "$GUARD/cmake" && echo "# /opt/python/" > "$GUARD/cmake/guard.cmake"
+    bash "$AUTOWARE_MSGS/build_msgs.sh" "$DISTRO" "$VENV" 2> >(grep -v "^WARNING: Location" >&2) || {
+      rm -rf "$GUARD"; echo "setup: building the Autoware messages failed" >&2; exit 1; }
+    rm -rf "$GUARD"
+    echo "$SUM" > "$VENV/.autoware_msgs.sha256"
+    echo "setup: Autoware messages built into $VENV in $((SECONDS - START)) s"
+  fi
+else
+  echo "setup: no $AUTOWARE_MSGS here: the tests that need the real Autoware messages will skip"
+fi
 echo "setup: done ($VENV, ROS $DISTRO: $("$VENV/bin/python" -c 'import torch, transformers, rclpy; print("torch", torch.__version__, "transformers", transformers.__version__, "rclpy", rclpy.__file__.split("/site-packages")[0])'))"

@@ -17,7 +17,10 @@ TINY_OVERRIDES = {
                           "diagnostics_period_s": 0.2, "max_in_flight": 2},
     # Lossless replays queue frames on purpose (every frame is wanted, however late): no output age limit here;
     # test_ros_graph's stale-output test sets one.
-    "hybrid_vla_suffix": {**ZONE, "diagnostics_period_s": 0.2, "frame_id": "base_link", "max_output_age_ms": 0.0},
+    # nav_msgs/Path whatever is installed: these tests read the poses; the Autoware output (real message
+    # packages, test_autoware_msgs.py) and the Path fallback when they are missing have tests of their own.
+    "hybrid_vla_suffix": {**ZONE, "diagnostics_period_s": 0.2, "frame_id": "base_link", "max_output_age_ms": 0.0,
+                          "output_type": "path"},
     "hybrid_vla_scheduler": {"model.preset": "tiny", "initial_partition": 2, "dynamic_zone_min": 1,
                              "dynamic_zone_max": 3, "hysteresis": 10.0, "update_period_s": 0.2,
                              "policy": "simple"},
@@ -47,10 +50,10 @@ class Harness:
     def __init__(self, overrides=None, activate_scheduler=False):
         import rclpy
         from diagnostic_msgs.msg import DiagnosticStatus
-        from nav_msgs.msg import Path
         from rclpy.node import Node
         from sensor_msgs.msg import Image
         from std_msgs.msg import UInt8MultiArray
+        from hybrid_vla_ros.ros.convert import resolve_trajectory_type
         from hybrid_vla_ros.ros.launch_support.bringup import InProcessGraph, graph_params
         from hybrid_vla_ros.ros.topics import BOUNDARY_QOS, BOUNDARY_TOPIC, TRAJECTORY_TOPIC
         merged = {k: {**v, **(overrides or {}).get(k, {})} for k, v in TINY_OVERRIDES.items()}
@@ -65,7 +68,8 @@ class Harness:
         self.infos, self.paths = [], []
         self.node.create_subscription(DiagnosticStatus, "/hybrid_vla_suffix/debug/trajectory_info",
                                       lambda m: self.infos.append({kv.key: kv.value for kv in m.values}), 50)
-        self.node.create_subscription(Path, TRAJECTORY_TOPIC, self.paths.append, 50)
+        output, _, _ = resolve_trajectory_type(merged["hybrid_vla_suffix"]["output_type"])  # the suffix's type
+        self.node.create_subscription(output, TRAJECTORY_TOPIC, self.paths.append, 50)
         self.graph.executor.add_node(self.node)
         wait_until(lambda: all(p.get_subscription_count() for p in self.image_pubs), self.spin, 10)
 

@@ -12,8 +12,8 @@ import pytest
 from hybrid_vla_ros.errors import ConfigError
 from hybrid_vla_ros.ros import convert
 from hybrid_vla_ros.ros.bags.storage import with_header_stamp
-from hybrid_vla_ros.ros.bags.storage import (BagMessage, BagWriter, bag_info, header_stamp_ns, msg_dependencies, read_bag,
-                                    typestore_with)
+from hybrid_vla_ros.ros.bags.storage import (BagMessage, BagWriter, bag_info, find_msg_file, header_stamp_ns,
+                                             msg_dependencies, read_bag, typestore_with)
 from hybrid_vla_ros.ros.bags.replay import FrameGrouper, bag_frames
 from hybrid_vla_ros.ros.demo import write_sample_drive
 from rosbags.interfaces import QosReliability
@@ -99,9 +99,12 @@ def test_autoware_trajectory_is_written_to_a_bag_from_its_upstream_definition(tm
         pytest.skip("no upstream autoware_msgs definitions here (../shared/autoware_msgs)")
     msgtype = "autoware_planning_msgs/msg/Trajectory"
     monkeypatch.setenv("HVLA_MSG_PATH", "")
-    if msgtype not in typestore_with([]).fielddefs:
+    installed = find_msg_file(msgtype)  # built into this environment (scripts/setup.sh) or a sourced Autoware
+    if msgtype not in typestore_with([]).fielddefs and installed is None:
         with pytest.raises(ConfigError, match="Trajectory.msg was found"):
             typestore_with([msgtype])
+    elif installed is not None:  # the installed definition is the upstream one, unmodified
+        assert installed.read_text() == (shared / "autoware_planning_msgs" / "msg" / "Trajectory.msg").read_text()
     monkeypatch.setenv("HVLA_MSG_PATH", str(shared))
     store = typestore_with([msgtype])
     Trajectory, Point = store.types[msgtype], store.types["autoware_planning_msgs/msg/TrajectoryPoint"]

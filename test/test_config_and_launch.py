@@ -111,3 +111,31 @@ def test_rclpy_own_parameters_are_accepted_in_yaml_and_by_the_schema(tmp_path):
     (tmp_path / "t.yaml").write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError, match="'use_sim_time'='yes': expected bool"):
         load_node_params(tmp_path / "t.yaml", "hybrid_vla_suffix")
+
+
+@pytest.mark.parametrize("name", ["", "   "])
+def test_an_empty_generator_name_is_refused_by_the_loader_the_schema_and_the_node(tmp_path, name):
+    import rclpy
+    from rclpy.node import Node
+    from hybrid_vla_ros.ros.launch_support.bringup import to_ros_parameters
+    from hybrid_vla_ros.ros.nodes.parameters import ParameterTable
+    data = yaml.safe_load((ROOT / "config" / "hybrid_vla_suffix.param.yaml").read_text())
+    data["/**"]["ros__parameters"]["generator_name"] = name
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=f"'generator_name'='{name}': must not be empty"):
+        load_node_params(tmp_path / "g.yaml", "hybrid_vla_suffix")
+    with pytest.raises(jsonschema.ValidationError, match="generator_name|is too short|does not match"):
+        jsonschema.validate(data, json.loads((ROOT / "schema" / "hybrid_vla_suffix.schema.json").read_text()))
+    values = load_node_params(ROOT / "config" / "hybrid_vla_suffix.param.yaml", "hybrid_vla_suffix")
+    assert values["generator_name"] == "hybrid_vla"  # the shipped default
+    values["generator_name"] = name
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    node = Node("generator_name_check", context=context,
+                parameter_overrides=to_ros_parameters("hybrid_vla_suffix", values))
+    try:
+        with pytest.raises(ConfigError, match=f"hybrid_vla_suffix parameter 'generator_name'='{name}': must not be empty"):
+            ParameterTable(node, "hybrid_vla_suffix")
+    finally:
+        node.destroy_node()
+        rclpy.shutdown(context=context)

@@ -27,6 +27,9 @@ VENDOR = [ROOT.parent / "shared" / "vendor" / "ros2_launch", Path("/work/shared/
 EXECUTABLES = {"hybrid_vla_prefix": "prefix_main", "hybrid_vla_suffix": "suffix_main",
                "hybrid_vla_scheduler": "scheduler_main", "hybrid_vla_graph": "graph_main"}
 KINEMATIC, TRAJECTORY = "/test/launch/odometry", "/test/launch/trajectory"
+CANDIDATES = "/test/launch/candidate_trajectories"
+# CandidateTrajectories go out where Autoware's packages are importable (the nodes run in this environment)
+HAS_CANDIDATES = importlib.util.find_spec("autoware_internal_planning_msgs") is not None
 
 
 def launch_paths() -> tuple[list[str], list[str]] | None:
@@ -71,7 +74,10 @@ sys.exit(service.run())
 """
 
 
-def start_launch(tmp: Path, launch_file: str, single_process: bool, domain: int):
+def start_launch(tmp: Path, launch_file: str, single_process: bool, domain: int, prefix: Path | None = None,
+                 python_path: tuple = ()):
+    """prefix: an install prefix (default: the layout of install_prefix); python_path: put first on PYTHONPATH
+    (a colcon install's site-packages, so that the nodes import the installed package)."""
     paths = launch_paths()
     if paths is None:
         pytest.skip("neither an installed launch_ros nor ../shared/vendor/ros2_launch is available here")
@@ -79,12 +85,13 @@ def start_launch(tmp: Path, launch_file: str, single_process: bool, domain: int)
     overrides = {k: dict(v) for k, v in TINY_OVERRIDES.items()}
     overrides["hybrid_vla_prefix"].update(use_kinematic_state=True)
     params = write_combined_config(graph_params(overrides=overrides), tmp / "graph.param.yaml")
-    prefix = install_prefix(tmp)
+    prefix = prefix or install_prefix(tmp)
     env = {**os.environ, "ROS_DOMAIN_ID": str(domain), "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
-           "PYTHONPATH": os.pathsep.join(paths[0] + [os.environ.get("PYTHONPATH", "")]),
+           "PYTHONPATH": os.pathsep.join([*python_path, *paths[0], os.environ.get("PYTHONPATH", "")]),
            "AMENT_PREFIX_PATH": os.pathsep.join(paths[1] + [str(prefix), os.environ.get("AMENT_PREFIX_PATH", "")])}
     args = [f"{n}_param_file:={params}" for n in ("prefix", "suffix", "scheduler")]
-    args += [f"input/kinematic_state:={KINEMATIC}", f"output/trajectory:={TRAJECTORY}", "use_sim_time:=false",
+    args += [f"input/kinematic_state:={KINEMATIC}", f"output/trajectory:={TRAJECTORY}",
+             f"output/trajectories:={CANDIDATES}", "use_sim_time:=false",
              "prefix_cores:=[0]", f"single_process:={'true' if single_process else 'false'}"]
     path = prefix / "share" / "hybrid_vla_ros" / "launch" / launch_file
     return subprocess.Popen([sys.executable, "-c", RUNNER, str(path), *args], env=env, stdout=subprocess.PIPE,
@@ -116,6 +123,10 @@ class Probe:
         self.executor.add_node(self.node)
         self.paths = []
         self.node.create_subscription(PathMsg, TRAJECTORY, self.paths.append, 10)
+        self.candidates = []
+        if HAS_CANDIDATES:
+            from autoware_internal_planning_msgs.msg import CandidateTrajectories
+            self.node.create_subscription(CandidateTrajectories, CANDIDATES, self.candidates.append, 10)
         self.images = [self.node.create_publisher(Image, t, 10) for t in CAMERAS]
         self.odometry = self.node.create_publisher(Odometry, KINEMATIC, 10)
 
@@ -185,10 +196,16 @@ def publishers_of(node, name: str) -> dict:
                          ids=["py-processes", "xml-processes", "xml-single-process"])
 def test_launch_file_brings_the_graph_up_active_serves_frames_and_stops_cleanly(tmp_path, monkeypatch, launch_file,
                                                                                 single_process):
+    launch_serves_and_stops(tmp_path, monkeypatch, launch_file, single_process)
+
+
+def launch_serves_and_stops(tmp_path, monkeypatch, launch_file, single_process, **where) -> str:
+    """The launched graph comes up active, answers a frame on the remapped outputs and stops on Ctrl-C with
+    every process finished cleanly. where: start_launch's prefix / python_path. -> launch's output."""
     domain = domain_id()
     monkeypatch.setenv("ROS_DOMAIN_ID", str(domain))
     monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    proc = start_launch(tmp_path, launch_file, single_process, domain)
+    proc = start_launch(tmp_path, launch_file, single_process, domain, **where)
     probe = None
     try:
         probe = Probe()
@@ -204,6 +221,12 @@ def test_launch_file_brings_the_graph_up_active_serves_frames_and_stops_cleanly(
             if wait_until(lambda: probe.paths, probe.spin, 2.0):
                 break
         assert probe.paths, "no trajectory on the remapped output"
+        assert (CANDIDATES in publishers_of(probe.node, "hybrid_vla_suffix")) == HAS_CANDIDATES
+        if HAS_CANDIDATES:  # on the remapped output/trajectories, with the trajectory's stamp
+            from hybrid_vla_ros.ros.convert import stamp_to_ns
+            shared = lambda: ({stamp_to_ns(c.candidate_trajectories[0].header.stamp) for c in probe.candidates}  # noqa: E731
+                              & {stamp_to_ns(p.header.stamp) for p in probe.paths})
+            assert wait_until(shared, probe.spin, 10), "no CandidateTrajectories with a trajectory's stamp"
     finally:
         if probe is not None:
             probe.close()
@@ -219,13 +242,15 @@ def test_launch_file_brings_the_graph_up_active_serves_frames_and_stops_cleanly(
     assert "has died" not in out and "Traceback" not in out, out[-3000:]
     expected = 1 if single_process else 3
     assert out.count("process has finished cleanly") == expected, out[-3000:]
+    return out
 
 
 def test_xml_launch_file_remaps_match_the_topics_module():
-    from hybrid_vla_ros.ros.topics import LAUNCH_TRAJECTORY_TOPIC, REMAPS
+    from hybrid_vla_ros.ros.topics import LAUNCH_CANDIDATES_TOPIC, LAUNCH_TRAJECTORY_TOPIC, REMAPS
     root = ElementTree.parse(ROOT / "launch" / "hybrid_vla.launch.xml").getroot()
     arguments = {"$(var input/kinematic_state)": REMAPS["hybrid_vla_prefix"]["~/input/kinematic_state"],
-                 "$(var output/trajectory)": REMAPS["hybrid_vla_suffix"]["~/output/trajectory"]}  # the graph's
+                 "$(var output/trajectory)": REMAPS["hybrid_vla_suffix"]["~/output/trajectory"],  # the graph's
+                 "$(var output/trajectories)": REMAPS["hybrid_vla_suffix"]["~/output/trajectories"]}
     for node in root.iter("node"):
         if node.get("exec") == "hybrid_vla_graph":
             continue
@@ -234,3 +259,7 @@ def test_xml_launch_file_remaps_match_the_topics_module():
     defaults = {a.get("name"): a.get("default") for a in root.iter("arg")}
     assert defaults["input/kinematic_state"] == REMAPS["hybrid_vla_prefix"]["~/input/kinematic_state"]
     assert defaults["output/trajectory"] == LAUNCH_TRAJECTORY_TOPIC
+    assert defaults["output/trajectories"] == LAUNCH_CANDIDATES_TOPIC
+    graph = next(n for n in root.iter("node") if n.get("exec") == "hybrid_vla_graph").get("args")
+    for argument in ("input/kinematic_state", "output/trajectory", "output/trajectories"):  # the single process too
+        assert f":~/{argument}:=$(var {argument})" in graph, argument

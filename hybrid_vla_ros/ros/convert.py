@@ -190,6 +190,14 @@ def trajectory_to_msg(traj: Trajectory, msg_cls, kind: str, frame_id: str, point
         return msg
     point_cls = type(msg).__module__  # the TrajectoryPoint class lives beside Trajectory
     point_type = __import__(point_cls.rsplit(".", 1)[0], fromlist=["TrajectoryPoint"]).TrajectoryPoint
+    msg.points = trajectory_points(points, point_type)
+    return msg
+
+
+def trajectory_points(points, point_type) -> list:
+    """(N, 5) points -> TrajectoryPoint messages (Autoware's layout: time_from_start, pose, velocity and the
+    acceleration of the speed profile); shared by Trajectory and CandidateTrajectory."""
+    out = []
     for (x, y, heading, speed, t), accel in zip(points, accelerations(points)):
         point = point_type()
         ns_to_stamp(int(round(float(t) * 1e9)), point.time_from_start)
@@ -197,8 +205,8 @@ def trajectory_to_msg(traj: Trajectory, msg_cls, kind: str, frame_id: str, point
         _yaw_quaternion(point.pose.orientation, float(heading))
         point.longitudinal_velocity_mps = float(speed)
         point.acceleration_mps2 = float(accel)
-        msg.points.append(point)
-    return msg
+        out.append(point)
+    return out
 
 
 def trajectory_markers(points, frame_id: str, stamp_ns: int, marker_array_cls, marker_cls, point_cls):

@@ -20,7 +20,7 @@ from .bags.record import Recorder
 from .bags.replay import Replayer, wait_for_answers
 from .launch_support.session import ros_context
 from .nodes.scene_memory import has_scene_memory, reset_scene_memory
-from .topics import BOUNDARY_TOPIC, TRAJECTORY_INFO_TOPIC as INFO_TOPIC, TRAJECTORY_TOPIC
+from .topics import BOUNDARY_TOPIC, CANDIDATES_TOPIC, TRAJECTORY_INFO_TOPIC as INFO_TOPIC, TRAJECTORY_TOPIC
 from .launch_support.bringup import (InProcessGraph, graph_params, spawn_processes, stop_processes,
                                      write_combined_config)
 
@@ -57,8 +57,9 @@ class Driver:
     """A node that replays a bag into the graph, records the outputs and collects what the summary needs."""
 
     def __init__(self, context, bag: str | Path, record_to: str | Path | None, storage: str = "mcap",
-                 skew_ms: float = 20.0):
+                 skew_ms: float = 20.0, output_type: str = "auto"):
         from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+        self.output_type = output_type  # the suffix's: which trajectory type to subscribe and record
         from rclpy.node import Node
         self.node = Node("hybrid_vla_demo_driver", context=context)
         self.replayer = Replayer(self.node, bag, skew_ms=skew_ms)
@@ -85,12 +86,12 @@ class Driver:
     def start_recording(self) -> None:
         if self.record_to:
             self.recorder = Recorder(self.node, self.record_to, {
-                TRAJECTORY_TOPIC: self._trajectory_type(), INFO_TOPIC: "diagnostic_msgs/msg/DiagnosticStatus"},
+                TRAJECTORY_TOPIC: self._trajectory_type(), INFO_TOPIC: "diagnostic_msgs/msg/DiagnosticStatus",
+                CANDIDATES_TOPIC: None},  # recorded once published (where Autoware's messages are importable)
                 self.storage)
 
-    @staticmethod
-    def _trajectory_type() -> str:
-        _, kind, _ = convert.resolve_trajectory_type("auto")
+    def _trajectory_type(self) -> str:
+        _, kind, _ = convert.resolve_trajectory_type(self.output_type)
         return {"autoware": "autoware_planning_msgs/msg/Trajectory",
                 "autoware_auto": "autoware_auto_planning_msgs/msg/Trajectory", "path": "nav_msgs/msg/Path"}[kind]
 
@@ -179,7 +180,8 @@ def _drive(context, bag, params, record_to, processes, rate, window, storage, co
         else:
             graph = InProcessGraph(params, context=context)
             executor = graph.executor
-        driver = Driver(context, bag, record_to, storage, float(params["hybrid_vla_prefix"].get("sync_skew_ms", 20.0)))
+        driver = Driver(context, bag, record_to, storage, float(params["hybrid_vla_prefix"].get("sync_skew_ms", 20.0)),
+                        params["hybrid_vla_suffix"].get("output_type", "auto"))
         executor.add_node(driver.node)
 
         def spin(timeout_s: float) -> None:

@@ -7,7 +7,7 @@ Parameters are declared without defaults in code (Autoware convention): the YAML
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
@@ -24,6 +24,7 @@ class ParamSpec:
     maximum: float | None = None
     choices: tuple[str, ...] = ()
     dynamic: bool = False          # may change at run time (ros2 param set)
+    nonempty: bool = False         # strings: at least one non-blank character
 
     def check(self, value, where: str = "parameter"):
         """Raises ConfigError naming the parameter, the value and what is allowed."""
@@ -43,6 +44,8 @@ class ParamSpec:
         return value
 
     def _check_range(self, value, label: str) -> None:
+        if self.nonempty:
+            expect(value.strip() != "", ConfigError, f"{label}={value!r}: must not be empty")
         if self.choices:
             expect(value in self.choices, ConfigError, f"{label}={value!r}: expected one of {list(self.choices)}")
         if self.minimum is not None:
@@ -60,6 +63,8 @@ class ParamSpec:
             schema = {"type": "array", "items": target}
         if self.choices:
             target["enum"] = list(self.choices)
+        if self.nonempty:
+            target["minLength"], target["pattern"] = 1, "\\S"
         if self.minimum is not None:
             target["minimum"] = self.minimum
         if self.maximum is not None:
@@ -135,6 +140,9 @@ SUFFIX_PARAMS = _common_model() + [
               "with its weights loaded takes over within ~0.3 s when this one goes silent"),
     ParamSpec("output_type", "string", "trajectory message type; auto = Autoware when importable, else Path",
               choices=("auto", "autoware", "autoware_auto", "path")),
+    ParamSpec("generator_name", "string", "this trajectory generator's name in ~/output/trajectories "
+              "(CandidateTrajectories: GeneratorInfo.generator_name); generator_id = uuid5 of it, the same at every "
+              "start: give each generator of a car its own name", nonempty=True),
     ParamSpec("frame_id", "string", "frame of the output trajectory: base_link = the ego frame as predicted; any "
               "other (map) = waypoints moved with the pose of ~/input/kinematic_state matched to the frame"),
 ]
@@ -169,8 +177,7 @@ def _nest(params) -> dict:
     for p in params:
         head, _, rest = p.name.partition(".")
         if rest:
-            groups.setdefault(head, []).append(ParamSpec(rest, p.type, p.description, p.minimum, p.maximum,
-                                                         p.choices, p.dynamic))
+            groups.setdefault(head, []).append(replace(p, name=rest))
         else:
             obj["properties"][head] = p.json_schema()
         if head not in obj["required"]:
@@ -255,6 +262,7 @@ def check_node_params(node: str, values: dict, source: str) -> dict:
 def markdown_row(spec: ParamSpec) -> str:
     bounds = ", ".join(spec.choices) if spec.choices else \
         f"{spec.minimum} .. {spec.maximum}" if spec.minimum is not None and spec.maximum is not None else ""
+    bounds = bounds or ("non-empty" if spec.nonempty else "")
     runtime = "yes" if spec.dynamic else "no (read-only)"
     return f"| `{spec.name}` | {spec.type} | {bounds} | {runtime} | {spec.description} |"
 

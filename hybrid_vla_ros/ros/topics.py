@@ -18,6 +18,12 @@ TRAJECTORY_TOPIC = "/planning/hybrid_vla/trajectory"
 # The launch files' default output: where Autoware's end-to-end planners publish (autoware_launch remaps the
 # end-to-end planner's output there); `hybrid-vla graph` keeps the package's own name beside a running stack.
 LAUNCH_TRAJECTORY_TOPIC = "/planning/trajectory"
+# CandidateTrajectories (Autoware's generator-selector framework): `hybrid-vla graph`'s name, and the launch
+# files' default beside the diffusion planner's /planning/generator/diffusion_planner/candidate_trajectories.
+# The selector of autoware_launch's e2e planning reads /planning/generator/candidate_trajectories
+# (docs/INTERFACES.md, "One generator among others").
+CANDIDATES_TOPIC = "/planning/hybrid_vla/candidate_trajectories"
+LAUNCH_CANDIDATES_TOPIC = "/planning/generator/hybrid_vla/candidate_trajectories"
 KINEMATIC_TOPIC = "/localization/kinematic_state"
 TRAJECTORY_INFO_TOPIC = "/hybrid_vla_suffix/debug/trajectory_info"   # per frame: partition, suffix_ms, ...
 PREFIX_INFO_TOPIC = "/hybrid_vla_prefix/debug/frame_info"             # per frame: partition, prefix_ms, ...
@@ -29,6 +35,7 @@ REMAPS = {
     "hybrid_vla_prefix": {"~/output/boundary_state": BOUNDARY_TOPIC, "~/input/partition_point": PARTITION_TOPIC,
                           "~/input/kinematic_state": KINEMATIC_TOPIC, "~/input/action_tokens": ACTION_TOKENS_TOPIC},
     "hybrid_vla_suffix": {"~/input/boundary_state": BOUNDARY_TOPIC, "~/output/trajectory": TRAJECTORY_TOPIC,
+                          "~/output/trajectories": CANDIDATES_TOPIC,
                           "~/input/kinematic_state": KINEMATIC_TOPIC, "~/output/action_tokens": ACTION_TOKENS_TOPIC},
     "hybrid_vla_scheduler": {"~/output/partition_point": PARTITION_TOPIC, "~/input/prefix_info": PREFIX_INFO_TOPIC,
                              "~/input/trajectory_info": TRAJECTORY_INFO_TOPIC,

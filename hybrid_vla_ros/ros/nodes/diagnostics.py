@@ -55,3 +55,12 @@ def publish_frame_info(pub, node_name: str, state) -> None:
         KeyValue(key=k, value=str(v)) for k, v in {
             "stamp_ns": state.stamp_ns, "seq": state.seq, "partition": state.partition,
             "prefix_ms": f"{state.timings['prefix_ms']:.3f}"}.items()]))
+
+
+def publish_trajectory_info(pub, node_name: str, trajectory, values: dict) -> None:
+    """The suffix's per-trajectory info (~/debug/trajectory_info): stamp, seq, the cut and the stage's timings."""
+    from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
+    pub.publish(DiagnosticStatus(name=f"{node_name}: trajectory", values=[
+        KeyValue(key=k, value=str(v)) for k, v in {
+            "stamp_ns": trajectory.stamp_ns, "seq": trajectory.seq, "partition": trajectory.partition,
+            **values}.items()]))

@@ -19,6 +19,8 @@ def descriptor(spec) -> ParameterDescriptor:
                             read_only=not spec.dynamic)
     if spec.choices:
         d.additional_constraints = f"one of {list(spec.choices)}"
+    elif spec.nonempty:
+        d.additional_constraints = "non-empty"
     if spec.minimum is not None and spec.maximum is not None:
         if spec.type.startswith("int"):
             d.integer_range = [IntegerRange(from_value=int(spec.minimum), to_value=int(spec.maximum), step=0)]

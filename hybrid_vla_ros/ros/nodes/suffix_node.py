@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticStatus
 from nav_msgs.msg import Odometry
 from std_msgs.msg import UInt8MultiArray
 
@@ -21,7 +21,8 @@ from ...errors import ConfigError, HybridVLAError, NonFiniteError, expect, expec
 from ...types import Pose2D
 from ...model.load import model_id
 from .. import convert
-from .diagnostics import DiagnosticsPublisher
+from ..candidates import CandidateOutput
+from .diagnostics import DiagnosticsPublisher, publish_trajectory_info
 from .stage_node import StageNode, graph_scope
 from .packed_stage import PackedSuffixSteps
 from .standby import SuffixRole
@@ -56,6 +57,7 @@ class SuffixNode(StageNode):
         self.decoder = HandoverDecoder(scope=graph_scope(self), model_id=model_id(self.model))
         self.last_stamp_ns = -1
         self.pub = self.configured_publisher(self.msg_cls, "~/output/trajectory", 10)
+        self.candidates = CandidateOutput(self, p["generator_name"])  # ~/output/trajectories (ros/candidates.py)
         self.info_pub = self.configured_publisher(DiagnosticStatus, "~/debug/trajectory_info", 10)
         self.packed = PackedSuffixSteps(self) if packed else None  # ActionFlow (ros/nodes/packed_stage.py)
         # Bounded like the prefix: in one process the prefix's in-flight gate keeps at most max_in_flight here;
@@ -104,7 +106,7 @@ class SuffixNode(StageNode):
         backend = cpu_backend_report(placement.suffix_dtype)
         self.get_logger().info(
             f"suffix: publishing {self.msg_cls.__module__.split('.')[0]}/{self.msg_cls.__name__} on "
-            f"~/output/trajectory ({reason}); blocks from zone {list(self.zone)}, dtype "
+            f"~/output/trajectory ({reason}); {self.candidates.describe()}; blocks from zone {list(self.zone)}, dtype "
             f"{self.dtype_choice.dtype} ({self.dtype_choice.reason}), "
             f"worker cores {self.cores or 'unpinned'}"
             + (f" (NUMA node {p['numa_node']})" if p["numa_node"] >= 0 and not chosen_cores(p["cores"]) else "")
@@ -278,13 +280,11 @@ class SuffixNode(StageNode):
         except NonFiniteError as exc:
             self._reject(exc.reason, exc, trajectory.stamp_ns)
             return
-        self.pub.publish(convert.trajectory_to_msg(trajectory, self.msg_cls, self.output_kind,
-                                                   self.params["frame_id"], points))
+        msg = convert.trajectory_to_msg(trajectory, self.msg_cls, self.output_kind, self.params["frame_id"], points)
+        self.pub.publish(msg)
+        self.candidates.publish(msg, points, trajectory.stamp_ns, self.params["frame_id"])  # same stamp and frame
         self._publish_markers(points, trajectory.stamp_ns)
-        self.info_pub.publish(DiagnosticStatus(name=f"{self.get_name()}: trajectory", values=[
-            KeyValue(key=k, value=str(v)) for k, v in {
-                "stamp_ns": trajectory.stamp_ns, "seq": trajectory.seq, "partition": trajectory.partition,
-                **values}.items()]))
+        publish_trajectory_info(self.info_pub, self.get_name(), trajectory, values)
 
     def _extra_checks(self):
         import psutil

@@ -1,0 +1,90 @@
+"""The suffix as one trajectory generator among others (Autoware's generator-selector framework):
+`~/output/trajectories` carries autoware_internal_planning_msgs/CandidateTrajectories beside the Trajectory.
+
+One candidate per published trajectory (a model with several heads or passes gives one per head: pass them
+all to `candidates_to_msg`), with the Trajectory's header (stamp and frame) and points. `generator_id` is
+uuid5 of the `generator_name` parameter: the same at every start of the graph, so a selector (Autoware's
+trajectory concatenator keeps the newest set per generator_id) sees one generator across restarts and
+takeovers, and two generators of one car differ by their names. Published only where the Autoware message
+packages are importable (a sourced Autoware install); elsewhere the start-up log says why.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from ..errors import ConfigError, expect
+from .convert import ns_to_stamp, trajectory_points
+
+# The namespace of generator ids: fixed forever (changing it would change every generator's id).
+GENERATOR_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "urn:hybrid_vla_ros:trajectory_generator")
+CANDIDATES_TYPE = "autoware_internal_planning_msgs/msg/CandidateTrajectories"
+
+
+def generator_uuid(name: str) -> uuid.UUID:
+    """The generator id of `name`: uuid5 in GENERATOR_NAMESPACE (no randomness: stable across restarts)."""
+    expect(isinstance(name, str) and name.strip() != "", ConfigError,
+           f"generator_name={name!r}: must not be empty (it names this generator to Autoware's selector)")
+    return uuid.uuid5(GENERATOR_NAMESPACE, name)
+
+
+def candidate_types():
+    """-> (classes, reason): a dict of the message classes, or None with why they are not importable."""
+    try:
+        from autoware_internal_planning_msgs.msg import CandidateTrajectories, CandidateTrajectory, GeneratorInfo
+        from autoware_planning_msgs.msg import TrajectoryPoint
+    except ImportError as exc:
+        return None, f"{exc.name} not importable: no ~/output/trajectories"
+    return {"CandidateTrajectories": CandidateTrajectories, "CandidateTrajectory": CandidateTrajectory,
+            "GeneratorInfo": GeneratorInfo, "TrajectoryPoint": TrajectoryPoint}, "importable"
+
+
+def fill_uuid(msg, generator_id: uuid.UUID):
+    """unique_identifier_msgs/UUID <- the 16 bytes of generator_id."""
+    msg.uuid = list(generator_id.bytes)
+    return msg
+
+
+def candidates_to_msg(stamp_ns: int, frame_id: str, candidates: list, generator_id: uuid.UUID, name: str, types):
+    """candidates: each an (N, 5) array of points, or a list of TrajectoryPoint messages already made (the
+    Trajectory's own). -> CandidateTrajectories with one CandidateTrajectory each and one GeneratorInfo."""
+    msg = types["CandidateTrajectories"]()
+    for points in candidates:
+        candidate = types["CandidateTrajectory"]()
+        candidate.header.frame_id = frame_id
+        ns_to_stamp(stamp_ns, candidate.header.stamp)
+        fill_uuid(candidate.generator_id, generator_id)
+        is_messages = len(points) and isinstance(points[0], types["TrajectoryPoint"])
+        candidate.points = list(points) if is_messages else trajectory_points(points, types["TrajectoryPoint"])
+        msg.candidate_trajectories.append(candidate)
+    info = types["GeneratorInfo"]()
+    fill_uuid(info.generator_id, generator_id)
+    info.generator_name.data = name
+    msg.generator_info.append(info)
+    return msg
+
+
+class CandidateOutput:
+    """The suffix node's `~/output/trajectories` publisher (created at configure, with the node's other
+    configured entities), or nothing where the message packages are missing (`reason` says so)."""
+
+    def __init__(self, node, name: str, depth: int = 10):
+        self.name, self.generator_id = name, generator_uuid(name)
+        self.types, self.reason = candidate_types()
+        self.pub = node.configured_publisher(self.types["CandidateTrajectories"], "~/output/trajectories",
+                                             depth) if self.types else None
+
+    def describe(self) -> str:
+        if self.pub is None:
+            return self.reason
+        return f"CandidateTrajectories on ~/output/trajectories, generator '{self.name}' id {self.generator_id}"
+
+    def publish(self, trajectory_msg, points, stamp_ns: int, frame_id: str) -> None:
+        """The candidate of a published Trajectory: its points when they are Autoware's TrajectoryPoints,
+        else made from the (N, 5) points (a nav_msgs/Path or autoware_auto output)."""
+        if self.pub is None:
+            return
+        own = getattr(trajectory_msg, "points", None)
+        same = own is not None and len(own) and isinstance(own[0], self.types["TrajectoryPoint"])
+        self.pub.publish(candidates_to_msg(stamp_ns, frame_id, [own if same else points], self.generator_id,
+                                           self.name, self.types))
