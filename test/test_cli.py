@@ -50,7 +50,8 @@ def test_bad_arguments_exit_2_with_a_reason():
     assert out.returncode == 2 and "unknown preset 'nope'" in out.stderr
 
 
-@pytest.mark.parametrize("preset,family", [("tiny-llava", "llava"), ("tiny-internvl", "internvl")])
+@pytest.mark.parametrize("preset,family", [("tiny-llava", "llava"), ("tiny-internvl", "internvl"),
+                                           ("tiny-qwen3vl", "qwen3_vl"), ("tiny-scene", "scene_qwen2")])
 def test_export_then_verify_from_checkpoint(tmp_path, preset, family):
     assert hybrid_vla("export", "--preset", preset, "--out", str(tmp_path / "c")).returncode == 0
     assert json.loads((tmp_path / "c" / "config.json").read_text())["model_type"] == family

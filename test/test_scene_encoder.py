@@ -108,6 +108,13 @@ def test_a_checkpoint_carries_the_encoder_and_the_head_plugin_and_each_stage_rea
     SuffixStage(suffix_only, 2)
     assert not any(k.startswith(("patch.", "vit.", "scene_queries")) for k in suffix_only.checkpoint_files.read_keys)
     assert all(p.device.type == "meta" for p in suffix_only.scene_encoder.parameters())
+    assert all(p.device.type == "meta" for p in suffix_only.decoder.layers[0].parameters())
+    prefix_only = load_checkpoint(tmp_path / "ckpt", keep=lambda m: [])
+    PrefixStage(prefix_only, 2)   # the encoder, the embeddings and blocks 0, 1 only
+    assert all(p.device.type == "meta" for i in (2, 3) for p in prefix_only.decoder.layers[i].parameters())
+    assert all(p.device.type == "meta" for p in list(prefix_only.decoder.norm.parameters()) +
+               list(prefix_only.action_head.parameters()))
+    assert all(p.device.type != "meta" for p in prefix_only.scene_encoder.parameters())
 
 
 def test_unknown_plugins_and_mismatched_shapes_are_refused_with_the_reason():

@@ -156,6 +156,8 @@ def run_accelerate_peer(model: VLAModel, partition: int, frames: list, warmup: i
         from accelerate import dispatch_model
     except ImportError:
         return {"skipped": "accelerate is not installed"}
+    if model.scene_encoder is not None:  # its device map names a VLM's language_model; a plain LLM has none
+        return {"skipped": "the accelerate peer covers vision-tower families (not a scene encoder over an LLM)"}
     peer = copy.deepcopy(model).to("cpu", torch.float16)
     names = [n for n, _ in peer.backbone.named_children()]
     device_map = {f"backbone.{n}": 0 for n in names if n != "language_model"}
