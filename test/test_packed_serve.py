@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from hybrid_vla_ros.engine.actionflow.reference import sequential_tokens
-from hybrid_vla_ros.engine.actionflow.codec import decode_tokens, encode_tokens
+from hybrid_vla_ros.engine.actionflow.codec import decode_tokens, encode_state, encode_tokens
 from hybrid_vla_ros.engine.actionflow.prefix_server import PackedPrefixServer
 from hybrid_vla_ros.engine.actionflow.suffix_server import PackedSuffixServer
 from hybrid_vla_ros.errors import ConfigError, InputError
@@ -247,7 +247,7 @@ def test_a_suffix_server_fed_damaged_steps_refuses_them_and_then_decodes_exactly
     have rebuilt the ring: the clean stream starts with prefills)."""
     model = models["tiny-act"]
     suffix = PackedSuffixServer(model, zone=(1, 3))
-    payload = bytearray(data.draw(st.sampled_from(_clean_steps(model))))
+    payload = bytearray(encode_state(*_fresh(data.draw(st.sampled_from(_clean_steps(model))))))
     for _ in range(data.draw(st.integers(1, 6))):
         payload[data.draw(st.integers(0, len(payload) - 1))] = data.draw(st.integers(0, 255))
     if data.draw(st.booleans()):
@@ -257,6 +257,9 @@ def test_a_suffix_server_fed_damaged_steps_refuses_them_and_then_decodes_exactly
     except InputError:
         pass
     else:
+        if out.expired:   # a damaged deadline in the past: nothing published
+            assert out.tokens_payload == b"" and not out.completed
+            out.tokens_payload = encode_tokens({}, out.step)
         tokens, _ = decode_tokens(out.tokens_payload)
         base, bins = model.action_tokenizer.base, model.action_tokenizer.bins
         assert all(base <= t < base + bins for t in tokens.values())
@@ -267,6 +270,13 @@ def test_a_suffix_server_fed_damaged_steps_refuses_them_and_then_decodes_exactly
 
 
 _STEPS: dict = {}
+
+
+def _fresh(payload: bytes):
+    """A recorded step again, with its deadline ahead: (state, partition, step, slots, deadline)."""
+    from hybrid_vla_ros.engine.actionflow.codec import decode_state
+    state, header = decode_state(payload)
+    return state, header.partition, header.step, header.slots, time.time_ns() + 10**9
 
 
 def _clean_steps(model) -> list[bytes]:
@@ -437,3 +447,60 @@ def test_closing_the_packed_prefix_accounts_for_every_frame_waiting_or_in_flight
     lost = prefix.take_lost()
     assert sorted(entry.stamp_ns for entry in lost) == [f.stamp_ns for f in frames]
     assert {entry.reason for entry in lost} == {"shutdown"}
+
+
+def test_one_authority_per_frame_a_frame_the_prefix_gave_up_is_never_reported_again_by_the_suffix(models):
+    """Issue 27, item 9: the suffix reported frames the prefix had timed out as action_incomplete once their slot
+    was reused (each loss counted twice). A frame first seen at its prefill is the prefix's to count."""
+    model = models["tiny-act"]
+    frames = frames_of(model, 5)
+    prefix = PackedPrefixServer(model, 2, 1, 2, policy="lossless", capacity=16, token_timeout_s=0.2)
+    dropped = {3}
+    done, steps = drive(prefix, PackedSuffixServer(model), frames,
+                        answer=lambda sent, out: None if sent.step - prefix.run_base in dropped else out.tokens_payload)
+    lost = {entry.stamp_ns for entry in prefix.take_lost()}
+    assert len(lost) == 2
+    assert not [i for out in steps for i in out.incomplete]          # counted once: by the prefix
+    assert not lost & {r.stamp_ns for r in done}                      # and never published
+
+
+def test_a_suffix_done_after_the_deadline_answers_nothing_and_the_prefix_counts_the_frames_once(models):
+    """A step computed too slowly: answering it could publish a frame the prefix already reported lost. The
+    suffix drops it unanswered (and its frames); the prefix gives them up a grace after the deadline."""
+    model = models["tiny-act"]
+    prefix = PackedPrefixServer(model, 1, 1, 2, policy="lossless", capacity=4, token_timeout_s=0.05)
+    suffix = PackedSuffixServer(model)
+    frame = frames_of(model, 1)[0]
+    prefix.submit(frame)
+    sent = prefix.step(prefix.next_group(wait_s=0.0))
+    time.sleep(0.08)                                                  # the suffix is late
+    out = suffix.step(sent.payload)
+    assert out.expired and not out.completed and out.tokens_payload == b"" and suffix.expired_steps == 1
+    assert not suffix.decoding                                         # its frame is gone here
+    assert prefix.next_group(wait_s=0.0) is None and not prefix.take_lost()   # still within the grace
+    time.sleep(prefix.grace_s)
+    prefix.next_group(wait_s=0.0)
+    assert [(e.reason, e.stamp_ns) for e in prefix.take_lost()] == [("token_feedback_timeout", frame.stamp_ns)]
+
+
+def test_a_frame_the_suffix_never_saw_the_prefill_of_is_the_suffix_s_to_count(models):
+    """A restarted suffix gets decode rows of frames whose prefill went to its predecessor: the prefix does
+    not know they are lost, so the suffix counts each once, when its slot is taken by a new prefill."""
+    model = models["tiny-act"]
+    frames = frames_of(model, 3)
+    prefix = PackedPrefixServer(model, 1, 1, 2, policy="lossless", capacity=8)
+    first, second = PackedSuffixServer(model), PackedSuffixServer(model)
+    prefix.submit(frames[0])
+    sent = prefix.step(prefix.next_group(wait_s=0.0))                 # frame 0's prefill: to the first suffix
+    prefix.tokens_in(first.step(sent.payload).tokens_payload)
+    for frame in frames[1:]:
+        prefix.submit(frame)
+    incomplete = []
+    while not prefix.idle:                                            # the first suffix is gone; the second serves
+        index = prefix.next_group(wait_s=0.05)
+        if index is None:
+            continue
+        out = second.step(prefix.step(index).payload)
+        incomplete += out.incomplete
+        prefix.tokens_in(out.tokens_payload)
+    assert [stamp for _, stamp in incomplete] == [frames[0].stamp_ns]

@@ -3,7 +3,8 @@ next tokens back. Raw bytes with explicit headers (engine/handover/codec.py's te
 field is checked on decode: a damaged or hostile payload is an InputError, never a wrong-shaped forward.
 
 Packed state (little endian):
-    header    "<4sHHIIQI"  magic b"HVLP", version, flags, partition, ring slots, step, segment count
+    header    "<4sHHIIQIq" magic b"HVLP", version, flags, partition, ring slots, step, segment count,
+                           deadline (wall clock ns; 0 = none): a suffix done after it drops the step unanswered
     segment*  "<qiiiiqq"   seq, slot, start, row, count, frame stamp (ns), frame arrival (ns, wall clock)
     tensors   hidden (R, H) float; positions (3, 1, R) (M-RoPE) or (1, R), int64; with flag DEEPSTACK
               (Qwen3-VL cut below its DeepStack depth): the prefill's image rows (n,) int64 and the additions
@@ -25,8 +26,8 @@ from ...types import DeepStack
 from ..handover.codec import read_tensor, tensors_size, write_tensor
 from .forward import PackedState, Segment
 
-STATE_MAGIC, TOKENS_MAGIC, VERSION = b"HVLP", b"HVLT", 2
-STATE_HEADER = struct.Struct("<4sHHIIQI")
+STATE_MAGIC, TOKENS_MAGIC, VERSION = b"HVLP", b"HVLT", 3
+STATE_HEADER = struct.Struct("<4sHHIIQIq")
 SEGMENT = struct.Struct("<qiiiiqq")
 TOKENS_HEADER = struct.Struct("<4sHHQI")
 TOKEN = struct.Struct("<qq")
@@ -38,18 +39,19 @@ class StepHeader(NamedTuple):
     partition: int    # the cut: the suffix runs blocks [partition, L)
     step: int         # the prefix's step number (the tokens back carry it)
     slots: int        # KV ring slots the prefix hands out (the suffix's ring matches them); 0 = not said
+    deadline_ns: int = 0  # wall clock: the prefix gives the step up after it (plus a grace); 0 = never
 
 
 def is_packed_state(buffer) -> bool:
     return bytes(memoryview(buffer)[:4]) == STATE_MAGIC
 
 
-def encode_state(state: PackedState, partition: int, step: int, slots: int = 0) -> bytes:
+def encode_state(state: PackedState, partition: int, step: int, slots: int = 0, deadline_ns: int = 0) -> bytes:
     ds = state.deepstack
     tensors = (state.hidden, state.positions) + (() if ds is None else (ds.positions, ds.features))
     buffer = bytearray(STATE_HEADER.size + SEGMENT.size * len(state.segments) + tensors_size(tensors))
     STATE_HEADER.pack_into(buffer, 0, STATE_MAGIC, VERSION, 0 if ds is None else DEEPSTACK, partition, slots, step,
-                           len(state.segments))
+                           len(state.segments), deadline_ns)
     pos = STATE_HEADER.size
     for seg in state.segments:
         SEGMENT.pack_into(buffer, pos, seg.seq, seg.slot, seg.start, seg.row, seg.count, seg.stamp_ns,
@@ -63,7 +65,7 @@ def encode_state(state: PackedState, partition: int, step: int, slots: int = 0) 
 def decode_state(buffer, source: str = "packed boundary") -> tuple[PackedState, StepHeader]:
     view = memoryview(buffer)
     expect(view.nbytes >= STATE_HEADER.size, InputError, f"{source}: {view.nbytes} bytes, shorter than its header")
-    magic, version, flags, partition, slots, step, count = STATE_HEADER.unpack_from(view, 0)
+    magic, version, flags, partition, slots, step, count, deadline_ns = STATE_HEADER.unpack_from(view, 0)
     expect(magic == STATE_MAGIC, InputError, f"{source}: magic {magic!r}, expected {STATE_MAGIC!r}")
     expect(version == VERSION, InputError, f"{source}: version {version}, this decoder reads version {VERSION}")
     expect(0 < count <= MAX_SEGMENTS, InputError, f"{source}: {count} segments, expected 1..{MAX_SEGMENTS}")
@@ -80,7 +82,7 @@ def decode_state(buffer, source: str = "packed boundary") -> tuple[PackedState, 
     expect(pos == view.nbytes, InputError, f"{source}: {view.nbytes - pos} trailing bytes")
     check_layout(segments, hidden, positions, source)
     check_deepstack(deepstack, hidden, source)
-    return PackedState(hidden, positions, segments, deepstack), StepHeader(partition, step, slots)
+    return PackedState(hidden, positions, segments, deepstack), StepHeader(partition, step, slots, deadline_ns)
 
 
 def check_deepstack(deepstack: DeepStack | None, hidden: torch.Tensor, source: str) -> None:

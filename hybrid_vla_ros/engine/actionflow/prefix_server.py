@@ -32,6 +32,7 @@ from .codec import decode_tokens, encode_state
 from ..scheduling.partition import check_partition, side_modules
 
 POLL_S = 0.05
+GRACE_S = 0.25  # after a step's deadline, for answers sent before it to arrive (DDS: milliseconds)
 MAX_GROUPS = 8
 MAX_SLOTS = 256
 
@@ -74,6 +75,7 @@ class PackedPrefixServer:
         self.model, self.pack, self.slots = model, pack, pack * groups
         self.policy, self.capacity = policy, (1 if policy == "latest" else capacity)
         self.token_timeout_s = token_timeout_s
+        self.grace_s = max(GRACE_S, 0.25 * token_timeout_s)
         self.zone = zone or (0, model.num_blocks)
         ensure_loaded(model, side_modules(model, 0, self.zone[1]), torch.float32)
         side = self._side(check_partition(partition, model.num_blocks, "packed prefix partition"))
@@ -187,9 +189,13 @@ class PackedPrefixServer:
         with self.cond:
             self.step_no += 1
             step = self.run_base + self.step_no
-            self.awaiting[step] = (index, state, time.monotonic() + self.token_timeout_s)
+            # one authority per frame: a suffix done after the deadline answers nothing and drops the step's
+            # frames; this side gives them up (and counts them) only a grace later, when any answer sent
+            # before the deadline has arrived
+            self.awaiting[step] = (index, state, time.monotonic() + self.token_timeout_s + self.grace_s)
         prefix_ms = (time.perf_counter() - t0) * 1e3
-        payload = encode_state(state, group.partition, step, self.slots)
+        deadline_ns = time.time_ns() + int(self.token_timeout_s * 1e9)
+        payload = encode_state(state, group.partition, step, self.slots, deadline_ns)
         prefill = next((s for s in state.segments if s.count > 1), None)
         return SentStep(payload, step, index, state.hidden.shape[0], len(state.segments),
                         prefill.seq if prefill else None, group.partition, prefix_ms,

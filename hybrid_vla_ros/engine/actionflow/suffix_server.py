@@ -31,7 +31,8 @@ class SuffixStep:
     partition: int
     completed: list[ActionResult]
     arrivals: dict[int, int]     # seq -> arrival_ns of each completed frame (0: unknown)
-    incomplete: list[tuple[int, int]]  # (seq, stamp_ns) of frames whose slot was taken before they completed
+    incomplete: list[tuple[int, int]]  # (seq, stamp_ns) of frames lost here that the prefix never gave up
+    expired: bool = False        # done after the step's deadline: nothing to publish, its frames dropped here
 
 
 @dataclass
@@ -41,6 +42,7 @@ class Decoding:
     arrival_ns: int
     started: float
     tokens: list[int]
+    from_prefill: bool = True    # False: first seen at a decode row (this suffix missed the prefill: restarted)
 
 
 class PackedSuffixServer:
@@ -56,6 +58,7 @@ class PackedSuffixServer:
         self.tokens_per_frame = model.action_tokenizer.tokens_per_frame
         self.side: PackedSide | None = None
         self.decoding: dict[int, Decoding] = {}    # slot -> the frame whose tokens this suffix has decoded
+        self.expired_steps = 0                     # steps done after their deadline (dropped unanswered)
 
     @property
     def partition(self) -> int | None:
@@ -73,20 +76,32 @@ class PackedSuffixServer:
         incomplete = self._follow(header.partition, header.slots)
         hidden = self.side.blocks_forward(state)
         tokens = self.side.next_tokens(hidden)
+        if header.deadline_ns and time.time_ns() > header.deadline_ns:
+            return self._expired(state, header, incomplete)
         completed, arrivals = [], {}
         for seg in state.segments:
             entry = self.decoding.get(seg.slot)
             if seg.count > 1 or entry is None or entry.seq != seg.seq:   # a prefill starts a frame in the slot
-                if entry is not None and entry.seq != seg.seq:
+                if entry is not None and entry.seq != seg.seq and not entry.from_prefill:
                     incomplete.append((entry.seq, entry.stamp_ns))
                 entry = self.decoding[seg.slot] = Decoding(seg.seq, seg.stamp_ns, seg.arrival_ns,
-                                                           time.perf_counter(), [])
+                                                           time.perf_counter(), [], seg.count > 1)
             entry.tokens.append(tokens[seg.seq])
             if len(entry.tokens) == self.tokens_per_frame:
                 completed.append(self._complete(self.decoding.pop(seg.slot)))
                 arrivals[seg.seq] = seg.arrival_ns
         return SuffixStep(encode_tokens(tokens, header.step), header.step, state.hidden.shape[0], header.partition,
                           completed, arrivals, incomplete)
+
+    def _expired(self, state: PackedState, header, incomplete: list) -> SuffixStep:
+        """Done after the step's deadline: the prefix gives these frames up (and counts them, once); answering
+        now could publish a frame it reports lost. Nothing is published; their entries go."""
+        for seg in state.segments:
+            entry = self.decoding.get(seg.slot)
+            if entry is not None and entry.seq == seg.seq:
+                del self.decoding[seg.slot]
+        self.expired_steps += 1
+        return SuffixStep(b"", header.step, state.hidden.shape[0], header.partition, [], {}, incomplete, True)
 
     def _check(self, state: PackedState, header) -> None:
         spec = self.model.spec
@@ -103,7 +118,7 @@ class PackedSuffixServer:
         ring sizes cost one allocation, not one of every layer per step."""
         if self.side is not None and self.side.lo == partition and slots <= self.side.ring.slots:
             return []
-        lost = [(e.seq, e.stamp_ns) for e in self.decoding.values()]
+        lost = [(e.seq, e.stamp_ns) for e in self.decoding.values() if not e.from_prefill]  # the rest: the prefix's
         self.side = PackedSide(self.model, partition, self.model.num_blocks, slots, self.slot_tokens)
         self.decoding.clear()
         return lost

@@ -120,6 +120,12 @@ class PackedSuffixSteps:
         self.tokens_pub = node.configured_publisher(UInt8MultiArray, "~/output/action_tokens", TOKENS_QOS)
         self.step_pub = node.configured_publisher(DiagnosticStatus, "~/debug/step_info", 100)
 
+    def checks(self) -> list:
+        """The suffix's packed check: steps done after their deadline (dropped unanswered; the prefix counts
+        their frames as token_feedback_timeout)."""
+        late = self.server.expired_steps
+        return [("packed", 1 if late else 0, f"{late} steps past their deadline", {"expired_steps": str(late)})]
+
     def serve(self, data: bytes, t0: float, received: float) -> None:
         node = self.node
         try:
@@ -127,10 +133,13 @@ class PackedSuffixSteps:
         except HybridVLAError as exc:  # NaN/Inf: nonfinite_boundary / nonfinite_output
             node._reject(getattr(exc, "reason", "invalid_boundary"), exc)
             return
+        for seq, stamp_ns in out.incomplete:   # lost here only (the prefix counts the frames it gave up)
+            node.health.drop("action_incomplete", stamp_ns)
+        if out.expired:   # past its deadline: the prefix gives its frames up and counts them (one authority)
+            node.get_logger().warning(f"packed step {out.step} done after its deadline: dropped unanswered")
+            return
         self.tokens_pub.publish(UInt8MultiArray(data=out.tokens_payload))   # first: the prefix waits for it
         ms = (time.perf_counter() - t0) * 1e3   # the step's compute (the scheduler's sample), not the publishing
-        for seq, stamp_ns in out.incomplete:
-            node.health.drop("action_incomplete", stamp_ns)
         for result in out.completed:
             node.publish_trajectory(result.trajectory, out.arrivals.get(result.seq, 0), {
                 "latency_ms": f"{result.latency_s * 1e3:.3f}", "tokens": len(result.tokens), "transport": "packed"})

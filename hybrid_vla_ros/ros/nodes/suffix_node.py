@@ -291,7 +291,7 @@ class SuffixNode(StageNode):
         loads = psutil.cpu_percent(percpu=True)
         cores = self.cores or list(range(len(loads)))
         load = sum(loads[c] for c in cores if c < len(loads)) / max(1, len(cores))
-        role = [self.role.check()] if self.role is not None else []
+        role = ([self.role.check()] if self.role is not None else []) + (self.packed.checks() if self.packed else [])
         return role + [("cpu_load", 0, f"{load:.0f}% on cores {cores}", {"cpu_load_percent": f"{load:.1f}"}),
                 ("dtype", 0, self.dtype_choice.dtype, {"dtype": self.dtype_choice.dtype,
                                                        "dtype_reason": self.dtype_choice.reason}),
