@@ -193,3 +193,29 @@ def test_a_killed_suffix_with_a_warm_standby_is_replaced_within_a_second_and_not
     assert result["recovered"] and result["seconds_to_first_trajectory"] < 1.0, summary
     assert result["frames_unaccounted"] == 0 and result["published_twice"] == 0, (str(summary), result["unaccounted_published_s"])
     assert result["graph_exit_code"] == 0
+
+
+def test_loss_in_the_killed_process_is_exactly_what_it_held_not_a_latency_window():
+    """Issue 27, item 9: the window 'published within the run's longest latency before the kill' absorbed a
+    frame the suffix had silently lost before the kill (here: frame 6, older than frame 7 it delivered)."""
+    from hybrid_vla_ros.bench.drive import Ledger
+    from hybrid_vla_ros.bench.faults import account
+    ledger = Ledger()
+    for stamp in range(1, 11):
+        ledger.published[stamp] = float(stamp)
+        ledger.handed[stamp] = stamp + 0.05
+    ledger.delivered.update({1: 4.0, 2: 4.1, 4: 4.6, 5: 5.5, 7: 7.5, 10: 10.5})   # 1: a slow start (3 s)
+    ledger.lost[4] = "x"
+    del ledger.delivered[4]
+    kill = {"node": "hybrid_vla_suffix", "t_kill": 8.2, "t_back": 10.5}
+    account(ledger, [kill], end=20.0)
+    # 8: handed before the kill, newer than 7: held by it; 9: handed while it was down
+    assert kill["lost_in_killed_process"] == 2 and kill["dropped_counted"] == 1
+    assert kill["frames_unaccounted"] == 2 and kill["unaccounted_published_s"] == [-5.2, -2.2]   # 3 and 6
+    scheduler = {"node": "hybrid_vla_scheduler", "t_kill": 8.2, "t_back": None}
+    account(ledger, [scheduler], end=20.0)
+    assert scheduler["lost_in_killed_process"] == 0            # the scheduler holds no frames
+    prefix = {"node": "hybrid_vla_prefix", "t_kill": 8.2, "t_back": 10.5}
+    del ledger.handed[8], ledger.handed[9]                     # the prefix held 8 and never took 9
+    account(ledger, [prefix], end=20.0)
+    assert prefix["lost_in_killed_process"] == 2 and prefix["frames_unaccounted"] == 2

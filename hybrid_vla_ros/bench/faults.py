@@ -7,9 +7,9 @@ and what became of every frame. Soak: a long drive in one process and in separat
 file descriptors of the whole process tree sampled each second, then a burst faster than the graph.
 
 Accounting: each published frame is delivered (a trajectory), reported lost by a node with a reason
-(~/debug/dropped_frames), or lost in the killed process: published within the longest delivery latency of
-the run before the kill, up to the first trajectory after it, or (killed suffix) handed to it by the prefix
-shortly before the kill. Anything else is `frames_unaccounted`.
+(~/debug/dropped_frames), or lost in the killed process: exactly the frames it held at the kill (taken, not
+passed on, newer than the last it passed on) or that reached it while it was down (held_by_killed). Anything
+else is `frames_unaccounted`: a frame lost silently, however close to the kill.
 """
 
 from __future__ import annotations
@@ -78,26 +78,35 @@ def graph_up_at(ledger: Ledger) -> float:
 
 
 INFO_TRANSIT_S = 0.2  # a frame info published just before a kill may reach the bench just after it
-HELD_S = 2.0          # the longest a handed frame can wait in the suffix (its bounded queue at the camera rate)
 
 
-def inside_killed(ledger: Ledger, kill: dict, stamp: int) -> bool:
-    """The killed suffix held the frame: the prefix handed it on (its frame info says so) within HELD_S
-    before the kill and nothing came out. A frame waiting in the suffix's queue can be older than the run's
-    longest delivery, which the plain window assumes."""
-    handed = ledger.handed.get(stamp)
-    return kill["node"] == "hybrid_vla_suffix" and handed is not None and \
-        kill["t_kill"] - HELD_S <= handed <= kill["t_kill"] + INFO_TRANSIT_S
+def held_by_killed(ledger: Ledger, kill: dict, stamp: int, t_pub: float, back: float) -> bool:
+    """Exactly the frames the killed node held, or that went to it while it was down (until `back`, its first
+    trajectory after the kill). Nodes take frames in stamp order, so a frame older than the last one the node
+    passed on before the kill was not in it then: lost earlier, silently (frames_unaccounted).
+      prefix: not handed on; newer than the last frame it handed before the kill; published before `back`.
+      suffix: handed to it (frame info) before the kill (+ transit) and newer than its last delivered frame,
+              or handed while it was down.
+      scheduler: holds no frames."""
+    t_kill = kill["t_kill"]
+    if kill["node"] == "hybrid_vla_prefix":
+        last = max((s for s, t in ledger.handed.items() if t <= t_kill), default=-1)
+        return stamp not in ledger.handed and stamp > last and t_pub <= back
+    if kill["node"] == "hybrid_vla_suffix":
+        handed = ledger.handed.get(stamp)
+        last = max((s for s, t in ledger.delivered.items() if t <= t_kill), default=-1)
+        return handed is not None and (stamp > last and handed <= t_kill + INFO_TRANSIT_S or t_kill < handed <= back)
+    return False
 
 
 def account(ledger: Ledger, kills: list[dict], end: float) -> None:
-    """Fill each kill's counts (see the module doc); the segment of a kill runs to the next kill."""
+    """Fill each kill's counts (see the module doc); the segment of a kill runs from the previous kill's
+    recovery (the graph's start for the first) to the next kill."""
     latency = max([ledger.delivered[s] - t for s, t in ledger.published.items() if s in ledger.delivered], default=0)
-    up = graph_up_at(ledger)
-    starts = [up] + [k["t_kill"] - latency for k in kills[1:]] + [end]
+    starts = [graph_up_at(ledger)] + [k["t_kill"] - latency for k in kills[1:]] + [end]
     for i, kill in enumerate(kills):
         lo, hi = starts[i], starts[i + 1]
-        window_end = kill["t_back"] if kill["t_back"] and kill["node"] != "hybrid_vla_scheduler" else kill["t_kill"]
+        back = kill["t_back"] or end
         counts = {"published": 0, "delivered": 0, "dropped_counted": 0, "lost_in_killed_process": 0,
                   "frames_unaccounted": 0}
         reasons: dict = {}
@@ -111,7 +120,7 @@ def account(ledger: Ledger, kills: list[dict], end: float) -> None:
             elif stamp in ledger.lost:
                 counts["dropped_counted"] += 1
                 reasons[ledger.lost[stamp]] = reasons.get(ledger.lost[stamp], 0) + 1
-            elif kill["t_kill"] - latency <= t_pub <= window_end or inside_killed(ledger, kill, stamp):
+            elif held_by_killed(ledger, kill, stamp, t_pub, back):
                 counts["lost_in_killed_process"] += 1
             else:
                 counts["frames_unaccounted"] += 1
