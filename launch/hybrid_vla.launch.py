@@ -7,17 +7,20 @@ parameter: no lifecycle event handlers needed, so this works the same on Humble,
 RESPAWN_DELAY_S (plain values, not substitutions: Humble's launch takes only those); the others keep
 running (docs/RELIABILITY.md). Prefix and suffix are pinned to disjoint core sets by default (their
 `cores: [-1]`), or to `prefix_cores` / `suffix_cores`. Topic names and remaps come from
-hybrid_vla_ros.ros.topics, the module the nodes and `hybrid-vla graph` use too.
+hybrid_vla_ros.ros.topics, the module the nodes and `hybrid-vla graph` use too. warm_standby:=true (separate
+processes): a second suffix process, `hybrid_vla_suffix_standby`, weights loaded, that takes over within a
+second when the active suffix goes silent (docs/RELIABILITY.md, *Warm standby*).
 """
 
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument
 from launch.conditions import IfCondition, UnlessCondition
-from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
+from launch.substitutions import LaunchConfiguration, PathJoinSubstitution, PythonExpression
 from launch_ros.actions import LifecycleNode, Node
 from launch_ros.substitutions import FindPackageShare
 
-from hybrid_vla_ros.ros.topics import KINEMATIC_TOPIC, LAUNCH_CANDIDATES_TOPIC, LAUNCH_TRAJECTORY_TOPIC, NODES, REMAPS
+from hybrid_vla_ros.ros.topics import (KINEMATIC_TOPIC, LAUNCH_CANDIDATES_TOPIC, LAUNCH_TRAJECTORY_TOPIC, NODES, REMAPS,
+                                      STANDBY_NODE, STANDBY_REMAPS)
 
 PACKAGE = "hybrid_vla_ros"
 RESPAWN_DELAY_S = 1.0
@@ -28,6 +31,7 @@ ARGUMENTS = {
     "output/trajectories": (LAUNCH_CANDIDATES_TOPIC, "where the suffix publishes its CandidateTrajectories (Autoware's "
                             "selector: /planning/generator/candidate_trajectories)"),
     "use_sim_time": ("false", "use /clock (a bag played with --clock)"),
+    "warm_standby": ("false", "a second suffix process that takes over within a second (separate processes only)"),
     "prefix_cores": ("[-1]", "cores of the prefix worker; [-1]: its half of a default split"),
     "suffix_cores": ("[-1]", "cores of the suffix worker; [-1]: its half of a default split"),
 }
@@ -35,7 +39,7 @@ ARGUMENTS = {
 
 def remaps(node: str) -> list[tuple]:
     """The graph's remaps, with the Autoware-facing topics taken from the launch arguments."""
-    rules = dict(REMAPS[node])
+    rules = dict(STANDBY_REMAPS if node == STANDBY_NODE else REMAPS[node])
     for topic in ("input/kinematic_state", "output/trajectory", "output/trajectories"):
         if f"~/{topic}" in rules:
             rules[f"~/{topic}"] = LaunchConfiguration(topic)
@@ -45,8 +49,10 @@ def remaps(node: str) -> list[tuple]:
 def overrides(node: str) -> dict:
     values = {"use_sim_time": LaunchConfiguration("use_sim_time")}
     short = node.removeprefix("hybrid_vla_")
-    if short in ("prefix", "suffix"):
-        values["cores"] = LaunchConfiguration(f"{short}_cores")
+    if short in ("prefix", "suffix", "suffix_standby"):
+        values["cores"] = LaunchConfiguration(f"{short.removesuffix('_standby')}_cores")
+    if short in ("suffix", "suffix_standby"):
+        values["warm_standby"] = LaunchConfiguration("warm_standby")
     return values
 
 
@@ -64,6 +70,13 @@ def generate_launch_description():
                            remappings=remaps(node), condition=UnlessCondition(single),
                            respawn=True, respawn_delay=RESPAWN_DELAY_S)
              for node in NODES]
+    standby_wanted = PythonExpression(["'", LaunchConfiguration("warm_standby"), "' == 'true' and '", single,
+                                       "' != 'true'"])
+    nodes.append(LifecycleNode(package=PACKAGE, executable="hybrid_vla_suffix", name=STANDBY_NODE, namespace="",
+                               output="screen", parameters=[LaunchConfiguration("suffix_param_file"),
+                                                            overrides(STANDBY_NODE)],
+                               remappings=remaps(STANDBY_NODE), condition=IfCondition(standby_wanted),
+                               respawn=True, respawn_delay=RESPAWN_DELAY_S))
     graph_args = []
     for node in NODES:
         short = node.removeprefix("hybrid_vla_")

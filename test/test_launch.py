@@ -75,7 +75,7 @@ sys.exit(service.run())
 
 
 def start_launch(tmp: Path, launch_file: str, single_process: bool, domain: int, prefix: Path | None = None,
-                 python_path: tuple = ()):
+                 python_path: tuple = (), extra_args: tuple = ()):
     """prefix: an install prefix (default: the layout of install_prefix); python_path: put first on PYTHONPATH
     (a colcon install's site-packages, so that the nodes import the installed package)."""
     paths = launch_paths()
@@ -92,7 +92,7 @@ def start_launch(tmp: Path, launch_file: str, single_process: bool, domain: int,
     args = [f"{n}_param_file:={params}" for n in ("prefix", "suffix", "scheduler")]
     args += [f"input/kinematic_state:={KINEMATIC}", f"output/trajectory:={TRAJECTORY}",
              f"output/trajectories:={CANDIDATES}", "use_sim_time:=false",
-             "prefix_cores:=[0]", f"single_process:={'true' if single_process else 'false'}"]
+             "prefix_cores:=[0]", f"single_process:={'true' if single_process else 'false'}", *extra_args]
     path = prefix / "share" / "hybrid_vla_ros" / "launch" / launch_file
     return subprocess.Popen([sys.executable, "-c", RUNNER, str(path), *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True,
@@ -199,17 +199,28 @@ def test_launch_file_brings_the_graph_up_active_serves_frames_and_stops_cleanly(
     launch_serves_and_stops(tmp_path, monkeypatch, launch_file, single_process)
 
 
-def launch_serves_and_stops(tmp_path, monkeypatch, launch_file, single_process, **where) -> str:
+@pytest.mark.parametrize("launch_file", ["hybrid_vla.launch.py", "hybrid_vla.launch.xml"], ids=["py", "xml"])
+def test_warm_standby_launches_a_second_suffix_process_that_comes_up_and_stops_cleanly(tmp_path, monkeypatch,
+                                                                                      launch_file):
+    out = launch_serves_and_stops(tmp_path, monkeypatch, launch_file, False, extra_args=("warm_standby:=true",),
+                                  standby=True)
+    assert "hybrid_vla_suffix_standby" in out
+
+
+def launch_serves_and_stops(tmp_path, monkeypatch, launch_file, single_process, standby=False, **where) -> str:
     """The launched graph comes up active, answers a frame on the remapped outputs and stops on Ctrl-C with
-    every process finished cleanly. where: start_launch's prefix / python_path. -> launch's output."""
+    every process finished cleanly. where: start_launch's prefix / python_path / extra_args. standby: the warm
+    standby suffix is one more node and process. -> launch's output."""
     domain = domain_id()
     monkeypatch.setenv("ROS_DOMAIN_ID", str(domain))
     monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     proc = start_launch(tmp_path, launch_file, single_process, domain, **where)
     probe = None
+    nodes = ("hybrid_vla_prefix", "hybrid_vla_suffix", "hybrid_vla_scheduler") + \
+        (("hybrid_vla_suffix_standby",) if standby else ())
     try:
         probe = Probe()
-        for node in ("hybrid_vla_prefix", "hybrid_vla_suffix", "hybrid_vla_scheduler"):
+        for node in nodes:
             assert wait_until(lambda: probe.state(node) == "active", probe.spin, 90), f"{node} not active"
         prefix = probe.parameters("hybrid_vla_prefix", ["cores", "use_sim_time", "model.preset"])
         assert prefix == {"cores": [0], "use_sim_time": False, "model.preset": "tiny"}
@@ -240,13 +251,14 @@ def launch_serves_and_stops(tmp_path, monkeypatch, launch_file, single_process, 
         print(out[-6000:])  # shown by pytest when anything above failed
     assert proc.returncode == 0, out[-3000:]
     assert "has died" not in out and "Traceback" not in out, out[-3000:]
-    expected = 1 if single_process else 3
+    expected = 1 if single_process else len(nodes)
     assert out.count("process has finished cleanly") == expected, out[-3000:]
     return out
 
 
 def test_xml_launch_file_remaps_match_the_topics_module():
-    from hybrid_vla_ros.ros.topics import LAUNCH_CANDIDATES_TOPIC, LAUNCH_TRAJECTORY_TOPIC, REMAPS
+    from hybrid_vla_ros.ros.topics import (LAUNCH_CANDIDATES_TOPIC, LAUNCH_TRAJECTORY_TOPIC, REMAPS, STANDBY_NODE,
+                                          STANDBY_REMAPS)
     root = ElementTree.parse(ROOT / "launch" / "hybrid_vla.launch.xml").getroot()
     arguments = {"$(var input/kinematic_state)": REMAPS["hybrid_vla_prefix"]["~/input/kinematic_state"],
                  "$(var output/trajectory)": REMAPS["hybrid_vla_suffix"]["~/output/trajectory"],  # the graph's
@@ -255,7 +267,8 @@ def test_xml_launch_file_remaps_match_the_topics_module():
         if node.get("exec") == "hybrid_vla_graph":
             continue
         rules = {r.get("from"): arguments.get(r.get("to"), r.get("to")) for r in node.iter("remap")}
-        assert rules == REMAPS[node.get("name")], node.get("name")
+        assert rules == (STANDBY_REMAPS if node.get("name") == STANDBY_NODE else REMAPS[node.get("name")]), \
+            node.get("name")
     defaults = {a.get("name"): a.get("default") for a in root.iter("arg")}
     assert defaults["input/kinematic_state"] == REMAPS["hybrid_vla_prefix"]["~/input/kinematic_state"]
     assert defaults["output/trajectory"] == LAUNCH_TRAJECTORY_TOPIC

@@ -81,20 +81,21 @@ INFO_TRANSIT_S = 0.2  # a frame info published just before a kill may reach the 
 
 
 def held_by_killed(ledger: Ledger, kill: dict, stamp: int, t_pub: float, back: float) -> bool:
-    """Exactly the frames the killed node held, or that went to it while it was down (until `back`, its first
+    """Exactly the frames the killed node held, or whose fate it decided too late for its report to get out
+    (within INFO_TRANSIT_S before the kill), or that went to it while it was down (until `back`, its first
     trajectory after the kill). Nodes take frames in stamp order, so a frame older than the last one the node
-    passed on before the kill was not in it then: lost earlier, silently (frames_unaccounted).
-      prefix: not handed on; newer than the last frame it handed before the kill; published before `back`.
-      suffix: handed to it (frame info) before the kill (+ transit) and newer than its last delivered frame,
-              or handed while it was down.
+    had passed on INFO_TRANSIT_S before the kill was not in it then: lost earlier, silently (unaccounted).
+      prefix: not handed on; newer than the last frame it handed by then; published before `back`.
+      suffix: handed to it (frame info) before the kill (+ transit) and newer than the last frame delivered
+              by then, or handed while it was down.
       scheduler: holds no frames."""
-    t_kill = kill["t_kill"]
+    t_kill, settled = kill["t_kill"], kill["t_kill"] - INFO_TRANSIT_S
     if kill["node"] == "hybrid_vla_prefix":
-        last = max((s for s, t in ledger.handed.items() if t <= t_kill), default=-1)
+        last = max((s for s, t in ledger.handed.items() if t <= settled), default=-1)
         return stamp not in ledger.handed and stamp > last and t_pub <= back
     if kill["node"] == "hybrid_vla_suffix":
         handed = ledger.handed.get(stamp)
-        last = max((s for s, t in ledger.delivered.items() if t <= t_kill), default=-1)
+        last = max((s for s, t in ledger.delivered.items() if t <= settled), default=-1)
         return handed is not None and (stamp > last and handed <= t_kill + INFO_TRANSIT_S or t_kill < handed <= back)
     return False
 
