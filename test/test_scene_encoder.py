@@ -146,3 +146,16 @@ def test_a_tokenizer_naming_fewer_query_tokens_than_the_head_reads_is_refused(tm
     set_head_metadata(tmp_path / "q2", plan_token="<|plan|>")
     with pytest.raises(ConfigError, match=r"the head reads 2 query tokens, its metadata names 1"):
         load_checkpoint(tmp_path / "q2")
+
+
+@pytest.mark.parametrize("family, model_type", [("scene_llama", "llama"), ("scene_qwen3", "qwen3")])
+def test_the_other_plain_llm_families_are_exact_from_their_own_save_pretrained_directory(family, model_type,
+                                                                                          tmp_path):
+    from hybrid_vla_ros.engine.verify import verify_partitions
+    from hybrid_vla_ros.model.vla import build_model
+    model = build_model(dataclasses.replace(get_preset(PRESET), name=f"tiny-{family}", family=family))
+    assert model.backbone.config.model_type == model_type
+    save_checkpoint(model, tmp_path / family)
+    loaded = load_checkpoint(tmp_path / family)
+    assert loaded.spec == model.spec and type(loaded.backbone) is type(model.backbone)
+    assert verify_partitions(loaded, frames=3)["max_abs_diff"] == 0.0
