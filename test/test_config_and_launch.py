@@ -139,3 +139,13 @@ def test_an_empty_generator_name_is_refused_by_the_loader_the_schema_and_the_nod
     finally:
         node.destroy_node()
         rclpy.shutdown(context=context)
+
+
+def test_a_combined_parameter_file_never_uses_yaml_aliases_rcl_refuses_them(tmp_path):
+    """Found starting the warm standby from a launch file: two nodes sharing one values dict were written as a
+    YAML anchor + alias, and rcl refused the whole file ('Will not support aliasing')."""
+    from hybrid_vla_ros.ros.launch_support.bringup import graph_params, write_combined_config
+    params = graph_params()
+    params["hybrid_vla_suffix_standby"] = params["hybrid_vla_suffix"]
+    text = write_combined_config(params, tmp_path / "p.yaml").read_text()
+    assert "&id" not in text and "*id" not in text and text.count("ros__parameters") == 4

@@ -84,7 +84,9 @@ def start_launch(tmp: Path, launch_file: str, single_process: bool, domain: int,
     from hybrid_vla_ros.ros.launch_support.bringup import graph_params, write_combined_config
     overrides = {k: dict(v) for k, v in TINY_OVERRIDES.items()}
     overrides["hybrid_vla_prefix"].update(use_kinematic_state=True)
-    params = write_combined_config(graph_params(overrides=overrides), tmp / "graph.param.yaml")
+    values = graph_params(overrides=overrides)
+    values["hybrid_vla_suffix_standby"] = values["hybrid_vla_suffix"]   # a file keyed by node name: its own key
+    params = write_combined_config(values, tmp / "graph.param.yaml")
     prefix = prefix or install_prefix(tmp)
     env = {**os.environ, "ROS_DOMAIN_ID": str(domain), "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
            "PYTHONPATH": os.pathsep.join([*python_path, *paths[0], os.environ.get("PYTHONPATH", "")]),

@@ -16,6 +16,7 @@ from transformers.models.qwen3_vl import Qwen3VLConfig, Qwen3VLModel
 
 from ...types import DeepStack
 from .base import ATTN_IMPL, register, text_fields
+from .qwen2_5_vl import Qwen2_5VLFamily
 from .qwen2_vl import Qwen2VLFamily
 
 POSITION_EMBEDDINGS = 2304  # the learned 48 x 48 position grid of every released Qwen3-VL ViT
@@ -46,10 +47,11 @@ class Qwen3VLFamily(Qwen2VLFamily):
         return Qwen3VLModel
 
     def vision_config(self, spec) -> dict:
-        return dict(depth=spec.vision_depth, hidden_size=spec.vision_hidden, out_hidden_size=spec.hidden_size,
-                    num_heads=spec.vision_heads, intermediate_size=spec.vision_intermediate,
-                    patch_size=spec.patch_size, spatial_merge_size=self.patch_merge,
-                    temporal_patch_size=self.temporal_patch, num_position_embeddings=POSITION_EMBEDDINGS,
+        """Qwen2.5-VL's vision fields without its windowed attention, plus the position grid and DeepStack."""
+        fields = Qwen2_5VLFamily.vision_config(self, spec)
+        for windowed in ("window_size", "fullatt_block_indexes"):
+            del fields[windowed]
+        return dict(fields, num_position_embeddings=POSITION_EMBEDDINGS,
                     deepstack_visual_indexes=deepstack_indexes(spec.vision_depth, spec.deepstack_blocks))
 
     def build_config(self, spec):
@@ -65,10 +67,8 @@ class Qwen3VLFamily(Qwen2VLFamily):
                                  attn_implementation=ATTN_IMPL)
 
     def vision_spec_fields(self, config) -> dict:
-        vision = config.vision_config
-        return dict(vision_depth=vision.depth, vision_hidden=vision.hidden_size, vision_heads=vision.num_heads,
-                    vision_intermediate=vision.intermediate_size,
-                    deepstack_blocks=len(vision.deepstack_visual_indexes))
+        return dict(Qwen2_5VLFamily.vision_spec_fields(self, config),
+                    deepstack_blocks=len(config.vision_config.deepstack_visual_indexes))
 
     def deepstack_blocks(self, config) -> int:
         return len(config.vision_config.deepstack_visual_indexes)

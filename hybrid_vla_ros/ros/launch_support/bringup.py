@@ -75,7 +75,10 @@ def write_combined_config(params: dict[str, dict], path: str | Path) -> Path:
                 target = target.setdefault(head, {})
             target[last] = value
         doc[node] = {"ros__parameters": nested}
-    Path(path).write_text(yaml.safe_dump(doc, sort_keys=False))
+    class NoAliases(yaml.SafeDumper):   # rcl refuses YAML aliases ("Will not support aliasing"): values shared
+        def ignore_aliases(self, data):  # between nodes are written out each time
+            return True
+    Path(path).write_text(yaml.dump(doc, Dumper=NoAliases, sort_keys=False))
     return Path(path)
 
 
