@@ -53,8 +53,8 @@ def test_a_suffix_that_only_sees_bytes_decodes_the_sequential_tokens(models, nam
 def test_state_and_tokens_round_trip_exactly():
     state = PackedState(torch.randn(5, 8), torch.arange(5).reshape(1, 5),
                         [Segment(7, 0, 0, 0, 3, 10**18, 5), Segment(4, 1, 9, 3, 1, 2), Segment(2, 2, 11, 4, 1)])
-    back, header = decode_state(encode_state(state, 3, 42, slots=6))
-    assert tuple(header) == (3, 42, 6) and back.segments == state.segments
+    back, header = decode_state(encode_state(state, 3, 42, slots=6, deadline_ns=1_700_000_000_123_456_789))
+    assert tuple(header) == (3, 42, 6, 1_700_000_000_123_456_789) and back.segments == state.segments
     assert torch.equal(back.hidden, state.hidden) and torch.equal(back.positions, state.positions)
     assert decode_tokens(encode_tokens({7: 300, 4: 301}, 9)) == ({7: 300, 4: 301}, 9)
 

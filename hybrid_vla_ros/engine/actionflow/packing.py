@@ -198,7 +198,8 @@ class ActionFlow:
         """The suffix side in another process: the packed state as bytes in (engine/actionflow/codec.py), the next
         tokens as bytes out, for the same step. Only this side's ring is used; a payload that is damaged, cut
         elsewhere or does not fit this ring is an InputError."""
-        state, (partition, step, _slots) = decode_state(payload)
+        state, header = decode_state(payload)
+        partition, step = header.partition, header.step
         expect(partition == self.partition, InputError,
                f"packed boundary cut at p={partition}, this suffix runs blocks [{self.partition}, L)")
         check_fits(state, self.suffix.ring.slots, self.suffix.ring.slot_tokens, "packed boundary")
