@@ -81,7 +81,8 @@ def frame_embeddings(model: VLAModel, frame: Frame, place: Placement = Placement
     embeds = model.decoder.embed_tokens(input_ids)                                     # (1, S, H)
     features, additions = model.family.frame_features(model, pixels, encoded.ego, frame.stamp_ns)  # (n_img, H), k x
     image_mask = input_ids == model.prompt.image_token_id                              # (1, S)
-    features = features.repeat(input_ids.shape[0], 1)                                 # the same for every pass
+    if input_ids.shape[0] > 1:                                                         # the same for every pass
+        features = features.repeat(input_ids.shape[0], 1)
     embeds = embeds.masked_scatter(image_mask.unsqueeze(-1), features.to(embeds.dtype))
     position_ids = model.family.position_ids(model.backbone, input_ids, place.to_prefix(encoded.mm_token_type_ids),
                                              pixels)                                   # (3, 1, S) or (1, S)

@@ -61,7 +61,7 @@ class SceneLLMFamily(Family):
         ids = encoded.input_ids
         embeds = model.decoder.embed_tokens(ids)                                       # (P, S, H)
         features, _ = self.frame_features(model, encoded.pixels, encoded.ego, frame.stamp_ns)
-        features = features.repeat(ids.shape[0], 1).to(embeds.dtype)                  # every pass: the same scene
+        features = (features.repeat(ids.shape[0], 1) if ids.shape[0] > 1 else features).to(embeds.dtype)  # per pass
         embeds = embeds.masked_scatter((ids == model.prompt.image_token_id).unsqueeze(-1), features)
         return {"inputs_embeds": embeds}
 
