@@ -25,11 +25,16 @@ def add_placement_args(parser: argparse.ArgumentParser) -> None:
                              "cores measures it faster); default: same as --dtype")
 
 
-def model_from_args(args, shapes_only: bool = False):
+def model_from_args(args, shapes_only: bool = False, dtype=None):
+    """dtype None: a real-size preset stays lazy (each stage draws its side in its own dtype: model/seeded.py);
+    the rest is built (read) whole in fp32. dtype given: everything, in that dtype."""
+    import torch
     from ..model.load import load_vla
+    from ..model.spec import get_preset
     preset = args.preset if args.preset or args.checkpoint else args.default_preset
-    return load_vla(preset=preset, checkpoint=args.checkpoint, shapes_only=shapes_only,
-                    fresh_head=getattr(args, "fresh_head", False))
+    lazy = dtype is None and preset is not None and get_preset(preset).real_size
+    return load_vla(preset=preset, checkpoint=args.checkpoint, shapes_only=shapes_only, lazy=lazy,
+                    dtype=dtype or torch.float32, fresh_head=getattr(args, "fresh_head", False))
 
 
 def placement_from_args(args, model):

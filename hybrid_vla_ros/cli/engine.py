@@ -36,7 +36,7 @@ def cmd_info(args) -> int:
     from ..engine.placement import parse_dtype
     from ..engine.stages import check_partition, partition_report
     model = model_from_args(args, shapes_only=True)
-    model = model.to(parse_dtype(args.dtype or ("fp16" if model.spec.shape_only else "fp32")))
+    model = model.to(parse_dtype(args.dtype or ("fp16" if model.spec.real_size else "fp32")))
     partition = check_partition(args.partition if args.partition is not None else model.num_blocks // 2,
                                 model.num_blocks, "--partition")
     zone = tuple(int(x) for x in args.zone.split(",")) if args.zone else None
@@ -86,8 +86,11 @@ def run_serial(args) -> int:
 
 
 def cmd_export(args) -> int:
+    from ..engine.placement import parse_dtype
     from ..model.checkpoint import save_checkpoint
-    model = model_from_args(args)
+    from ..model.spec import get_preset
+    real_size = bool(args.preset) and get_preset(args.preset).real_size
+    model = model_from_args(args, dtype=parse_dtype(args.dtype or ("bf16" if real_size else "fp32")))
     path = save_checkpoint(model, args.out, max_shard_size=args.max_shard_size)
     print(f"wrote checkpoint of '{model.spec.name}' to {path}")
     return 0
@@ -129,4 +132,6 @@ def register(sub) -> None:
     add_model_args(p)
     p.add_argument("--out", required=True)
     p.add_argument("--max-shard-size", default="2GB", help="as transformers' save_pretrained, e.g. 50MB")
+    p.add_argument("--dtype", default=None, help="weights' dtype: fp32, bf16, fp16 (default bf16 for real-size "
+                                                 "presets, fp32 otherwise)")
     p.set_defaults(func=cmd_export)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import threading
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -35,6 +34,7 @@ from .checkpoint_files import (CONFIG_FILE, HEAD_FILE, HEAD_FORMAT, HEAD_PREFIX,
 from .lora import adapter_source, is_adapter_parameter, save_adapters
 from .preprocess import ImageProcessing
 from .prompt import has_tokenizer, load_prompt
+from .seeded import parameters_on_meta
 from .vla import VLAModel, make_action_head
 
 
@@ -58,27 +58,6 @@ def save_checkpoint(model: VLAModel, directory: str | Path, max_shard_size: str 
                   metadata={"format": SCENE_FORMAT, "plugin": model.spec.scene_encoder,
                             "config": json.dumps(model.spec.scene_config)})
     return directory
-
-
-_BUILD_LOCK = threading.Lock()
-
-
-@contextmanager
-def parameters_on_meta():
-    """Modules built inside get their parameters on the meta device (no memory, no init); buffers are real.
-    Holds a lock: module construction elsewhere in the process waits (the patch is process-wide)."""
-    original = nn.Module.register_parameter
-
-    def register(module, name, param):
-        if param is not None and param.device.type != "meta":
-            param = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
-        original(module, name, param)
-    with _BUILD_LOCK:
-        nn.Module.register_parameter = register
-        try:
-            yield
-        finally:
-            nn.Module.register_parameter = original
 
 
 def _checkpoint_key(key: str, available, key_prefixes) -> str | None:
@@ -149,16 +128,22 @@ _LOAD_LOCK = threading.Lock()
 
 
 def ensure_loaded(model: VLAModel, modules, dtype: torch.dtype, device=torch.device("cpu")) -> None:
-    """A stage's modules of a checkpoint model read now (nodes sharing one model in a process each ask for
-    their side; what is already read stays as it is: a stage that wants it in another dtype converts its own
-    copy, never the shared module). A preset model (seeded weights) is always whole: no-op."""
+    """A stage's modules read now (a checkpoint's, or drawn for a real-size preset: model/seeded.py); nodes
+    sharing one model in a process each ask for their side; what is already there stays as it is: a stage
+    that wants it in another dtype converts its own copy, never the shared module. A small preset model
+    (seeded weights, built whole) is a no-op."""
     files = getattr(model, "checkpoint_files", None)
-    if files is not None:
-        with _LOAD_LOCK:
-            unread = [m for m in modules if any(p.device.type == "meta" for p in m.parameters())]
+    seeded = getattr(model, "seeded_weights", None)
+    if files is None and seeded is None:
+        return
+    with _LOAD_LOCK:
+        unread = [m for m in modules if any(p.device.type == "meta" for p in m.parameters())]
+        if files is not None:
             materialise(model, files, modules, dtype, str(device))
-            for module in unread:  # their buffers (rotary tables) as a whole-model .to() would
-                module.to(device=device, dtype=dtype)
+        else:
+            seeded.materialise(model, modules, dtype, device)
+        for module in unread:  # their buffers (rotary tables) as a whole-model .to() would
+            module.to(device=device, dtype=dtype)
 
 
 def _processor_config(directory: Path) -> dict | None:

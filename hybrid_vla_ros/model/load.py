@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from ..errors import ConfigError, expect
-from .checkpoint import load_checkpoint
+from .checkpoint import ensure_loaded, load_checkpoint
 from .spec import get_preset
 from .vla import VLAModel, build_model
 
@@ -33,16 +33,22 @@ def resolve_checkpoint(checkpoint: str) -> str:
 
 
 def load_vla(preset: str | None = None, checkpoint: str | None = None, dtype: torch.dtype = torch.float32,
-             shapes_only: bool = False, keep=None, fresh_head: bool = False) -> VLAModel:
-    """keep(model) -> modules: with a checkpoint (a directory, or 'builtin:NAME' for one shipped in the package),
-    read only those (the rest stays on the meta device)."""
+             shapes_only: bool = False, keep=None, fresh_head: bool = False, lazy: bool = False) -> VLAModel:
+    """keep(model) -> modules: with a checkpoint (a directory, or 'builtin:NAME' for one shipped in the package)
+    or a real-size preset, read (draw) only those; the rest stays on the meta device. lazy: none of them (each
+    stage then reads its own side: ensure_loaded). shapes_only: never any."""
     expect((preset is None) != (checkpoint is None), ConfigError,
            f"give exactly one of a preset or a checkpoint directory (got preset={preset!r}, checkpoint={checkpoint!r})")
     if checkpoint is not None:
-        return load_checkpoint(resolve_checkpoint(checkpoint), dtype=dtype, keep=(lambda m: []) if shapes_only else keep,
-                               fresh_head=fresh_head)
+        return load_checkpoint(resolve_checkpoint(checkpoint), dtype=dtype,
+                               keep=(lambda m: []) if shapes_only or lazy else keep, fresh_head=fresh_head)
     spec = get_preset(preset)
-    return build_model(spec, dtype=dtype, device="meta" if shapes_only or spec.shape_only else "cpu")
+    if shapes_only:
+        return build_model(spec, dtype=dtype, device="meta")
+    model = build_model(spec, dtype=dtype, lazy=lazy or keep is not None)
+    if keep is not None and not lazy and spec.real_size:
+        ensure_loaded(model, keep(model), dtype)
+    return model
 
 
 WEIGHT_SAMPLE_BYTES = 1 << 16

@@ -71,8 +71,9 @@ class VLASpec:
     action_head: str = "waypoints"
     action_bins: int = 256
     action_step_range_m: float = 4.0
-    # Shape-only presets are never materialised (meta device); they answer memory questions.
-    shape_only: bool = False
+    # Real-size presets (the shapes of published models): built on the meta device, each stage's tensors drawn
+    # on demand by a per-tensor seeded init in the stage's dtype (model/seeded.py); `info` answers from shapes.
+    real_size: bool = False
     seed: int = 0
     notes: str = field(default="", compare=False)
 
@@ -229,31 +230,31 @@ PRESETS: dict[str, VLASpec] = {
     "bench-act": VLASpec(name="bench-act", family="qwen2_vl", **{**_BENCH, "num_cameras": 1, "text_tokens": 16},
                          action_head="tokens", vocab_size=MIN_VOCAB + 256,
                          notes="Qwen2-VL family, one camera, 16 action tokens per frame: decode-bound"),
-    # Shape-only: never materialised; answer memory questions (`hybrid-vla info`).
+    # Real size: materialised on demand, side by side (model/seeded.py); `hybrid-vla info` from the shapes.
     "orion-like": VLASpec(name="orion-like", family="llava", num_blocks=32, hidden_size=4096, num_heads=32,
                           num_kv_heads=32, intermediate_size=11008, vocab_size=32064, vision_depth=24,
                           vision_hidden=1024, vision_heads=16, vision_intermediate=4096,
                           image_height=336, image_width=336, num_cameras=6, text_tokens=32,
-                          head_hidden=1024, num_waypoints=6, shape_only=True,
+                          head_hidden=1024, num_waypoints=6, real_size=True,
                           notes="LLaVA-7B shapes (CLIP ViT-L/14-336 + 32 x 4096 Llama blocks), like ORION"),
     "alpamayo-like": VLASpec(name="alpamayo-like", family="qwen3_vl", num_blocks=36, hidden_size=4096, num_heads=32,
                              num_kv_heads=8, intermediate_size=12288, vocab_size=151936, vision_depth=27,
                              vision_hidden=1152, vision_heads=16, vision_intermediate=4304, patch_size=16,
                              deepstack_blocks=3, image_height=320, image_width=576, num_cameras=16, text_tokens=32,
-                             head_hidden=1024, num_waypoints=6, shape_only=True,
+                             head_hidden=1024, num_waypoints=6, real_size=True,
                              notes="Qwen3-VL-8B shapes, 4 cameras x 4 frames of 320 x 576 (2880 image tokens), "
                                    "like Alpamayo 1"),
     "minddrive-like": VLASpec(name="minddrive-like", family="qwen2_5_vl", num_blocks=36, hidden_size=2048,
                               num_heads=16, num_kv_heads=2, intermediate_size=11008, vocab_size=151936,
                               vision_depth=32, vision_hidden=1280, vision_heads=16, vision_intermediate=3420,
                               image_height=224, image_width=392, num_cameras=6, text_tokens=32,
-                              head_hidden=1024, num_waypoints=6, shape_only=True,
+                              head_hidden=1024, num_waypoints=6, real_size=True,
                               notes="Qwen2.5-VL-3B shapes, like MindDrive's larger backbone"),
     "internvl3-8b-like": VLASpec(name="internvl3-8b-like", family="internvl", num_blocks=28, hidden_size=3584,
                                  num_heads=28, num_kv_heads=4, intermediate_size=18944, vocab_size=151674,
                                  vision_depth=24, vision_hidden=1024, vision_heads=16, vision_intermediate=4096,
                                  image_height=448, image_width=896, tile_size=448, num_cameras=1, text_tokens=32,
-                                 head_hidden=1024, num_waypoints=8, shape_only=True,
+                                 head_hidden=1024, num_waypoints=8, real_size=True,
                                  notes="InternVL3-8B shapes (InternViT-300M, 256 tokens per 448 tile + Qwen2.5-7B "
                                        "blocks), like ReCogDrive; one camera in 2 tiles"),
 }

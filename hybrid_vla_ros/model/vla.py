@@ -12,6 +12,7 @@ from .lora import attach_adapters
 from .plugins import HEADS, SCENE_ENCODERS, head_config, plugin_class
 from .preprocess import ImageProcessing
 from .prompt import BytePrompt
+from .seeded import SeededWeights, parameters_on_meta
 from .spec import VLASpec
 from .tokens import MIN_VOCAB
 
@@ -108,13 +109,22 @@ class VLAModel(nn.Module):
         return True
 
 
-def build_model(spec: VLASpec, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> VLAModel:
-    """Seeded random weights (deterministic for a spec). device='meta' builds shapes only."""
+def build_model(spec: VLASpec, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+                lazy: bool = False) -> VLAModel:
+    """Seeded random weights (deterministic for a spec). device='meta' builds shapes only. A real-size preset
+    is built with its parameters on the meta device and drawn per tensor (model/seeded.py): all of them now,
+    or with lazy=True only those a stage asks for (ensure_loaded)."""
     if str(device) == "meta":
         with torch.device("meta"):
             return VLAModel(spec).to(dtype).eval()
-    expect(not spec.shape_only, ConfigError,
-           f"preset '{spec.name}' is shape-only (real-model sizes); it answers `info` but cannot be materialised")
+    if spec.real_size:
+        with parameters_on_meta():
+            model = VLAModel(spec).eval()
+        model.seeded_weights = SeededWeights(spec)
+        if not lazy:
+            model.seeded_weights.materialise(model, [model], dtype, device)
+            model.to(device=device, dtype=dtype)   # the buffers (rotary tables) too
+        return model
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
         model = VLAModel(spec)

@@ -12,10 +12,9 @@ _MODELS_LOCK = threading.Lock()
 
 def shared_model(preset: str, checkpoint: str):
     """One VLAModel per (preset, checkpoint) per process: nodes in one process share its weights. A
-    checkpoint's model starts with no weights read (meta): each stage reads its own side (ensure_loaded)."""
+    checkpoint's model (or a real-size preset's) starts with no weights read (meta): each stage reads its own side (ensure_loaded)."""
     key = (preset, checkpoint)
     with _MODELS_LOCK:
         if key not in _MODELS:
-            _MODELS[key] = load_vla(preset=None if checkpoint else preset, checkpoint=checkpoint or None,
-                                    shapes_only=bool(checkpoint))
+            _MODELS[key] = load_vla(preset=None if checkpoint else preset, checkpoint=checkpoint or None, lazy=True)
         return _MODELS[key]
