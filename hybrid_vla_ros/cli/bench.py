@@ -1,4 +1,4 @@
-"""Measurement commands: bench (modes side by side, or the load-step scenario) and profile."""
+"""Measurement commands: bench (modes side by side, or the load-step scenario) and memory (profile: cli/profile.py)."""
 
 from __future__ import annotations
 
@@ -81,25 +81,6 @@ def bench_preprocess(args, model) -> int:
           f"{report['prefix_device']}, cores {report['cores']}")
     print(key_value_table([(k, f"{v['p50']:.1f} ms (p99 {v['p99']:.1f})") for k, v in report.items()
                            if k.endswith("_ms")]))
-    return 0
-
-
-def cmd_profile(args) -> int:
-    from ..bench.profile import profile_report
-    from ..report import key_value_table, progress_printer
-    model = model_from_args(args)
-    report = profile_report(model, placement_from_args(args, model), frames=args.frames,
-                            progress=progress_printer("profile"))
-    write_report(report, args.json)
-    suffix = report["suffix"]
-    print(f"profile of {report['preset']} ({report['num_blocks']} blocks, {report['tokens']} tokens)")
-    print(key_value_table([
-        ("prefix: embed + blocks", f"{report['prefix']['embed_ms']:.1f} + {sum(report['prefix']['block_ms']):.1f} ms"),
-        ("suffix fp32 / bf16 blocks", f"{sum(suffix['fp32']['block_ms']):.1f} / {sum(suffix['bf16']['block_ms']):.1f} ms"),
-        ("bf16 suffix speed-up", f"{report['suffix_bf16_speedup_vs_fp32']:.2f}x"),
-        ("bf16 trajectory max diff", f"{report['bf16_trajectory_max_abs_diff']:.2e}"),
-        ("balanced partition", report["balanced_partition"]),
-        ("full report", args.json or "(--json FILE)")]))
     return 0
 
 
@@ -225,8 +206,3 @@ def register(sub) -> None:
     p.add_argument("--json", default=None)
     p.set_defaults(func=cmd_memory)
 
-    p = sub.add_parser("profile", help="per-block times per device, handover cost, bf16 suffix speed and accuracy")
-    add_model_args(p, default_preset="bench"); add_placement_args(p)
-    p.add_argument("--frames", type=int, default=3)
-    p.add_argument("--json", default=None)
-    p.set_defaults(func=cmd_profile)
