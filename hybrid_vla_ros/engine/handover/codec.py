@@ -32,11 +32,6 @@ MAX_NDIM = 4
 MAX_DIM = 2**31 - 1  # no boundary tensor has a side this long; a larger one is a damaged or hostile header
 
 
-def _tensor_bytes(tensor: torch.Tensor) -> memoryview:
-    flat = tensor.detach().cpu().contiguous().reshape(-1)
-    return memoryview(flat.view(torch.uint8).numpy())
-
-
 def _frombuffer(view: memoryview) -> torch.Tensor:
     if view.nbytes == 0:
         return torch.empty(0, dtype=torch.uint8)
@@ -58,11 +53,13 @@ def write_tensor(buffer, pos: int, t: torch.Tensor) -> int:
     for dim in t.shape:
         U64.pack_into(buffer, pos, dim)
         pos += U64.size
-    raw = _tensor_bytes(t)
-    U64.pack_into(buffer, pos, raw.nbytes)
+    nbytes = t.numel() * t.element_size()
+    U64.pack_into(buffer, pos, nbytes)
     pos += U64.size
-    buffer[pos:pos + raw.nbytes] = raw
-    return pos + raw.nbytes
+    if nbytes:  # one copy from wherever the tensor lives (a GPU prefix: device -> this buffer) into place
+        destination = torch.frombuffer(buffer, dtype=torch.uint8, count=nbytes, offset=pos)
+        destination.view(t.dtype).view(t.shape).copy_(t.detach())
+    return pos + nbytes
 
 
 def read_tensor(view: memoryview, pos: int, name: str, source: str, copy: bool = True) -> tuple[torch.Tensor, int]:

@@ -18,6 +18,7 @@ import threading
 from ...errors import InputError, expect
 from ...types import BoundaryState
 from . import codec
+from .pinning import register_for_device_copies, unregister
 from .shm_ring import READER_BEAT_S, SHM_DIR, SharedMemoryRing, SlotDescriptor  # noqa: F401 (SHM_DIR: re-exported)
 
 
@@ -109,6 +110,8 @@ class SharedMemoryTransport:
         self._reader: SharedMemoryRing | None = None
         self._retired: list[SharedMemoryRing] = []     # outgrown rings (see _grow), closed with this transport
         self._beating: threading.Event | None = None   # set: the reader's heartbeat thread stops
+        self.pinned: str | None = None                 # the ring's pages registered with CUDA (pinning.py)
+        self._registered: list[SharedMemoryRing] = []  # ... unregistered before they are unmapped
 
     @property
     def reclaimed(self) -> int:
@@ -119,6 +122,10 @@ class SharedMemoryTransport:
         size = codec.encoded_size(state)
         if self.ring is None or size > self.ring.slot_capacity:
             self._grow(size)
+        if state.hidden.is_cuda and self.pinned is None:   # a GPU prefix: DMA straight into the slots
+            self.pinned = register_for_device_copies(self.ring._mm)
+            if self.pinned == "pinned":
+                self._registered.append(self.ring)
         desc = self.ring.write(state)
         return desc.segment, desc.pack()
 
@@ -129,6 +136,7 @@ class SharedMemoryTransport:
         are still read from it."""
         if self.ring is not None:
             self._retired.append(self.ring)
+            self.pinned = None
         name = self.name_hint if self.ring is None else f"{self.name_hint}g{len(self._retired)}"
         self.ring = SharedMemoryRing.create(name, self.slots, size, scope=self.scope)
 
@@ -168,6 +176,9 @@ class SharedMemoryTransport:
     def close(self) -> None:
         if self._beating is not None:
             self._beating.set()
+        for ring in self._registered:
+            unregister(ring._mm)
+        self._registered.clear()
         for ring in {id(r): r for r in (self._reader, self.ring, *self._retired) if r is not None}.values():
             ring.close()
 
