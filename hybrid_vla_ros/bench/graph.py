@@ -18,8 +18,9 @@ def camera_topics(num_cameras: int) -> list[str]:
 
 def graph_overrides(model: VLAModel, placement: Placement, partition: int, prefix_cores, suffix_cores,
                     max_in_flight: int) -> dict:
-    common = {"model.preset": model.spec.name, "partition_point": partition, "dynamic_zone_min": -1,
-              "dynamic_zone_max": -1, "diagnostics_period_s": 0.5}
+    source = {"model.preset": model.spec.name, "model.checkpoint": checkpoint_of(model)}
+    common = {**source, "partition_point": partition, "dynamic_zone_min": -1, "dynamic_zone_max": -1,
+              "diagnostics_period_s": 0.5}
     return {
         "hybrid_vla_prefix": {**common, "camera_topics": camera_topics(model.spec.num_cameras),
                               "image_transport": "raw", "input_policy": "lossless", "use_kinematic_state": False,
@@ -28,7 +29,7 @@ def graph_overrides(model: VLAModel, placement: Placement, partition: int, prefi
         "hybrid_vla_suffix": {**common, "cores": list(suffix_cores), "dtype": DTYPE_NAMES[placement.suffix_dtype],
                               "frame_id": "base_link",
                               "boundary_dtype": DTYPE_NAMES[placement.prefix_dtype]},
-        "hybrid_vla_scheduler": {"autostart": False, "model.preset": model.spec.name, "initial_partition": partition,
+        "hybrid_vla_scheduler": {"autostart": False, **source, "initial_partition": partition,
                                  "dynamic_zone_min": -1, "dynamic_zone_max": -1},
     }
 
@@ -40,12 +41,13 @@ def run_graph_mode(model: VLAModel, placement: Placement, partition: int, frames
     suffix_extra: more node parameters (an action-token model's pack, pack_groups); window: frames the replay
     keeps ahead of the answers (default max_in_flight); rate: replay at this multiple of the recorded camera
     rate (0: as fast as the graph answers)."""
-    if model.spec.name not in _presets():
-        return {"skipped": "graph modes run named presets only (the nodes load the model themselves)"}
+    if model.spec.name not in _presets() and not checkpoint_of(model):
+        return {"skipped": "graph modes run named presets or checkpoint directories (the nodes load the model "
+                           "themselves)"}
     from ..ros.launch_support.bringup import graph_params, write_combined_config
     from ..ros.demo import drive_graph, write_sample_drive
     work = Path(tempfile.mkdtemp(prefix="hvla_bench_"))
-    bag = write_sample_drive(work / "drive", model.spec.name, camera_topics(model.spec.num_cameras), frames,
+    bag = write_sample_drive(work / "drive", model.spec, camera_topics(model.spec.num_cameras), frames,
                              compressed=False)
     overrides = graph_overrides(model, placement, partition, prefix_cores, suffix_cores, max_in_flight)
     overrides["hybrid_vla_prefix"].update(prefix_extra or {})
@@ -61,6 +63,12 @@ def run_graph_mode(model: VLAModel, placement: Placement, partition: int, frames
             "transport": ",".join(summary["transports"]),
             "note": "raw images over DDS into the prefix node, trajectories out of the suffix node; period from "
                     "the arrival times of the suffix's per-frame info, latency from publish to that arrival"}
+
+
+def checkpoint_of(model: VLAModel) -> str:
+    """The directory a checkpoint model was read from ('' for a preset)."""
+    files = getattr(model, "checkpoint_files", None)
+    return str(files.directory) if files is not None else ""
 
 
 def _presets() -> set[str]:

@@ -38,7 +38,7 @@ def stage_in_this_process(stage: str, checkpoint: str | None, preset: str | None
     placement = Placement.create(device, dtype, dtype)
     shapes = load_vla(preset=preset, checkpoint=checkpoint, shapes_only=True).to(placement.prefix_dtype)
     imports_rss = psutil.Process().memory_info().rss  # code and a weightless (meta) model: the lazy imports done
-    model = load_vla(preset=preset, checkpoint=checkpoint, shapes_only=bool(checkpoint))
+    model = load_vla(preset=preset, checkpoint=checkpoint, lazy=True)   # the stage reads (draws) its own side
     built = PrefixStage(model, partition, placement, zone) if stage == "prefix" else \
         SuffixStage(model, partition, placement, zone)
     with torch.no_grad():  # page the weights in, as the first frame does (safetensors maps them lazily)

@@ -40,12 +40,12 @@ DEMO_OVERRIDES = {
                              "dynamic_zone_min": 1, "dynamic_zone_max": 3}}
 
 
-def write_sample_drive(path: str | Path, preset: str, camera_topics: list[str], frames: int = 40,
+def write_sample_drive(path: str | Path, preset, camera_topics: list[str], frames: int = 40,
                        rate_hz: float = 10.0, storage: str = "mcap", compressed: bool = True, seed: int = 7,
                        receive_delay_ms: tuple[float, float] = (2.0, 12.0)) -> Path:
-    """Synthetic camera frames (+ kinematic state) for `preset`'s cameras, one frame per time step, recorded
-    as a car records them (ros/bags/drives.py)."""
-    spec = get_preset(preset)
+    """Synthetic camera frames (+ kinematic state) for `preset`'s cameras (a preset name, or a model's spec),
+    one frame per time step, recorded as a car records them (ros/bags/drives.py)."""
+    spec = get_preset(preset) if isinstance(preset, str) else preset
     expect(len(camera_topics) == spec.num_cameras, ConfigError,
            f"sample drive: {len(camera_topics)} camera topics for a {spec.num_cameras}-camera model")
     steps = (DriveStep(f.images, f.ego.speed_mps, f.ego.yaw_rate_rps, None)
