@@ -69,10 +69,14 @@ def _sync(device):
 
 
 def _block_inputs(model: VLAModel, tokens: int, dtype, device):
+    """Random hidden rows (P, N, H) (P = the model's passes, run as one batch), positions and mask."""
+    rows = model.num_passes
     gen = torch.Generator().manual_seed(tokens)
-    hidden = torch.randn(1, tokens, model.spec.hidden_size, generator=gen).to(device, dtype)
-    positions = torch.arange(tokens, device=device).expand(model.family.position_ids_shape(tokens))
-    return hidden, positions.contiguous(), torch.ones(1, tokens, dtype=torch.long, device=device)
+    hidden = torch.randn(rows, tokens, model.spec.hidden_size, generator=gen).to(device, dtype)
+    shape = list(model.family.position_ids_shape(tokens))
+    shape[-2] = rows                                                       # (3, P, N) or (P, N)
+    positions = torch.arange(tokens, device=device).expand(shape).contiguous()
+    return hidden, positions, torch.ones(rows, tokens, dtype=torch.long, device=device)
 
 
 def _part_ms(block, run, repeats: int = REPEATS) -> dict:
@@ -106,8 +110,8 @@ def block_roofline(model: VLAModel, tokens_list, dtype: torch.dtype, device="cpu
         with torch.inference_mode():
             ms = _best_ms(run, sync=sync) / blocks
             parts = _part_ms(layers[0], run)
-        flops = block_flops(spec, tokens)
-        ceiling = gemm_ceiling_gflops(tokens, spec.hidden_size, spec.intermediate_size, dtype, device)
+        flops = {k: v * model.num_passes for k, v in block_flops(spec, tokens).items()}   # P rows
+        ceiling = gemm_ceiling_gflops(tokens * model.num_passes, spec.hidden_size, spec.intermediate_size, dtype, device)
         achieved = flops["total"] / ms / 1e6
         rows.append({"tokens": tokens, "block_ms": ms, "gflops": achieved, "ceiling_gflops": ceiling,
                      "of_ceiling": achieved / ceiling, **parts,

@@ -177,6 +177,9 @@ _BENCH = dict(num_blocks=16, hidden_size=576, num_heads=9, num_kv_heads=3, inter
               vision_depth=2, vision_hidden=192, vision_heads=3, vision_intermediate=384,
               image_height=112, image_width=112, num_cameras=6, text_tokens=32, head_hidden=256)
 
+_REAL_SCENE = dict(width=1024, depth=24, heads=16, patch_size=16, history_queries=16, memory_frames=16,
+                   image_height=640, image_width=640, cameras=6)
+
 _QWEN3_TINY = dict(patch_size=16, image_height=64, image_width=64, vision_depth=3, deepstack_blocks=2)
 
 PRESETS: dict[str, VLASpec] = {
@@ -250,6 +253,21 @@ PRESETS: dict[str, VLASpec] = {
                               image_height=224, image_width=392, num_cameras=6, text_tokens=32,
                               head_hidden=1024, num_waypoints=6, real_size=True,
                               notes="Qwen2.5-VL-3B shapes, like MindDrive's larger backbone"),
+    # ORION / MindDrive at real size: their front end's shapes (EVA-02-L-sized ViT on 6 cameras of 640^2, 16-px
+    # patches; ~530 scene + history tokens) in the reference scene encoder, over a plain Llama-7B / Qwen2.5-3B.
+    "orion-scene-like": VLASpec(name="orion-scene-like", family="scene_llama", num_blocks=32, hidden_size=4096,
+                                num_heads=32, num_kv_heads=32, intermediate_size=11008, vocab_size=32000,
+                                scene_encoder="query_scene", head="gru", real_size=True, text_tokens=32,
+                                head_hidden=1024, num_waypoints=6, num_cameras=6,
+                                scene_config={**_REAL_SCENE, "scene_queries": 512},
+                                notes="ORION's shape: 512 scene/map queries + 16 history over Llama-7B, one pass"),
+    "minddrive-scene-like": VLASpec(name="minddrive-scene-like", family="scene_qwen2", num_blocks=36,
+                                    hidden_size=2048, num_heads=16, num_kv_heads=2, intermediate_size=11008,
+                                    vocab_size=151936, scene_encoder="query_scene", head="gru", query_tokens=2,
+                                    real_size=True, text_tokens=32, head_hidden=1024, num_waypoints=6,
+                                    num_cameras=6, lora_rank=16, lora_targets=["q_proj", "k_proj", "v_proj", "o_proj"],
+                                    passes=_TINY_SCENE["passes"], scene_config={**_REAL_SCENE, "scene_queries": 512},
+                                    notes="MindDrive's shape: 2 passes (LoRA r=16 on q/k/v/o) over Qwen2.5-3B"),
     "internvl3-8b-like": VLASpec(name="internvl3-8b-like", family="internvl", num_blocks=28, hidden_size=3584,
                                  num_heads=28, num_kv_heads=4, intermediate_size=18944, vocab_size=151674,
                                  vision_depth=24, vision_hidden=1024, vision_heads=16, vision_intermediate=4096,
