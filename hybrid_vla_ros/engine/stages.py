@@ -14,7 +14,6 @@ from ..errors import ConfigError, InputError, expect, expect_finite
 from ..model.checkpoint import ensure_loaded
 from ..model.inputs import encode_frame
 from ..model.vla import VLAModel, waypoints_from_head
-from .cpu import optimise_for_cpu
 from .scheduling.partition import Zone, check_partition, partition_report, prefix_modules, suffix_modules  # noqa: F401
 from .placement import Placement
 from ..types import BoundaryState, DeepStack, Frame, Trajectory
@@ -143,8 +142,6 @@ class SuffixStage:
         self.partition = check_partition(partition, model.num_blocks, "suffix partition")
         self.zone = lo, hi = Zone.around(self.partition, model.num_blocks, zone)
         layers = model.decoder.layers
-        placed_apart = placement.prefix_device != placement.suffix_device or \
-            placement.prefix_dtype != placement.suffix_dtype
         device, dtype = placement.suffix_device, placement.suffix_dtype
         ensure_loaded(model, suffix_modules(model, lo), dtype, device)  # a checkpoint's suffix side: read now
         # Zone blocks [lo, hi) are resident on both sides. Placed apart, the two sides never share a block: a
@@ -152,9 +149,6 @@ class SuffixStage:
         # versa (placed() converts a copy here). On one device in one dtype they are shared.
         self.blocks = {i: placed(layers[i], device, dtype) for i in range(lo, model.num_blocks)}
         self.norm, self.head = placed(model.decoder.norm, device, dtype), placed(model.action_head, device, dtype)
-        # the suffix's own blocks, free to optimise in place: copies, and zone blocks when placed apart
-        own = [b for i, b in self.blocks.items() if b is not layers[i] or (i < hi and placed_apart)]
-        self.cpu_backend = optimise_for_cpu(own, placement.suffix_dtype)
         self.image_tokens, self.seq_len = model.image_tokens, model.sequence_length
         self.deepstack_depth = model.family.deepstack_blocks(model.backbone.config)
 

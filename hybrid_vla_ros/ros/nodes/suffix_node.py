@@ -110,8 +110,7 @@ class SuffixNode(StageNode):
             f"{self.dtype_choice.dtype} ({self.dtype_choice.reason}), "
             f"worker cores {self.cores or 'unpinned'}"
             + (f" (NUMA node {p['numa_node']})" if p["numa_node"] >= 0 and not chosen_cores(p["cores"]) else "")
-            + f"; CPU backend: {self.stage.cpu_backend if self.stage else 'torch'} ({backend['backend']}, isa {backend['isa']}, "
-              f"bf16 native: {backend['bf16_native']})")
+            + f"; CPU backend: {backend['backend']}, isa {backend['isa']}, bf16 native: {backend['bf16_native']}")
 
     def release_stage(self) -> None:
         if self.worker is not None:
