@@ -19,6 +19,12 @@ def expect(condition: bool, error: type[HybridVLAError], message: str) -> None:
         raise error(message)
 
 
+class BoundaryDtypeError(InputError):
+    """A boundary state in another dtype than the suffix's `boundary_dtype` names: refused, counted under
+    `reason` in diagnostics."""
+    reason = "boundary_dtype_mismatch"
+
+
 class NonFiniteError(InputError):
     """A boundary state or an output holds NaN or Inf: refused, never published. `reason` is the counter it
     goes under in diagnostics (nonfinite_boundary, nonfinite_output)."""

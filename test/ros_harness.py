@@ -19,8 +19,10 @@ TINY_OVERRIDES = {
     # test_ros_graph's stale-output test sets one.
     # nav_msgs/Path whatever is installed: these tests read the poses; the Autoware output (real message
     # packages, test_autoware_msgs.py) and the Path fallback when they are missing have tests of their own.
+    # fp32 explicitly: the shipped suffix is dtype auto (bf16 where native), and these tests compare with the
+    # unsplit fp32 model to 1e-5; the bf16 tests set dtype themselves.
     "hybrid_vla_suffix": {**ZONE, "diagnostics_period_s": 0.2, "frame_id": "base_link", "max_output_age_ms": 0.0,
-                          "output_type": "path"},
+                          "output_type": "path", "dtype": "fp32"},
     "hybrid_vla_scheduler": {"model.preset": "tiny", "initial_partition": 2, "dynamic_zone_min": 1,
                              "dynamic_zone_max": 3, "hysteresis": 10.0, "update_period_s": 0.2,
                              "policy": "simple"},

@@ -8,7 +8,7 @@ import torch
 from hybrid_vla_ros.engine.placement import Placement
 from hybrid_vla_ros.engine.stages import PrefixStage, SuffixStage
 from hybrid_vla_ros.types import EgoState
-from hybrid_vla_ros.errors import ConfigError, InputError
+from hybrid_vla_ros.errors import BoundaryDtypeError, ConfigError, InputError
 from hybrid_vla_ros.model.inputs import synthetic_frame
 from hybrid_vla_ros.model.load import load_vla
 
@@ -89,8 +89,26 @@ def test_boundary_state_with_wrong_shape_is_refused(tiny):
 def test_boundary_state_with_wrong_dtype_is_refused(tiny):
     state = _state(tiny)
     state.hidden = state.hidden.to(torch.float16)
-    with pytest.raises(InputError, match="hidden dtype torch.float16, expected torch.float32"):
+    with pytest.raises(BoundaryDtypeError, match="hidden dtype torch.float16, expected torch.float32") as refused:
         SuffixStage(tiny, 2).run(state)
+    assert refused.value.reason == "boundary_dtype_mismatch"   # what the suffix node counts it as
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_boundary_dtype_auto_takes_what_the_prefix_sends_in_the_suffix_dtype(tiny, dtype):
+    """boundary_dtype: auto (any_boundary_dtype): fp32, fp16 or bf16 rows, run in the suffix's own dtype."""
+    exact = SuffixStage(tiny, 2).run(_state(tiny)).points
+    state = _state(tiny)
+    state.hidden = state.hidden.to(dtype)
+    for suffix_dtype in (torch.float32, torch.bfloat16):
+        stage = SuffixStage(tiny, 2, Placement(suffix_dtype=suffix_dtype), any_boundary_dtype=True)
+        points = stage.run(state).points
+        exact_here = dtype == suffix_dtype == torch.float32
+        # bf16 rounding of the boundary or of the suffix changes the numbers a little (under 0.1), not the plan
+        assert np.array_equal(points, exact) if exact_here else np.abs(points - exact).max() < 0.1
+    state.hidden = state.hidden.to(torch.int32)
+    with pytest.raises(BoundaryDtypeError, match="expected one a prefix computes in"):
+        SuffixStage(tiny, 2, any_boundary_dtype=True).run(state)
 
 
 def test_boundary_state_with_wrong_positions_is_refused(tiny):

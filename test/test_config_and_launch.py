@@ -91,6 +91,15 @@ def test_package_xml_is_format_3_ament_python_with_dependencies():
     assert (ROOT / "resource" / "hybrid_vla_ros").is_file()
 
 
+def test_the_suffix_ships_dtype_auto_and_a_boundary_dtype_that_follows_the_prefix():
+    """bf16 where it is native (the start-up probe decides), for waypoint and action-token models alike; the
+    boundary in whatever dtype the prefix computes in. Exactness tests set fp32 themselves (ros_harness)."""
+    values = load_node_params(ROOT / "config" / "hybrid_vla_suffix.param.yaml", "hybrid_vla_suffix")
+    assert (values["dtype"], values["boundary_dtype"]) == ("auto", "auto")
+    from ros_harness import TINY_OVERRIDES
+    assert TINY_OVERRIDES["hybrid_vla_suffix"]["dtype"] == "fp32"
+
+
 def test_interfaces_doc_lists_every_parameter():
     doc = (ROOT / "docs" / "INTERFACES.md").read_text()
     for node, params in NODE_PARAMS.items():

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from hybrid_vla_ros.engine.cpu import (allowed_cores, bind_memory_to_node, cores_of_numa_node, cpu_backend_report,
-                                       numa_nodes, parse_cpulist, split_cores)
+                                       cpu_isa, numa_nodes, parse_cpulist, split_cores)
 from hybrid_vla_ros.errors import ConfigError
 
 
@@ -48,9 +48,17 @@ def test_memory_binding_to_this_machines_node_succeeds_on_linux():
 
 
 def test_backend_report_says_what_the_suffix_runs_on():
+    """Stock PyTorch + oneDNN (IPEX is end-of-life: no path tries it), the ISA, whether bf16 is native."""
     report = cpu_backend_report(torch.bfloat16)
-    assert report["dtype"] == "bfloat16" and report["backend"]
-    assert report["ipex"] is None or report["backend"].startswith("ipex")
+    assert report["dtype"] == "bfloat16" and report["backend"].startswith(f"stock torch {torch.__version__}")
+    assert "ipex" not in report and "ipex" not in report["backend"].lower()
+    assert report["bf16_native"] == (report["isa"] in ("amx_bf16", "avx512_bf16"))
+
+
+def test_the_isa_is_the_best_the_flags_offer():
+    assert cpu_isa({"avx2", "avx512f", "avx512_bf16", "amx_bf16"}) == "amx_bf16"
+    assert cpu_isa({"avx2", "avx512f", "avx512_bf16"}) == "avx512_bf16"
+    assert cpu_isa({"avx2", "avx512f"}) == "avx512f" and cpu_isa({"sse4_2"}) == "generic"
 
 
 def test_a_pinned_worker_never_runs_more_torch_threads_than_its_cores():

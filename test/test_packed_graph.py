@@ -117,6 +117,31 @@ def test_a_partition_move_applies_at_a_drain_and_stays_exact(domain, model):
         h.close()
 
 
+def test_the_packed_suffix_node_runs_bf16_and_refuses_rows_of_another_named_boundary_dtype(domain, model):
+    """dtype bf16 for an action-token model: the suffix's own bf16 copies (one process: the model it shares
+    with the fp32 prefix stays fp32) and a bf16 KV ring; every frame is served (closeness to fp32:
+    test_packed_bf16.py). boundary_dtype named fp32: a step of bf16 rows is refused, boundary_dtype_mismatch."""
+    import torch
+    from hybrid_vla_ros.engine.actionflow.codec import encode_state
+    from hybrid_vla_ros.engine.actionflow.forward import PackedState, Segment
+    h = Harness({"hybrid_vla_prefix": {**ACT, "pack": 2, "pack_groups": 1, "token_timeout_s": 5.0},
+                 "hybrid_vla_suffix": {**ACT, "dtype": "bf16", "boundary_dtype": "fp32"}, "hybrid_vla_scheduler": ACT})
+    try:
+        frames, paths = send_and_collect(h, range(3))
+        assert [p.header.stamp.sec * 10**9 + p.header.stamp.nanosec for p in paths] == [f.stamp_ns for f in frames]
+        assert all(np.isfinite(path_xy(p)).all() and len(p.poses) == 4 for p in paths)
+        side = h.suffix.packed.server.side
+        assert side.dtype == torch.bfloat16 and all(k.dtype == torch.bfloat16 for k in side.ring.keys.values())
+        assert all(b.self_attn.q_proj.weight.dtype == torch.bfloat16 for b in side.blocks)
+        assert all(p.dtype == torch.float32 for p in h.suffix.model.parameters())
+        rows = torch.zeros(5, model.spec.hidden_size, dtype=torch.bfloat16)
+        bf16_step = PackedState(rows, torch.zeros(3, 1, 5, dtype=torch.long), [Segment(99, 0, 0, 0, 5)])
+        h.boundary_pub.publish(UInt8MultiArray(data=encode_state(bf16_step, 2, 10**6, slots=2)))
+        assert wait_until(lambda: h.suffix.health.rejected["boundary_dtype_mismatch"] == 1, h.spin, 10)
+    finally:
+        h.close()
+
+
 def test_bad_tokens_are_rejected_counted_and_the_graph_goes_on(domain, model):
     h = packed_harness(2, 1)
     try:

@@ -131,33 +131,54 @@ def test_out_of_order_and_stale_frames_are_rejected(harness):
     assert harness.prefix.health.rejected["stale"] == 1 and len(harness.infos) == 1
 
 
-def test_bad_boundary_states_are_rejected_counted_and_the_next_frame_is_served(harness):
+def test_bad_boundary_states_are_rejected_counted_and_the_next_frame_is_served(domain):
+    """A named boundary_dtype (fp32) refuses a bf16 state (boundary_dtype_mismatch); the shipped auto would take
+    it (test_a_bf16_boundary_state_is_served_by_the_shipped_auto_boundary_dtype)."""
+    harness = Harness({"hybrid_vla_suffix": {"boundary_dtype": "fp32"}})
+    try:
+        from std_msgs.msg import UInt8MultiArray
+        harness.send_frame(0)
+        good = harness.prefix.stage.run(harness.frame(1))
+
+        def publish(state=None, raw=None):
+            data = raw if raw is not None else HandoverEncoder("inline", 1, "test", model_id=harness.prefix.handover.model_id).encode(state)
+            harness.boundary_pub.publish(UInt8MultiArray(data=data))
+
+        def variant(**changes):
+            state = harness.prefix.stage.run(harness.frame(1))
+            for k, v in changes.items():
+                setattr(state, k, v)
+            return state
+
+        publish(variant(hidden=good.hidden[:, :5]))                    # wrong shape
+        publish(variant(hidden=good.hidden.to(torch.bfloat16)))        # wrong dtype
+        publish(variant(partition=0))                                  # partition outside the suffix's zone
+        bad_version = bytearray(HandoverEncoder("inline", 1, "test", model_id=harness.prefix.handover.model_id).encode(good))
+        bad_version[ENVELOPE.size + 4] = 9                     # codec version 9
+        publish(raw=bytes(bad_version))
+        publish(raw=b"garbage")
+        harness.settle(1.0)
+        assert len(harness.infos) == 1
+        rejected = dict(harness.suffix.health.rejected)
+        assert rejected["invalid_boundary"] == 4 and rejected["boundary_dtype_mismatch"] == 1, rejected
+        harness.send_frame(2)
+        assert [int(i["seq"]) for i in harness.infos] == [0, 1]  # prefix numbers frames it serves: 0, then 1
+    finally:
+        harness.close()
+
+
+def test_a_bf16_boundary_state_is_served_by_the_shipped_auto_boundary_dtype(harness):
+    """boundary_dtype auto: a bf16 state (a bf16 prefix's) is converted to the fp32 suffix and served."""
     from std_msgs.msg import UInt8MultiArray
     harness.send_frame(0)
-    good = harness.prefix.stage.run(harness.frame(1))
-
-    def publish(state=None, raw=None):
-        data = raw if raw is not None else HandoverEncoder("inline", 1, "test", model_id=harness.prefix.handover.model_id).encode(state)
-        harness.boundary_pub.publish(UInt8MultiArray(data=data))
-
-    def variant(**changes):
-        state = harness.prefix.stage.run(harness.frame(1))
-        for k, v in changes.items():
-            setattr(state, k, v)
-        return state
-
-    publish(variant(hidden=good.hidden[:, :5]))                    # wrong shape
-    publish(variant(hidden=good.hidden.to(torch.bfloat16)))        # wrong dtype
-    publish(variant(partition=0))                                  # partition outside the suffix's zone
-    bad_version = bytearray(HandoverEncoder("inline", 1, "test", model_id=harness.prefix.handover.model_id).encode(good))
-    bad_version[ENVELOPE.size + 4] = 9                     # codec version 9
-    publish(raw=bytes(bad_version))
-    publish(raw=b"garbage")
-    harness.settle(1.0)
-    assert len(harness.infos) == 1
-    assert harness.suffix.health.rejected["invalid_boundary"] == 5, dict(harness.suffix.health.rejected)
-    harness.send_frame(2)
-    assert [int(i["seq"]) for i in harness.infos] == [0, 1]  # prefix numbers frames it serves: 0, then 1
+    frame = harness.frame(1)
+    frame.ego = EgoState()   # as the graph's prefix (no kinematic state) and reference_points give it
+    state = harness.prefix.stage.run(frame)
+    state.hidden = state.hidden.to(torch.bfloat16)
+    harness.boundary_pub.publish(UInt8MultiArray(data=HandoverEncoder("inline", 1, "test", model_id=harness.prefix.handover.model_id).encode(state)))
+    assert wait_until(lambda: len(harness.paths) == 2, harness.spin)
+    xy = np.array([[p.pose.position.x, p.pose.position.y] for p in harness.paths[1].poses])
+    assert np.abs(xy - reference_points(1)[:, :2]).max() < 0.1 and not harness.suffix.health.rejected
 
 
 def test_nonfinite_boundary_states_are_refused_never_published_and_reported(harness):

@@ -43,9 +43,13 @@ def test_eval_reports_every_setting_and_fp32_hybrid_equals_native(tmp_path):
     assert all(v["ade_m"] > 0 and v["fde_m"] >= 0 for v in report["settings"].values())
     assert report["settings"]["hybrid_fp32_p2"]["max_diff_vs_native_m"] < 1e-4 and report["fp32_identical_to_native"]
     assert 0 < report["settings"]["hybrid_bf16_p2"]["max_diff_vs_native_m"] < 0.5
+    assert report["bf16_ade_change"] == report["ade_change"]["bf16"] < 0.01 and set(report["ade_change"]) == \
+        {"fp32", "bf16"}
     from hybrid_vla_ros.errors import ConfigError
     with pytest.raises(ConfigError, match="training drives"):
         evaluate(load_vla(preset="drive"), drives=2, seed=999)
+    with pytest.raises(ConfigError, match="'int8' is not one of"):
+        evaluate(load_vla(preset="drive"), drives=1, seed=7, suffix_dtypes=("fp32", "int8"))
     plot_evaluation(report, tmp_path / "eval.png")
     assert (tmp_path / "eval.png").stat().st_size > 1000
 
@@ -65,6 +69,7 @@ def test_train_and_eval_commands_write_a_checkpoint_a_loss_curve_and_a_report(tm
     training = json.loads((out / "training.json").read_text())
     assert training["config"]["steps"] == 3 and training["config"]["lr"] == 1e-3 and len(training["history"]) == 3
     assert main(["eval", "--checkpoint", str(out), "--drives", "1", "--frames-per-drive", "2", "--partitions", "2",
-                 "--json", str(tmp_path / "eval.json")]) == 0
+                 "--suffix-dtypes", "bf16", "--json", str(tmp_path / "eval.json")]) == 0
     report = json.loads((tmp_path / "eval.json").read_text())
-    assert {"constant_velocity", "native", "hybrid_fp32_p2", "hybrid_bf16_p2"} == set(report["settings"])
+    assert {"constant_velocity", "native", "hybrid_bf16_p2"} == set(report["settings"])   # the dtype asked only
+    assert set(report["ade_change"]) == {"bf16"} and "fp32_identical_to_native" not in report

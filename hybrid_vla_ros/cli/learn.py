@@ -42,17 +42,18 @@ def cmd_eval(args) -> int:
         partitions = tuple(int(p) for p in args.partitions.split(",") if p) if args.partitions else None
     except ValueError as exc:
         raise ConfigError(f"--partitions '{args.partitions}': expected comma-separated integers") from exc
+    dtypes = tuple(d for d in args.suffix_dtypes.split(",") if d)
     report = evaluate(model, args.drives, args.seed, args.frames_per_drive, partitions, progress_printer("eval"),
-                      prefix=(args.prefix_device, args.prefix_dtype))
+                      prefix=(args.prefix_device, args.prefix_dtype), suffix_dtypes=dtypes)
     write_report(report, args.json)
     if args.plot:
         plot_evaluation(report, args.plot)
     print(key_value_table([(name, f"ADE {v['ade_m']:.3f} m, FDE {v['fde_m']:.3f} m"
                             + (f", max diff vs native {v['max_diff_vs_native_m']:.2e} m" if "max_diff_vs_native_m" in v else ""))
                            for name, v in report["settings"].items()]
-                          + [("ADE below constant velocity", f"{report['ade_reduction_vs_constant_velocity']:.1%}"),
-                             ("bf16 ADE change", f"{report['bf16_ade_change']:.3%}"),
-                             ("full report", args.json or "(--json FILE)")]))
+                          + [("ADE below constant velocity", f"{report['ade_reduction_vs_constant_velocity']:.1%}")]
+                          + [(f"{d} suffix ADE change", f"{c:.3%}") for d, c in report["ade_change"].items()]
+                          + [("full report", args.json or "(--json FILE)")]))
     return 0
 
 
@@ -70,8 +71,8 @@ def register(sub) -> None:
     p.add_argument("--plot", default=None, help="loss curve PNG (default OUT/loss.png)")
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("eval", help="ADE/FDE on held-out synthetic drives: constant velocity, native, hybrid fp32 "
-                                    "and bf16 at several p")
+    p = sub.add_parser("eval", help="ADE/FDE on held-out synthetic drives: constant velocity, native, the hybrid "
+                                    "split at several p with the suffix in each --suffix-dtypes")
     add_model_args(p, default_preset="drive")
     p.add_argument("--drives", type=int, default=10)
     p.add_argument("--seed", type=int, default=0, help="first held-out drive seed (seeds below 1000)")
@@ -80,6 +81,8 @@ def register(sub) -> None:
     p.add_argument("--prefix-device", default="cpu",
                    help="the hybrid settings' prefix device: cpu (default; fp32 then equals native exactly), cuda, auto")
     p.add_argument("--prefix-dtype", default="fp32", help="the hybrid settings' prefix dtype: fp32, bf16, fp16")
+    p.add_argument("--suffix-dtypes", default="fp32,bf16",
+                   help="comma-separated CPU suffix dtypes scored at each p: fp32, bf16, fp16 (default fp32,bf16)")
     p.add_argument("--json", default=None)
     p.add_argument("--plot", default=None)
     p.set_defaults(func=cmd_eval)

@@ -122,23 +122,25 @@ def cpu_flags() -> set[str]:
     return set()
 
 
+BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # native bf16 matmul (AMX tiles, AVX-512 BF16 dot products)
+
+
+def cpu_isa(flags: set[str]) -> str:
+    """The best matrix ISA oneDNN can use here, from the CPU flags."""
+    for isa in ("amx_bf16", "avx512_bf16", "avx512f", "avx2"):
+        if isa in flags:
+            return isa
+    return "generic"
+
+
 def cpu_backend_report(dtype: torch.dtype) -> dict:
-    """What the CPU suffix runs on, said once at start-up: IPEX if importable, else stock PyTorch/oneDNN,
-    and which bf16 instructions the CPU offers."""
-    flags = cpu_flags()
-    try:
-        import intel_extension_for_pytorch as ipex  # noqa: F401
-        ipex_version = ipex.__version__
-    except ImportError:
-        ipex_version = None
-    isa = "amx_bf16" if "amx_bf16" in flags else "avx512_bf16" if "avx512_bf16" in flags else \
-        "avx512f" if "avx512f" in flags else "avx2" if "avx2" in flags else "generic"
-    backend = f"ipex {ipex_version}" if ipex_version else f"stock torch {torch.__version__} (oneDNN)"
-    return {"backend": backend, "ipex": ipex_version, "dtype": str(dtype).replace("torch.", ""), "isa": isa,
-            "onednn": torch.backends.mkldnn.is_available(), "bf16_native": isa in ("amx_bf16", "avx512_bf16")}
+    """What the CPU suffix runs on, said once at start-up: stock PyTorch with its oneDNN kernels (no extension:
+    docs/DESIGN_DECISIONS.md, CPU backend), the ISA they find, and whether bf16 is native there."""
+    isa = cpu_isa(cpu_flags())
+    return {"backend": f"stock torch {torch.__version__} (oneDNN)", "dtype": str(dtype).replace("torch.", ""),
+            "isa": isa, "onednn": torch.backends.mkldnn.is_available(), "bf16_native": isa in BF16_FLAGS}
 
 
-BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 BF16_MUST_BE_FASTER = 0.9   # bf16 chosen only when it takes under 90% of fp32's time (rounding costs accuracy)
 PROBE_TOKENS = 128          # rows of the probe's matmul: a frame's sequence is this order of size
 PROBE_REPEATS = 5
@@ -181,17 +183,6 @@ def choose_suffix_dtype(hidden: int, intermediate: int, cores: list[int] | None 
     verdict = "bf16" if faster else "fp32"
     return DtypeChoice(verdict, f"{native[0]}: probe {hidden}x{intermediate} on cores {cores or 'unpinned'}: bf16 "
                                 f"{bf16_ms:.2f} ms vs fp32 {fp32_ms:.2f} ms -> {verdict}", fp32_ms, bf16_ms)
-
-
-def optimise_for_cpu(modules, dtype: torch.dtype) -> str:
-    """IPEX's optimize() on the suffix modules when importable; stock PyTorch otherwise. Returns what ran."""
-    try:
-        import intel_extension_for_pytorch as ipex
-    except ImportError:
-        return "stock"
-    for module in modules:
-        ipex.optimize(module.eval(), dtype=dtype, inplace=True)
-    return "ipex"
 
 
 MPOL_BIND = 2

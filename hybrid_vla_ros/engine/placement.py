@@ -11,12 +11,13 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import ConfigError, expect
+from ..errors import BoundaryDtypeError, ConfigError, expect
 
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
           "fp16": torch.float16, "float16": torch.float16}
 DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 CPU = torch.device("cpu")
+BOUNDARY_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # what a prefix may send (its compute dtype)
 
 
 def parse_dtype(name: str | torch.dtype, where: str = "dtype") -> torch.dtype:
@@ -25,6 +26,23 @@ def parse_dtype(name: str | torch.dtype, where: str = "dtype") -> torch.dtype:
         return name
     expect(name in DTYPES, ConfigError, f"{where}: '{name}' is not one of {sorted(DTYPES)}")
     return DTYPES[name]
+
+
+def parse_boundary_dtype(name: str) -> torch.dtype | None:
+    """The suffix's boundary_dtype: 'auto' -> None (whatever float dtype the prefix sends), else that dtype."""
+    return None if name == "auto" else parse_dtype(name, "boundary_dtype")
+
+
+def check_boundary_dtype(dtype: torch.dtype, expected: torch.dtype | None, what: str) -> None:
+    """A boundary tensor's dtype. expected None (boundary_dtype: auto): any dtype a prefix computes in (fp32,
+    fp16, bf16; the suffix converts it to its own); else exactly `expected`. BoundaryDtypeError otherwise."""
+    if expected is None:
+        expect(dtype in BOUNDARY_DTYPES, BoundaryDtypeError,
+               f"{what} dtype {dtype}, expected one a prefix computes in (fp32, fp16, bf16; boundary_dtype: auto)")
+    else:
+        expect(dtype == expected, BoundaryDtypeError,
+               f"{what} dtype {dtype}, expected {expected} (boundary_dtype: {DTYPE_NAMES[expected]}; set it to the "
+               f"prefix dtype, or to auto to follow whatever the prefix sends)")
 
 
 def resolve_prefix_device(name: str = "auto") -> torch.device:

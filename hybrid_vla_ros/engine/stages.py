@@ -14,9 +14,8 @@ from ..errors import ConfigError, InputError, expect, expect_finite
 from ..model.checkpoint import ensure_loaded
 from ..model.inputs import encode_frame
 from ..model.vla import VLAModel, waypoints_from_head
-from .cpu import optimise_for_cpu
 from .scheduling.partition import Zone, check_partition, partition_report, prefix_modules, suffix_modules  # noqa: F401
-from .placement import Placement
+from .placement import Placement, check_boundary_dtype
 from ..types import BoundaryState, DeepStack, Frame, Trajectory
 
 
@@ -132,19 +131,20 @@ class PrefixStage:
 
 
 class SuffixStage:
-    """Blocks [p, L) + final norm + action head on the CPU."""
+    """Blocks [p, L) + final norm + action head on the CPU, in the suffix dtype. Boundary states come in the
+    placement's prefix dtype, or with any_boundary_dtype (boundary_dtype: auto) in any dtype a prefix computes
+    in; either is converted to the suffix dtype."""
 
     def __init__(self, model: VLAModel, partition: int, placement: Placement = Placement(),
-                 zone: tuple[int, int] | None = None):
+                 zone: tuple[int, int] | None = None, any_boundary_dtype: bool = False):
         expect(model.spec.action_head == "waypoints", ConfigError,
                f"model '{model.spec.name}' decodes action tokens: it runs through the ActionFlow engine "
                f"(engine/actionflow/packing.py; in the graph engine/actionflow/prefix_server.py and packed_suffix.py), not this stage")
         self.model, self.placement = model, placement
+        self.boundary_dtype = None if any_boundary_dtype else placement.prefix_dtype  # None: what the prefix sends
         self.partition = check_partition(partition, model.num_blocks, "suffix partition")
         self.zone = lo, hi = Zone.around(self.partition, model.num_blocks, zone)
         layers = model.decoder.layers
-        placed_apart = placement.prefix_device != placement.suffix_device or \
-            placement.prefix_dtype != placement.suffix_dtype
         device, dtype = placement.suffix_device, placement.suffix_dtype
         ensure_loaded(model, suffix_modules(model, lo), dtype, device)  # a checkpoint's suffix side: read now
         # Zone blocks [lo, hi) are resident on both sides. Placed apart, the two sides never share a block: a
@@ -152,9 +152,6 @@ class SuffixStage:
         # versa (placed() converts a copy here). On one device in one dtype they are shared.
         self.blocks = {i: placed(layers[i], device, dtype) for i in range(lo, model.num_blocks)}
         self.norm, self.head = placed(model.decoder.norm, device, dtype), placed(model.action_head, device, dtype)
-        # the suffix's own blocks, free to optimise in place: copies, and zone blocks when placed apart
-        own = [b for i, b in self.blocks.items() if b is not layers[i] or (i < hi and placed_apart)]
-        self.cpu_backend = optimise_for_cpu(own, placement.suffix_dtype)
         self.image_tokens, self.seq_len = model.image_tokens, model.sequence_length
         self.deepstack_depth = model.family.deepstack_blocks(model.backbone.config)
 
@@ -184,8 +181,7 @@ class SuffixStage:
         expect(tuple(state.hidden.shape) == self.expected_hidden_shape(), InputError,
                f"{where}: hidden shape {tuple(state.hidden.shape)}, expected {self.expected_hidden_shape()} "
                f"(batch, tokens, hidden of model '{self.model.spec.name}')")
-        expect(state.hidden.dtype == self.placement.prefix_dtype, InputError,
-               f"{where}: hidden dtype {state.hidden.dtype}, expected {self.placement.prefix_dtype} (the prefix dtype)")
+        check_boundary_dtype(state.hidden.dtype, self.boundary_dtype, f"{where}: hidden")
         passes = self.model.num_passes
         pos_shape = self.model.family.position_ids_shape(self.seq_len)
         pos_shape = pos_shape[:-2] + (passes, self.seq_len)                            # (P, S) or (3, P, S)
@@ -213,8 +209,8 @@ class SuffixStage:
         expect(ds.first_block == state.partition and tuple(ds.features.shape) == shape, InputError,
                f"{where}: DeepStack features {tuple(ds.features.shape)} from block {ds.first_block}, expected {shape} "
                f"from block {state.partition}")
-        expect(ds.features.dtype == self.placement.prefix_dtype, InputError,
-               f"{where}: DeepStack dtype {ds.features.dtype}, expected {self.placement.prefix_dtype} (the prefix dtype)")
+        expect(ds.features.dtype == state.hidden.dtype, InputError,
+               f"{where}: DeepStack dtype {ds.features.dtype}, expected {state.hidden.dtype} (the hidden state's)")
         expect(ds.positions.dtype == torch.int64 and tuple(ds.positions.shape) == (self.image_tokens,) and
                bool(((ds.positions >= 0) & (ds.positions < self.seq_len)).all()), InputError,
                f"{where}: DeepStack positions: expected {self.image_tokens} int64 token indices in [0, {self.seq_len})")

@@ -1,13 +1,13 @@
 """Driving quality on held-out synthetic drives (seeds below TRAIN_SEED_BASE): ADE and FDE against the ground
-truth for a constant-velocity baseline, the native (unsplit, transformers' own forward) model, the hybrid
-split in fp32 at several p and the hybrid split with a bf16 CPU suffix; plus the largest trajectory
-difference between native and each hybrid setting."""
+truth for a constant-velocity baseline, the native (unsplit, transformers' own forward) model, and the hybrid
+split at several p with the CPU suffix in each dtype asked (fp32 and bf16 by default); plus the largest
+trajectory difference between native and each hybrid setting."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..engine.placement import Placement
+from ..engine.placement import Placement, parse_dtype
 from ..errors import ConfigError, expect
 from ..engine.stages import PrefixStage, SuffixStage, reference_forward
 from ..model.vla import VLAModel
@@ -47,10 +47,17 @@ def constant_velocity(samples: list[Sample], dt_s: float) -> list:
 
 
 def evaluate(model: VLAModel, drives: int = 10, seed: int = 0, frames_per_drive: int = 40,
-             partitions: tuple[int, ...] | None = None, progress=print, prefix: tuple[str, str] = ("cpu", "fp32")) -> dict:
+             partitions: tuple[int, ...] | None = None, progress=print, prefix: tuple[str, str] = ("cpu", "fp32"),
+             suffix_dtypes: tuple[str, ...] = ("fp32", "bf16")) -> dict:
     """Held-out drives seed, seed + 1, ... (all below TRAIN_SEED_BASE). prefix: the hybrid settings' prefix
-    (device, dtype); native is always transformers' forward on the CPU in fp32."""
+    (device, dtype); suffix_dtypes: the CPU suffix's dtypes to score at each p; native is always
+    transformers' forward on the CPU in fp32. ade_change: per suffix dtype, the largest relative ADE change
+    against native over the partitions."""
     spec = model.spec
+    expect(bool(suffix_dtypes) and len(set(suffix_dtypes)) == len(suffix_dtypes), ConfigError,
+           f"suffix dtypes {list(suffix_dtypes)}: expected one or more, each once")
+    for dtype in suffix_dtypes:
+        parse_dtype(dtype, "suffix dtype")
     seeds = list(range(seed, seed + drives))
     expect(seed >= 0 and max(seeds) < TRAIN_SEED_BASE, ConfigError,
            f"held-out drives {seeds[0]}..{seeds[-1]}: evaluation seeds must lie in 0..{TRAIN_SEED_BASE - 1} "
@@ -65,7 +72,7 @@ def evaluate(model: VLAModel, drives: int = 10, seed: int = 0, frames_per_drive:
     settings["native"] = score(native, samples)
     progress(f"native: ADE {settings['native']['ade_m']:.3f} m")
     for p in partitions:
-        for dtype in ("fp32", "bf16"):
+        for dtype in suffix_dtypes:
             name = f"hybrid_{dtype}_p{p}"
             preds = predictions(model, samples, p, dtype, prefix)
             settings[name] = {**score(preds, samples),
@@ -73,9 +80,13 @@ def evaluate(model: VLAModel, drives: int = 10, seed: int = 0, frames_per_drive:
             progress(f"{name}: ADE {settings[name]['ade_m']:.3f} m")
     cv, nat = settings["constant_velocity"]["ade_m"], settings["native"]["ade_m"]
     report["ade_reduction_vs_constant_velocity"] = 1 - nat / cv
-    report["bf16_ade_change"] = max(abs(settings[f"hybrid_bf16_p{p}"]["ade_m"] - nat) / nat for p in partitions)
-    report["fp32_identical_to_native"] = all(settings[f"hybrid_fp32_p{p}"]["max_diff_vs_native_m"] < 1e-4
-                                             for p in partitions)
+    report["ade_change"] = {d: max(abs(settings[f"hybrid_{d}_p{p}"]["ade_m"] - nat) / nat for p in partitions)
+                            for d in suffix_dtypes}
+    if "bf16" in suffix_dtypes:
+        report["bf16_ade_change"] = report["ade_change"]["bf16"]
+    if "fp32" in suffix_dtypes:
+        report["fp32_identical_to_native"] = all(settings[f"hybrid_fp32_p{p}"]["max_diff_vs_native_m"] < 1e-4
+                                                 for p in partitions)
     return report
 
 

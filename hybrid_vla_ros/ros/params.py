@@ -126,11 +126,12 @@ PREFIX_PARAMS = _common_model() + [
 ]
 
 SUFFIX_PARAMS = _common_model() + [
-    ParamSpec("dtype", "string", "CPU suffix compute dtype; auto: bf16 only where a start-up probe on the "
-              "worker's cores measures it faster (native bf16: AMX or avx512_bf16), else fp32",
-              choices=("fp32", "bf16", "fp16", "auto")),
-    ParamSpec("boundary_dtype", "string", "dtype of incoming boundary states (the prefix dtype)",
-              choices=("fp32", "bf16", "fp16")),
+    ParamSpec("dtype", "string", "CPU suffix compute dtype (waypoint and action-token models alike); auto: bf16 "
+              "only where a start-up probe on the worker's cores measures it faster (native bf16: AMX or "
+              "avx512_bf16), else fp32", choices=("fp32", "bf16", "fp16", "auto")),
+    ParamSpec("boundary_dtype", "string", "dtype of incoming boundary states; auto: whatever the prefix sends "
+              "(fp32, fp16, bf16); a named one refuses any other (counted as boundary_dtype_mismatch); either is "
+              "converted to the suffix dtype", choices=("auto", "fp32", "bf16", "fp16")),
     ParamSpec("partition_point", "int", "expected partition; each state runs from its own within the zone",
               0, 1024, dynamic=True),
     ParamSpec("max_output_age_ms", "double", "drop (and count as stale_output) a trajectory whose frame arrived at "

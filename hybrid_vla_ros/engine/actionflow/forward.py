@@ -13,7 +13,9 @@ from ...model.checkpoint import ensure_loaded
 from ...model.vla import VLAModel
 from ...types import DeepStack
 from .kv_ring import KVRing
-from ..scheduling.partition import side_modules
+from ..placement import CPU
+from ..scheduling.partition import prefix_modules
+from ..stages import placed
 
 
 @dataclass
@@ -106,23 +108,52 @@ def packed_block(block, layer: int, hidden: torch.Tensor, cos: torch.Tensor, sin
     return hidden + block.mlp(block.post_attention_layernorm(hidden))
 
 
-class PackedSide:
-    """Blocks [lo, hi) of the packed forward with the KV ring of those layers. The prefix side (lo == 0)
-    also embeds the rows; the suffix side (hi == L) also applies the final norm and the token head."""
+class SideWeights:
+    """A packed side's modules in its dtype on the CPU, each placed once and kept across rebuilds of the side
+    (a partition move, a larger ring): the model's own module where it is already in `dtype`, else a converted
+    copy (engine/stages.py placed), so a model shared with an fp32 prefix in this process is never mutated."""
 
-    def __init__(self, model: VLAModel, lo: int, hi: int, slots: int, slot_tokens: int):
+    def __init__(self, model: VLAModel, dtype: torch.dtype = torch.float32):
+        self.model, self.dtype = model, dtype
+        self._placed: dict[int, torch.nn.Module] = {}
+
+    def load(self, lo: int, hi: int) -> None:
+        """A checkpoint's modules of the side read now: blocks [lo, hi) and the suffix end's norm and head in
+        this dtype; the prefix end's embeddings and vision in fp32 (ActionFlow embeds the rows in fp32)."""
+        model = self.model
+        ends = [model.decoder.norm, model.action_head] if hi == model.num_blocks else []
+        if lo == 0:
+            ensure_loaded(model, prefix_modules(model, 0), torch.float32)
+        ensure_loaded(model, [*model.decoder.layers[lo:hi], *ends], self.dtype)
+
+    def __call__(self, module: torch.nn.Module) -> torch.nn.Module:
+        if id(module) not in self._placed:
+            self._placed[id(module)] = placed(module, CPU, self.dtype)
+        return self._placed[id(module)]
+
+
+class PackedSide:
+    """Blocks [lo, hi) of the packed forward with the KV ring of those layers, in the dtype of `weights`
+    (default: fp32, the model's own modules). The prefix side (lo == 0) also embeds the rows; the suffix side
+    (hi == L) also applies the final norm and the token head. Rows coming in are converted to its dtype."""
+
+    def __init__(self, model: VLAModel, lo: int, hi: int, slots: int, slot_tokens: int,
+                 weights: SideWeights | None = None):
         spec, decoder = model.spec, model.decoder
-        ensure_loaded(model, side_modules(model, lo, hi), torch.float32)  # a checkpoint's side: read now
-        self.model, self.lo, self.hi = model, lo, hi
-        self.blocks = list(decoder.layers[lo:hi])
+        weights = weights or SideWeights(model)
+        weights.load(lo, hi)  # a checkpoint's side: read now
+        self.model, self.lo, self.hi, self.dtype = model, lo, hi, weights.dtype
+        self.blocks = [weights(block) for block in decoder.layers[lo:hi]]
+        ends = hi == model.num_blocks
+        self.norm, self.head = (weights(decoder.norm), weights(model.action_head)) if ends else (None, None)
         head_dim = spec.hidden_size // spec.num_heads
-        self.ring = KVRing(range(lo, hi), slots, slot_tokens, spec.num_kv_heads, head_dim)
+        self.ring = KVRing(range(lo, hi), slots, slot_tokens, spec.num_kv_heads, head_dim, weights.dtype)
 
     @torch.inference_mode()
     def blocks_forward(self, state: PackedState) -> PackedState:
+        hidden = state.hidden.to(self.dtype)                     # from the boundary dtype (a no-op when equal)
         if not self.blocks:
-            return state
-        hidden = state.hidden
+            return PackedState(hidden, state.positions, state.segments, state.deepstack)
         cos, sin = self.model.decoder.rotary_emb(hidden.unsqueeze(0), state.positions)   # (1, R, D) each
         decode = DecodeRows.of(state.segments)
         deepstack = state.deepstack
@@ -134,10 +165,14 @@ class PackedSide:
         return PackedState(hidden, state.positions, state.segments, left)
 
     @torch.inference_mode()
-    def next_tokens(self, state: PackedState) -> dict[int, int]:
-        """Suffix end: the last row of each segment -> its frame's next action token (greedy)."""
+    def logits(self, state: PackedState) -> torch.Tensor:
+        """Suffix end: the last row of each segment -> its frame's action-token logits (frames, bins), fp32."""
         last = torch.tensor([seg.row + seg.count - 1 for seg in state.segments])
-        logits = self.model.action_head(self.model.decoder.norm(state.hidden[last]))    # (frames, bins)
+        logits = self.head(self.norm(state.hidden[last].to(self.dtype))).float()        # (frames, bins)
         expect_finite(logits, "nonfinite_output", "packed step: action-token logits")  # argmax would pick a token
+        return logits
+
+    def next_tokens(self, state: PackedState) -> dict[int, int]:
+        """Suffix end: each frame's next action token (greedy)."""
         base = self.model.action_tokenizer.base
-        return {seg.seq: base + int(b) for seg, b in zip(state.segments, logits.argmax(dim=-1))}
+        return {seg.seq: base + int(b) for seg, b in zip(state.segments, self.logits(state).argmax(dim=-1))}

@@ -30,8 +30,9 @@ from ...errors import ConfigError, HybridVLAError, InputError, expect
 from ...model.vla import VLAModel
 from ...types import DeepStack, Frame, Trajectory
 from .kv_ring import check_ring
-from .forward import PackedSide, PackedState, Segment
+from .forward import PackedSide, PackedState, Segment, SideWeights
 from .codec import check_fits, decode_state, encode_tokens
+from ..placement import check_boundary_dtype
 from ..scheduling.partition import check_partition
 from ..stages import frame_embeddings
 
@@ -46,17 +47,20 @@ def stamps(frame: Frame) -> tuple[int, int]:
     return frame.stamp_ns, frame.arrival_ns or 0
 
 
-def check_rows_fit_model(state: PackedState, model: VLAModel, partition: int, source: str = "packed boundary") -> None:
-    """Hidden rows of this model's width and dtype, positions of its family's layout (M-RoPE or 1-D), and the
-    DeepStack additions still due for a prefill cut below the DeepStack depth (none otherwise)."""
+def check_rows_fit_model(state: PackedState, model: VLAModel, partition: int, boundary_dtype: torch.dtype | None,
+                         source: str = "packed boundary") -> None:
+    """Hidden rows of this model's width in `boundary_dtype` (None: any dtype a prefix computes in; placement.py
+    check_boundary_dtype), positions of its family's layout (M-RoPE or 1-D), and the DeepStack additions
+    still due for a prefill cut below the DeepStack depth (none otherwise)."""
     prefill = any(seg.count > 1 for seg in state.segments)
     due = max(0, model.family.deepstack_blocks(model.backbone.config) - partition) if prefill else 0
     have = 0 if state.deepstack is None else state.deepstack.features.shape[0]
     expect(have == due, InputError, f"{source}: {have} DeepStack additions at p={partition}, "
                                     f"{due} due ({'a' if prefill else 'no'} prefill in the step)")
-    dtype, width = model.decoder.norm.weight.dtype, model.spec.hidden_size
-    expect(state.hidden.shape[1] == width and state.hidden.dtype == dtype, InputError,
-           f"{source}: hidden rows of {state.hidden.shape[1]} {state.hidden.dtype}, this model's are {width} {dtype}")
+    width = model.spec.hidden_size
+    expect(state.hidden.shape[1] == width, InputError,
+           f"{source}: hidden rows of {state.hidden.shape[1]} {state.hidden.dtype}, this model's are {width} wide")
+    check_boundary_dtype(state.hidden.dtype, boundary_dtype, f"{source}: hidden rows'")
     layout = model.family.position_ids_shape(1)
     expect(state.positions.dim() == len(layout), InputError,
            f"{source}: positions of {state.positions.dim()} dims, model '{model.spec.name}' uses "
@@ -90,9 +94,11 @@ class ActionFlow:
     (run_alternating) overlaps the two sides of two independent groups."""
 
     def __init__(self, model: VLAModel, pack: int, partition: int | None = None, ring_tokens: int | None = None,
-                 prefix_side: PackedSide | None = None, with_suffix: bool = True, prepare=None):
+                 prefix_side: PackedSide | None = None, with_suffix: bool = True, prepare=None,
+                 suffix_dtype: torch.dtype = torch.float32):
         """prefix_side: a prefix side shared with other groups (its ring hands out the slots of all of them;
-        partition is then its cut); with_suffix=False: the suffix side lives elsewhere (another process).
+        partition is then its cut); with_suffix=False: the suffix side lives elsewhere (another process);
+        suffix_dtype: the suffix side's (its own copies of its modules when the model's differ).
         prepare(frame) -> bool: runs before a frame's prefill (the ROS node decodes its images there); False
         skips the frame (the caller counted why), a HybridVLAError fails it; the other frames go on."""
         spec = model.spec
@@ -109,7 +115,7 @@ class ActionFlow:
                 check_partition(partition, spec.num_blocks, "ActionFlow partition")
             self.prefix = PackedSide(model, 0, self.partition, slots, slot_tokens_of(model))
         self.suffix = PackedSide(model, self.partition, spec.num_blocks, self.prefix.ring.slots,
-                                 self.prefix.ring.slot_tokens) if with_suffix else None
+                                 self.prefix.ring.slot_tokens, SideWeights(model, suffix_dtype)) if with_suffix else None
         self.waiting: deque[Frame] = deque()
         self.flight: dict[int, InFlight] = {}        # seq -> frame being decoded
         self.failed: list[ActionResult] = []
@@ -203,7 +209,7 @@ class ActionFlow:
         expect(partition == self.partition, InputError,
                f"packed boundary cut at p={partition}, this suffix runs blocks [{self.partition}, L)")
         check_fits(state, self.suffix.ring.slots, self.suffix.ring.slot_tokens, "packed boundary")
-        check_rows_fit_model(state, self.model, partition)
+        check_rows_fit_model(state, self.model, partition, self.prefix.dtype)   # what this host's prefix sends
         return encode_tokens(self.suffix_step(state), step)
 
     def finish(self, state: PackedState, tokens: dict[int, int]) -> list[ActionResult]:

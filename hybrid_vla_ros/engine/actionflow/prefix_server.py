@@ -23,13 +23,12 @@ from dataclasses import dataclass
 import torch
 
 from ...errors import ConfigError, expect
-from ...model.checkpoint import ensure_loaded
 from ...model.vla import VLAModel
 from ...types import Frame
 from .packing import ActionFlow, ActionResult, slot_tokens_of
-from .forward import PackedSide, PackedState
+from .forward import PackedSide, PackedState, SideWeights
 from .codec import decode_tokens, encode_state
-from ..scheduling.partition import check_partition, side_modules
+from ..scheduling.partition import check_partition
 
 POLL_S = 0.05
 GRACE_S = 0.25  # after a step's deadline, for answers sent before it to arrive (DDS: milliseconds)
@@ -65,8 +64,10 @@ class Lost:
 
 class PackedPrefixServer:
     def __init__(self, model: VLAModel, pack: int, groups: int, partition: int, policy: str = "latest",
-                 capacity: int = 1, token_timeout_s: float = 1.0, prepare=None, zone: tuple[int, int] | None = None):
-        """zone: the partitions a move may choose; their blocks are read now (a checkpoint model)."""
+                 capacity: int = 1, token_timeout_s: float = 1.0, prepare=None, zone: tuple[int, int] | None = None,
+                 dtype: torch.dtype = torch.float32):
+        """zone: the partitions a move may choose; their blocks are read now (a checkpoint model). dtype: the
+        prefix side's blocks and KV ring, hence the boundary's (embeddings and vision stay the model's)."""
         expect(isinstance(groups, int) and 1 <= groups <= MAX_GROUPS, ConfigError,
                f"pack_groups={groups!r}: expected 1..{MAX_GROUPS} independent groups of frames")
         expect(pack * groups <= MAX_SLOTS, ConfigError,
@@ -77,7 +78,8 @@ class PackedPrefixServer:
         self.token_timeout_s = token_timeout_s
         self.grace_s = max(GRACE_S, 0.25 * token_timeout_s)
         self.zone = zone or (0, model.num_blocks)
-        ensure_loaded(model, side_modules(model, 0, self.zone[1]), torch.float32)
+        self.weights = SideWeights(model, dtype)   # placed once, kept across partition moves
+        self.weights.load(0, self.zone[1])
         side = self._side(check_partition(partition, model.num_blocks, "packed prefix partition"))
         self.groups = [ActionFlow(model, pack, prefix_side=side, with_suffix=False, prepare=prepare)
                        for _ in range(groups)]
@@ -95,7 +97,7 @@ class PackedPrefixServer:
         self.stale_tokens = 0   # token messages for steps no longer awaited (timed out, repeated)
 
     def _side(self, partition: int) -> PackedSide:
-        return PackedSide(self.model, 0, partition, self.slots, slot_tokens_of(self.model))
+        return PackedSide(self.model, 0, partition, self.slots, slot_tokens_of(self.model), self.weights)
 
     @property
     def partition(self) -> int:

@@ -13,14 +13,12 @@ from dataclasses import dataclass
 import torch
 
 from ...errors import ConfigError, InputError, expect, expect_finite
-from ...model.checkpoint import ensure_loaded
 from ...model.vla import VLAModel
 from ...types import Trajectory
 from .packing import ActionResult, check_rows_fit_model, slot_tokens_of
-from .forward import PackedSide, PackedState
+from .forward import PackedSide, PackedState, SideWeights
 from .codec import check_fits, decode_state, encode_tokens
 from .prefix_server import MAX_SLOTS
-from ..scheduling.partition import side_modules
 
 
 @dataclass
@@ -46,14 +44,20 @@ class Decoding:
 
 
 class PackedSuffixServer:
-    def __init__(self, model: VLAModel, zone: tuple[int, int] | None = None):
-        """zone: the partitions this suffix accepts; their blocks are read now (a checkpoint model), not at
-        the first step."""
+    def __init__(self, model: VLAModel, zone: tuple[int, int] | None = None, dtype: torch.dtype = torch.float32,
+                 boundary_dtype: torch.dtype | None = torch.float32):
+        """zone: the partitions this suffix accepts; their blocks are read and placed now (a checkpoint model),
+        not at the first step. dtype: the suffix's blocks, norm, token head and KV ring (its own copies where
+        the model's modules are in another dtype). boundary_dtype: the hidden rows' dtype taken (None: any a
+        prefix computes in, fp32/fp16/bf16), converted to `dtype`."""
         expect(model.spec.action_head == "tokens", ConfigError,
                f"model '{model.spec.name}' has a waypoint head: it is served by the suffix stage, not ActionFlow")
-        self.zone = zone
+        self.zone, self.boundary_dtype = zone, boundary_dtype
+        self.weights = SideWeights(model, dtype)
         if zone is not None:
-            ensure_loaded(model, side_modules(model, zone[0], model.num_blocks), torch.float32)
+            self.weights.load(zone[0], model.num_blocks)
+            for module in [*model.decoder.layers[zone[0]:], model.decoder.norm, model.action_head]:
+                self.weights(module)
         self.model, self.slot_tokens = model, slot_tokens_of(model)
         self.tokens_per_frame = model.action_tokenizer.tokens_per_frame
         self.side: PackedSide | None = None
@@ -110,7 +114,7 @@ class PackedSuffixServer:
         expect(0 < header.slots <= MAX_SLOTS, InputError,
                f"packed boundary: a ring of {header.slots} slots, expected 1..{MAX_SLOTS}")
         check_fits(state, header.slots, self.slot_tokens, "packed boundary")
-        check_rows_fit_model(state, self.model, header.partition)
+        check_rows_fit_model(state, self.model, header.partition, self.boundary_dtype)
 
     def _follow(self, partition: int, slots: int) -> list[tuple[int, int]]:
         """(Re)build this side's ring when the prefix's cut moved or its ring outgrew this one; frames
@@ -119,7 +123,7 @@ class PackedSuffixServer:
         if self.side is not None and self.side.lo == partition and slots <= self.side.ring.slots:
             return []
         lost = [(e.seq, e.stamp_ns) for e in self.decoding.values() if not e.from_prefill]  # the rest: the prefix's
-        self.side = PackedSide(self.model, partition, self.model.num_blocks, slots, self.slot_tokens)
+        self.side = PackedSide(self.model, partition, self.model.num_blocks, slots, self.slot_tokens, self.weights)
         self.decoding.clear()
         return lost
 

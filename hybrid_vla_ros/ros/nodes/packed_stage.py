@@ -49,7 +49,7 @@ class PackedPrefixLoop:
         self.server = PackedPrefixServer(node.model, p["pack"], p["pack_groups"], p["partition_point"],
                                          policy=p["input_policy"], capacity=LOSSLESS_FRAMES,
                                          token_timeout_s=p["token_timeout_s"], prepare=prepare,
-                                         zone=tuple(node.zone))
+                                         zone=tuple(node.zone), dtype=node.placement.prefix_dtype)
         self.lossy_reason = "displaced" if p["input_policy"] == "latest" else "queue_full"
         self.step_pub = node.configured_publisher(DiagnosticStatus, "~/debug/step_info", 100)
         self.worker = StageWorker("prefix", self._step, source=self.server.next_group, cores=node.cores,
@@ -116,7 +116,7 @@ class PackedSuffixSteps:
 
     def __init__(self, node):
         self.node = node
-        self.server = PackedSuffixServer(node.model, tuple(node.zone))
+        self.server = PackedSuffixServer(node.model, tuple(node.zone), node.suffix_dtype, node.boundary_dtype)
         self.tokens_pub = node.configured_publisher(UInt8MultiArray, "~/output/action_tokens", TOKENS_QOS)
         self.step_pub = node.configured_publisher(DiagnosticStatus, "~/debug/step_info", 100)
 

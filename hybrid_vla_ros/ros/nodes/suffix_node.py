@@ -13,7 +13,7 @@ from ...engine.cpu import (DtypeChoice, bind_memory_to_node, choose_suffix_dtype
                            cpu_backend_report, default_stage_cores)
 from ...engine.handover.endpoints import HOST_ID, HandoverDecoder, envelope_stamp
 from ...engine.actionflow.codec import is_packed_state
-from ...engine.placement import CPU, Placement, parse_dtype
+from ...engine.placement import CPU, Placement, parse_boundary_dtype, parse_dtype
 from ...engine.pipeline.camera_sync import StampedHistory
 from ...engine.stages import SuffixStage
 from ...engine.pipeline.worker import StageWorker
@@ -49,10 +49,14 @@ class SuffixNode(StageNode):
         self.cores = chosen_cores(p["cores"]) or (cores_of_numa_node(p["numa_node"]) if p["numa_node"] >= 0
                                                   else default_stage_cores(1))
         self.dtype_choice = self._choose_dtype()
-        placement = Placement(prefix_device=CPU, prefix_dtype=parse_dtype(p["boundary_dtype"], "boundary_dtype"),
-                              suffix_dtype=parse_dtype(self.dtype_choice.dtype, "dtype"))
+        # boundary_dtype auto (None): whatever float dtype the prefix sends; either way converted to the suffix's
+        self.boundary_dtype = parse_boundary_dtype(p["boundary_dtype"])
+        self.suffix_dtype = parse_dtype(self.dtype_choice.dtype, "dtype")
+        placement = Placement(prefix_device=CPU, prefix_dtype=self.boundary_dtype or self.suffix_dtype,
+                              suffix_dtype=self.suffix_dtype)
         packed = self.model.spec.action_head == "tokens"
-        self.stage = None if packed else SuffixStage(self.model, p["partition_point"], placement, self.zone)
+        self.stage = None if packed else SuffixStage(self.model, p["partition_point"], placement, self.zone,
+                                                     any_boundary_dtype=self.boundary_dtype is None)
         self.msg_cls, self.output_kind, reason = convert.resolve_trajectory_type(p["output_type"])
         self.decoder = HandoverDecoder(scope=graph_scope(self), model_id=model_id(self.model))
         self.last_stamp_ns = -1
@@ -90,12 +94,8 @@ class SuffixNode(StageNode):
         return SuffixRole(self, self.get_name() == STANDBY_NODE, take_over)
 
     def _choose_dtype(self) -> DtypeChoice:
-        """dtype: auto -> measured on this CPU and the worker's cores (engine/cpu.py); else the parameter."""
-        if self.model.spec.action_head == "tokens":
-            expect(self.params["dtype"] in ("auto", "fp32"), ConfigError,
-                   f"dtype {self.params['dtype']}: model '{self.model.spec.name}' decodes action tokens, whose packed "
-                   f"suffix runs the model's fp32 weights in this version; set dtype: fp32 (or auto)")
-            return DtypeChoice("fp32", "action-token model: the packed suffix runs fp32")
+        """dtype: auto -> measured on this CPU and the worker's cores (engine/cpu.py); else the parameter. The
+        same for both heads: a waypoint model's SuffixStage, an action-token model's packed suffix."""
         if self.params["dtype"] != "auto":
             return DtypeChoice(self.params["dtype"], "set by the dtype parameter")
         spec = self.model.spec
@@ -110,8 +110,8 @@ class SuffixNode(StageNode):
             f"{self.dtype_choice.dtype} ({self.dtype_choice.reason}), "
             f"worker cores {self.cores or 'unpinned'}"
             + (f" (NUMA node {p['numa_node']})" if p["numa_node"] >= 0 and not chosen_cores(p["cores"]) else "")
-            + f"; CPU backend: {self.stage.cpu_backend if self.stage else 'torch'} ({backend['backend']}, isa {backend['isa']}, "
-              f"bf16 native: {backend['bf16_native']})")
+            + f"; boundary dtype {p['boundary_dtype']}; CPU backend: {backend['backend']}, isa {backend['isa']}, "
+              f"bf16 native: {backend['bf16_native']}")
 
     def release_stage(self) -> None:
         if self.worker is not None:
