@@ -1,0 +1,118 @@
+"""The stage nodes' time limits, derived from what they measured (engine/pipeline/limits.py), and their
+`time_limits` diagnostic: the effective values, how each was chosen, and a WARN with a reason (also logged)
+when an explicit value lies below the measured time it guards, so that every frame would be lost to it.
+
+suffix: max_output_age_ms (-1 = auto) and the wait for a frame's pose (map-frame output).
+prefix: the wait for a frame's kinematic state, the in-flight slot timeout (engine/pipeline/flight.py) and,
+for action-token models, token_timeout_s (-1 = auto, engine/actionflow/prefix_server.py).
+"""
+
+from __future__ import annotations
+
+import time
+
+from ...engine.pipeline.limits import OUTPUT_AGE, Limit, Recent, resolve, wait_s
+from ...errors import ConfigError
+
+WARN_EVERY_S = 10.0
+
+
+def _period_s(health) -> float:
+    """A stage's measured frame period: the median interval between its frames or its median stage time,
+    whichever is longer."""
+    return max(health.period_ms(), health.stage_ms()) / 1e3
+
+
+def _ms(seconds: float | None) -> str:
+    return "never" if seconds is None else f"{seconds * 1e3:.0f}"
+
+
+def _check(node, values: dict, warnings: list[str]) -> tuple:
+    for warning in warnings:
+        node.get_logger().warning(warning, throttle_duration_sec=WARN_EVERY_S)
+    message = "; ".join(warnings) or "derived from measured times where set to auto"
+    return ("time_limits", 1 if warnings else 0, message, values)
+
+
+class SuffixTimeLimits:
+    """max_output_age_ms: a trajectory older than the limit at publish time is dropped (stale_output).
+    auto: max(500 ms, 5 x the measured frame time), the frame time being the longest of the last 16 frames'
+    times from arrival at the prefix to output, less their wait in this node's queue, or the median output
+    interval, or this frame's own compute, whichever is longest; the first frame is judged by its own time."""
+
+    def __init__(self, node):
+        self.node = node
+        self.frames = Recent()   # seconds: arrival at the prefix to output, less the wait in this node's queue
+        self.last = (0.0, 0.0)   # the last frame judged: its own time and compute (s), for the diagnostics
+
+    def measured_s(self, own_s: float = 0.0, compute_s: float = 0.0) -> float:
+        if not len(self.frames):
+            return max(own_s, compute_s)
+        return max(self.frames.longest(), self.node.health.period_ms() / 1e3, compute_s)
+
+    def output_age(self, own_s: float = 0.0, compute_s: float = 0.0) -> Limit:
+        factor, floor_s = OUTPUT_AGE
+        return resolve("max_output_age_ms", self.node.params["max_output_age_ms"], "ms",
+                       self.measured_s(own_s, compute_s), factor, floor_s, "stale_output", never_at_zero=True)
+
+    def fresh(self, seq: int, stamp_ns: int, arrival_ns: int, queue_s: float = 0.0, compute_s: float = 0.0,
+              final: bool = False) -> bool:
+        """False (counted as stale_output) when the frame arrived at the prefix longer ago than the limit: a
+        planner must never get a trajectory for a world that has moved on. Ages come from the prefix's wall
+        clock (hosts of one car are time-synchronised); arrival 0 = unknown (not checked). final: the check at
+        publish time (the frame's time then counts as measured)."""
+        if not arrival_ns:
+            return True
+        age_s = (time.time_ns() - arrival_ns) / 1e9
+        own_s = max(0.0, age_s - queue_s)
+        self.last = (own_s, compute_s)
+        limit = self.output_age(own_s, compute_s)
+        if final:
+            self.frames.add(own_s)
+        if limit.warning:
+            self.node.get_logger().warning(limit.warning, throttle_duration_sec=WARN_EVERY_S)
+        if limit.seconds is None or age_s <= limit.seconds:
+            return True
+        self.node._reject("stale_output", ConfigError(
+            f"trajectory of frame {seq} is {age_s * 1e3:.0f} ms old {'at publish time' if final else 'when taken'} "
+            f"(max_output_age_ms "
+            f"{self.node.params['max_output_age_ms']:g}, limit {limit.seconds * 1e3:.0f} ms: {limit.source})"),
+            stamp_ns)
+        return False
+
+    def pose_wait_s(self) -> float:
+        """How long the output thread waits for a frame's pose: half the measured period, at least 0.1 s."""
+        return wait_s(_period_s(self.node.health))
+
+    def check(self) -> tuple:
+        limit = self.output_age(*self.last)   # the current setting, as the last frame measured
+        warnings = [limit.warning] if limit.warning else []
+        return _check(self.node, {
+            "max_output_age_ms": _ms(limit.seconds), "max_output_age_source": limit.source,
+            "frame_time_ms": f"{self.measured_s(*self.last) * 1e3:.0f}", "pose_wait_ms": _ms(self.pose_wait_s())},
+            warnings)
+
+
+class PrefixTimeLimits:
+    """The wait for a frame's kinematic state (half the measured period, at least 0.1 s), the in-flight slot
+    timeout and, for action-token models, the token timeout."""
+
+    def __init__(self, node):
+        self.node = node
+
+    def kinematic_wait_s(self) -> float:
+        return wait_s(_period_s(self.node.health))
+
+    def check(self) -> tuple:
+        node = self.node
+        values = {"kinematic_wait_ms": _ms(self.kinematic_wait_s())}
+        warnings = []
+        if node.flight is not None:
+            values["flight_slot_timeout_ms"] = _ms(node.flight.slot_timeout())
+            values["flight_slots_reclaimed"] = str(node.flight.reclaimed)
+        if node.packed is not None:
+            limit = node.packed.server.timeout()
+            values.update(token_timeout_ms=_ms(limit.seconds), token_timeout_source=limit.source,
+                          token_round_trip_ms=_ms(node.packed.server.round_trips.longest()))
+            warnings += [limit.warning] if limit.warning else []
+        return _check(node, values, warnings)
