@@ -183,6 +183,7 @@ class SuffixNode(StageNode):
         if self.role is not None and not self.role.active:
             self.role.keep((data, time.perf_counter()))   # standing by: never read (a shm slot is the active's)
         elif self.accepting(stamp_ns=envelope_stamp(data)):
+            self.decoder.watch(data)   # a new shm ring is beaten from now on, not once the worker gets to it
             self.worker.submit((data, time.perf_counter()))
         elif not is_packed_state(data):
             self._let_go(data)
