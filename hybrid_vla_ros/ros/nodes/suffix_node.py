@@ -263,7 +263,7 @@ class SuffixNode(StageNode):
         points = self._output_points(trajectory)
         if points is None or not self.limits.fresh(
                 trajectory.seq, trajectory.stamp_ns, arrival_ns, queue_s=float(values.get("queue_ms", 0)) / 1e3,
-                compute_s=float(values.get("suffix_ms", 0)) / 1e3, final=True):
+                compute_s=float(values.get("suffix_ms") or values.get("latency_ms") or 0) / 1e3, final=True):
             return
         try:  # the last gate before the car, for every kind of model and output frame
             expect_finite(points, "nonfinite_output", f"trajectory of frame {trajectory.seq}")

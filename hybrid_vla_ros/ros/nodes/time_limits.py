@@ -36,48 +36,48 @@ def _check(node, values: dict, warnings: list[str]) -> tuple:
 
 class SuffixTimeLimits:
     """max_output_age_ms: a trajectory older than the limit at publish time is dropped (stale_output).
-    auto: max(500 ms, 5 x the measured frame time), the frame time being the longest of the last 16 frames'
-    times from arrival at the prefix to output, less their wait in this node's queue, or the median output
-    interval, or this frame's own compute, whichever is longest; the first frame is judged by its own time."""
+    auto: max(500 ms, 5 x T), T the measured frame time: the longest of the last 16 published frames' times
+    from arrival at the prefix to output less their wait in this node's queue, the median interval between the
+    frames served, or this frame's own compute (an action-token frame's: prefill to last token), whichever is
+    longest. Only published frames count: old states replayed to a restarted suffix (the boundary topic's
+    history) do not raise the limit that refuses them."""
 
     def __init__(self, node):
         self.node = node
         self.frames = Recent()   # seconds: arrival at the prefix to output, less the wait in this node's queue
-        self.last = (0.0, 0.0)   # the last frame judged: its own time and compute (s), for the diagnostics
+        self.last_compute_s = 0.0
 
-    def measured_s(self, own_s: float = 0.0, compute_s: float = 0.0) -> float:
-        if not len(self.frames):
-            return max(own_s, compute_s)
+    def measured_s(self, compute_s: float = 0.0) -> float:
         return max(self.frames.longest(), self.node.health.period_ms() / 1e3, compute_s)
 
-    def output_age(self, own_s: float = 0.0, compute_s: float = 0.0) -> Limit:
+    def output_age(self, compute_s: float = 0.0) -> Limit:
         factor, floor_s = OUTPUT_AGE
-        return resolve("max_output_age_ms", self.node.params["max_output_age_ms"], "ms",
-                       self.measured_s(own_s, compute_s), factor, floor_s, "stale_output", never_at_zero=True)
+        return resolve("max_output_age_ms", self.node.params["max_output_age_ms"], "ms", self.measured_s(compute_s),
+                       factor, floor_s, "stale_output", never_at_zero=True)
 
     def fresh(self, seq: int, stamp_ns: int, arrival_ns: int, queue_s: float = 0.0, compute_s: float = 0.0,
               final: bool = False) -> bool:
         """False (counted as stale_output) when the frame arrived at the prefix longer ago than the limit: a
         planner must never get a trajectory for a world that has moved on. Ages come from the prefix's wall
         clock (hosts of one car are time-synchronised); arrival 0 = unknown (not checked). final: the check at
-        publish time (the frame's time then counts as measured)."""
-        if not arrival_ns:
+        publish time, with the frame's compute known (before it, with nothing measured yet, a frame is not
+        judged: its own compute is part of what it may take)."""
+        if not arrival_ns or not final and self.measured_s() == 0:
             return True
         age_s = (time.time_ns() - arrival_ns) / 1e9
-        own_s = max(0.0, age_s - queue_s)
-        self.last = (own_s, compute_s)
-        limit = self.output_age(own_s, compute_s)
         if final:
-            self.frames.add(own_s)
+            self.last_compute_s = compute_s
+        limit = self.output_age(compute_s)
         if limit.warning:
             self.node.get_logger().warning(limit.warning, throttle_duration_sec=WARN_EVERY_S)
         if limit.seconds is None or age_s <= limit.seconds:
+            if final:
+                self.frames.add(max(0.0, age_s - queue_s))
             return True
         self.node._reject("stale_output", ConfigError(
             f"trajectory of frame {seq} is {age_s * 1e3:.0f} ms old {'at publish time' if final else 'when taken'} "
-            f"(max_output_age_ms "
-            f"{self.node.params['max_output_age_ms']:g}, limit {limit.seconds * 1e3:.0f} ms: {limit.source})"),
-            stamp_ns)
+            f"(max_output_age_ms {self.node.params['max_output_age_ms']:g}, limit {limit.seconds * 1e3:.0f} ms: "
+            f"{limit.source})"), stamp_ns)
         return False
 
     def pose_wait_s(self) -> float:
@@ -85,11 +85,11 @@ class SuffixTimeLimits:
         return wait_s(_period_s(self.node.health))
 
     def check(self) -> tuple:
-        limit = self.output_age(*self.last)   # the current setting, as the last frame measured
+        limit = self.output_age(self.last_compute_s)   # the current setting, as the last frame measured
         warnings = [limit.warning] if limit.warning else []
         return _check(self.node, {
             "max_output_age_ms": _ms(limit.seconds), "max_output_age_source": limit.source,
-            "frame_time_ms": f"{self.measured_s(*self.last) * 1e3:.0f}", "pose_wait_ms": _ms(self.pose_wait_s())},
+            "frame_time_ms": _ms(self.measured_s(self.last_compute_s)), "pose_wait_ms": _ms(self.pose_wait_s())},
             warnings)
 
 
