@@ -149,3 +149,41 @@ def test_an_explicit_output_age_below_the_frame_time_is_kept_and_said_in_diagnos
     finally:
         h.close()
     assert "max_output_age_ms 0.001 ms is below the measured" in capfd.readouterr().err
+
+
+class StubSuffix:
+    """What SuffixTimeLimits asks of its node."""
+
+    def __init__(self, setting):
+        from hybrid_vla_ros.engine.pipeline.worker import StageHealth
+        self.params, self.health, self.rejected, self.warned = {"max_output_age_ms": setting}, StageHealth(), [], []
+
+    def get_logger(self):
+        return self
+
+    def warning(self, text, **_):
+        self.warned.append(text)
+
+    def _reject(self, reason, exc, stamp_ns=None):
+        self.rejected.append((reason, stamp_ns, str(exc)))
+
+
+def ago(seconds: float) -> int:
+    return time.time_ns() - int(seconds * 1e9)
+
+
+def test_auto_output_age_holds_for_a_slow_suffix_and_refuses_old_states_replayed_to_a_fresh_one():
+    from hybrid_vla_ros.ros.nodes.time_limits import SuffixTimeLimits
+    slow = SuffixTimeLimits(StubSuffix(AUTO))
+    assert slow.fresh(0, 1, ago(0.1))                                   # nothing measured: judged at publish
+    assert slow.fresh(0, 1, ago(2.3), compute_s=2.2, final=True)        # a 2.2 s frame, 2.3 s old: fresh
+    assert slow.fresh(1, 2, ago(6.9), queue_s=2.2, compute_s=2.2, final=True)   # two behind it: still fresh
+    assert slow.output_age().seconds == pytest.approx(5 * 4.7, rel=0.05) and not slow.node.rejected
+    restarted = SuffixTimeLimits(StubSuffix(AUTO))   # the boundary topic's history, seconds old, at a new suffix
+    for seq in range(3):
+        assert not restarted.fresh(seq, seq, ago(6.0), compute_s=0.05, final=True)
+    assert [r[0] for r in restarted.node.rejected] == ["stale_output"] * 3 and not len(restarted.frames)
+    packed = SuffixTimeLimits(StubSuffix(AUTO))      # an action-token frame: prefill to last token, 1.2 s
+    assert packed.fresh(5, 6, ago(1.3), compute_s=1.2, final=True)
+    never = SuffixTimeLimits(StubSuffix(0.0))
+    assert never.fresh(0, 1, ago(3600.0), final=True) and never.output_age().seconds is None
