@@ -180,7 +180,11 @@ def test_auto_output_age_holds_for_a_slow_suffix_and_refuses_old_states_replayed
     assert slow.fresh(1, 2, ago(6.9), queue_s=2.2, compute_s=2.2, final=True)   # two behind it: still fresh
     assert slow.output_age().seconds == pytest.approx(5 * 4.7, rel=0.05) and not slow.node.rejected
     restarted = SuffixTimeLimits(StubSuffix(AUTO))   # the boundary topic's history, seconds old, at a new suffix
-    for seq in range(3):
+    restarted.started_ns = ago(0.2)
+    assert not restarted.fresh(0, 0, ago(6.0))                          # refused before any compute
+    assert "before this suffix was active" in restarted.node.rejected[0][2]
+    assert restarted.fresh(1, 1, ago(0.5))                              # a live one (in flight at the start)
+    for seq in range(2, 4):                                            # judged at publish: its compute is known
         assert not restarted.fresh(seq, seq, ago(6.0), compute_s=0.05, final=True)
     assert [r[0] for r in restarted.node.rejected] == ["stale_output"] * 3 and not len(restarted.frames)
     packed = SuffixTimeLimits(StubSuffix(AUTO))      # an action-token frame: prefill to last token, 1.2 s

@@ -155,6 +155,7 @@ class SuffixNode(StageNode):
         self.poses.add(convert.stamp_to_ns(msg.header.stamp), convert.odometry_to_pose(msg))
 
     def activated(self) -> None:
+        self.limits.started_ns = time.time_ns()   # states that arrived long before this are replayed history
         self.diagnostics.publish()  # at once: the prefix learns where this receiver is before the first frame
 
     def _output_points(self, trajectory):
