@@ -53,7 +53,8 @@ BUSY_READER = textwrap.dedent("""
     from hybrid_vla_ros.engine.handover.transport import SharedMemoryTransport
     torch.set_num_threads(1)
     reader = SharedMemoryTransport()
-    a, b = torch.randn(768, 768), torch.randn(768, 768)
+    size = 5000 if sys.argv[2] == "torch" else 64   # one 5000^3 GEMM: over a second in a single torch call
+    a, b = torch.randn(size, size), torch.randn(size, size)
     for line in sys.stdin:
         segment, packed = line.split()
         reader.receive((segment, bytes.fromhex(packed)))
@@ -70,7 +71,8 @@ BUSY_READER = textwrap.dedent("""
 @pytest.mark.parametrize("work", ["torch", "python"])
 def test_a_reader_busy_for_seconds_keeps_beating(work):
     """Sampled from the writer's process: the reader's heartbeat never goes quiet for long while its main
-    thread computes (torch releases the GIL in its kernels; pure Python hands it over every switch interval)."""
+    thread computes (torch releases the GIL in its kernels, here one GEMM of over a second; pure Python
+    hands it over every switch interval)."""
     child = subprocess.Popen([sys.executable, "-c", BUSY_READER, "1.5", work], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True)
     writer = SharedMemoryTransport(slots=1)
