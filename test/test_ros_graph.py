@@ -206,7 +206,8 @@ def test_nonfinite_boundary_states_are_refused_never_published_and_reported(harn
 
 def test_states_sent_to_an_inactive_suffix_give_their_in_process_slots_back_at_once(harness):
     """Before: an inactive suffix dropped in-process envelopes without releasing them; the prefix then waited
-    10 s per slot (FLIGHT_SLOT_TIMEOUT_S) before it could take another frame."""
+    10 s per slot (the in-flight slot timeout, now at least 10 s: engine/pipeline/flight.py) before it could
+    take another frame."""
     harness.send_frame(0)
     harness.suffix.trigger_deactivate()
     max_in_flight = harness.prefix.flight.max_in_flight

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from ..engine.pipeline.limits import AUTO
 from ..errors import ConfigError, expect
 
 
@@ -25,6 +26,7 @@ class ParamSpec:
     choices: tuple[str, ...] = ()
     dynamic: bool = False          # may change at run time (ros2 param set)
     nonempty: bool = False         # strings: at least one non-blank character
+    auto: bool = False             # doubles: AUTO (-1) is allowed too = derived from measured times
 
     def check(self, value, where: str = "parameter"):
         """Raises ConfigError naming the parameter, the value and what is allowed."""
@@ -44,6 +46,8 @@ class ParamSpec:
         return value
 
     def _check_range(self, value, label: str) -> None:
+        if self.auto and value == AUTO:
+            return
         if self.nonempty:
             expect(value.strip() != "", ConfigError, f"{label}={value!r}: must not be empty")
         if self.choices:
@@ -69,6 +73,9 @@ class ParamSpec:
             target["minimum"] = self.minimum
         if self.maximum is not None:
             target["maximum"] = self.maximum
+        if self.auto:  # AUTO, or a value in range
+            bounds = {k: target.pop(k) for k in ("minimum", "maximum") if k in target}
+            target["anyOf"] = [{"enum": [AUTO]}, bounds]
         schema["description"] = self.description
         return schema
 
@@ -122,7 +129,9 @@ PREFIX_PARAMS = _common_model() + [
     ParamSpec("pack_groups", "int", "action-token models: independent packed groups that alternate, so the "
               "prefix runs one group's step while the suffix runs another's (1 = one side idles each step)", 1, 8),
     ParamSpec("token_timeout_s", "double", "action-token models: a packed step whose tokens have not come back "
-              "from the suffix after this fails its frames (counted as token_feedback_timeout)", 0.01, 600.0),
+              "from the suffix after this fails its frames (counted as token_feedback_timeout); -1 = auto: 5 x the "
+              "longest recent token round trip, at least 2 s (60 s until one is measured); a value below the "
+              "measured round trip is kept, and warned about (docs/RELIABILITY.md)", 0.01, 600.0, auto=True),
 ]
 
 SUFFIX_PARAMS = _common_model() + [
@@ -135,7 +144,9 @@ SUFFIX_PARAMS = _common_model() + [
     ParamSpec("partition_point", "int", "expected partition; each state runs from its own within the zone",
               0, 1024, dynamic=True),
     ParamSpec("max_output_age_ms", "double", "drop (and count as stale_output) a trajectory whose frame arrived at "
-              "the prefix longer ago than this at publish time; 0 = never", 0.0, 1e7, dynamic=True),
+              "the prefix longer ago than this at publish time; 0 = never; -1 = auto: 5 x the measured frame time, "
+              "at least 500 ms; a value below the measured frame time is kept, and warned about "
+              "(docs/RELIABILITY.md)", 0.0, 1e7, dynamic=True, auto=True),
     ParamSpec("numa_node", "int", "pin the worker to this NUMA node's cores; -1 = no NUMA pinning", -1, 63),
     ParamSpec("warm_standby", "bool", "a second suffix process (hybrid_vla_suffix_standby; hybrid-vla graph --processes) "
               "with its weights loaded takes over within ~0.3 s when this one goes silent"),
@@ -263,6 +274,8 @@ def check_node_params(node: str, values: dict, source: str) -> dict:
 def markdown_row(spec: ParamSpec) -> str:
     bounds = ", ".join(spec.choices) if spec.choices else \
         f"{spec.minimum} .. {spec.maximum}" if spec.minimum is not None and spec.maximum is not None else ""
+    if spec.auto:
+        bounds = f"{AUTO} (auto) or {bounds}"
     bounds = bounds or ("non-empty" if spec.nonempty else "")
     runtime = "yes" if spec.dynamic else "no (read-only)"
     return f"| `{spec.name}` | {spec.type} | {bounds} | {runtime} | {spec.description} |"

@@ -5,7 +5,9 @@ PackedPrefixServer (the prefix node): frames in; each packed step out as bytes (
 suffix's next tokens back as bytes. `groups` independent groups of up to `pack` frames share one prefix-side
 KV ring (slots = groups x pack). A group's next step needs its previous step's tokens, so one group leaves
 one side idle every step; with two, the prefix runs group b's step while the suffix runs group a's. A step
-whose tokens do not come back within `token_timeout_s` fails its frames (slots freed; the others go on).
+whose tokens do not come back within `token_timeout_s` fails its frames (slots freed; the others go on);
+AUTO (-1) derives it from the measured token round trips (engine/pipeline/limits.py: a real-size CPU suffix
+answers in seconds, a fixed 2 s failed every step).
 A partition change waits for a drain: nothing is admitted until no frame is in flight, then the prefix side
 is rebuilt at the new p (each step's header tells the suffix its cut, so it follows by itself).
 
@@ -28,6 +30,7 @@ from ...types import Frame
 from .packing import ActionFlow, ActionResult, slot_tokens_of
 from .forward import PackedSide, PackedState, SideWeights
 from .codec import decode_tokens, encode_state
+from ..pipeline.limits import AUTO, TOKEN_FIRST_S, TOKEN_TIMEOUT, Limit, Recent, resolve
 from ..scheduling.partition import check_partition
 
 POLL_S = 0.05
@@ -72,11 +75,12 @@ class PackedPrefixServer:
                f"pack_groups={groups!r}: expected 1..{MAX_GROUPS} independent groups of frames")
         expect(pack * groups <= MAX_SLOTS, ConfigError,
                f"pack {pack} x pack_groups {groups} = {pack * groups} frames in flight, above {MAX_SLOTS}")
-        expect(token_timeout_s > 0, ConfigError, f"token_timeout_s={token_timeout_s!r}: expected > 0")
+        expect(token_timeout_s > 0 or token_timeout_s == AUTO, ConfigError,
+               f"token_timeout_s={token_timeout_s!r}: expected > 0 (seconds) or {AUTO:g} (auto)")
         self.model, self.pack, self.slots = model, pack, pack * groups
         self.policy, self.capacity = policy, (1 if policy == "latest" else capacity)
         self.token_timeout_s = token_timeout_s
-        self.grace_s = max(GRACE_S, 0.25 * token_timeout_s)
+        self.round_trips = Recent()   # seconds from a step sent to its tokens back
         self.zone = zone or (0, model.num_blocks)
         self.weights = SideWeights(model, dtype)   # placed once, kept across partition moves
         self.weights.load(0, self.zone[1])
@@ -85,8 +89,9 @@ class PackedPrefixServer:
                        for _ in range(groups)]
         self.cond = threading.Condition()
         self.inbox: deque[Frame] = deque()
-        self.arrived: deque[tuple[int, dict[int, int]]] = deque()       # (step, tokens) from the suffix
-        self.awaiting: dict[int, tuple[int, PackedState, float]] = {}    # step -> (group, state, deadline)
+        self.arrived: deque[tuple[int, dict[int, int], float]] = deque()  # (step, tokens, when) from the suffix
+        # step -> (group, state, deadline, sent at, its timeout in s)
+        self.awaiting: dict[int, tuple[int, PackedState, float, float, float]] = {}
         self.lost: list[Lost] = []
         self.completed: list[ActionResult] = []
         self.pending_partition: int | None = None
@@ -98,6 +103,17 @@ class PackedPrefixServer:
 
     def _side(self, partition: int) -> PackedSide:
         return PackedSide(self.model, 0, partition, self.slots, slot_tokens_of(self.model), self.weights)
+
+    def timeout(self) -> Limit:
+        """The token timeout a step sent now gets: token_timeout_s, or auto: max(2 s, 5 x the longest recent round
+        trip); TOKEN_FIRST_S until one was measured. Its warning: set below the measured round trip."""
+        factor, floor_s = TOKEN_TIMEOUT
+        return resolve("token_timeout_s", self.token_timeout_s, "s", self.round_trips.longest(), factor, floor_s,
+                       "token_feedback_timeout", unmeasured_s=TOKEN_FIRST_S)
+
+    @property
+    def grace_s(self) -> float:
+        return max(GRACE_S, 0.25 * self.timeout().seconds)
 
     @property
     def partition(self) -> int:
@@ -120,7 +136,7 @@ class PackedPrefixServer:
         """The suffix's answer to a step (bytes); an InputError when it is damaged."""
         tokens, step = decode_tokens(payload)
         with self.cond:
-            self.arrived.append((step, tokens))
+            self.arrived.append((step, tokens, time.monotonic()))
             self.cond.notify_all()
 
     def request_partition(self, partition: int) -> None:
@@ -188,15 +204,17 @@ class PackedPrefixServer:
             self._collect_failed(group)
         if state is None:
             return None
+        limit_s = self.timeout().seconds
         with self.cond:
             self.step_no += 1
             step = self.run_base + self.step_no
             # one authority per frame: a suffix done after the deadline answers nothing and drops the step's
             # frames; this side gives them up (and counts them) only a grace later, when any answer sent
             # before the deadline has arrived
-            self.awaiting[step] = (index, state, time.monotonic() + self.token_timeout_s + self.grace_s)
+            now = time.monotonic()
+            self.awaiting[step] = (index, state, now + limit_s + max(GRACE_S, 0.25 * limit_s), now, limit_s)
         prefix_ms = (time.perf_counter() - t0) * 1e3
-        deadline_ns = time.time_ns() + int(self.token_timeout_s * 1e9)
+        deadline_ns = time.time_ns() + int(limit_s * 1e9)
         payload = encode_state(state, group.partition, step, self.slots, deadline_ns)
         prefill = next((s for s in state.segments if s.count > 1), None)
         return SentStep(payload, step, index, state.hidden.shape[0], len(state.segments),
@@ -206,7 +224,7 @@ class PackedPrefixServer:
     def _ready_group(self) -> int | None:
         """Round robin over groups not waiting for tokens: one with frames in flight, or one that can admit
         the oldest frame of the inbox (not while a partition change waits for the drain)."""
-        busy = {group for group, _, _ in self.awaiting.values()}
+        busy = {entry[0] for entry in self.awaiting.values()}
         for k in range(len(self.groups)):
             index = (self.turn + k) % len(self.groups)
             group = self.groups[index]
@@ -221,12 +239,13 @@ class PackedPrefixServer:
 
     def _apply_tokens(self) -> None:
         while self.arrived:
-            step, tokens = self.arrived.popleft()
+            step, tokens, when = self.arrived.popleft()
             waiting = self.awaiting.pop(step, None)
             if waiting is None:
                 self.stale_tokens += 1
                 continue
-            index, state, _ = waiting
+            index, state, _, sent_at, _ = waiting
+            self.round_trips.add(when - sent_at)
             problem = self._check_tokens(state, tokens)
             if problem:
                 self._fail_step(index, state, "invalid_tokens", f"step {step}: {problem}")
@@ -244,11 +263,11 @@ class PackedPrefixServer:
                f"{tokenizer.base + tokenizer.bins})" if bad else ""
 
     def _expire(self, now: float) -> None:
-        for step, (index, state, deadline) in list(self.awaiting.items()):
+        for step, (index, state, deadline, _, limit_s) in list(self.awaiting.items()):
             if now > deadline:
                 del self.awaiting[step]
                 self._fail_step(index, state, "token_feedback_timeout",
-                                f"no action tokens for step {step} within {self.token_timeout_s:g} s "
+                                f"no action tokens for step {step} within {limit_s:g} s "
                                 f"(is the suffix running and publishing ~/output/action_tokens?)")
 
     def _fail_step(self, index: int, state: PackedState, reason: str, message: str) -> None:

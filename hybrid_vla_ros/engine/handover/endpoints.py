@@ -202,7 +202,24 @@ class HandoverDecoder:
                f"boundary message: in-process body of {body.nbytes} bytes, expected {HANDLE.size}")
         return PROCESS_REGISTRY.receive(HANDLE.unpack(body)[0])
 
+    def watch(self, data: bytes) -> None:
+        """A message just received, before it waits behind earlier frames: a shared-memory descriptor's ring
+        is attached and beaten from now on (engine/handover/ring_reader.py). Anything else, or anything
+        malformed, is left to decode() to refuse with its reason."""
+        view = memoryview(data)
+        if view.nbytes < ENVELOPE.size or bytes(view[:4]) != ENVELOPE_MAGIC:
+            return
+        _, version, kind, _, _, host, *_ = ENVELOPE.unpack_from(view, 0)
+        if version == ENVELOPE_VERSION and KIND_NAMES.get(kind) == "shm":
+            try:
+                self.shm.watch(self._shm_handle(view[ENVELOPE.size:], host))
+            except InputError:
+                pass
+
     def _shm(self, body: memoryview, host: int) -> BoundaryState:
+        return self.shm.receive(self._shm_handle(body, host))
+
+    def _shm_handle(self, body: memoryview, host: int) -> tuple[str, bytes]:
         expect(host == HOST_ID, InputError, "boundary message: shared-memory descriptor from another host or "
                "/dev/shm (set the prefix's boundary_transport to auto or inline)")
         expect(body.nbytes >= NAME_LENGTH.size, InputError,
@@ -211,7 +228,7 @@ class HandoverDecoder:
         expect(body.nbytes >= NAME_LENGTH.size + length, InputError,
                f"boundary message: segment name of {length} bytes, body has {body.nbytes - NAME_LENGTH.size}")
         segment = bytes(body[NAME_LENGTH.size:NAME_LENGTH.size + length]).decode("ascii", errors="replace")
-        return self.shm.receive((segment, bytes(body[NAME_LENGTH.size + length:])))
+        return segment, bytes(body[NAME_LENGTH.size + length:])
 
     def close(self) -> None:
         with _local_lock:

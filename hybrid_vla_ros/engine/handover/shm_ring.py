@@ -6,12 +6,11 @@ generation per slot; owner-only permissions. Segment names carry the user and a 
 flock on its segment for its whole life: a segment nobody holds a lock on is stale and is reclaimed; this
 works across PID namespaces (containers sharing /dev/shm), where a PID says nothing.
 
-A READY slot is the reader's while the reader lives, however slow (a 7B CPU suffix takes seconds per
-frame): the reader beats in the ring header from a thread of its transport and records the newest frame it
-took. The writer takes a READY slot back, counted, only when the reader is gone (silent for
-`reclaim_after_s`) or has read past it (states are served in order); a reader copying that slot at that
-moment sees the generation change and refuses the copy.
-Attaching checks the segment's size against its header, so a truncated segment is refused, never read past.
+A READY slot is the reader's while the reader lives, however slow (a 7B CPU suffix takes seconds per frame):
+the reader beats in the ring header from a thread of its own (ring_reader.py) and records the newest frame it
+took. The writer takes a READY slot back, counted, only when the reader is gone (silent for `reclaim_after_s`)
+or has read past it (states are served in order); a reader copying that slot then sees the generation change
+and refuses the copy. Attaching checks the segment's size against its header (a truncated one is refused).
 """
 
 from __future__ import annotations
@@ -193,15 +192,13 @@ class SharedMemoryRing:
     def free_slots(self) -> int:
         return sum(self._slot_state(i) == FREE for i in range(self.slots))
 
-    def _slot_header(self, index: int) -> tuple:
-        """(state, epoch, seq, ring id, generation, length, written_ns) of a slot."""
+    def _slot_header(self, index: int) -> tuple:  # (state, epoch, seq, ring id, generation, length, written_ns)
         return SLOT_HEADER.unpack_from(self._mm, self._slot_offset(index))
 
     # -- writer ----------------------------------------------------------------------------------------
     def _wait_for_slot(self, index: int, timeout_s: float | None, reclaim_after_s: float) -> None:
-        """Back-pressure: wait until the slot is FREE, for as long as its reader lives (timeout_s: a bound
-        anyway, None = none); take it back when the reader is gone or has read past it (the frame in it is
-        lost, counted in `reclaimed`)."""
+        """Back-pressure: wait until the slot is FREE, as long as its reader lives (timeout_s: a bound anyway, None
+        = none); take it back when the reader is gone or read past it (its frame lost, counted in `reclaimed`)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         pause = 0.0002
         while True:
@@ -228,10 +225,13 @@ class SharedMemoryRing:
         return "gone" if time.monotonic_ns() - max(beat_ns, written_ns) > reclaim_after_s * 1e9 else None
 
     def beat(self, read_seq: int | None = None) -> None:
-        """Reader: I am alive (the writer leaves my READY slots to me); read_seq: and I took this frame."""
-        read_past = READER.unpack_from(self._mm, READER_OFFSET)[1]
-        READER.pack_into(self._mm, READER_OFFSET, time.monotonic_ns(),
-                         read_past if read_seq is None else max(read_past, read_seq + 1))
+        """Reader: I am alive (the writer leaves my READY slots to me); read_seq: and I took this frame (the
+        reading thread only: a plain beat, from any thread, writes the time alone, never an older progress)."""
+        if read_seq is None:
+            struct.pack_into("<Q", self._mm, READER_OFFSET, time.monotonic_ns())
+        else:
+            READER.pack_into(self._mm, READER_OFFSET, time.monotonic_ns(),
+                             max(READER.unpack_from(self._mm, READER_OFFSET)[1], read_seq + 1))
 
     def write(self, state: BoundaryState, timeout_s: float | None = None,
               reclaim_after_s: float = RECLAIM_AFTER_S) -> SlotDescriptor:

@@ -19,7 +19,8 @@ from ...errors import InputError, expect
 from ...types import BoundaryState
 from . import codec
 from .pinning import register_for_device_copies, unregister
-from .shm_ring import READER_BEAT_S, SHM_DIR, SharedMemoryRing, SlotDescriptor  # noqa: F401 (SHM_DIR: re-exported)
+from .ring_reader import RingReaders
+from .shm_ring import SHM_DIR, SharedMemoryRing, SlotDescriptor  # noqa: F401 (SHM_DIR: re-exported)
 
 
 class InProcessTransport:
@@ -99,7 +100,7 @@ class InlineTransport:
 class SharedMemoryTransport:
     """Same host: the prefix side owns the ring (created at the first state, sized to it); the handle is
     the 40-byte descriptor; the suffix side attaches by segment name, only to this user's rings of its
-    `scope` (the ROS graph)."""
+    `scope` (the ROS graph), and beats each ring it attached (ring_reader.py)."""
 
     name = "shm"
 
@@ -107,9 +108,8 @@ class SharedMemoryTransport:
         self.slots, self.scope = slots, scope
         self.name_hint = name or f"ring{secrets.token_hex(4)}"
         self.ring: SharedMemoryRing | None = None
-        self._reader: SharedMemoryRing | None = None
         self._retired: list[SharedMemoryRing] = []     # outgrown rings (see _grow), closed with this transport
-        self._beating: threading.Event | None = None   # set: the reader's heartbeat thread stops
+        self.readers = RingReaders(scope)              # the rings this side reads, each beaten
         self.pinned: str | None = None                 # the ring's pages registered with CUDA (pinning.py)
         self._registered: list[SharedMemoryRing] = []  # ... unregistered before they are unmapped
 
@@ -145,42 +145,25 @@ class SharedMemoryTransport:
         desc = SlotDescriptor.unpack(segment, packed)  # checked before any segment is opened
         # first state, a restarted writer, or one that made a new ring under the same name (cleanup + configure,
         # a container reusing the PID): the ring id tells them apart; the old mapping was unlinked
-        if self._reader is None or self._reader.segment != segment or self._reader.ring_id != desc.ring_id:
-            if self._reader is not None and self._reader is not self.ring and \
-                    all(self._reader is not r for r in self._retired):   # the writer's own: closed by close()
-                self._reader.close()
-            self._reader = None
-            self._reader = self.ring if self.ring is not None and self.ring.segment == segment \
-                else SharedMemoryRing.attach(segment, scope=self.scope)
-            self._reader.beat()
-            self._start_beating()
-        return self._reader.read(desc)
+        return self.readers.read(desc, own=self._own(segment))
 
-    def _start_beating(self) -> None:
-        """The reader's heartbeat, from a thread of its own: a suffix computing for seconds still beats (torch
-        releases the GIL), so the writer leaves its slots alone; a dead reader stops beating."""
-        if self._beating is not None:
-            return
-        self._beating = stop = threading.Event()
+    def watch(self, handle: tuple[str, bytes]) -> None:
+        """A descriptor arrived (not yet read): attach its ring now, so that it is beaten while this side is
+        still busy with earlier frames. Raises InputError like receive()."""
+        segment, packed = handle
+        self.readers.watch(segment, SlotDescriptor.unpack(segment, packed).ring_id, own=self._own(segment))
 
-        def beat_loop() -> None:
-            while not stop.wait(READER_BEAT_S):
-                reader = self._reader
-                try:
-                    if reader is not None:
-                        reader.beat()
-                except (ValueError, OSError):   # its mapping closed meanwhile (re-attach or close)
-                    pass
-        threading.Thread(target=beat_loop, name="shm-reader-heartbeat", daemon=True).start()
+    def _own(self, segment: str) -> SharedMemoryRing | None:
+        return self.ring if self.ring is not None and self.ring.segment == segment else None
 
     def close(self) -> None:
-        if self._beating is not None:
-            self._beating.set()
+        self.readers.close()
         for ring in self._registered:
             unregister(ring._mm)
         self._registered.clear()
-        for ring in {id(r): r for r in (self._reader, self.ring, *self._retired) if r is not None}.values():
-            ring.close()
+        for ring in (self.ring, *self._retired):
+            if ring is not None:
+                ring.close()
 
 
 TRANSPORTS = {"inproc": InProcessTransport, "shm": SharedMemoryTransport, "inline": InlineTransport}

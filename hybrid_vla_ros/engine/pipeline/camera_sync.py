@@ -8,6 +8,13 @@ from collections import deque
 
 import numpy as np
 
+from .limits import Recent
+from .stamp_order import TIME_JUMP_S
+
+KEEP_FLOOR_S = 10.0     # stamped states are kept at least this far back in stamp time ...
+KEEP_FACTOR = 2.0       # ... and twice as far back as recent matches reached
+MAX_STATES = 20_000     # a bound whatever the stamps say (100 s of a 200 Hz stream)
+
 
 class CameraSync:
     """Buffers the last few images per camera. When an image arrives and every camera holds an image within
@@ -45,20 +52,35 @@ class CameraSync:
 
 
 class StampedHistory:
-    """The last `depth` stamped values of a stream (odometry), matched to a frame by stamp: the sample nearest
+    """The recent stamped values of a stream (odometry), matched to a frame by stamp: the sample nearest
     the frame's stamp within `skew_ns`, or, where one sample before and one after the stamp are both within
     it, the value between them at the stamp (`between(a, b, w)`, e.g. Pose2D.between). A sample 50 ms off is
     about 1 m at 20 m/s: the first one inside the skew is not good enough. Waits up to `wait_s` for a sample
-    within the skew (callbacks of one time step may run in any order)."""
+    within the skew (callbacks of one time step may run in any order).
+
+    Kept: at least the newest `depth`, and every sample within `keep_s()` of the newest stamp: KEEP_FACTOR x
+    how far behind the newest sample recent matches reached, at least KEEP_FLOOR_S. A real-size frame is
+    matched seconds after its stamp (its trajectory comes out seconds later): a fixed count (200 samples,
+    2-4 s of odometry) would have dropped its sample before it was asked for. A sample older than the newest
+    by TIME_JUMP_S or more says time went back: the old timeline is forgotten."""
 
     def __init__(self, depth: int = 200, between=None):
-        self.entries: deque = deque(maxlen=depth)
-        self.between = between
+        self.entries: deque = deque(maxlen=MAX_STATES)
+        self.depth, self.between = depth, between
+        self.reach = Recent()   # seconds (stamp time) between the newest sample and the stamps matched
         self.arrived = threading.Condition()
+
+    def keep_s(self) -> float:
+        return max(KEEP_FLOOR_S, KEEP_FACTOR * self.reach.longest())
 
     def add(self, stamp_ns: int, value) -> None:
         with self.arrived:
+            if self.entries and self.entries[-1][0] - stamp_ns >= TIME_JUMP_S * 1e9:
+                self.entries.clear()   # time went back (a bag loop, a /clock reset)
             self.entries.append((stamp_ns, value))
+            oldest_kept = stamp_ns - self.keep_s() * 1e9
+            while len(self.entries) > self.depth and self.entries[0][0] < oldest_kept:
+                self.entries.popleft()
             self.arrived.notify_all()
 
     def clear(self) -> None:
@@ -77,6 +99,7 @@ class StampedHistory:
             entries = list(self.entries)
         if not entries:
             return None, False
+        self.reach.add((entries[-1][0] - stamp_ns) / 1e9)
         before = max((e for e in entries if e[0] <= stamp_ns), key=lambda e: e[0], default=None)
         after = min((e for e in entries if e[0] >= stamp_ns), key=lambda e: e[0], default=None)
         near = [e for e in (before, after) if e is not None and within(e)]
@@ -88,15 +111,18 @@ class StampedHistory:
 
 class WaitForState:
     """Frames wait here, in order, until the stamped state they need (their kinematic state) is in `history`
-    within `skew_ns`, or `wait_s` has passed; then they go on to `forward(frame)`. Called from the thread
-    that feeds frames and states (the executor): no compute thread waits, so no other frame is delayed."""
+    within `skew_ns`, or `wait_s` has passed (a number, or a callable giving it when the frame comes: a
+    wait derived from the stage's measured period, engine/pipeline/limits.py wait_s); then they go on to
+    `forward(frame)`. Called from the thread that feeds frames and states (the executor): no compute thread
+    waits, so no other frame is delayed."""
 
-    def __init__(self, history: StampedHistory, skew_ns: int, wait_s: float, forward):
+    def __init__(self, history: StampedHistory, skew_ns: int, wait_s, forward):
         self.history, self.skew_ns, self.wait_s, self.forward = history, skew_ns, wait_s, forward
         self.waiting: deque = deque()   # (frame, deadline)
 
     def add(self, frame) -> None:
-        self.waiting.append((frame, time.monotonic() + self.wait_s))
+        wait = self.wait_s() if callable(self.wait_s) else self.wait_s
+        self.waiting.append((frame, time.monotonic() + wait))
         self.poll()
 
     def poll(self) -> None:

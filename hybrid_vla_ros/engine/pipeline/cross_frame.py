@@ -27,6 +27,7 @@ from ..stages import PrefixStage, SuffixStage
 from .worker import POLICIES, StageHealth, StageWorker
 
 _RING_NAMES = itertools.count()
+SUBMIT_TIMEOUT_FLOOR_S = 60.0
 
 
 @dataclass
@@ -39,7 +40,7 @@ class PipelineConfig:
     prefix_threads: int | None = None
     suffix_threads: int | None = None
     join_timeout_s: float = 10.0
-    submit_timeout_s: float = 60.0
+    submit_timeout_s: float | None = None   # lossless back-pressure bound; None: derived (Pipeline.submit_timeout)
     # Start the prefix just in time: when the suffix is the slower stage, delay taking the next frame so it
     # finishes when the suffix frees up. Same period, no frame left waiting at the handover (fresher input).
     just_in_time: bool = True
@@ -133,7 +134,15 @@ class Pipeline:
         expect(not self._closed and not self.prefix_worker.closed, ConfigError, "pipeline is closed")
         with self._lock:
             self.stats.submitted += 1
-        return self.prefix_worker.submit((frame, time.perf_counter()), self.config.submit_timeout_s)
+        return self.prefix_worker.submit((frame, time.perf_counter()), self.submit_timeout())
+
+    def submit_timeout(self) -> float:
+        """How long a lossless submit waits for room: submit_timeout_s, or derived: max(60 s, 10 x max_in_flight
+        x the slower stage's measured time per frame); a real-size frame can take over a minute on a CPU."""
+        if self.config.submit_timeout_s is not None:
+            return self.config.submit_timeout_s
+        slower = max(self.flight.prefix_s, self.flight.suffix_s)
+        return max(SUBMIT_TIMEOUT_FLOOR_S, 10 * self.config.max_in_flight * slower)
 
     def set_partition(self, partition: int) -> None:
         """Takes effect at the next frame boundary of the prefix (never inside a frame)."""
@@ -215,7 +224,7 @@ class Pipeline:
         with self._lock:
             self.stats.prefix_busy_s += record.sent - record.prefix_start
         self.flight.prefix_finished(record.sent - record.prefix_start)
-        self.suffix_worker.submit((record, envelope), timeout_s=self.config.submit_timeout_s)
+        self.suffix_worker.submit((record, envelope), timeout_s=self.submit_timeout())
 
     def _run_suffix(self, item) -> None:
         record, envelope = item

@@ -8,7 +8,9 @@ process). With the suffix the slower stage, `admit()` also delays the prefix so 
 when the suffix frees up: the same period, no frame left waiting at the handover (fresher input).
 
 A slot that nobody releases (a handle whose message was lost) is reclaimed after `slot_timeout_s` and
-counted, so the prefix can never stall for good.
+counted, so the prefix can never stall for good. `slot_timeout_s="auto"` derives it from the measured stage
+times (`slot_timeout()`): a slot lives about prefix_s + max_in_flight x suffix_s; a 7B CPU suffix takes
+seconds per frame, so a fixed 10 s would reclaim live slots.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from collections import deque
 from ...errors import ConfigError, expect
 
 POLL_S = 0.05
+SLOT_TIMEOUT_FLOOR_S = 10.0   # auto slot timeout: never below this ...
+SLOT_TIMEOUT_FACTOR = 5.0     # ... else this many times a slot's measured lifetime
 
 
 def ema(previous: float, sample: float, weight: float = 0.3) -> float:
@@ -27,9 +31,12 @@ def ema(previous: float, sample: float, weight: float = 0.3) -> float:
 
 
 class FlightControl:
-    def __init__(self, max_in_flight: int, just_in_time: bool = True, slot_timeout_s: float | None = None):
+    def __init__(self, max_in_flight: int, just_in_time: bool = True, slot_timeout_s: float | str | None = None):
+        """slot_timeout_s: seconds, "auto" (derived: slot_timeout()) or None (never reclaimed)."""
         expect(isinstance(max_in_flight, int) and 1 <= max_in_flight <= 64, ConfigError,
                f"max_in_flight={max_in_flight!r}, expected an integer in 1..64")
+        expect(slot_timeout_s in (None, "auto") or isinstance(slot_timeout_s, (int, float)) and slot_timeout_s > 0,
+               ConfigError, f"slot_timeout_s={slot_timeout_s!r}: expected seconds > 0, 'auto' or None")
         self.max_in_flight, self.just_in_time, self.slot_timeout_s = max_in_flight, just_in_time, slot_timeout_s
         self._cond = threading.Condition()
         self._taken: deque[float] = deque()   # admission times of the slots in use, oldest first
@@ -95,9 +102,20 @@ class FlightControl:
         self.release()
 
     # ---- internals ---------------------------------------------------------------------------------------
+    def slot_timeout(self) -> float | None:
+        """The age after which the oldest slot counts as lost. auto: max(SLOT_TIMEOUT_FLOOR_S, SLOT_TIMEOUT_FACTOR
+        x (prefix_s + max_in_flight x suffix_s)), suffix_s at least as long as the frame it runs now (a first,
+        unmeasured frame of a slow suffix is not taken for a lost one)."""
+        if self.slot_timeout_s != "auto":
+            return self.slot_timeout_s
+        running = time.perf_counter() - self._suffix_started if self._suffix_started is not None else 0.0
+        lifetime = self.prefix_s + self.max_in_flight * max(self.suffix_s, running)
+        return max(SLOT_TIMEOUT_FLOOR_S, SLOT_TIMEOUT_FACTOR * lifetime)
+
     def _reclaim_expired(self) -> None:
         """Called with the lock held."""
-        if self.slot_timeout_s is not None and self._taken and time.monotonic() - self._taken[0] > self.slot_timeout_s:
+        timeout = self.slot_timeout()
+        if timeout is not None and self._taken and time.monotonic() - self._taken[0] > timeout:
             self._taken.popleft()
             self.reclaimed += 1
             self._owed += 1

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from ..cpu import pin_current_thread
 
 POLICIES = ("latest", "lossless")
+STUCK_FACTOR = 5.0   # a frame running this many times the longest recent stage time is stuck (or stuck_after_s)
 _STOP = object()
 
 class Mailbox:
@@ -141,6 +142,10 @@ class StageHealth:
             last = sorted(list(self.times_ms)[-recent:])
         return last[len(last) // 2] if last else 0.0
 
+    def longest_ms(self, recent: int = 16) -> float:
+        with self.lock:   # the longest of the last `recent` stage times (0: none yet)
+            return max(list(self.times_ms)[-recent:], default=0.0)
+
     def period_ms(self) -> float:
         with self.lock:
             ends = list(self.ends)
@@ -178,7 +183,8 @@ class StageHealth:
 class StageWorker:
     """Never dies of a frame: any exception of the handler is caught at that frame, counted by kind in the
     health, passed to `on_error` (the node logs it, throttled), and the worker takes the next item.
-    `liveness_check()` says ERROR when the thread is gone or one item has been running for `stuck_after_s`."""
+    `liveness_check()` says ERROR when the thread is gone or one item has been running for `stuck_after_s`, or
+    STUCK_FACTOR x the longest recent stage time where longer (a real-size suffix: seconds per frame)."""
 
     def __init__(self, name: str, handler, policy: str = "lossless", capacity: int = 16,
                  cores: list[int] | None = None, threads: int | None = None, health: StageHealth | None = None,
@@ -234,13 +240,16 @@ class StageWorker:
         with self._mailbox.cond:
             return len(self._mailbox.items) + (1 if self.busy else 0)
 
+    def stuck_after(self) -> float:
+        return max(self.stuck_after_s, STUCK_FACTOR * self.health.longest_ms() / 1e3)
+
     def liveness_check(self) -> tuple[str, int, str, dict]:
         alive = self._thread.is_alive()
         busy_since = self._busy_since
         busy_s = time.monotonic() - busy_since if busy_since is not None else 0.0
         if not alive:
             level, message = ERROR, f"worker thread {self._thread.name} is not running"
-        elif busy_s > self.stuck_after_s:
+        elif busy_s > self.stuck_after():
             level, message = ERROR, f"one frame has been running for {busy_s:.1f} s (stuck?)"
         else:
             level, message = OK, "alive"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor, SetParametersResult
 from rclpy.parameter import Parameter
 
+from ...engine.pipeline.limits import AUTO
 from ...engine.pipeline.worker import StageHealth
 from ...errors import ConfigError, HybridVLAError, expect
 from ..params import NODE_PARAMS, rclpy_own
@@ -22,10 +23,11 @@ def descriptor(spec) -> ParameterDescriptor:
     elif spec.nonempty:
         d.additional_constraints = "non-empty"
     if spec.minimum is not None and spec.maximum is not None:
+        low = min(spec.minimum, AUTO) if spec.auto else spec.minimum  # AUTO: the table's check refuses (-1, min)
         if spec.type.startswith("int"):
-            d.integer_range = [IntegerRange(from_value=int(spec.minimum), to_value=int(spec.maximum), step=0)]
+            d.integer_range = [IntegerRange(from_value=int(low), to_value=int(spec.maximum), step=0)]
         elif spec.type == "double":
-            d.floating_point_range = [FloatingPointRange(from_value=float(spec.minimum),
+            d.floating_point_range = [FloatingPointRange(from_value=float(low),
                                                          to_value=float(spec.maximum), step=0.0)]
     return d
 

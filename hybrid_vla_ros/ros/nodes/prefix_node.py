@@ -27,13 +27,15 @@ from .diagnostics import DiagnosticsPublisher, publish_frame_info
 from .stage_node import StageNode, graph_scope
 from .packed_stage import PackedPrefixLoop
 from .scene_memory import SceneMemory
+from .time_limits import PrefixTimeLimits
 from ..params import chosen_cores
 from ..topics import BOUNDARY_QOS
 
 NODE_NAME = "hybrid_vla_prefix"
-KINEMATIC_WAIT_S = 0.1               # longest wait for the kinematic state matching a frame
 SENT_STAMPS_KEPT = 256               # seq -> stamp of frames handed over (to name those lost in the ring)
-FLIGHT_SLOT_TIMEOUT_S = 10.0         # an in-flight slot nobody freed (a lost handle) is reclaimed after this
+# An in-flight slot nobody freed (a lost handle) is reclaimed after a time derived from the measured stage
+# times (engine/pipeline/flight.py); a frame waits for its kinematic state up to half the measured period
+# (ros/nodes/time_limits.py): fixed numbers chosen at 0.1 s per frame break at seconds per frame.
 
 
 class PrefixNode(StageNode):
@@ -63,9 +65,10 @@ class PrefixNode(StageNode):
             self._configure_frames()
         self._subscribe_cameras()
         self.ego_gate = None
+        self.limits = PrefixTimeLimits(self)
         if p["use_kinematic_state"]:  # a frame waits for its kinematic state here, not in the compute thread
-            self.ego_gate = WaitForState(self.ego_history, int(p["sync_skew_ms"] * 1e6), KINEMATIC_WAIT_S,
-                                         lambda frame: self._submit(frame))
+            self.ego_gate = WaitForState(self.ego_history, int(p["sync_skew_ms"] * 1e6),
+                                         self.limits.kinematic_wait_s, lambda frame: self._submit(frame))
             self.configured_subscription(Odometry, "~/input/kinematic_state", self._on_odometry, 10)
             self.configured_timer(0.01, self.ego_gate.poll)
         self.configured_subscription(Int32, "~/input/partition_point", self._on_partition_topic, 10)
@@ -87,7 +90,7 @@ class PrefixNode(StageNode):
         self.stage = PrefixStage(self.model, p["partition_point"], self.placement, self.zone)
         # max_in_flight: frames taken and not finished by the suffix (in-process suffix: it frees the slot;
         # otherwise the slot is freed once the state left this process, and the ring bounds what waits).
-        self.flight = FlightControl(p["max_in_flight"], just_in_time=True, slot_timeout_s=FLIGHT_SLOT_TIMEOUT_S)
+        self.flight = FlightControl(p["max_in_flight"], just_in_time=True, slot_timeout_s="auto")
         self.handover = HandoverEncoder(p["boundary_transport"], ring_slots=p["max_in_flight"],
                                         ring_name=self.get_name(), flight=self.flight, scope=graph_scope(self),
                                         model_id=model_id(self.model))
@@ -165,7 +168,7 @@ class PrefixNode(StageNode):
 
     def ego_at(self, stamp_ns: int) -> EgoState:
         """The kinematic state for a frame: the nearest (or interpolated) one within the camera skew (the frame
-        waited for it in ego_gate, up to KINEMATIC_WAIT_S); else the nearest one, counted as
+        waited for it in ego_gate, up to limits.kinematic_wait_s()); else the nearest one, counted as
         'kinematic_state_late'."""
         use = self.params["use_kinematic_state"]
         ego, matched = self.ego_history.match(stamp_ns, int(self.params["sync_skew_ms"] * 1e6))
@@ -283,6 +286,7 @@ class PrefixNode(StageNode):
                        "camera_sync_discarded": str(self.sync.discarded), "images_decoded": str(self.images_decoded),
                        "images_received": str(self.images_received), "time_jumps": str(self.time_jumps),
                        "inproc_handles_evicted": str(PROCESS_REGISTRY.evicted)})] + self.scene_memory.checks()
+        partition.append(self.limits.check())
         if self.packed is not None:
             return partition + self.packed.checks()
         return partition + [

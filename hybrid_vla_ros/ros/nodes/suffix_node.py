@@ -26,14 +26,15 @@ from .diagnostics import DiagnosticsPublisher, publish_trajectory_info
 from .stage_node import StageNode, graph_scope
 from .packed_stage import PackedSuffixSteps
 from .standby import SuffixRole
+from .time_limits import SuffixTimeLimits
 from ..params import chosen_cores
 from ..topics import BOUNDARY_QOS, STANDBY_NODE
 
 NODE_NAME = "hybrid_vla_suffix"
 SUFFIX_QUEUE = 64  # boundary states waiting for the suffix worker (the limit of max_in_flight)
 EGO_FRAME = "base_link"
-POSE_SKEW_NS = 50_000_000   # the kinematic state matched to a frame lies within this of its stamp
-POSE_WAIT_S = 0.1           # and may arrive up to this late
+POSE_SKEW_NS = 50_000_000   # the kinematic state matched to a frame lies within this of its stamp (sensor
+# time: ~1 m at 20 m/s, whatever the model's size); it may arrive late by half a frame period (time_limits.py)
 
 
 class SuffixNode(StageNode):
@@ -60,6 +61,7 @@ class SuffixNode(StageNode):
         self.msg_cls, self.output_kind, reason = convert.resolve_trajectory_type(p["output_type"])
         self.decoder = HandoverDecoder(scope=graph_scope(self), model_id=model_id(self.model))
         self.last_stamp_ns = -1
+        self.limits = SuffixTimeLimits(self)   # max_output_age_ms and the pose wait, from measured times
         self.pub = self.configured_publisher(self.msg_cls, "~/output/trajectory", 10)
         self.candidates = CandidateOutput(self, p["generator_name"])  # ~/output/trajectories (ros/candidates.py)
         self.info_pub = self.configured_publisher(DiagnosticStatus, "~/debug/trajectory_info", 10)
@@ -73,7 +75,7 @@ class SuffixNode(StageNode):
         self.poses = StampedHistory(between=Pose2D.between) if p["frame_id"] != EGO_FRAME else None
         if self.poses is not None:  # the map-frame output needs the ego pose of each frame
             self.configured_subscription(Odometry, "~/input/kinematic_state", self._on_odometry, 50)
-            # ... and may wait for it (POSE_WAIT_S): on a thread of its own, never the compute thread's
+            # ... and may wait for it (limits.pose_wait_s): on a thread of its own, never the compute thread's
             self.output = StageWorker("output", self._publish_now, policy="lossless", capacity=4 * SUFFIX_QUEUE,
                                       health=self.health, on_error=self._on_worker_error,
                                       stamp_of=lambda item: item[0].stamp_ns).start()
@@ -153,28 +155,14 @@ class SuffixNode(StageNode):
         self.poses.add(convert.stamp_to_ns(msg.header.stamp), convert.odometry_to_pose(msg))
 
     def activated(self) -> None:
+        self.limits.started_ns = time.time_ns()   # states that arrived long before this are replayed history
         self.diagnostics.publish()  # at once: the prefix learns where this receiver is before the first frame
-
-    def _fresh(self, seq: int, stamp_ns: int, arrival_ns: int) -> bool:
-        """False (counted as stale_output) when the frame arrived at the prefix more than max_output_age_ms
-        ago: a planner must never get a trajectory for a world that has moved on. Ages come from the
-        prefix's wall clock (hosts of one car are time-synchronised); 0 = unknown arrival (not checked)."""
-        limit_ms = self.params["max_output_age_ms"]
-        if limit_ms <= 0 or not arrival_ns:
-            return True
-        age_ms = (time.time_ns() - arrival_ns) / 1e6
-        if age_ms <= limit_ms:
-            return True
-        self._reject("stale_output", ConfigError(
-            f"trajectory of frame {seq} is {age_ms:.0f} ms old at publish time (max_output_age_ms {limit_ms:g})"),
-            stamp_ns)
-        return False
 
     def _output_points(self, trajectory):
         """The points in the output frame, or None (counted) when the map frame has no pose for this frame."""
         if self.poses is None:
             return trajectory.points
-        pose, matched = self.poses.match(trajectory.stamp_ns, POSE_SKEW_NS, POSE_WAIT_S)
+        pose, matched = self.poses.match(trajectory.stamp_ns, POSE_SKEW_NS, self.limits.pose_wait_s())
         if not matched:
             self._reject("pose_missing", ConfigError(
                 f"no kinematic state within {POSE_SKEW_NS / 1e6:.0f} ms of frame {trajectory.seq}: the "
@@ -196,6 +184,7 @@ class SuffixNode(StageNode):
         if self.role is not None and not self.role.active:
             self.role.keep((data, time.perf_counter()))   # standing by: never read (a shm slot is the active's)
         elif self.accepting(stamp_ns=envelope_stamp(data)):
+            self.decoder.watch(data)   # a new shm ring is beaten from now on, not once the worker gets to it
             self.worker.submit((data, time.perf_counter()))
         elif not is_packed_state(data):
             self._let_go(data)
@@ -230,8 +219,8 @@ class SuffixNode(StageNode):
                 state.flight.suffix_finished(time.perf_counter() - t0)
 
     def _serve(self, state, transport: str, t0: float, received: float) -> None:
-        if not self._fresh(state.seq, state.stamp_ns, state.arrival_ns):  # already too old: not worth the compute
-            return
+        if not self.limits.fresh(state.seq, state.stamp_ns, state.arrival_ns, queue_s=t0 - received):
+            return  # already too old: not worth the compute
         if self._older(state.stamp_ns, f"boundary state of frame {state.seq}"):
             return
         try:
@@ -273,7 +262,9 @@ class SuffixNode(StageNode):
             return
         self.last_stamp_ns = trajectory.stamp_ns
         points = self._output_points(trajectory)
-        if points is None or not self._fresh(trajectory.seq, trajectory.stamp_ns, arrival_ns):
+        if points is None or not self.limits.fresh(
+                trajectory.seq, trajectory.stamp_ns, arrival_ns, queue_s=float(values.get("queue_ms", 0)) / 1e3,
+                compute_s=float(values.get("suffix_ms") or values.get("latency_ms") or 0) / 1e3, final=True):
             return
         try:  # the last gate before the car, for every kind of model and output frame
             expect_finite(points, "nonfinite_output", f"trajectory of frame {trajectory.seq}")
@@ -292,6 +283,7 @@ class SuffixNode(StageNode):
         cores = self.cores or list(range(len(loads)))
         load = sum(loads[c] for c in cores if c < len(loads)) / max(1, len(cores))
         role = ([self.role.check()] if self.role is not None else []) + (self.packed.checks() if self.packed else [])
+        role.append(self.limits.check())
         return role + [("cpu_load", 0, f"{load:.0f}% on cores {cores}", {"cpu_load_percent": f"{load:.1f}"}),
                 ("dtype", 0, self.dtype_choice.dtype, {"dtype": self.dtype_choice.dtype,
                                                        "dtype_reason": self.dtype_choice.reason}),
