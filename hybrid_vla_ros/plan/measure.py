@@ -1,0 +1,131 @@
+"""Timing on this machine for the planner: one real-shape decoder block, its largest GEMM (the ceiling), a
+streaming read, and for a small model the front end and the head as the stages run them.
+
+A block is timed as the median of a few runs (what a pipeline's p50 sees); the GEMM ceiling as the best of a
+few (a ceiling). Only the modules timed are drawn (real-size presets: model/seeded.py).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+import torch
+
+from ..bench.roofline import _block_inputs, _sync, gemm_ceiling_gflops, read_bandwidth_gbs
+from ..engine.cpu import pinned
+from ..engine.placement import DTYPE_NAMES, Placement
+from ..engine.stages import frame_embeddings, placed, run_blocks
+from ..model.checkpoint import ensure_loaded
+from ..model.inputs import synthetic_frame
+from .efficiency import BlockMeasure
+from .hardware import PARTS_GPU, dtype_key, this_cpu
+from .workload import FrontEnd, Workload
+
+CALIBRATION_ROWS = 512       # rows a calibration block runs at, at most (an efficiency, not a time, is wanted)
+FRONT_MEASURE_FLOPS = 20e9   # front ends up to this are run as the stage runs them; larger: from their FLOPs
+
+
+def median_ms(run, repeats: int = 3, sync=lambda: None, budget_s: float = 0.5, most: int = 25) -> float:
+    """Median of at least `repeats` runs after a warm-up; short runs are repeated until about budget_s of them
+    (at most `most`), so one burst of a competing load on a shared machine does not set the figure."""
+    t0 = time.perf_counter()
+    run()
+    sync()
+    first = time.perf_counter() - t0
+    count = max(repeats, min(most, int(budget_s / max(first, 1e-6))))
+    times = []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        run()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def gpu_part(device) -> str | None:
+    """The PARTS_GPU key of a CUDA device by its name (None when not in the table)."""
+    name = torch.cuda.get_device_name(device).lower()
+    return next((key for key in PARTS_GPU if key in name.replace(" ", "")), None)
+
+
+def device_peak_gflops(device, dtype, cores) -> tuple[float, str]:
+    if torch.device(device).type == "cuda":
+        part = gpu_part(device)
+        return (PARTS_GPU[part].peak_gflops(dtype), PARTS_GPU[part].name) if part else (float("nan"), "unknown GPU")
+    cpu = this_cpu(cores=len(cores) if cores else None)
+    return cpu.peak_gflops(dtype), cpu.path(dtype)
+
+
+def measure_block(model, rows: int, dtype: torch.dtype, cores=None, device="cpu", repeats: int = 3) -> BlockMeasure:
+    """Block 0 of `model` at `rows` rows in `dtype` on `cores` (or the GPU): its median time, its largest GEMM's
+    best GFLOP/s, and the device's peak for the dtype."""
+    spec, dev = model.spec, torch.device(device)
+    block = model.decoder.layers[0]
+    ensure_loaded(model, [block], dtype, dev)
+    layer = placed(block, dev, dtype)
+    work = Workload(spec.name, 1, spec.hidden_size, spec.num_heads, spec.num_kv_heads, spec.intermediate_size,
+                    rows, front=FrontEnd("none", 0.0, 0, 0.0), block_params=sum(p.numel() for p in layer.parameters()))
+    with pinned(cores if dev.type == "cpu" else None), torch.inference_mode():
+        hidden, positions, mask = _block_inputs(model, rows, dtype, device)
+        ms = median_ms(lambda: run_blocks(model.decoder, [layer], hidden, positions, mask), repeats, _sync(device))
+        ceiling = gemm_ceiling_gflops(rows, spec.hidden_size, spec.intermediate_size, dtype, device)
+        peak, path = device_peak_gflops(device, dtype, cores)
+    return BlockMeasure(shape=f"{spec.hidden_size} x {spec.intermediate_size}, {spec.num_heads}/{spec.num_kv_heads} heads",
+                        rows=rows, dtype=dtype_key(dtype), path=path, block_gflops=work.block_flops / ms / 1e6,
+                        gemm_gflops=ceiling, peak_gflops=peak, block_ms=ms, device=str(device),
+                        cores=tuple(cores or ()),
+                        loadavg=os.getloadavg()[0])
+
+
+def measure_bandwidth(cores=None, device="cpu") -> float:
+    with pinned(cores if torch.device(device).type == "cpu" else None):
+        return read_bandwidth_gbs(device)
+
+
+def measure_front_ms(model, placement: Placement, cores=None, repeats: int = 3) -> float | None:
+    """frame_embeddings (camera preprocessing, vision tower, embeddings, positions) on a synthetic frame, as the
+    prefix stage runs it; None for a real-size preset (drawing and running its tower here would take minutes)."""
+    if model.spec.real_size:
+        return None
+    frame = synthetic_frame(model.spec, 0)
+    placed_model = _placed_prefix(model, placement)
+    with pinned(cores if not placement.uses_cuda else None), torch.inference_mode():
+        return median_ms(lambda: frame_embeddings(placed_model, frame, placement), repeats, placement.synchronize)
+
+
+def _placed_prefix(model, placement: Placement):
+    from ..engine.stages import PrefixStage
+    return PrefixStage(model, 0, placement).model
+
+
+def measure_head_ms(model, placement: Placement, cores=None, repeats: int = 5) -> float | None:
+    """What the suffix stage does beyond its blocks (checks, final norm, action head, waypoints) on a state at
+    p = L, in the suffix dtype on its cores (None for a real-size preset: from its FLOPs)."""
+    if model.spec.real_size:
+        return None
+    from ..engine.stages import SuffixStage
+    from ..types import BoundaryState
+    frame, cpu = synthetic_frame(model.spec, 0), Placement(prefix_dtype=placement.prefix_dtype,
+                                                           suffix_dtype=placement.suffix_dtype)
+    with torch.inference_mode():
+        embedded = frame_embeddings(_placed_prefix(model, cpu), frame, cpu)
+    state = BoundaryState(hidden=embedded.embeds, position_ids=embedded.position_ids,
+                          attention_mask=torch.ones_like(embedded.input_ids), partition=model.num_blocks,
+                          seq=0, stamp_ns=frame.stamp_ns, query_index=embedded.input_ids.shape[1] - 1)
+    suffix = SuffixStage(model, model.num_blocks, cpu)
+    with pinned(cores):
+        return median_ms(lambda: suffix.run(state), repeats)
+
+
+def calibration_rows(work: Workload) -> int:
+    return min(work.rows, CALIBRATION_ROWS)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return DTYPE_NAMES.get(dtype, str(dtype))
+
+
+__all__ = ["CALIBRATION_ROWS", "calibration_rows", "device_peak_gflops", "gpu_part", "measure_bandwidth",
+           "measure_block", "measure_front_ms", "measure_head_ms", "median_ms"]
