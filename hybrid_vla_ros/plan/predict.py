@@ -123,6 +123,7 @@ def plan(work: Workload, sides: Sides, budget_bytes: int | None = None, slack: f
     best = best_cut(work, times, fits)
     out = {"workload": work.to_dict(), "times": times.__dict__, "rows": rows, "native": native_row(work, sides, times),
            "budget_bytes": budget_bytes, "best_p": best, "zone": None, "recommended": None}
+    out["cost_model"] = cost_model_fields(out)
     if best is None:
         out["why_none"] = "no cut keeps the GPU bytes under the budget (the front end and embeddings alone do not fit)"
         return out

@@ -12,7 +12,7 @@ from ..engine.cpu import core_plan
 from ..engine.placement import Placement
 from .efficiency import AMX_GEMM_OF_PEAK, CUDA_CONTEXT_BYTES, LINK_LATENCY_MS, LINK_OF_PEAK, Rate, measured_rate
 from .efficiency import gpu_rate as gpu_rate_of
-from .hardware import PARTS_GPU, XEON_8470Q, CpuSpec, GpuSpec, describe
+from .hardware import PARTS_GPU, XEON_8470Q, CpuSpec, GpuSpec, describe, dtype_key
 from .machine import Calibration, described_rates, sides_here, sides_of
 from .measure import calibration_rows
 from .paper import DTYPE_REASONING, PAPER_MODELS, PAPER_SOURCE, compare, implied_by_paper, with_tokens
@@ -78,7 +78,7 @@ def plan_described(model, gpu: GpuSpec, gpu_key: str, cpu: CpuSpec | None, gpu_d
     sides = sides_of(gpu_rate, cpu_rate, gpu, gpu_dtype, cpu_dtype)
     result = plan(work, sides, budget_bytes)
     return {**result, "mode": "described", "gpu": describe(gpu), "cpu": describe(cpu),
-            "dtypes": {"gpu": str(gpu_dtype).replace("torch.", ""), "cpu": str(cpu_dtype).replace("torch.", "")},
+            "dtypes": {"gpu": dtype_key(gpu_dtype), "cpu": dtype_key(cpu_dtype)},
             "assumptions": [*GENERAL_ASSUMPTIONS, *work.notes, f"GPU: {gpu.source}", f"CPU: {cpu.source}",
                             *_rate_lines("GPU", gpu_rate), *_rate_lines("CPU", cpu_rate),
                             f"transfer: {gpu.link} at {LINK_OF_PEAK[0]} of {gpu.link_gbs} GB/s + {LINK_LATENCY_MS} ms",

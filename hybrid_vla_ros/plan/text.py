@@ -63,7 +63,9 @@ def plan_lines(result: dict, every: int = 1) -> list[str]:
 
 COMPARISON_ROWS = (("native_ms", "native latency (ms)"), ("hybrid_period_ms", "hybrid period (ms)"),
                    ("hybrid_latency_ms", "hybrid latency, serial (ms)"), ("native_gpu_gib", "GPU native (GiB)"),
-                   ("hybrid_gpu_gib", "GPU hybrid at best p (GiB)"), ("gpu_saving_gib", "GPU saved (GiB)"))
+                   ("hybrid_gpu_gib", "GPU hybrid at best p (GiB)"), ("period_at_paper_p_ms", "period at the paper's p (ms)"),
+                   ("gpu_at_paper_p_gib", "GPU at the paper's p (GiB)"),
+                   ("gpu_saving_gib", "GPU saved at that p (GiB)"))
 
 
 def comparison_lines(key: str, result: dict) -> list[str]:
@@ -72,7 +74,9 @@ def comparison_lines(key: str, result: dict) -> list[str]:
              f"{result['cpu']['name']} ({result['dtypes']['cpu']})",
              f"  {'':30s} {'predicted':>10s} {'paper':>8s} {'off':>7s}"]
     for name, label in COMPARISON_ROWS:
-        row = c[name]
+        row = c.get(name)
+        if row is None:
+            continue
         paper = "-" if row["paper"] is None else f"{row['paper']:8.1f}"
         lines.append(f"  {label:30s} {row['predicted']:10.1f} {paper:>8s} {_pct(row['off'])}")
     bp = c["best_p"]

@@ -139,10 +139,13 @@ class SchedulerNode(ManagedNode):
         path = self.params["profile_json"]
         try:
             report = json.loads(Path(path).read_text())
-            suffix = report["suffix"].get("bf16") or report["suffix"]["fp32"]
-            costs = CostModel.from_profiles(report["prefix"], suffix, report["handover"]["shm_ms"]["p50"], 1)
+            if "cost_model" in report:   # a plan (hybrid-vla plan --json): the planner's prediction as the prior
+                costs = CostModel.from_plan(report)
+            else:
+                suffix = report["suffix"].get("bf16") or report["suffix"]["fp32"]
+                costs = CostModel.from_profiles(report["prefix"], suffix, report["handover"]["shm_ms"]["p50"], 1)
         except (OSError, KeyError, ValueError) as exc:
-            raise ConfigError(f"profile_json '{path}': not a usable profile report ({exc})") from exc
+            raise ConfigError(f"profile_json '{path}': not a usable profile or plan report ({exc})") from exc
         expect(costs.num_blocks == num_blocks, ConfigError,
                f"profile_json has {costs.num_blocks} blocks, the model {num_blocks}")
         return costs
