@@ -83,7 +83,7 @@ def mode_plan(modes, transports, L: int, partition: int, max_in_flight: int, cor
 
 def run_bench(model: VLAModel, placement: Placement, num_frames: int = 24, partition: int | None = None,
               transports=("inproc", "shm", "inline"), max_in_flight: int = 2, warmup: int = 3,
-              modes=DEFAULT_MODES, progress=None) -> dict:
+              modes=DEFAULT_MODES, progress=None, peer: bool = True) -> dict:
     """Every mode on the same frames, one after the other, in one run. progress(text) reports each mode."""
     progress = progress or (lambda text: None)
     prefix_cores, suffix_cores, devices = core_plan(placement)
@@ -104,7 +104,7 @@ def run_bench(model: VLAModel, placement: Placement, num_frames: int = 24, parti
         progress(f"mode {name} (the three ROS nodes, p={partition})")
         results[name] = run_graph_mode(model, placement, partition, num_frames + warmup, prefix_cores,
                                        suffix_cores, max_in_flight, processes=name == "graph_processes")
-    if placement.uses_cuda:
+    if placement.uses_cuda and peer:
         try:
             results["accelerate_device_map"] = run_accelerate_peer(model, partition, frames, warmup)
         except Exception as exc:  # noqa: BLE001 - the peer is informative; never lose our own results to it

@@ -197,11 +197,12 @@ def run_load_step(model: VLAModel, placement: Placement, frames: int = 80, step_
 def prior_vs_sweep(prediction: dict, start_p: int, compared: dict) -> dict:
     """How far the planner's prior (the policy's starting p, its predicted period) was from the best static p the
     idle sweep then measured, and from that p's measured period."""
+    idle = compared["static_sweep_period_ms"]["idle"]
     best = compared["best_static"]["idle"]
-    measured = compared["static_sweep_period_ms"]["idle"][best]
     predicted = prediction["rows"][start_p]["period_ms"]
     return {"partition": start_p, "predicted_period_ms": predicted, "best_static_idle": best,
-            "measured_best_period_ms": measured, "blocks_off": start_p - best, "period_off": predicted / measured - 1,
+            "measured_best_period_ms": idle[best], "measured_period_at_prior_ms": idle.get(start_p),
+            "blocks_off": start_p - best, "period_off": predicted / idle[best] - 1,
             "source": "hybrid-vla plan for this machine (plan/run.py plan_here), made before the run"}
 
 

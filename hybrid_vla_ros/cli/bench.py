@@ -29,7 +29,7 @@ def cmd_bench(args) -> int:
         raise ConfigError(f"--modes: unknown {unknown}; known: {list(DEFAULT_MODES)}")
     report = run_bench(model, placement_from_args(args, model), num_frames=args.frames or MODES_FRAMES,
                        partition=args.partition, transports=transports, max_in_flight=args.max_in_flight,
-                       warmup=args.warmup, modes=modes, progress=progress_printer("bench"))
+                       warmup=args.warmup, modes=modes, progress=progress_printer("bench"), peer=not args.no_peer)
     write_report(report, args.json)
     if args.plot:
         plot_bench(report, args.plot)
@@ -177,6 +177,7 @@ def register(sub) -> None:
     p.add_argument("--modes", default="native,native_all_cores,serial,pipelined,graph,graph_processes",
                    help="modes to run side by side (graph: the three ROS nodes in one process; graph_processes: "
                         "one process per node)")
+    p.add_argument("--no-peer", action="store_true", help="with CUDA: skip the accelerate device_map peer")
     p.add_argument("--json", default=None, help="write the full report (with per-frame timelines) here")
     p.add_argument("--plot", default=None, help="write the timeline/period PNG here")
     p.add_argument("--scenario", default="modes", choices=("modes", "load-step", "preprocess", "faults"),

@@ -42,8 +42,8 @@ CUDA_CONTEXT_BYTES = 512 * 2**20   # assumed: CUDA context + cuBLAS/cuDNN worksp
 
 @dataclass(frozen=True)
 class BlockMeasure:
-    """One real-shape block timed here (measure.py): rows, dtype, the block's and its largest GEMM's GFLOP/s,
-    and this CPU's peak for the dtype's path."""
+    """One real-shape block timed here (measure.py): rows, dtype, the block's median and its largest GEMM's best
+    GFLOP/s, their paired ratio, and this CPU's peak for the dtype's path."""
     shape: str                  # 'hidden x intermediate, heads/kv_heads'
     rows: int
     dtype: str
@@ -52,20 +52,22 @@ class BlockMeasure:
     gemm_gflops: float
     peak_gflops: float
     block_ms: float
+    block_of_gemm: float = 0.0  # median over back-to-back (block, GEMM) pairs of their rate ratio; 0: the rates'
     device: str = "cpu"
     cores: tuple = ()
     loadavg: float = 0.0
+    pairs: int = 0
 
-    @property
-    def block_of_gemm(self) -> float:
-        return self.block_gflops / self.gemm_gflops
+    def __post_init__(self) -> None:
+        if not self.block_of_gemm:
+            object.__setattr__(self, "block_of_gemm", self.block_gflops / self.gemm_gflops)
 
     @property
     def gemm_of_peak(self) -> float:
         return self.gemm_gflops / self.peak_gflops
 
     def to_dict(self) -> dict:
-        return {**dataclasses.asdict(self), "block_of_gemm": self.block_of_gemm, "gemm_of_peak": self.gemm_of_peak}
+        return {**dataclasses.asdict(self), "gemm_of_peak": self.gemm_of_peak}
 
     @classmethod
     def from_dict(cls, data: dict) -> "BlockMeasure":
@@ -96,8 +98,8 @@ def cpu_rate(cpu: CpuSpec, dtype, measured: BlockMeasure) -> Rate:
     gemm = (measured.gemm_of_peak, f"measured here: {measured.gemm_gflops:.0f} GFLOP/s GEMM ceiling of "
                                    f"{measured.peak_gflops:.0f} peak on the {measured.path} path{carried}")
     block = (measured.block_of_gemm, f"measured here: one {measured.shape} block at {measured.rows} rows in "
-                                     f"{measured.dtype}, {measured.block_gflops:.0f} of {measured.gemm_gflops:.0f} "
-                                     f"GFLOP/s GEMM ceiling")
+                                     f"{measured.dtype} against its largest GEMM, run in {measured.pairs} "
+                                     f"back-to-back pairs (block median {measured.block_gflops:.0f} GFLOP/s)")
     peak = cpu.peak_gflops(dtype)
     factors = {"peak_gflops": (peak, f"{cpu.cores} cores x {cpu.flops_per_cycle(dtype):.0f} FLOP/cycle ({path}) x "
                                      f"{cpu.ghz} GHz"),

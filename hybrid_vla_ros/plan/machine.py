@@ -77,9 +77,10 @@ def itemsize(dtype) -> int:
 def sides_here(model, work: Workload, placement: Placement, calibration: Calibration, progress=None) -> tuple:
     """(Sides, description) of this machine for `model` as `placement` places it: every rate measured."""
     prefix_cores, suffix_cores, devices = core_plan(placement)
-    rows = work.rows if not model.spec.real_size else calibration_rows(work)
+    rows = work.rows if not model.spec.real_size else calibration_rows(work)   # a real-size CPU block: capped
     pdev = placement.prefix_device
-    pre = calibration.block(model, rows, placement.prefix_dtype, prefix_cores, pdev, progress)
+    pre = calibration.block(model, work.rows if placement.uses_cuda else rows, placement.prefix_dtype,
+                            None if placement.uses_cuda else prefix_cores, pdev, progress)
     suf = calibration.block(model, rows, placement.suffix_dtype, suffix_cores, "cpu", progress)
     pre_bw = calibration.bandwidth(None if placement.uses_cuda else prefix_cores, str(pdev))
     suf_bw = calibration.bandwidth(suffix_cores)
