@@ -33,6 +33,7 @@ class PaperFigures:
     hybrid_gb: float
     best_p: int | None = None
     serial_ms: float | None = None     # hybrid without the pipeline (latency of one frame through both sides)
+    transfer_ms: float | None = None   # the boundary handover the paper measured
 
 
 def query_decoder(layers: int, width: int, ffn: int, queries: int, memory: int, extra_keys: int = 0) -> tuple:
@@ -93,7 +94,7 @@ class PaperModel:
 
 PAPER_MODELS = {
     "orion": PaperModel("orion", orion(), "orion-like", PaperFigures(521.0, 408.0, 45.0, 29.0, best_p=16,
-                                                                       serial_ms=783.0)),
+                                                                       serial_ms=783.0, transfer_ms=0.41)),
     "minddrive": PaperModel("minddrive", minddrive(), "minddrive-like", PaperFigures(443.0, 306.2, 21.0, 14.0)),
 }
 
@@ -112,7 +113,8 @@ def compare(result: dict, figures: PaperFigures) -> dict:
             "hybrid_period_ms": (static.get("period_ms"), figures.hybrid_period_ms),
             "hybrid_latency_ms": (static.get("latency_ms"), figures.serial_ms),
             "native_gpu_gib": (result["native"]["gpu_bytes"]["total"] / gib, figures.native_gb),
-            "hybrid_gpu_gib": (static.get("gpu_bytes", {}).get("total", 0) / gib, figures.hybrid_gb)}
+            "hybrid_gpu_gib": (static.get("gpu_bytes", {}).get("total", 0) / gib, figures.hybrid_gb),
+            "transfer_ms": (result["times"]["transfer_ms"], figures.transfer_ms)}
     theirs = result["rows"][figures.best_p] if figures.best_p is not None else static
     if figures.best_p is not None:   # the same quantities at the paper's own cut: the memory model apart
         rows.update({"period_at_paper_p_ms": (theirs["period_ms"], figures.hybrid_period_ms),

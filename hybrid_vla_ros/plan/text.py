@@ -65,7 +65,7 @@ COMPARISON_ROWS = (("native_ms", "native latency (ms)"), ("hybrid_period_ms", "h
                    ("hybrid_latency_ms", "hybrid latency, serial (ms)"), ("native_gpu_gib", "GPU native (GiB)"),
                    ("hybrid_gpu_gib", "GPU hybrid at best p (GiB)"), ("period_at_paper_p_ms", "period at the paper's p (ms)"),
                    ("gpu_at_paper_p_gib", "GPU at the paper's p (GiB)"),
-                   ("gpu_saving_gib", "GPU saved at that p (GiB)"))
+                   ("gpu_saving_gib", "GPU saved at that p (GiB)"), ("transfer_ms", "boundary handover (ms)"))
 
 
 def comparison_lines(key: str, result: dict) -> list[str]:
@@ -77,8 +77,9 @@ def comparison_lines(key: str, result: dict) -> list[str]:
         row = c.get(name)
         if row is None:
             continue
-        paper = "-" if row["paper"] is None else f"{row['paper']:8.1f}"
-        lines.append(f"  {label:30s} {row['predicted']:10.1f} {paper:>8s} {_pct(row['off'])}")
+        digits = 2 if name == "transfer_ms" else 1
+        paper = "-" if row["paper"] is None else f"{row['paper']:8.{digits}f}"
+        lines.append(f"  {label:30s} {row['predicted']:10.{digits}f} {paper:>8s} {_pct(row['off'])}")
     bp = c["best_p"]
     paper_p = "-" if bp["paper"] is None else str(bp["paper"])
     blocks_off = "" if bp["blocks_off"] is None else f"{bp['blocks_off']:+d} blocks"
@@ -87,6 +88,10 @@ def comparison_lines(key: str, result: dict) -> list[str]:
     for s in result.get("sensitivity", []):
         lines.append(f"  if {s['variant']}: CPU {s['cpu_tflops']:.1f} TFLOP/s -> p = {s['best_p']}, period "
                      f"{s['period_ms']:.1f} ms, latency {s['latency_ms']:.1f} ms")
+    t, flops = result["times"], result["workload"]["block_flops"]
+    lines.append(f"  the planner per side: GPU block {t['block_prefix_ms']:.1f} ms ({flops / t['block_prefix_ms'] / 1e9:.1f} "
+                 f"TFLOP/s), front end {t['front_ms']:.0f} ms, CPU block {t['block_suffix_ms']:.1f} ms "
+                 f"({flops / t['block_suffix_ms'] / 1e9:.1f} TFLOP/s)")
     for bound, v in (result.get("implied_by_paper") or {}).items():
         lines.append(f"  the paper's own figures, if {bound} at its cut: GPU block {v['gpu_block_ms']:.1f} ms "
                      f"({v['gpu_block_tflops']:.1f} TFLOP/s), front end {v['front_ms']:.0f} ms, CPU block "
