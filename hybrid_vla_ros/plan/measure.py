@@ -14,7 +14,6 @@ import time
 import torch
 import torch.nn.functional as F
 
-from ..bench.roofline import _block_inputs, _sync, read_bandwidth_gbs
 from ..engine.cpu import pinned
 from ..engine.placement import DTYPE_NAMES, Placement
 from ..engine.stages import frame_embeddings, placed, run_blocks
@@ -43,6 +42,33 @@ def median_ms(run, repeats: int = 3, sync=lambda: None, budget_s: float = 1.0, m
         sync()
         times.append(time.perf_counter() - t0)
     return statistics.median(times) * 1e3
+
+
+BANDWIDTH_BYTES = 1 << 30   # a streaming read over a buffer far larger than the caches
+
+
+def device_sync(device):
+    return torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+
+
+def block_inputs(model, rows: int, dtype, device):
+    """A hidden state (1, rows, hidden), its position ids in the family's layout and an all-ones mask."""
+    gen = torch.Generator().manual_seed(rows)
+    hidden = torch.randn(1, rows, model.spec.hidden_size, generator=gen).to(device, dtype)
+    positions = torch.arange(rows, device=device).expand(model.family.position_ids_shape(rows)).contiguous()
+    return hidden, positions, torch.ones(1, rows, dtype=torch.long, device=device)
+
+
+def read_bandwidth_gbs(device="cpu") -> float:
+    """GB/s of the best of a few sums over a 1 GiB buffer."""
+    buffer = torch.ones(BANDWIDTH_BYTES // 4, dtype=torch.float32, device=device)
+    sync, best = device_sync(device), float("inf")
+    for _ in range(4):
+        t0 = time.perf_counter()
+        buffer.sum()
+        sync()
+        best = min(best, time.perf_counter() - t0)
+    return BANDWIDTH_BYTES / best / 1e9
 
 
 def gpu_part(device) -> str | None:
@@ -87,9 +113,9 @@ def measure_block(model, rows: int, dtype: torch.dtype, cores=None, device="cpu"
     x = torch.randn(rows, spec.hidden_size, generator=gen).to(dev, dtype)
     w = torch.randn(spec.intermediate_size, spec.hidden_size, generator=gen).to(dev, dtype)
     with pinned(cores if dev.type == "cpu" else None), torch.inference_mode():
-        hidden, positions, mask = _block_inputs(model, rows, dtype, device)
+        hidden, positions, mask = block_inputs(model, rows, dtype, device)
         pairs = paired_times(lambda: run_blocks(model.decoder, [layer], hidden, positions, mask),
-                             lambda: F.linear(x, w), _sync(device), repeats)
+                             lambda: F.linear(x, w), device_sync(device), repeats)
         peak, path = device_peak_gflops(device, dtype, cores)
     block_s = statistics.median(b for b, _ in pairs)
     ratio = statistics.median((work.block_flops / b) / (gemm_flops / g) for b, g in pairs)
