@@ -124,6 +124,10 @@ def compare(result: dict, figures: PaperFigures) -> dict:
     out = {k: {"predicted": v[0], "paper": v[1], "off": off(*v)} for k, v in rows.items()}
     out["best_p"] = {"predicted": result["best_p"], "paper": figures.best_p,
                      "blocks_off": None if figures.best_p is None else result["best_p"] - figures.best_p}
+    native = result["native"]["gpu_bytes"]["total"]
+    target = (figures.native_gb - figures.hybrid_gb) * gib
+    out["p_matching_the_papers_saving"] = min(range(len(result["rows"])), key=lambda p: abs(
+        native - result["rows"][p]["gpu_bytes"]["total"] - target))
     out["zone"] = result["zone"]
     out["recommended_zone_gpu_gib"] = best.get("gpu_bytes", {}).get("total", 0) / gib
     return out

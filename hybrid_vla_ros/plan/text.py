@@ -84,7 +84,8 @@ def comparison_lines(key: str, result: dict) -> list[str]:
     paper_p = "-" if bp["paper"] is None else str(bp["paper"])
     blocks_off = "" if bp["blocks_off"] is None else f"{bp['blocks_off']:+d} blocks"
     lines.append(f"  {'best cut p':30s} {bp['predicted']:10d} {paper_p:>8s} {blocks_off}")
-    lines.append(f"  recommended zone {c['zone']}: GPU {c['recommended_zone_gpu_gib']:.2f} GiB with it resident")
+    lines.append(f"  recommended zone {c['zone']}: GPU {c['recommended_zone_gpu_gib']:.2f} GiB with it resident; the "
+                 f"paper's GPU saving is, in the planner's memory model, the cut p = {c['p_matching_the_papers_saving']}")
     for s in result.get("sensitivity", []):
         lines.append(f"  if {s['variant']}: CPU {s['cpu_tflops']:.1f} TFLOP/s -> p = {s['best_p']}, period "
                      f"{s['period_ms']:.1f} ms, latency {s['latency_ms']:.1f} ms")
