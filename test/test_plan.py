@@ -181,3 +181,13 @@ def test_plan_cli_for_this_machine_times_the_tiny_model_and_gives_the_scheduler_
     assert report["times"]["front_ms"] > 0 and report["times"]["head_suffix_ms"] > 0
     assert CostModel.from_plan(report).num_blocks == 4
     assert "recommended: p =" in out.stdout and "assumptions:" in out.stdout
+
+
+def test_the_scheduler_node_takes_a_plan_report_as_its_prior(tmp_path):
+    from hybrid_vla_ros.ros.nodes.scheduler_node import cost_model_from_report
+    result = plan(workload(), sides())
+    (tmp_path / "plan.json").write_text(json.dumps(result))
+    costs = cost_model_from_report(str(tmp_path / "plan.json"), 8)
+    assert costs.period_ms(result["best_p"]) == pytest.approx(result["rows"][result["best_p"]]["period_ms"])
+    with pytest.raises(ConfigError, match="8 blocks, the model 9"):
+        cost_model_from_report(str(tmp_path / "plan.json"), 9)
