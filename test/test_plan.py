@@ -144,8 +144,8 @@ def test_paper_workloads_are_the_published_architectures():
 def write_calibration(path):
     """Block measurements as a calibration file, so the paper comparison runs without timing anything."""
     from hybrid_vla_ros.engine.cpu import core_plan
-    from hybrid_vla_ros.engine.placement import Placement
-    _, cores, _ = core_plan(Placement())
+    from hybrid_vla_ros.plan.run import this_placement
+    _, cores, _ = core_plan(this_placement())
     blocks = []
     for shape in ("4096 x 11008, 32/32 heads", "2048 x 11008, 16/2 heads"):
         for dtype, path_, gemm, peak in (("fp32", "avx512_fp32", 110.0, 147.0), ("bf16", "avx512_bf16", 70.0, 294.0)):

@@ -49,14 +49,18 @@ def plan_here(model, placement: Placement, budget_bytes: int | None = None, toke
     if placement.uses_cuda:
         notes.append(f"CUDA context + workspaces: {CUDA_CONTEXT_BYTES / 2**20:.0f} MiB (assumed)")
     return {**result, "mode": "this machine", "placement": placement.describe(), **where,
-            "assumptions": [*GENERAL_ASSUMPTIONS, *work.notes, *notes, _load_note()],
+            "assumptions": [*GENERAL_ASSUMPTIONS, *work.notes, *notes, _load_note(calibration)],
             "measured": calibration.measures()}
 
 
-def _load_note() -> str:
-    load, cores = os.getloadavg()[0], os.cpu_count() or 1
-    return (f"load average {load:.1f} on {cores} cores while measuring" +
-            (": a competing load slows what was timed, the plan is for these conditions" if load > cores else ""))
+def _load_note(calibration: Calibration) -> str:
+    """The load average recorded with the block timings used (a calibration file keeps its own)."""
+    loads, cores = [m["loadavg"] for m in calibration.measures()], os.cpu_count() or 1
+    if not loads:
+        return "no block was timed"
+    busy = max(loads) > cores
+    return (f"load average {min(loads):.1f}-{max(loads):.1f} on {cores} cores while the blocks were timed" +
+            (": a competing load slowed what was timed" if busy else ""))
 
 
 def plan_described(model, gpu: GpuSpec, gpu_key: str, cpu: CpuSpec | None, gpu_dtype, cpu_dtype,
@@ -65,7 +69,7 @@ def plan_described(model, gpu: GpuSpec, gpu_key: str, cpu: CpuSpec | None, gpu_d
     """Plan for a described GPU (and a described CPU, or this machine's suffix cores when cpu is None)."""
     calibration = calibration or Calibration()
     work = work or workload_from_model(model, tokens)
-    _, suffix_cores, _ = core_plan(Placement())
+    _, suffix_cores, _ = core_plan(this_placement())
     rows = calibration_rows(work)
     gm = calibration.block(model, rows, gpu_dtype, suffix_cores, progress=progress)
     cm = calibration.block(model, rows, cpu_dtype, suffix_cores, progress=progress)
@@ -83,9 +87,15 @@ def plan_described(model, gpu: GpuSpec, gpu_key: str, cpu: CpuSpec | None, gpu_d
                             *_rate_lines("GPU", gpu_rate), *_rate_lines("CPU", cpu_rate),
                             f"transfer: {gpu.link} at {LINK_OF_PEAK[0]} of {gpu.link_gbs} GB/s + {LINK_LATENCY_MS} ms",
                             f"CUDA context + workspaces: {CUDA_CONTEXT_BYTES / 2**20:.0f} MiB (assumed)",
-                            f"zone: the best cut with either side {ZONE_SLACK}x slower", _load_note()],
+                            f"zone: the best cut with either side {ZONE_SLACK}x slower", _load_note(calibration)],
             "measured": calibration.measures(), "rates": {"gpu": dataclasses.asdict(gpu_rate),
                                                           "cpu": dataclasses.asdict(cpu_rate)}}
+
+
+def this_placement() -> Placement:
+    """This machine's default placement (the suffix's cores as a run here would give them: with CUDA all but
+    the GPU's feeding core, else half)."""
+    return Placement(torch.device("cuda")) if torch.cuda.is_available() else Placement()
 
 
 def _this_suffix_cpu(calibration: Calibration, cores) -> CpuSpec:
@@ -115,7 +125,7 @@ def _cpu_sensitivity(blocks, paper_model, calibration: Calibration) -> list[dict
     peak (this machine has no AMX). Reported beside the default, never chosen by closeness to the paper."""
     work = paper_model.workload
     rows = calibration_rows(work)
-    _, cores, _ = core_plan(Placement())
+    _, cores, _ = core_plan(this_placement())
     gm = calibration.block(blocks, rows, torch.float32, cores)
     cm = calibration.block(blocks, rows, torch.bfloat16, cores)
     variants = {"AMX at the published GEMM efficiency (" + AMX_GEMM_OF_PEAK[1] + ")": (XEON_8470Q, AMX_GEMM_OF_PEAK[0]),
