@@ -18,7 +18,6 @@ from ..engine.placement import Placement
 from ..engine.stages import PrefixStage, SuffixStage
 from ..model.inputs import synthetic_frame
 from ..model.vla import VLAModel
-from .profile import seed_cost_model
 from .graph import run_graph_mode
 from .handover import handover_microbench
 from ..report import percentiles, pyplot
@@ -84,14 +83,16 @@ def mode_plan(modes, transports, L: int, partition: int, max_in_flight: int, cor
 
 def run_bench(model: VLAModel, placement: Placement, num_frames: int = 24, partition: int | None = None,
               transports=("inproc", "shm", "inline"), max_in_flight: int = 2, warmup: int = 3,
-              modes=DEFAULT_MODES, progress=None) -> dict:
+              modes=DEFAULT_MODES, progress=None, peer: bool = True) -> dict:
     """Every mode on the same frames, one after the other, in one run. progress(text) reports each mode."""
     progress = progress or (lambda text: None)
     prefix_cores, suffix_cores, devices = core_plan(placement)
-    if partition is None:  # balanced for these stage devices: each side profiled on its cores in its dtype
-        progress("profiling each side to choose a balanced partition")
-        costs = seed_cost_model(model, placement, prefix_cores, suffix_cores)
-        partition = min(range(costs.num_blocks + 1), key=costs.period_ms)
+    prediction = None
+    if partition is None:  # the planner's best cut for this machine (plan/run.py: each side timed on its cores)
+        progress("planning the cut for this machine (hybrid-vla plan)")
+        from ..plan.run import plan_here
+        prediction = plan_here(model, placement)
+        partition = prediction["best_p"]
     frames = [synthetic_frame(model.spec, seq) for seq in range(num_frames + warmup)]
     L = model.num_blocks
     plan = mode_plan(modes, transports, L, partition, max_in_flight, (prefix_cores, suffix_cores, allowed_cores()))
@@ -103,7 +104,7 @@ def run_bench(model: VLAModel, placement: Placement, num_frames: int = 24, parti
         progress(f"mode {name} (the three ROS nodes, p={partition})")
         results[name] = run_graph_mode(model, placement, partition, num_frames + warmup, prefix_cores,
                                        suffix_cores, max_in_flight, processes=name == "graph_processes")
-    if placement.uses_cuda:
+    if placement.uses_cuda and peer:
         try:
             results["accelerate_device_map"] = run_accelerate_peer(model, partition, frames, warmup)
         except Exception as exc:  # noqa: BLE001 - the peer is informative; never lose our own results to it
@@ -111,6 +112,11 @@ def run_bench(model: VLAModel, placement: Placement, num_frames: int = 24, parti
     report = {"preset": model.spec.name, "num_blocks": L, "partition": partition, "frames": num_frames,
               "warmup": warmup, "devices": devices, "placement": placement.describe(), "torch": torch.__version__,
               "boundary_bytes": boundary_bytes(model, placement), **ratios(results), "modes": results}
+    if prediction is not None:
+        row = prediction["rows"][partition]
+        report["plan"] = {"partition": partition, "predicted_period_ms": row["period_ms"],
+                          "predicted_latency_ms": row["latency_ms"], "predicted_native_ms": prediction["native"]["period_ms"],
+                          "source": "hybrid-vla plan for this machine (plan/run.py plan_here)"}
     if "pipelined_shm" in results:
         report["shm_handover_ms_p50"] = results["pipelined_shm"]["handover_ms"]["p50"]
     progress("handover micro-benchmark (ORION-sized state)")

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from ..engine.scheduling.costs import CostPolicy
+from ..engine.scheduling.costs import CostModel, CostPolicy
 from ..engine.cpu import core_plan
 from ..engine.scheduling.partition import Zone, prefix_bytes_by_partition
 from ..engine.pipeline.cross_frame import Pipeline, PipelineConfig
@@ -25,7 +25,7 @@ from ..engine.stages import PrefixStage, SuffixStage
 from ..errors import ConfigError, expect
 from ..model.inputs import synthetic_frame
 from ..model.vla import VLAModel
-from .profile import seed_cost_model
+from ..plan.run import plan_here
 from ..report import percentiles, pyplot
 
 
@@ -160,12 +160,12 @@ def run_load_step(model: VLAModel, placement: Placement, frames: int = 80, step_
                   progress=None) -> dict:
     check_load_step(frames, step_on, step_off)
     progress = progress or (lambda text: None)
-    progress("profiling each side to seed the cost model")
+    progress("planning this machine to seed the cost model (hybrid-vla plan)")
     prefix_cores, suffix_cores, devices = core_plan(placement)
     zone = zone or (0, model.num_blocks)
     zone = Zone.around(zone[0], model.num_blocks, zone)
-    costs = seed_cost_model(model, placement, prefix_cores, suffix_cores)
-    policy = CostPolicy(costs, zone.lo, zone.hi, partition=zone.lo, budget_bytes=budget_bytes,
+    prediction = plan_here(model, placement)
+    policy = CostPolicy(CostModel.from_plan(prediction), zone.lo, zone.hi, partition=zone.lo, budget_bytes=budget_bytes,
                         prefix_bytes=prefix_bytes_by_partition(model) if budget_bytes else None)
     policy.partition = start_p = policy.best()
     feed = iter([synthetic_frame(model.spec, s) for s in range(frames)])
@@ -190,7 +190,20 @@ def run_load_step(model: VLAModel, placement: Placement, frames: int = 80, step_
               "sweep_method": "two passes over the zone (ascending, then descending), periods pooled per p; the "
                               "scheduler (the policy calibrated by the load-step run) measured the same way, first "
                               "in the first pass and last in the second"}
-    return {**report, **compare_with_sweep(timeline, sweeps, step_on), "timeline": timeline}
+    compared = compare_with_sweep(timeline, sweeps, step_on)
+    return {**report, **compared, "prior": prior_vs_sweep(prediction, start_p, compared), "timeline": timeline}
+
+
+def prior_vs_sweep(prediction: dict, start_p: int, compared: dict) -> dict:
+    """How far the planner's prior (the policy's starting p, its predicted period) was from the best static p the
+    idle sweep then measured, and from that p's measured period."""
+    idle = compared["static_sweep_period_ms"]["idle"]
+    best = compared["best_static"]["idle"]
+    predicted = prediction["rows"][start_p]["period_ms"]
+    return {"partition": start_p, "predicted_period_ms": predicted, "best_static_idle": best,
+            "measured_best_period_ms": idle[best], "measured_period_at_prior_ms": idle.get(start_p),
+            "blocks_off": start_p - best, "period_off": predicted / idle[best] - 1,
+            "source": "hybrid-vla plan for this machine (plan/run.py plan_here), made before the run"}
 
 
 def compare_with_sweep(timeline: list[dict], sweeps: dict, step_on: int) -> dict:

@@ -29,7 +29,7 @@ def cmd_bench(args) -> int:
         raise ConfigError(f"--modes: unknown {unknown}; known: {list(DEFAULT_MODES)}")
     report = run_bench(model, placement_from_args(args, model), num_frames=args.frames or MODES_FRAMES,
                        partition=args.partition, transports=transports, max_in_flight=args.max_in_flight,
-                       warmup=args.warmup, modes=modes, progress=progress_printer("bench"))
+                       warmup=args.warmup, modes=modes, progress=progress_printer("bench"), peer=not args.no_peer)
     write_report(report, args.json)
     if args.plot:
         plot_bench(report, args.plot)
@@ -52,7 +52,7 @@ def bench_load_step(args, model) -> int:
     write_report(report, args.json)
     if args.plot:
         plot_load_step(report, args.plot)
-    ratio, sched = report["scheduler_vs_best_static"], report["scheduler_period_ms"]
+    ratio, sched, prior = report["scheduler_vs_best_static"], report["scheduler_period_ms"], report["prior"]
     print(f"load-step on {report['preset']} (zone {report['zone']}, load on frames {report['step_on_frame']}.."
           f"{report['step_off_frame']}, {report['sweep_frames_per_partition']} frames per static p)")
     print(key_value_table([
@@ -61,6 +61,9 @@ def bench_load_step(args, model) -> int:
         ("best static p idle / loaded", f"{report['best_static']['idle']} / {report['best_static']['loaded']}"),
         ("frames to recover / settle", f"{report['frames_to_recover']} / {report['frames_to_settle']}"),
         ("moves (frame, from, to)", report["moves"]),
+        ("planner's prior vs best static idle", f"p = {prior['partition']} ({prior['blocks_off']:+d} blocks), predicted "
+                                                f"{prior['predicted_period_ms']:.1f} ms vs measured "
+                                                f"{prior['measured_best_period_ms']:.1f} ms ({prior['period_off']:+.0%})"),
         ("full report", args.json or "(--json FILE)")]))
     return 0
 
@@ -164,7 +167,8 @@ def bench_faults(args) -> int:
 def register(sub) -> None:
     p = sub.add_parser("bench", help="native vs serial vs pipelined (each transport), one run, JSON + plot")
     add_model_args(p, default_preset="bench"); add_placement_args(p)
-    p.add_argument("--partition", type=int, default=None, help="default: balanced from a quick profile")
+    p.add_argument("--partition", type=int, default=None, help="default: the planner's best cut for this machine "
+                                                               "(hybrid-vla plan)")
     p.add_argument("--frames", type=int, default=None,
                    help=f"frames measured (default {MODES_FRAMES} for modes, {LOAD_STEP_FRAMES} for load-step)")
     p.add_argument("--warmup", type=int, default=3)
@@ -173,6 +177,7 @@ def register(sub) -> None:
     p.add_argument("--modes", default="native,native_all_cores,serial,pipelined,graph,graph_processes",
                    help="modes to run side by side (graph: the three ROS nodes in one process; graph_processes: "
                         "one process per node)")
+    p.add_argument("--no-peer", action="store_true", help="with CUDA: skip the accelerate device_map peer")
     p.add_argument("--json", default=None, help="write the full report (with per-frame timelines) here")
     p.add_argument("--plot", default=None, help="write the timeline/period PNG here")
     p.add_argument("--scenario", default="modes", choices=("modes", "load-step", "preprocess", "faults"),

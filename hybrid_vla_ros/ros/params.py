@@ -172,8 +172,8 @@ SCHEDULER_PARAMS = [
     ParamSpec("backlog_threshold", "int", "suffix backlog that triggers an immediate move", 1, 1000, dynamic=True),
     ParamSpec("policy", "string", "cost: online cost model (period-minimising p under the memory budget); "
               "simple: one block at a time towards balance", choices=("cost", "simple")),
-    ParamSpec("profile_json", "string", "a `hybrid-vla profile` report seeding the cost model; empty = uniform "
-              "block costs, calibrated online"),
+    ParamSpec("profile_json", "string", "a `hybrid-vla plan --json` or `hybrid-vla profile` report seeding the "
+              "cost model; empty = uniform block costs, calibrated online"),
     ParamSpec("prefix_memory_budget_mb", "double", "prefix-device memory the model may hold; 0 = no budget",
               0.0, 1e7),
 ]

@@ -1,7 +1,8 @@
 """Online cost model and the partition policy built on it (ROS-free).
 
-Costs per block and per device, in ms at a reference token count, seeded by a profile (`hybrid-vla profile`)
-and scaled linearly with tokens. Observed stage times keep one multiplicative scale per stage up to date
+Costs per block and per device, in ms at a reference token count, seeded by the planner's prediction for this
+machine (`hybrid-vla plan`, plan/predict.py: CostModel.from_plan) or by a profile (`hybrid-vla profile`), and
+scaled linearly with tokens. Observed stage times keep one multiplicative scale per stage up to date
 (an exponential moving average of the median of the last `window` observed / predicted ratios: a competing
 load shows up within a few frames, while one slow frame of a noisy machine barely moves it).
 The policy picks the p that minimises the pipelined period max(prefix, handover + suffix) inside the dynamic
@@ -43,6 +44,17 @@ class CostModel:
     def from_profiles(cls, prefix_profile: dict, suffix_profile: dict, handover_ms: float, tokens: int) -> "CostModel":
         return cls(prefix_profile["embed_ms"], list(prefix_profile["block_ms"]), list(suffix_profile["block_ms"]),
                    suffix_profile["head_ms"], handover_ms, tokens)
+
+    @classmethod
+    def from_plan(cls, plan: dict) -> "CostModel":
+        """The planner's prediction as the prior: a plan report (its "cost_model": front end, per-block ms on each
+        side, head, handover, tokens). Observed frames then calibrate the two scales."""
+        fields = plan.get("cost_model")
+        expect(isinstance(fields, dict), ConfigError, "cost model: the plan has no 'cost_model' (hybrid-vla plan --json)")
+        try:
+            return cls(**fields)
+        except TypeError as exc:
+            raise ConfigError(f"cost model: the plan's 'cost_model' does not fit ({exc})") from exc
 
     def prefix_ms(self, p: int, tokens: int | None = None) -> float:
         scale = (tokens or self.tokens_ref) / self.tokens_ref

@@ -45,6 +45,23 @@ def info_values(msg: DiagnosticStatus) -> dict:
     return {kv.key: kv.value for kv in msg.values}
 
 
+def cost_model_from_report(path: str, num_blocks: int) -> CostModel:
+    """The cost model's prior from a `hybrid-vla plan --json` report (the planner's prediction) or a
+    `hybrid-vla profile --json` one; its blocks must be the model's."""
+    try:
+        report = json.loads(Path(path).read_text())
+        if "cost_model" in report:
+            costs = CostModel.from_plan(report)
+        else:
+            suffix = report["suffix"].get("bf16") or report["suffix"]["fp32"]
+            costs = CostModel.from_profiles(report["prefix"], suffix, report["handover"]["shm_ms"]["p50"], 1)
+    except (OSError, KeyError, ValueError) as exc:
+        raise ConfigError(f"profile_json '{path}': not a usable profile or plan report ({exc})") from exc
+    expect(costs.num_blocks == num_blocks, ConfigError,
+           f"profile_json has {costs.num_blocks} blocks, the model {num_blocks}")
+    return costs
+
+
 class SchedulerNode(ManagedNode):
     def __init__(self, node_name: str = NODE_NAME, **kwargs):
         self.policy: SimplePolicy | CostPolicy | None = None
@@ -136,16 +153,7 @@ class SchedulerNode(ManagedNode):
                           backlog_threshold=p["backlog_threshold"])
 
     def _profile_costs(self, num_blocks: int) -> CostModel:
-        path = self.params["profile_json"]
-        try:
-            report = json.loads(Path(path).read_text())
-            suffix = report["suffix"].get("bf16") or report["suffix"]["fp32"]
-            costs = CostModel.from_profiles(report["prefix"], suffix, report["handover"]["shm_ms"]["p50"], 1)
-        except (OSError, KeyError, ValueError) as exc:
-            raise ConfigError(f"profile_json '{path}': not a usable profile report ({exc})") from exc
-        expect(costs.num_blocks == num_blocks, ConfigError,
-               f"profile_json has {costs.num_blocks} blocks, the model {num_blocks}")
-        return costs
+        return cost_model_from_report(self.params["profile_json"], num_blocks)
 
     def _shapes(self):
         p = self.params

@@ -1,0 +1,82 @@
+"""`hybrid-vla plan`: which cut for my car. Predicts, for every partition p, prefix / transfer / suffix time,
+period, latency and GPU / CPU bytes, the best p under a GPU memory budget and its dynamic zone, and native
+GPU-only; for this machine (measured) or described hardware; --paper checks it against the paper's table."""
+
+from __future__ import annotations
+
+from ..report import progress_printer, write_report
+from .common import add_model_args, model_from_args
+
+
+def _dtype(name: str):
+    from ..engine.placement import parse_dtype
+    return parse_dtype(name, "dtype")
+
+
+def cmd_plan(args) -> int:
+    from ..plan.machine import Calibration
+    from ..plan.text import paper_lines, plan_lines
+    calibration = Calibration(args.calibration)
+    progress = progress_printer("plan")
+    if args.paper:
+        from ..plan.run import paper_report
+        tokens = {k: v for k, v in (("orion", args.tokens), ("minddrive", args.tokens)) if v} if args.tokens else None
+        report = paper_report(calibration, tokens, progress)
+        lines = paper_lines(report)
+    else:
+        report = _plan_model(args, calibration, progress)
+        lines = plan_lines(report, args.every)
+    calibration.save()
+    write_report(report, args.json)
+    print("\n".join(lines))
+    if args.json:
+        print(f"full report: {args.json}")
+    return 0
+
+
+def _plan_model(args, calibration, progress) -> dict:
+    import torch
+    from ..engine.placement import Placement
+    from ..errors import ConfigError
+    from ..plan.hardware import PARTS_GPU, parse_cpu, parse_gpu
+    from ..plan.run import plan_described, plan_here
+    model = model_from_args(args)
+    budget = int(args.gpu_budget_gb * 2**30) if args.gpu_budget_gb else None
+    gpu_dtype, cpu_dtype = _dtype(args.dtype), _dtype(args.suffix_dtype or args.dtype)
+    if args.gpu in ("this", "none"):
+        if args.cpu != "this":
+            raise ConfigError("--cpu: a described CPU needs a described GPU (--gpu PART or a description); "
+                              "with --gpu this|none both sides are this machine's, measured")
+        device = "cpu" if args.gpu == "none" or not torch.cuda.is_available() else "cuda"
+        placement = Placement(torch.device(device), gpu_dtype, cpu_dtype)
+        return plan_here(model, placement, budget, args.tokens, calibration, progress)
+    gpu = parse_gpu(args.gpu)
+    key = args.gpu.lower() if args.gpu.lower() in PARTS_GPU else "described"
+    cpu = None if args.cpu == "this" else parse_cpu(args.cpu)
+    return plan_described(model, gpu, key, cpu, gpu_dtype, cpu_dtype, budget, args.tokens, calibration,
+                          progress=progress)
+
+
+def register(sub) -> None:
+    from ..plan.hardware import PARTS_CPU, PARTS_GPU
+    p = sub.add_parser("plan", help="which cut for my car: predicted period, latency and GPU/CPU bytes for every "
+                                    "partition p, the best p and zone, native GPU-only; --paper: vs the paper")
+    add_model_args(p, default_preset="bench")
+    p.add_argument("--paper", action="store_true",
+                   help="ORION and MindDrive on the paper's NVIDIA L20 + Xeon Platinum 8470Q, beside its table")
+    p.add_argument("--gpu", default="this",
+                   help=f"this (CUDA when present, else the stand-in core set), none (the stand-in), a part "
+                        f"{sorted(PARTS_GPU)}, or fp32=TFLOPS,bf16=TFLOPS,bw=GB/s,mem=GB,link=GB/s")
+    p.add_argument("--cpu", default="this",
+                   help=f"this (measured), a part {sorted(PARTS_CPU)}, or cores=N,isa=avx2|avx512|avx512_bf16|amx,"
+                        f"ghz=F,bw=GB/s")
+    p.add_argument("--dtype", default="fp32", help="prefix (GPU) dtype: fp32, bf16, fp16")
+    p.add_argument("--suffix-dtype", default=None, help="CPU suffix dtype (default: --dtype)")
+    p.add_argument("--tokens", type=int, default=None, help="tokens per pass (default: the model's prompt length)")
+    p.add_argument("--gpu-budget-gb", type=float, default=0.0,
+                   help="GPU memory the VLA may hold, GiB (what Autoware leaves); 0: no budget")
+    p.add_argument("--calibration", default=None,
+                   help="JSON file of block timings: read if it exists (no re-timing), written with new ones")
+    p.add_argument("--every", type=int, default=1, help="print every N-th cut (the best, 0 and L always)")
+    p.add_argument("--json", default=None, help="write the full plan (every cut, every assumption) here")
+    p.set_defaults(func=cmd_plan)
