@@ -141,7 +141,7 @@ def ratios(modes: dict) -> dict:
            "graph_period_vs_pipelined": ratio("graph", "pipelined"),
            "graph_processes_period_vs_pipelined": ratio("graph_processes", "pipelined")}
     piped = modes.get("pipelined")
-    if piped:
+    if piped and piped["period_ms"]["mean"] and piped["prefix_busy_ms"]["mean"] is not None:  # two frames at least
         slowest = max(piped["prefix_busy_ms"]["mean"], piped["suffix_busy_ms"]["mean"])
         out["pipeline_efficiency"] = slowest / piped["period_ms"]["mean"]
         out["inproc_handover_fraction_of_period"] = piped["handover_ms"]["p50"] / piped["period_ms"]["p50"]

@@ -79,23 +79,31 @@ def _block_inputs(model: VLAModel, tokens: int, dtype, device):
     return hidden, positions, torch.ones(rows, tokens, dtype=torch.long, device=device)
 
 
-def _part_ms(block, run, repeats: int = REPEATS) -> dict:
-    """Best ms of the attention and of the MLP inside runs of `block` (forward hooks)."""
-    marks: dict = {}
-    best = {"self_attn": float("inf"), "mlp": float("inf")}
-    hooks = []
-    for name in best:
-        part = getattr(block, name)
-        hooks.append(part.register_forward_pre_hook(lambda *_, n=name: marks.__setitem__(n, time.perf_counter())))
-        hooks.append(part.register_forward_hook(
-            lambda *_, n=name: best.__setitem__(n, min(best[n], time.perf_counter() - marks[n]))))
-    try:
-        for _ in range(repeats):
-            run()
-    finally:
-        for hook in hooks:
+class PartTimes:
+    """Best ms of the attention and of the MLP of one block over the runs made while this is open (hooks)."""
+
+    def __init__(self, block):
+        self.best = {"self_attn": float("inf"), "mlp": float("inf")}
+        self._marks: dict = {}
+        self._hooks = []
+        for name in self.best:
+            part = getattr(block, name)
+            self._hooks.append(part.register_forward_pre_hook(
+                lambda *_, n=name: self._marks.__setitem__(n, time.perf_counter())))
+            self._hooks.append(part.register_forward_hook(lambda *_, n=name: self._end(n)))
+
+    def _end(self, name: str) -> None:
+        self.best[name] = min(self.best[name], time.perf_counter() - self._marks[name])
+
+    def __enter__(self) -> "PartTimes":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for hook in self._hooks:
             hook.remove()
-    return {f"{name}_ms": seconds * 1e3 for name, seconds in best.items()}
+
+    def ms(self) -> dict:
+        return {f"{name}_ms": seconds * 1e3 for name, seconds in self.best.items()}
 
 
 def block_roofline(model: VLAModel, tokens_list, dtype: torch.dtype, device="cpu", blocks: int = 2) -> dict:
@@ -107,14 +115,13 @@ def block_roofline(model: VLAModel, tokens_list, dtype: torch.dtype, device="cpu
     for tokens in tokens_list:
         hidden, positions, mask = _block_inputs(model, tokens, dtype, device)
         run = (lambda h=hidden, p=positions, m=mask: run_blocks(decoder, layers, h, p, m))
-        with torch.inference_mode():
+        with torch.inference_mode(), PartTimes(layers[0]) as parts:   # the same runs: no extra ones
             ms = _best_ms(run, sync=sync) / blocks
-            parts = _part_ms(layers[0], run)
         flops = {k: v * model.num_passes for k, v in block_flops(spec, tokens).items()}   # P rows
         ceiling = gemm_ceiling_gflops(tokens * model.num_passes, spec.hidden_size, spec.intermediate_size, dtype, device)
         achieved = flops["total"] / ms / 1e6
         rows.append({"tokens": tokens, "block_ms": ms, "gflops": achieved, "ceiling_gflops": ceiling,
-                     "of_ceiling": achieved / ceiling, **parts,
+                     "of_ceiling": achieved / ceiling, **parts.ms(),
                      "attention_share_of_flops": flops["attention"] / flops["total"]})
     return {"rows": rows, "decode": _decode_row(model, layers, dtype, device)}
 
