@@ -20,7 +20,7 @@ from ..model.inputs import synthetic_frame
 from ..model.vla import VLAModel
 from .graph import run_graph_mode
 from .handover import handover_microbench
-from ..report import percentiles, pyplot
+from ..report import fmt, percentiles, pyplot
 
 
 def summarise(results: list[FrameResult], stats, warmup: int) -> dict:
@@ -213,8 +213,8 @@ def plot_bench(report: dict, path: str | Path) -> None:
             for (start, width), t in zip(spans, timeline):
                 ax.text(start + width / 2, row, str(t["seq"]), ha="center", va="center", fontsize=7, color="white")
         ax.set_yticks([0, 1], ["suffix (CPU)", "prefix (GPU)" if not report["devices"]["stand_in"] else "prefix (GPU stand-in)"])
-        ax.set_title(f"{name}: period p50 {mode['period_ms']['p50']:.1f} ms, latency p50 {mode['latency_ms']['p50']:.1f} ms",
-                     fontsize=9)
+        ax.set_title(f"{name}: period p50 {fmt(mode['period_ms']['p50'])} ms, latency p50 "
+                     f"{fmt(mode['latency_ms']['p50'])} ms", fontsize=9)   # '-' where too few frames
         ax.set_xlabel("ms")
     ax = axes[-1]
     names = list(report["modes"])

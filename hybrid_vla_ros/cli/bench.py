@@ -17,7 +17,7 @@ def cmd_bench(args) -> int:
         return bench_faults(args)
     if args.head == "action-tokens":
         return bench_actionflow(args)
-    model = model_from_args(args)
+    model = model_from_args(args, lazy=True)
     if args.scenario == "load-step":
         return bench_load_step(args, model)
     if args.scenario == "preprocess":
@@ -112,7 +112,7 @@ def bench_actionflow(args) -> int:
     from ..report import key_value_table, progress_printer
     if not (args.preset or args.checkpoint):
         args.preset = "bench-act"
-    model = model_from_args(args)
+    model = model_from_args(args)   # whole: the sequential reference decodes with HF's own forward
     try:
         packs = [int(k) for k in args.pack.split(",") if k]
     except ValueError as exc:

@@ -25,14 +25,17 @@ def add_placement_args(parser: argparse.ArgumentParser) -> None:
                              "cores measures it faster); default: same as --dtype")
 
 
-def model_from_args(args, shapes_only: bool = False, dtype=None):
+def model_from_args(args, shapes_only: bool = False, dtype=None, lazy: bool | None = None):
     """dtype None: a real-size preset stays lazy (each stage draws its side in its own dtype: model/seeded.py);
-    the rest is built (read) whole in fp32. dtype given: everything, in that dtype."""
+    the rest is built (read) whole in fp32. dtype given: everything, in that dtype. lazy=True: a checkpoint too
+    (commands whose stages read their own sides: bench, profile; a graph mode's nodes load their own copy, and
+    a whole model held here as well would not fit beside them at real size)."""
     import torch
     from ..model.load import load_vla
     from ..model.spec import get_preset
     preset = args.preset if args.preset or args.checkpoint else args.default_preset
-    lazy = dtype is None and preset is not None and get_preset(preset).real_size
+    if lazy is None or dtype is not None:
+        lazy = dtype is None and preset is not None and get_preset(preset).real_size
     return load_vla(preset=preset, checkpoint=args.checkpoint, shapes_only=shapes_only, lazy=lazy,
                     dtype=dtype or torch.float32, fresh_head=getattr(args, "fresh_head", False))
 

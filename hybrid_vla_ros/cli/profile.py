@@ -11,7 +11,7 @@ def cmd_profile(args) -> int:
     if args.roofline:
         return cmd_roofline(args)
     from ..bench.profile import profile_report
-    model = model_from_args(args)
+    model = model_from_args(args, lazy=True)
     report = profile_report(model, placement_from_args(args, model), frames=args.frames,
                             progress=progress_printer("profile"))
     write_report(report, args.json)
@@ -50,7 +50,7 @@ def roofline_lines(report: dict) -> list[str]:
 def cmd_roofline(args) -> int:
     from ..bench.roofline import plot_roofline, roofline_report
     from ..engine.cpu import core_plan, pinned
-    model = model_from_args(args)
+    model = model_from_args(args, lazy=True)
     placement = placement_from_args(args, model)
     tokens = [int(t) for t in args.tokens.split(",")]
     report = roofline_report(model, placement, tokens, args.blocks)

@@ -198,7 +198,8 @@ def _drive(context, bag, params, record_to, processes, rate, window, storage, co
         expect(connected(), ConfigError, "the prefix -> suffix boundary topic never connected")
         attempts = driver.replayer.probe(spin, lambda: len(driver.infos), 120.0 if processes else 30.0)
         expect(attempts > 0, ConfigError, "the graph never answered the readiness probe frame")
-        quiet_until = time.monotonic() + 2.0  # let every probe attempt drain before the bag starts
+        frame_s = driver.replayer.frame_time_s   # every later wait scales with it (a real-size frame: a minute)
+        quiet_until = time.monotonic() + max(2.0, attempts * frame_s)  # every probe attempt drains first
         while len(driver.infos) < attempts and time.monotonic() < quiet_until:
             spin(0.02)
         if has_scene_memory(params["hybrid_vla_prefix"]):  # the probe frames must not stay in its memory
@@ -209,7 +210,8 @@ def _drive(context, bag, params, record_to, processes, rate, window, storage, co
         answered = lambda: sum(int(i["stamp_ns"]) >= first_stamp for i in driver.infos)  # noqa: E731 (bag frames only)
         start = time.perf_counter()
         published = driver.replayer.run(spin, answered, rate=rate, window=window)
-        wait_for_answers(spin, answered, published, max(3.0, 10 * driver.replayer._period_s()), settle_s)
+        wait_for_answers(spin, answered, published, max(3.0, 10 * driver.replayer._period_s(), 3 * frame_s),
+                         max(settle_s, 3 * window * frame_s))
         driver.keep_from(first_stamp)
         end = time.monotonic() + 0.5  # late diagnostics
         while time.monotonic() < end:

@@ -112,6 +112,7 @@ class Replayer:
         self.published_frames: list[tuple[int, float]] = []  # (frame stamp, wall time published)
         self.incomplete_frames = 0  # a camera's image missing: published, not waited for
         self.presumed_lost = 0  # closed loop: frames never answered within the wait (dropped by the graph)
+        self.frame_time_s = 0.0  # the probe's answer time: what every wait for an answer scales with (real size)
 
     def _clock_publisher(self):
         from rosgraph_msgs.msg import Clock
@@ -174,6 +175,7 @@ class Replayer:
         frame = self.first_frame()
         stamped = [(m.topic, header_first(m.msgtype)) for m in frame.messages]
         start, deadline, attempt = answered(), time.monotonic() + timeout_s, 0
+        first_sent = time.monotonic()
         while time.monotonic() < deadline:
             ns = frame.stamp_ns - 10_000_000_000 + attempt * 10_000_000
             self.publish_clock(ns)
@@ -182,9 +184,10 @@ class Replayer:
                 # deserialize_message crashes the process on some malformed payloads, e.g. 00 0a 17 6b)
                 self.publishers[topic].publish(with_header_stamp(message.raw, ns) if has_header else message.raw)
             attempt += 1
-            until = time.monotonic() + every_s
+            until = time.monotonic() + every_s * 2 ** (attempt - 1)   # a real-size frame takes a minute: back off
             while time.monotonic() < until:
                 if answered() > start:
+                    self.frame_time_s = time.monotonic() - first_sent   # one frame through the graph, at most
                     return attempt
                 spin(0.02)
         return 0
@@ -197,7 +200,7 @@ class Replayer:
 
     def _wait_for_window(self, spin, index: int, answered, window: int, timeout_s: float) -> None:
         """Closed loop: wait for an answer; a frame the graph dropped (and counted) must not stall us."""
-        deadline = time.monotonic() + min(timeout_s, max(2.0, 5 * self._period_s()))
+        deadline = time.monotonic() + max(min(timeout_s, max(2.0, 5 * self._period_s())), 3 * self.frame_time_s)
         while index - answered() - self.presumed_lost >= window:
             if time.monotonic() > deadline:
                 self.presumed_lost += 1
