@@ -136,6 +136,10 @@ class BoundaryState:
     position_ids:   (3, B, S) for M-RoPE (Qwen-VL) or (B, S) for 1-D RoPE (LLaMA); int64
     attention_mask: (B, S)     1 = attend, 0 = padding; int64
     deepstack:      what DeepStack (Qwen3-VL) still adds after blocks >= partition; None for other families
+
+    Chunked prefill (engine/chunking.py): the state of one chunk of the frame's tokens, S = that chunk's
+    length; tokens [chunk_start, chunk_start + S) of the frame; chunk chunk_index of chunk_count (1 = the
+    whole frame). query_index stays the frame's (absolute); DeepStack positions are chunk-relative.
     """
     hidden: torch.Tensor
     position_ids: torch.Tensor
@@ -147,9 +151,20 @@ class BoundaryState:
     arrival_ns: int = 0    # the frame's arrival at the prefix (Frame.arrival_ns), carried in the envelope
     timings: dict = field(default_factory=dict)
     deepstack: DeepStack | None = None
+    chunk_index: int = 0
+    chunk_count: int = 1
+    chunk_start: int = 0
     # Set by an in-process handover: the sender's FlightControl (engine/pipeline/flight.py); the receiver reports
     # suffix_started() / suffix_finished(s) to it, which frees the sender's in-flight slot. Never serialised.
     flight: object = field(default=None, repr=False, compare=False)
+
+    @property
+    def chunked(self) -> bool:
+        return self.chunk_count > 1
+
+    @property
+    def last_chunk(self) -> bool:
+        return self.chunk_index == self.chunk_count - 1
 
     def nbytes(self) -> int:
         tensors = sum(t.numel() * t.element_size() for t in (self.hidden, self.position_ids, self.attention_mask))

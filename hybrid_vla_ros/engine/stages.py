@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import NamedTuple
-
 import torch
 from transformers.masking_utils import create_causal_mask
 
@@ -15,8 +13,10 @@ from ..model.checkpoint import ensure_loaded
 from ..model.inputs import encode_frame
 from ..model.vla import VLAModel, waypoints_from_head
 from .scheduling.partition import Zone, check_partition, partition_report, prefix_modules, suffix_modules  # noqa: F401
+from .chunked_stages import ChunkedSuffix, prefix_chunks
+from .embedding import Embedded, frame_embeddings  # noqa: F401 (re-exported)
 from .placement import Placement, check_boundary_dtype
-from ..types import BoundaryState, DeepStack, Frame, Trajectory
+from ..types import BoundaryState, DeepStack, Frame, Trajectory  # noqa: F401
 
 
 def run_blocks(decoder, blocks, hidden: torch.Tensor, position_ids: torch.Tensor,
@@ -62,32 +62,6 @@ def copy_sharing(model: VLAModel, shared: list[torch.nn.Module]) -> VLAModel:
     return copy.deepcopy(model, memo={id(m): m for m in shared})
 
 
-class Embedded(NamedTuple):
-    """One frame, ready for block 0, on the prefix device (P = the model's passes, 1 but for several-pass models)."""
-    embeds: torch.Tensor              # (P, S, H) token embeddings with the image features in place
-    position_ids: torch.Tensor        # (3, P, S) M-RoPE or (P, S)
-    input_ids: torch.Tensor           # (P, S)
-    deepstack: DeepStack | None       # Qwen3-VL: additions after blocks 0 .. k-1 at the image tokens
-
-
-def frame_embeddings(model: VLAModel, frame: Frame, place: Placement = Placement()) -> Embedded:
-    """Frame -> what block 0 takes (and what DeepStack adds after the first blocks), on the prefix device."""
-    encoded = encode_frame(frame, model, place.prefix_device)  # images resized/normalised on the prefix device
-    input_ids = place.to_prefix(encoded.input_ids)                                     # (1, S)
-    pixels = {k: place.to_prefix(v) for k, v in encoded.pixels.items()}
-    if "pixel_values" in pixels:
-        pixels["pixel_values"] = pixels["pixel_values"].to(place.prefix_dtype)
-    embeds = model.decoder.embed_tokens(input_ids)                                     # (1, S, H)
-    features, additions = model.family.frame_features(model, pixels, encoded.ego, frame.stamp_ns)  # (n_img, H), k x
-    image_mask = input_ids == model.prompt.image_token_id                              # (1, S)
-    if input_ids.shape[0] > 1:                                                         # the same for every pass
-        features = features.repeat(input_ids.shape[0], 1)
-    embeds = embeds.masked_scatter(image_mask.unsqueeze(-1), features.to(embeds.dtype))
-    position_ids = model.family.position_ids(model.backbone, input_ids, place.to_prefix(encoded.mm_token_type_ids),
-                                             pixels)                                   # (3, 1, S) or (1, S)
-    return Embedded(embeds, position_ids, input_ids, model.family.deepstack(image_mask, additions))
-
-
 class PrefixStage:
     """Vision encoder + embeddings + blocks [0, p) on the prefix device. When the prefix device or dtype
     differs from the model's, the stage works on its own placed copy of the prefix parts (the model it was
@@ -113,6 +87,12 @@ class PrefixStage:
         """Move the cut inside the dynamic zone: an index change, never a weight copy."""
         self.zone.check(partition, self.model.num_blocks, "prefix partition")
         self.partition = partition
+
+    def run_chunks(self, frame: Frame, chunks=1):
+        """The frame's boundary states chunk by chunk (engine/chunked_stages.py); chunks=1: the one whole state."""
+        if chunks == 1:
+            return iter([self.run(frame)])
+        return prefix_chunks(self, frame, chunks)
 
     @torch.inference_mode()
     def run(self, frame: Frame) -> BoundaryState:
@@ -154,6 +134,7 @@ class SuffixStage:
         self.norm, self.head = placed(model.decoder.norm, device, dtype), placed(model.action_head, device, dtype)
         self.image_tokens, self.seq_len = model.image_tokens, model.sequence_length
         self.deepstack_depth = model.family.deepstack_blocks(model.backbone.config)
+        self.chunks = ChunkedSuffix(self)   # a chunked frame's states (chunk_count > 1) go there
 
     def set_partition(self, partition: int) -> None:
         """The partition the suffix expects by default; each state still runs from its own partition."""
@@ -216,12 +197,17 @@ class SuffixStage:
                f"{where}: DeepStack positions: expected {self.image_tokens} int64 token indices in [0, {self.seq_len})")
         expect_finite(ds.features, "nonfinite_boundary", f"{where}: DeepStack features")
 
-    def run(self, state: BoundaryState) -> Trajectory:
+    def run(self, state: BoundaryState) -> Trajectory | None:
+        """-> the trajectory; None for a chunk of a chunked frame but its last."""
         return self.forward(state)[1]
 
     @torch.inference_mode()
-    def forward(self, state: BoundaryState) -> tuple[torch.Tensor, Trajectory]:
-        """-> (final normed hidden state (P, S, H), trajectory)."""
+    def forward(self, state: BoundaryState) -> tuple[torch.Tensor, Trajectory | None]:
+        """-> (final normed hidden state (P, S, H), trajectory); a chunk: its own rows (P, C, H) and the
+        trajectory on the frame's last chunk."""
+        if state.chunk_count != 1:
+            return self.chunks.forward(state)
+        self.chunks.abandon()   # a whole frame after a chunked one left unfinished: that one cannot complete
         self.validate(state)
         t0 = time.perf_counter()
         model, place = self.model, self.placement

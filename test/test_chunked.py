@@ -1,0 +1,162 @@
+"""Chunked prefill across the cut (engine/chunking.py, engine/chunked_stages.py): chunked == HF's own unchunked
+forward at every partition and chunking, k = 1 bit-exact; the suffix takes a frame's chunks only in order."""
+
+import numpy as np
+import pytest
+import torch
+
+from hybrid_vla_ros.engine.chunked_stages import ChunkOrderError
+from hybrid_vla_ros.engine.chunking import chunk_spans, parse_chunks
+from hybrid_vla_ros.engine.stages import PrefixStage, SuffixStage, reference_forward
+from hybrid_vla_ros.errors import ConfigError, InputError
+from hybrid_vla_ros.model.inputs import encode_frame, synthetic_frame
+from hybrid_vla_ros.model.load import load_vla
+
+CHUNKINGS = (1, 2, 4, "camera")
+TOLERANCE_M = 1e-4   # the issue's bound on a chunked trajectory (different matmul shapes change the last bits)
+
+
+def chunked_forward(model, partition, frame, chunks):
+    """-> (every chunk's final hidden state joined (P, S, H), trajectory, number of chunks)."""
+    model.reset_memory()   # a scene encoder's memory: every run starts from the same state
+    prefix, suffix = PrefixStage(model, partition), SuffixStage(model, partition)
+    hidden, trajectory, count = [], None, 0
+    for state in prefix.run_chunks(frame, chunks):
+        rows, out = suffix.forward(state)
+        hidden.append(rows)
+        count += 1
+        assert (out is None) == (not state.last_chunk)
+        trajectory = out or trajectory
+    return torch.cat(hidden, dim=1), trajectory, count
+
+
+@pytest.mark.parametrize("preset", ["tiny", "tiny-llava", "tiny-qwen3vl", "tiny-internvl", "tiny-scene"])
+def test_chunked_matches_unchunked_forward_at_every_partition(preset):
+    model = load_vla(preset=preset)
+    frame = synthetic_frame(model.spec, 3)
+    model.reset_memory()
+    ref_hidden, ref = reference_forward(model, frame)
+    worst = {}
+    for partition in range(model.num_blocks + 1):
+        for chunks in CHUNKINGS:
+            if chunks == "camera" and model.family.scene_encoded:
+                with pytest.raises(ConfigError, match="image block"):
+                    chunked_forward(model, partition, frame, chunks)
+                continue
+            hidden, trajectory, count = chunked_forward(model, partition, frame, chunks)
+            assert count == (model.spec.num_cameras if chunks == "camera" else chunks)
+            diff = float((hidden - ref_hidden).abs().max())
+            if chunks == 1:
+                assert diff == 0.0 and np.array_equal(trajectory.points, ref.points), (partition, chunks)
+            assert np.abs(trajectory.points - ref.points).max() <= TOLERANCE_M, (partition, chunks)
+            worst[chunks] = max(worst.get(chunks, 0.0), diff)
+    print(f"{preset}: largest hidden difference by chunking {worst}")
+    assert all(d <= 1e-5 for d in worst.values()), worst
+
+
+def test_chunk_spans_cover_the_frame_and_keep_the_query_tokens_together():
+    model = load_vla(preset="tiny")
+    ids = encode_frame(synthetic_frame(model.spec, 0), model).input_ids
+    seq_len = ids.shape[1]
+    for chunks in (2, 3, 4, 7):
+        spans = chunk_spans(model, ids, chunks)
+        assert spans[0][0] == 0 and spans[-1][1] == seq_len and len(spans) == chunks
+        assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+        assert spans[-1][1] - spans[-1][0] >= model.query_tokens
+    per_camera = chunk_spans(model, ids, "camera")
+    image = (ids[0] == model.prompt.image_token_id).nonzero().flatten()
+    assert len(per_camera) == model.spec.num_cameras
+    assert per_camera[0][1] <= int(image[-1])   # the first chunk ends before the last camera's tokens
+
+
+@pytest.mark.parametrize("value", [0, 65, -1, 2.5, "two", True, None])
+def test_bad_chunks_values_are_refused_with_the_range(value):
+    with pytest.raises(ConfigError, match="chunks="):
+        parse_chunks(value)
+    assert parse_chunks("4") == 4 and parse_chunks("camera") == "camera"
+
+
+def test_too_many_chunks_for_the_prompt_are_refused():
+    model = load_vla(preset="tiny")
+    with pytest.raises(ConfigError, match="at most"):
+        list(PrefixStage(model, 1).run_chunks(synthetic_frame(model.spec, 0), 64))
+
+
+def test_a_prefix_lm_family_is_refused(monkeypatch):
+    model = load_vla(preset="tiny")
+    monkeypatch.setattr(type(model.family), "causal_prompt", False, raising=False)
+    with pytest.raises(ConfigError, match="prefix-LM"):
+        list(PrefixStage(model, 1).run_chunks(synthetic_frame(model.spec, 0), 2))
+
+
+def _states(model, partition, seq, chunks=4):
+    return list(PrefixStage(model, partition).run_chunks(synthetic_frame(model.spec, seq), chunks))
+
+
+def test_suffix_refuses_out_of_order_and_foreign_chunks_and_drops_the_frame_once(tiny_models):
+    model = tiny_models["tiny"]
+    suffix = SuffixStage(model, 2)
+    a, b = _states(model, 2, 0), _states(model, 2, 1)
+    assert suffix.run(a[0]) is None
+    with pytest.raises(ChunkOrderError, match="expected chunk 1/4"):
+        suffix.run(a[2])                                     # chunk 1 skipped: frame 0 cannot complete
+    assert suffix.chunks.take_abandoned() == [0] and suffix.chunks.take_abandoned() == []
+    with pytest.raises(ChunkOrderError, match="not the frame being assembled"):
+        suffix.run(a[3])                                     # its frame is gone: refused, not counted again
+    assert suffix.chunks.take_abandoned() == []
+    suffix.run(b[0])
+    with pytest.raises(ChunkOrderError, match="not the frame being assembled"):
+        suffix.run(a[1])                                     # another frame's chunk: refused, frame 1 intact
+    for state in b[1:-1]:
+        assert suffix.run(state) is None
+    assert suffix.run(b[-1]).seq == 1 and suffix.chunks.take_abandoned() == []
+
+
+def test_a_new_frame_abandons_an_unfinished_one_and_results_stay_exact(tiny_models):
+    model = tiny_models["tiny"]
+    suffix = SuffixStage(model, 2)
+    a, b = _states(model, 2, 0), _states(model, 2, 1)
+    suffix.run(a[0]), suffix.run(a[1])
+    trajectory = None
+    for state in b:
+        trajectory = suffix.run(state) or trajectory
+    assert suffix.chunks.take_abandoned() == [0]
+    _, ref = reference_forward(model, synthetic_frame(model.spec, 1))
+    assert np.abs(trajectory.points - ref.points).max() <= TOLERANCE_M
+
+
+def test_bad_chunk_shapes_and_non_finite_chunks_are_refused_with_the_reason(tiny_models):
+    model = tiny_models["tiny"]
+    suffix = SuffixStage(model, 2)
+    states = _states(model, 2, 0)
+    states[0].hidden = states[0].hidden[:, :-1]              # shorter than its position ids
+    with pytest.raises(InputError, match="position_ids shape"):
+        suffix.run(states[0])
+    states = _states(model, 2, 0)
+    states[0].hidden = states[0].hidden.clone()
+    states[0].hidden[0, 0, 0] = float("nan")
+    with pytest.raises(InputError) as info:
+        suffix.run(states[0])
+    assert getattr(info.value, "reason", "") == "nonfinite_boundary"
+    states = _states(model, 2, 0)
+    states[-1].chunk_start += 1                              # the last chunk would end past the frame
+    for state in states[:-1]:
+        suffix.run(state)
+    with pytest.raises(InputError, match="inside the frame's"):
+        suffix.run(states[-1])
+    assert suffix.chunks.take_abandoned() == [0]
+
+
+def test_a_partition_move_applies_between_frames_only(tiny_models):
+    model = tiny_models["tiny"]
+    prefix, suffix = PrefixStage(model, 1, zone=(1, 3)), SuffixStage(model, 1, zone=(1, 3))
+    chunks = prefix.run_chunks(synthetic_frame(model.spec, 0), 4)
+    first = next(chunks)
+    prefix.set_partition(3)                                  # mid-frame: this frame stays at 1
+    rest = list(chunks)
+    assert {s.partition for s in [first, *rest]} == {1}
+    trajectory = None
+    for state in [first, *rest]:
+        trajectory = suffix.run(state) or trajectory
+    assert trajectory.partition == 1
+    assert {s.partition for s in prefix.run_chunks(synthetic_frame(model.spec, 1), 4)} == {3}
