@@ -52,15 +52,18 @@ def modes_table(report: dict) -> str:
     """A short table of the modes (period and latency p50/p99, ratio to pipelined) for the terminal."""
     modes = report["modes"]
     piped = (modes.get("pipelined") or {}).get("period_ms", {}).get("p50")
-    rows = [f"{'mode':24s} {'period p50':>11s} {'p99':>8s} {'latency p50':>12s} {'period / pipelined':>19s}"]
+    serial = (modes.get("serial") or {}).get("latency_ms", {}).get("p50")
+    rows = [f"{'mode':24s} {'period p50':>11s} {'p99':>8s} {'latency p50':>12s} {'period / pipelined':>19s} "
+            f"{'latency / serial':>17s}"]
     for name, mode in modes.items():
         if not isinstance(mode, dict) or "period_ms" not in mode:
             rows.append(f"{name:24s} {mode.get('skipped') or mode.get('error') or '-'}")
             continue
         period, latency = mode["period_ms"], mode.get("latency_ms", {})
         rel = period["p50"] / piped if piped and period.get("p50") else None
+        age = latency["p50"] / serial if serial and latency.get("p50") else None
         rows.append(f"{name:24s} {fmt(period.get('p50')):>8s} ms {fmt(period.get('p99')):>8s} "
-                    f"{fmt(latency.get('p50')):>9s} ms {fmt(rel, '.2f'):>18s}x")
+                    f"{fmt(latency.get('p50')):>9s} ms {fmt(rel, '.2f'):>18s}x {fmt(age, '.2f'):>16s}x")
     return "\n".join(rows)
 
 

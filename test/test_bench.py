@@ -14,7 +14,8 @@ def test_bench_writes_json_with_every_mode_side_by_side_and_a_plot(tmp_path):
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     report = json.loads((tmp_path / "b.json").read_text())
-    engine = {"native", "native_all_cores", "serial", "pipelined", "pipelined_shm", "pipelined_inline"}
+    engine = {"native", "native_all_cores", "serial", "pipelined", "pipelined_shm", "pipelined_inline",
+              "serial_chunked", "pipelined_chunked", "pipelined_chunked_shm", "pipelined_chunked_inline"}
     assert set(report["modes"]) == engine | {"graph", "graph_processes"}
     for name in engine:
         mode = report["modes"][name]
@@ -27,8 +28,10 @@ def test_bench_writes_json_with_every_mode_side_by_side_and_a_plot(tmp_path):
         assert mode["period_ms"]["p50"] > 0 and mode["transport"] == transport
     assert report["modes"]["native"]["partition"] == report["num_blocks"]
     assert report["modes"]["serial"]["max_in_flight_seen"] == 1
+    assert report["modes"]["pipelined_chunked"]["chunk_count"] == 4 and report["modes"]["pipelined"]["chunk_count"] == 1
     for key in ("speedup_pipelined_vs_native", "speedup_pipelined_vs_native_all_cores", "pipeline_efficiency",
-                "graph_period_vs_pipelined", "graph_processes_period_vs_pipelined"):
+                "graph_period_vs_pipelined", "graph_processes_period_vs_pipelined",
+                "latency_pipelined_chunked_vs_serial", "period_pipelined_chunked_vs_pipelined"):
         assert report[key] > 0, key
     assert report["devices"]["stand_in"] is True or "cuda" in report["devices"]["prefix"]
     assert (tmp_path / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

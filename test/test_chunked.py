@@ -160,3 +160,73 @@ def test_a_partition_move_applies_between_frames_only(tiny_models):
         trajectory = suffix.run(state) or trajectory
     assert trajectory.partition == 1
     assert {s.partition for s in prefix.run_chunks(synthetic_frame(model.spec, 1), 4)} == {3}
+
+
+# ---- through the cross-frame pipeline (engine/pipeline/cross_frame.py) ----------------------------------------
+
+def _pipeline(model, partition, suffix=None, **config):
+    from hybrid_vla_ros.engine.pipeline.cross_frame import Pipeline, PipelineConfig
+    return Pipeline(PrefixStage(model, partition), suffix or SuffixStage(model, partition),
+                    PipelineConfig(**config)).start()
+
+
+@pytest.mark.parametrize("chunks,max_in_flight", [(4, 1), (4, 2), ("camera", 2)])
+def test_the_pipeline_serves_chunked_frames_in_order_equal_to_whole_frames(tiny_models, chunks, max_in_flight):
+    model = tiny_models["tiny"]
+    inputs = [synthetic_frame(model.spec, seq) for seq in range(6)]
+    whole, chunked = _pipeline(model, 2, max_in_flight=max_in_flight), _pipeline(model, 2, max_in_flight=max_in_flight,
+                                                                                  chunks=chunks)
+    for frame in inputs:
+        whole.submit(frame), chunked.submit(frame)
+    a, b = whole.finish(), chunked.finish()
+    assert [r.seq for r in b] == list(range(6)) and all(r.ok for r in b), [r.error for r in b]
+    assert chunked.stats.completed == 6 and chunked.chunk_count == (4 if chunks == 4 else model.spec.num_cameras)
+    for x, y in zip(a, b):
+        assert np.abs(x.trajectory.points - y.trajectory.points).max() <= TOLERANCE_M
+        assert y.suffix_busy_s > 0 and y.latency_ms > 0
+
+
+class FailingChunkSuffix(SuffixStage):
+    """The real suffix that fails on one chunk of one frame (a fault double: a chunk refused mid-frame)."""
+    fail = (2, 1)   # (frame seq, chunk index)
+
+    def run(self, state):
+        if (state.seq, state.chunk_index) == self.fail:
+            self.chunks.abandon()
+            raise InputError(f"injected failure at chunk {state.chunk_index} of frame {state.seq}")
+        return super().run(state)
+
+
+def test_a_chunk_failing_mid_frame_drops_that_frame_once_and_the_next_is_served(tiny_models):
+    model = tiny_models["tiny"]
+    pipe = _pipeline(model, 2, FailingChunkSuffix(model, 2), max_in_flight=2, chunks=4)
+    for seq in range(5):
+        pipe.submit(synthetic_frame(model.spec, seq))
+    results = pipe.finish()
+    assert [r.seq for r in results] == list(range(5))
+    failed = [r for r in results if not r.ok]
+    assert [r.seq for r in failed] == [2] and failed[0].failed_stage == "suffix"
+    assert "chunk 1 of frame 2" in failed[0].error
+    assert pipe.stats.completed == 4 and pipe.stats.failed == 1
+    assert pipe.handover_pending() == 0   # the failed frame's later chunks were taken, not left behind
+
+
+def test_a_frame_the_prefix_cannot_chunk_is_reported_once_and_the_next_is_served(tiny_models):
+    model = tiny_models["tiny"]
+    pipe = _pipeline(model, 2, max_in_flight=2, chunks=4)
+    good, bad = synthetic_frame(model.spec, 0), synthetic_frame(model.spec, 1)
+    bad.images = bad.images[:1]                                # a camera missing
+    for frame in (good, bad, synthetic_frame(model.spec, 2)):
+        pipe.submit(frame)
+    results = pipe.finish()
+    assert [(r.seq, r.ok) for r in results] == [(0, True), (1, False), (2, True)]
+    assert results[1].failed_stage == "prefix" and "camera images" in results[1].error
+
+
+def test_chunks_that_the_model_cannot_take_are_refused_when_the_pipeline_is_built():
+    from hybrid_vla_ros.engine.pipeline.cross_frame import PipelineConfig
+    with pytest.raises(ConfigError, match="chunks="):
+        PipelineConfig(chunks=0)
+    model = load_vla(preset="tiny-scene")
+    with pytest.raises(ConfigError, match="image block"):
+        _pipeline(model, 1, chunks="camera")

@@ -34,7 +34,7 @@ def summarise(results: list[FrameResult], stats, warmup: int) -> dict:
         "latency_ms": percentiles([r.latency_ms for r in steady]),
         "handover_ms": percentiles([r.handover_ms for r in steady]),
         "prefix_busy_ms": percentiles([(r.sent - r.prefix_start) * 1e3 for r in steady]),
-        "suffix_busy_ms": percentiles([(r.suffix_end - r.recv_start) * 1e3 for r in steady]),
+        "suffix_busy_ms": percentiles([r.suffix_busy_s * 1e3 for r in steady]),
         "prefix_compute_ms": percentiles([(r.prefix_end - r.prefix_start) * 1e3 for r in steady]),
         "suffix_compute_ms": percentiles([(r.suffix_end - r.suffix_start) * 1e3 for r in steady]),
         "timeline": [{"seq": r.seq, "prefix": [r.prefix_start, r.sent], "suffix": [r.recv_start, r.suffix_end]}
@@ -43,7 +43,8 @@ def summarise(results: list[FrameResult], stats, warmup: int) -> dict:
 
 
 def run_mode(model: VLAModel, placement: Placement, partition: int, max_in_flight: int, transport: str,
-             frames: list, prefix_cores, suffix_cores, warmup: int, prefix_threads: int | None = None) -> dict:
+             frames: list, prefix_cores, suffix_cores, warmup: int, prefix_threads: int | None = None,
+             chunks=1) -> dict:
     prefix = PrefixStage(model, partition, placement)
     suffix = SuffixStage(model, partition, placement)
     if placement.uses_cuda:  # after the stages placed their weights: the peak is this mode's own
@@ -52,38 +53,42 @@ def run_mode(model: VLAModel, placement: Placement, partition: int, max_in_fligh
     feed = iter(frames)
     pipe = Pipeline(prefix, suffix, PipelineConfig(max_in_flight=max_in_flight, transport=transport,
                                                    prefix_cores=prefix_cores, suffix_cores=suffix_cores,
-                                                   prefix_threads=prefix_threads),
+                                                   prefix_threads=prefix_threads, chunks=chunks),
                     source=lambda: next(feed, None)).start()
     results = pipe.finish()
     summary = summarise(results, pipe.stats, warmup)
-    summary.update(partition=partition, max_in_flight=max_in_flight, transport=transport)
+    summary.update(partition=partition, max_in_flight=max_in_flight, transport=transport, chunks=chunks,
+                   chunk_count=pipe.chunk_count)
     if placement.uses_cuda:
         summary["gpu_peak_bytes"] = torch.cuda.max_memory_allocated(placement.prefix_device)
     return summary
 
 
-ENGINE_MODES = ("native", "native_all_cores", "serial", "pipelined")
-GRAPH_MODES = ("graph", "graph_processes")
+ENGINE_MODES = ("native", "native_all_cores", "serial", "pipelined", "serial_chunked", "pipelined_chunked")
+GRAPH_MODES = ("graph", "graph_processes", "graph_chunked", "graph_processes_chunked")
 DEFAULT_MODES = ENGINE_MODES + GRAPH_MODES
 
 
-def mode_plan(modes, transports, L: int, partition: int, max_in_flight: int, cores: tuple) -> dict:
+def mode_plan(modes, transports, L: int, partition: int, max_in_flight: int, cores: tuple, chunks=4) -> dict:
     """mode name -> run_mode arguments (partition, frames in flight, transport, prefix cores, suffix cores,
-    prefix threads). native: the whole model on the prefix's cores (the GPU-only stand-in); native_all_cores:
-    the unsplit model with one thread pool over every core (what a user without a GPU runs)."""
+    prefix threads, chunks). native: the whole model on the prefix's cores (the GPU-only stand-in);
+    native_all_cores: the unsplit model with one thread pool over every core (what a user without a GPU runs);
+    *_chunked: the same with chunked prefill across the cut (`chunks` per frame)."""
     prefix_cores, suffix_cores, all_cores = cores
-    plan = {"native": (L, 1, "inproc", prefix_cores, suffix_cores, None),
-            "native_all_cores": (L, 1, "inproc", all_cores, None, len(all_cores)),
-            "serial": (partition, 1, "inproc", prefix_cores, suffix_cores, None)}
-    for t in transports if "pipelined" in modes else ():
-        plan["pipelined" if t == "inproc" else f"pipelined_{t}"] = (partition, max_in_flight, t, prefix_cores,
-                                                                    suffix_cores, None)
+    plan = {"native": (L, 1, "inproc", prefix_cores, suffix_cores, None, 1),
+            "native_all_cores": (L, 1, "inproc", all_cores, None, len(all_cores), 1),
+            "serial": (partition, 1, "inproc", prefix_cores, suffix_cores, None, 1),
+            "serial_chunked": (partition, 1, "inproc", prefix_cores, suffix_cores, None, chunks)}
+    for base, k in (("pipelined", 1), ("pipelined_chunked", chunks)):
+        for t in transports if base in modes else ():
+            plan[base if t == "inproc" else f"{base}_{t}"] = (partition, max_in_flight, t, prefix_cores,
+                                                              suffix_cores, None, k)
     return {name: args for name, args in plan.items() if name in modes or name.startswith("pipelined")}
 
 
 def run_bench(model: VLAModel, placement: Placement, num_frames: int = 24, partition: int | None = None,
               transports=("inproc", "shm", "inline"), max_in_flight: int = 2, warmup: int = 3,
-              modes=DEFAULT_MODES, progress=None, peer: bool = True) -> dict:
+              modes=DEFAULT_MODES, progress=None, peer: bool = True, chunks=4) -> dict:
     """Every mode on the same frames, one after the other, in one run. progress(text) reports each mode."""
     progress = progress or (lambda text: None)
     prefix_cores, suffix_cores, devices = core_plan(placement)
@@ -95,15 +100,18 @@ def run_bench(model: VLAModel, placement: Placement, num_frames: int = 24, parti
         partition = prediction["best_p"]
     frames = [synthetic_frame(model.spec, seq) for seq in range(num_frames + warmup)]
     L = model.num_blocks
-    plan = mode_plan(modes, transports, L, partition, max_in_flight, (prefix_cores, suffix_cores, allowed_cores()))
+    plan = mode_plan(modes, transports, L, partition, max_in_flight, (prefix_cores, suffix_cores, allowed_cores()),
+                     chunks)
     results = {}
-    for name, (p, k, t, pc, sc, threads) in plan.items():
-        progress(f"mode {name} (p={p}, {k} in flight, {t})")
-        results[name] = run_mode(model, placement, p, k, t, frames, pc, sc, warmup, threads)
+    for name, (p, k, t, pc, sc, threads, c) in plan.items():
+        progress(f"mode {name} (p={p}, {k} in flight, {t}{f', chunks {c}' if c != 1 else ''})")
+        results[name] = run_mode(model, placement, p, k, t, frames, pc, sc, warmup, threads, c)
     for name in (m for m in GRAPH_MODES if m in modes):
-        progress(f"mode {name} (the three ROS nodes, p={partition})")
+        c = chunks if name.endswith("_chunked") else 1
+        progress(f"mode {name} (the three ROS nodes, p={partition}{f', chunks {c}' if c != 1 else ''})")
         results[name] = run_graph_mode(model, placement, partition, num_frames + warmup, prefix_cores,
-                                       suffix_cores, max_in_flight, processes=name == "graph_processes")
+                                       suffix_cores, max_in_flight, processes=name.startswith("graph_processes"),
+                                       prefix_extra={"chunks": c} if c != 1 else None)
     if placement.uses_cuda and peer:
         try:
             results["accelerate_device_map"] = run_accelerate_peer(model, partition, frames, warmup)
@@ -139,7 +147,12 @@ def ratios(modes: dict) -> dict:
            "speedup_pipelined_vs_serial": ratio("serial", "pipelined"),
            "latency_pipelined_vs_serial": ratio("pipelined", "serial", "latency_ms"),
            "graph_period_vs_pipelined": ratio("graph", "pipelined"),
-           "graph_processes_period_vs_pipelined": ratio("graph_processes", "pipelined")}
+           "graph_processes_period_vs_pipelined": ratio("graph_processes", "pipelined"),
+           "latency_pipelined_chunked_vs_serial": ratio("pipelined_chunked", "serial", "latency_ms"),
+           "period_pipelined_chunked_vs_pipelined": ratio("pipelined_chunked", "pipelined"),
+           "latency_serial_chunked_vs_serial": ratio("serial_chunked", "serial", "latency_ms"),
+           "latency_graph_processes_chunked_vs_graph_processes": ratio("graph_processes_chunked", "graph_processes",
+                                                                       "latency_ms")}
     piped = modes.get("pipelined")
     if piped and piped["period_ms"]["mean"] and piped["prefix_busy_ms"]["mean"] is not None:  # two frames at least
         slowest = max(piped["prefix_busy_ms"]["mean"], piped["suffix_busy_ms"]["mean"])

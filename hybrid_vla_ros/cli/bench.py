@@ -12,6 +12,7 @@ MODES_FRAMES, LOAD_STEP_FRAMES = 24, 80
 def cmd_bench(args) -> int:
     from ..bench.modes import DEFAULT_MODES, plot_bench, run_bench
     from ..report import modes_table, progress_printer
+    from ..engine.chunking import parse_chunks
     from ..errors import ConfigError
     if args.scenario == "faults":
         return bench_faults(args)
@@ -29,7 +30,8 @@ def cmd_bench(args) -> int:
         raise ConfigError(f"--modes: unknown {unknown}; known: {list(DEFAULT_MODES)}")
     report = run_bench(model, placement_from_args(args, model), num_frames=args.frames or MODES_FRAMES,
                        partition=args.partition, transports=transports, max_in_flight=args.max_in_flight,
-                       warmup=args.warmup, modes=modes, progress=progress_printer("bench"), peer=not args.no_peer)
+                       warmup=args.warmup, modes=modes, progress=progress_printer("bench"), peer=not args.no_peer,
+                       chunks=parse_chunks(args.chunks))
     write_report(report, args.json)
     if args.plot:
         plot_bench(report, args.plot)
@@ -174,9 +176,12 @@ def register(sub) -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--max-in-flight", type=int, default=2)
     p.add_argument("--transports", default="inproc,shm,inline", help="handovers of the pipelined modes")
-    p.add_argument("--modes", default="native,native_all_cores,serial,pipelined,graph,graph_processes",
+    p.add_argument("--modes", default="native,native_all_cores,serial,pipelined,serial_chunked,pipelined_chunked,graph,"
+                   "graph_processes",
                    help="modes to run side by side (graph: the three ROS nodes in one process; graph_processes: "
                         "one process per node)")
+    p.add_argument("--chunks", default="4", help="chunked prefill of the *_chunked modes: a count 2..64 or 'camera' "
+                   "(one chunk per camera)")
     p.add_argument("--no-peer", action="store_true", help="with CUDA: skip the accelerate device_map peer")
     p.add_argument("--json", default=None, help="write the full report (with per-frame timelines) here")
     p.add_argument("--plot", default=None, help="write the timeline/period PNG here")

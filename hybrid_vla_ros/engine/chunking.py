@@ -67,6 +67,18 @@ def chunk_spans(model, input_ids: torch.Tensor, chunks) -> list[tuple[int, int]]
     return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
+def chunk_count(model, chunks) -> int:
+    """Boundary states per frame for this model and chunking (buffers and rings are sized by it)."""
+    chunks = parse_chunks(chunks)
+    check_chunkable(model, chunks)
+    if chunks != PER_CAMERA:
+        return chunks
+    blocks = model.family.image_blocks(model.spec)[0]
+    expect(blocks >= 2, ConfigError, f"chunks='{PER_CAMERA}': the prompt of '{model.spec.name}' has {blocks} image "
+           f"block(s) (a scene encoder fuses the cameras into one token set); give a chunk count instead")
+    return blocks
+
+
 def image_block_ends(ids: torch.Tensor, image_token: int) -> list[int]:
     """ids (S,) -> the index after each maximal run of image tokens."""
     is_image = (ids == image_token).to(torch.int8)

@@ -17,11 +17,13 @@ import itertools
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ...errors import ConfigError, expect
-from ...types import Frame, Trajectory
+from ...types import Frame
+from ..chunking import chunk_count, parse_chunks
 from .flight import FlightControl
+from .results import FrameResult, PipelineStats
 from ..handover.endpoints import HandoverDecoder, HandoverEncoder
 from ..stages import PrefixStage, SuffixStage
 from .worker import POLICIES, StageHealth, StageWorker
@@ -44,61 +46,18 @@ class PipelineConfig:
     # Start the prefix just in time: when the suffix is the slower stage, delay taking the next frame so it
     # finishes when the suffix frees up. Same period, no frame left waiting at the handover (fresher input).
     just_in_time: bool = True
+    # Chunked prefill across the cut (engine/chunking.py): 1 = whole frames, k = 2..64 token chunks, or
+    # "camera". The just-in-time start then aims at the first chunk being ready when the suffix frees up.
+    chunks: int | str = 1
 
     def __post_init__(self) -> None:
+        self.chunks = parse_chunks(self.chunks)
         expect(isinstance(self.max_in_flight, int) and 1 <= self.max_in_flight <= 64, ConfigError,
                f"max_in_flight={self.max_in_flight!r}, expected an integer in 1..64")
         expect(self.policy in POLICIES, ConfigError, f"policy '{self.policy}' is not one of {POLICIES}")
         if self.prefix_cores and self.suffix_cores:
             overlap = sorted(set(self.prefix_cores) & set(self.suffix_cores))
             expect(not overlap, ConfigError, f"prefix and suffix core sets overlap on cores {overlap}")
-
-
-@dataclass
-class FrameResult:
-    """One frame's outcome with perf_counter timestamps (seconds)."""
-    seq: int
-    stamp_ns: int
-    partition: int = -1
-    trajectory: Trajectory | None = None
-    error: str | None = None
-    failed_stage: str | None = None
-    arrival: float = 0.0
-    prefix_start: float = 0.0
-    prefix_end: float = 0.0
-    sent: float = 0.0
-    recv_start: float = 0.0
-    suffix_start: float = 0.0
-    suffix_end: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    @property
-    def latency_ms(self) -> float:
-        """Processing latency: prefix start to trajectory out."""
-        return (self.suffix_end - self.prefix_start) * 1e3
-
-    @property
-    def age_ms(self) -> float:
-        """Arrival to trajectory out (includes waiting for the prefix)."""
-        return (self.suffix_end - self.arrival) * 1e3
-
-    @property
-    def handover_ms(self) -> float:
-        return ((self.sent - self.prefix_end) + (self.suffix_start - self.recv_start)) * 1e3
-
-
-@dataclass
-class PipelineStats:
-    submitted: int = 0
-    dropped: list[int] = field(default_factory=list)
-    completed: int = 0
-    failed: int = 0
-    prefix_busy_s: float = 0.0
-    suffix_busy_s: float = 0.0
-    max_in_flight_seen: int = 0
 
 
 class Pipeline:
@@ -108,7 +67,9 @@ class Pipeline:
         frame whenever it is free (a camera whose newest frame is always ready); None ends the stream."""
         self.prefix, self.suffix, self.config, self.source = prefix, suffix, config, source
         self.flight = FlightControl(config.max_in_flight, config.just_in_time)
-        self.encoder = HandoverEncoder(config.transport, ring_slots=config.max_in_flight,
+        self.chunk_count = chunk_count(prefix.model, config.chunks)   # boundary states per frame
+        states_in_flight = config.max_in_flight * self.chunk_count
+        self.encoder = HandoverEncoder(config.transport, ring_slots=states_in_flight,
                                        ring_name=f"pipe{next(_RING_NAMES)}")
         self.decoder = HandoverDecoder()
         self.stats = PipelineStats()
@@ -120,7 +81,7 @@ class Pipeline:
             "prefix", self._run_prefix, config.policy, config.max_in_flight, config.prefix_cores,
             config.prefix_threads, StageHealth(), admit=self.flight.admit, on_admitted_stop=self.flight.release,
             source=self._pull if source else None, on_displaced=lambda item: self._count_drop(item[0].seq))
-        self.suffix_worker = StageWorker("suffix", self._run_suffix, "lossless", config.max_in_flight,
+        self.suffix_worker = StageWorker("suffix", self._run_suffix, "lossless", states_in_flight,
                                          config.suffix_cores, config.suffix_threads, StageHealth())
 
     # ---- control ------------------------------------------------------------------------------------------
@@ -200,55 +161,92 @@ class Pipeline:
             self.stats.dropped.append(seq)
 
     def _run_prefix(self, item) -> None:
-        """(frame, arrival) -> the suffix worker as (record, envelope); errors travel as records, in order."""
+        """(frame, arrival) -> the suffix worker as (record, envelope) items, one per boundary state (a chunked
+        frame: one per chunk, each handed over as soon as it is computed); errors travel as records, in order."""
         frame, arrival = item
         if self.source is not None:
             with self._lock:
                 self.stats.submitted += 1
-        record = FrameResult(seq=frame.seq, stamp_ns=frame.stamp_ns, arrival=arrival)
+        record = FrameResult(seq=frame.seq, stamp_ns=frame.stamp_ns, arrival=arrival, chunks=self.chunk_count)
         record.prefix_start = time.perf_counter()
-        envelope = None
         try:
-            state = self.prefix.run(frame)
-            record.partition = state.partition
-            record.prefix_end = time.perf_counter()
-            if self.prefix.placement.uses_cuda:
-                self._stage_to_host(state)
-            envelope = self.encoder.encode(state)
-            if self.config.transport != "inproc" and "host_buffer" in state.timings:
-                self._host_buffers.put(state.timings.pop("host_buffer"))  # the bytes are copied out
-            record.sent = time.perf_counter()
+            for state in self.prefix.run_chunks(frame, self.config.chunks):
+                self._hand_over(record, state)
         except Exception as exc:  # noqa: BLE001 - reported in order through the suffix; the next frame goes on
             record.prefix_end = record.sent = time.perf_counter()
             record.error, record.failed_stage = f"{type(exc).__name__}: {exc}", "prefix"
+            if record.partition < 0:                  # nothing of it handed over yet: the record is
+                self.flight.handed_over(0.0, lead_known=False)
+            self.suffix_worker.submit((record, None), timeout_s=self.submit_timeout())
         with self._lock:
             self.stats.prefix_busy_s += record.sent - record.prefix_start
-        self.flight.prefix_finished(record.sent - record.prefix_start)
+        self.flight.prefix_finished(record.sent - record.prefix_start, handed_to_suffix=False)
+
+    def _hand_over(self, record: FrameResult, state) -> None:
+        """One boundary state (a whole frame or a chunk) -> envelope -> the suffix worker. The frame counts as
+        handed to the suffix at its first state (the just-in-time start aims at that one being ready)."""
+        if state.chunk_index == 0:
+            record.partition = state.partition
+            self.flight.handed_over(time.perf_counter() - record.prefix_start)
+        if state.last_chunk:
+            record.prefix_end = time.perf_counter()
+        if self.prefix.placement.uses_cuda:
+            self._stage_to_host(state)
+        envelope = self.encoder.encode(state)
+        if self.config.transport != "inproc" and "host_buffer" in state.timings:
+            self._host_buffers.put(state.timings.pop("host_buffer"))  # the bytes are copied out
+        if state.last_chunk:
+            record.sent = time.perf_counter()
         self.suffix_worker.submit((record, envelope), timeout_s=self.submit_timeout())
 
     def _run_suffix(self, item) -> None:
+        """One boundary state of a frame; the frame's record is reported at its last state, or at the first
+        failure (its later chunks are then only taken from the handover, not run)."""
         record, envelope = item
-        record.recv_start = time.perf_counter()
-        self.flight.suffix_started()
+        now = time.perf_counter()
+        if record.done:
+            self._discard(envelope)
+            return
+        if not record.recv_start:
+            record.recv_start = now
+            self.flight.suffix_started()
+        trajectory = None
         if record.error is None:
             try:
                 state, _ = self.decoder.decode(envelope)
-                record.suffix_start = time.perf_counter()
-                record.trajectory = self.suffix.run(state)
+                record.suffix_start = record.suffix_start or time.perf_counter()
+                trajectory = self.suffix.run(state)
                 buffer = state.timings.pop("host_buffer", None)
                 if buffer is not None:
                     self._host_buffers.put(buffer)
             except Exception as exc:  # noqa: BLE001
                 record.error, record.failed_stage = f"{type(exc).__name__}: {exc}", "suffix"
+        record.suffix_busy_s += time.perf_counter() - now
+        if trajectory is not None or record.error is not None:
+            self._report(record, trajectory)
+
+    def _report(self, record: FrameResult, trajectory) -> None:
+        record.trajectory, record.done = trajectory, True
         record.suffix_start = record.suffix_start or record.recv_start
         record.suffix_end = time.perf_counter()
+        self.suffix.chunks.take_abandoned()   # in order here: a frame left unfinished is this failed one
         with self._lock:
-            self.stats.suffix_busy_s += record.suffix_end - record.recv_start
+            self.stats.suffix_busy_s += record.suffix_busy_s
             self.stats.completed += record.ok
             self.stats.failed += not record.ok
             self.stats.max_in_flight_seen = self.flight.max_seen
         self._results.put(record)
-        self.flight.suffix_finished(record.suffix_end - record.recv_start)
+        self.flight.suffix_finished(record.suffix_busy_s)
+
+    def _discard(self, envelope) -> None:
+        """A later chunk of a frame that already failed: taken from the handover (its registry entry or ring
+        slot is freed), not run."""
+        if envelope is None:
+            return
+        try:
+            self.decoder.decode(envelope)
+        except Exception:  # noqa: BLE001 - it is being thrown away either way
+            pass
 
     def _stage_to_host(self, state) -> None:
         """GPU -> one of max_in_flight preallocated pinned host buffers (non-blocking copy, then sync)."""

@@ -44,6 +44,7 @@ class FlightControl:
         self.reclaimed = 0
         self._owed = 0                        # reclaimed slots whose late release is still to come
         self.prefix_s = 0.0                   # EMA of the prefix's time per frame
+        self.prefix_lead_s = 0.0              # EMA of its time to the frame's first handed-over state (0: = prefix_s)
         self.suffix_s = 0.0                   # EMA of the suffix's time per frame (0: not known here)
         self._handed = 0                      # handed to the suffix, not started
         self._suffix_started: float | None = None
@@ -81,6 +82,15 @@ class FlightControl:
         with self._cond:
             self.prefix_s = ema(self.prefix_s, seconds)
             self._handed += handed_to_suffix
+
+    def handed_over(self, lead_s: float, lead_known: bool = True) -> None:
+        """A frame's first boundary state reached the suffix's queue, lead_s after the prefix started it (a
+        chunked frame: its first chunk; the just-in-time start aims at that one being ready). Call
+        prefix_finished(..., handed_to_suffix=False) when the frame's prefix is done."""
+        with self._cond:
+            if lead_known:
+                self.prefix_lead_s = ema(self.prefix_lead_s, lead_s)
+            self._handed += 1
 
     # ---- the suffix side (only where it shares the process) --------------------------------------------
     def suffix_started(self) -> None:
@@ -131,6 +141,7 @@ class FlightControl:
     def _wait_just_in_time(self, stopped) -> None:
         if not (self.just_in_time and self.max_in_flight > 1 and self.prefix_s > 0 and self.suffix_s > 0):
             return
-        deadline = time.monotonic() + self.suffix_free_in() - self.prefix_s
+        lead = self.prefix_lead_s or self.prefix_s    # chunked: the first chunk need only be ready in time
+        deadline = time.monotonic() + self.suffix_free_in() - lead
         while not stopped() and time.monotonic() < deadline - 0.0005:
             time.sleep(min(POLL_S, deadline - time.monotonic()))
