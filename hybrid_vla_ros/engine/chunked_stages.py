@@ -1,7 +1,8 @@
 """The two stages chunk by chunk (chunked prefill across the cut; primitives in engine/chunking.py).
 
-Prefix: the frame's embeddings once (vision encoder, scene encoder), then blocks [0, p) chunk by chunk with its
-own per-frame keys; each chunk's boundary state is yielded as soon as it is done. Suffix: blocks [p, L) on each
+Prefix: the frame's token embeddings, then chunk by chunk the image features of the cameras whose tokens the chunk
+reaches (engine/embedding.py FrameEmbedder; a scene encoder: the whole frame at the first chunk) and blocks
+[0, p) with its own per-frame keys; each chunk's boundary state is yielded as soon as it is done. Suffix: blocks [p, L) on each
 chunk in order with the keys of the frame's earlier chunks, the final norm and the head on the last chunk.
 The suffix takes one frame's chunks at a time, in order: a chunk out of order or from another frame is refused
 with the reason, and a frame that cannot complete (a chunk lost or refused) is dropped whole, reported once.
@@ -17,8 +18,8 @@ import torch
 from ..errors import InputError, expect, expect_finite
 from ..model.vla import waypoints_from_head
 from ..types import BoundaryState, Frame, Trajectory
-from .chunking import FrameKV, OpenFrame, check_chunkable, chunk_deepstack, chunk_mask, chunk_spans, run_blocks_chunk
-from .embedding import frame_embeddings
+from .chunking import FrameKV, OpenFrame, check_chunkable, chunk_mask, chunk_spans, run_blocks_chunk
+from .embedding import FrameEmbedder
 from .placement import check_boundary_dtype
 
 
@@ -34,14 +35,15 @@ def prefix_chunks(stage, frame: Frame, chunks) -> Iterator[BoundaryState]:
     t0 = time.perf_counter()
     model, place = stage.model, stage.placement
     check_chunkable(model, chunks)
-    embeds, position_ids, input_ids, deepstack = frame_embeddings(model, frame, place)  # (P, S, H), (.., P, S)
-    attention_mask = torch.ones_like(input_ids)                                        # (P, S)
-    partition, seq_len = stage.partition, input_ids.shape[1]
-    spans = chunk_spans(model, input_ids, chunks)
+    inputs = FrameEmbedder(model, frame, place)          # token embeddings now, each camera's features when due
+    position_ids, attention_mask = inputs.position_ids, torch.ones_like(inputs.input_ids)  # (.., P, S), (P, S)
+    partition, seq_len = stage.partition, inputs.input_ids.shape[1]
+    spans = chunk_spans(model, inputs.input_ids, chunks)
     kv = FrameKV(seq_len)
     for index, (start, end) in enumerate(spans):
         c0 = time.perf_counter()
-        ds = chunk_deepstack(deepstack, start, end)
+        embeds = inputs.ready(end)                                                     # (P, S, H) through `end`
+        ds = inputs.deepstack(start, end)
         hidden = run_blocks_chunk(model.decoder, stage.blocks[:partition], embeds[:, start:end],
                                   position_ids[..., start:end], chunk_mask(attention_mask, start, end), kv, 0, ds)
         place.synchronize()

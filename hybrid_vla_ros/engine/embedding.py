@@ -37,3 +37,60 @@ def frame_embeddings(model: VLAModel, frame: Frame, place: Placement = Placement
     position_ids = model.family.position_ids(model.backbone, input_ids, place.to_prefix(encoded.mm_token_type_ids),
                                              pixels)                                   # (3, 1, S) or (1, S)
     return Embedded(embeds, position_ids, input_ids, model.family.deepstack(image_mask, additions))
+
+
+class FrameEmbedder:
+    """A frame's block-0 inputs built as chunked prefill needs them: token embeddings and position ids at once
+    (cheap), the image features camera by camera when the first chunk that holds a camera's tokens is next, so
+    that the suffix starts on camera 0's tokens while the prefix still encodes later cameras. A family that
+    cannot encode one camera alone (a scene encoder fuses them) encodes the whole frame at the first chunk."""
+
+    def __init__(self, model: VLAModel, frame: Frame, place: Placement = Placement()):
+        self.model, self.frame = model, frame
+        encoded = encode_frame(frame, model, place.prefix_device)
+        self.ego = encoded.ego
+        self.input_ids = place.to_prefix(encoded.input_ids)                            # (P, S)
+        self.pixels = {k: place.to_prefix(v) for k, v in encoded.pixels.items()}
+        if "pixel_values" in self.pixels:
+            self.pixels["pixel_values"] = self.pixels["pixel_values"].to(place.prefix_dtype)
+        self.embeds = model.decoder.embed_tokens(self.input_ids)                       # (P, S, H)
+        self.position_ids = model.family.position_ids(model.backbone, self.input_ids,
+                                                      place.to_prefix(encoded.mm_token_type_ids), self.pixels)
+        image_mask = self.input_ids[0] == model.prompt.image_token_id                  # (S,)
+        self.positions = image_mask.nonzero().squeeze(-1)                               # (n_img,) ascending
+        cameras = model.spec.num_cameras
+        self.per_camera = (model.family.camera_pixels(model.spec, self.pixels, 0) is not None
+                           and self.positions.numel() % cameras == 0)
+        self.groups = list(self.positions.chunk(cameras)) if self.per_camera else [self.positions]  # tokens of each
+        self.additions: list[torch.Tensor | None] = [None] * len(self.groups)           # (k, n_group, H) each
+        self.encoded = 0                                                                 # groups encoded so far
+
+    def ready(self, end: int) -> torch.Tensor:
+        """Encode every camera (group) whose first image token lies before `end` -> the embeddings (P, S, H),
+        complete up to `end`."""
+        while self.encoded < len(self.groups) and int(self.groups[self.encoded][0]) < end:
+            self._encode(self.encoded)
+            self.encoded += 1
+        return self.embeds
+
+    def _encode(self, group: int) -> None:
+        model = self.model
+        pixels = model.family.camera_pixels(model.spec, self.pixels, group) if self.per_camera else self.pixels
+        features, additions = model.family.frame_features(model, pixels, self.ego, self.frame.stamp_ns)  # (n, H)
+        positions = self.groups[group]
+        self.embeds[:, positions] = features.to(self.embeds.dtype)                      # every pass the same
+        self.additions[group] = torch.stack(additions) if additions else None          # (k, n, H)
+
+    def deepstack(self, start: int, end: int) -> DeepStack | None:
+        """DeepStack's additions at the image tokens inside [start, end) (chunk-relative positions; an empty one
+        for a chunk without image tokens), None for a family without DeepStack. Call after ready(end)."""
+        done = [(g, a) for g, a in zip(self.groups, self.additions) if a is not None]
+        if not done and self.model.family.deepstack_blocks(self.model.backbone.config) == 0:
+            return None
+        if not done:   # DeepStack family, no camera encoded yet: a chunk of text only
+            k, hidden = self.model.family.deepstack_blocks(self.model.backbone.config), self.embeds.shape[-1]
+            return DeepStack(self.positions[:0] - start, self.embeds.new_empty(k, 0, hidden), 0)
+        positions = torch.cat([g for g, _ in done])
+        features = torch.cat([a for _, a in done], dim=1)                               # (k, n_done, H)
+        inside = (positions >= start) & (positions < end)
+        return DeepStack(positions[inside] - start, features[:, inside], 0)

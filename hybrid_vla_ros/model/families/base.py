@@ -72,6 +72,15 @@ class Family:
         """-> (N * image_tokens_per_camera, hidden): what replaces the image tokens' embeddings."""
         raise NotImplementedError
 
+    def camera_pixels(self, spec, pixels: dict, camera: int) -> dict | None:
+        """The pixel tensors of one camera alone, for encoding camera by camera (chunked prefill); None when the
+        family cannot encode a camera alone. Default: every tensor's rows split evenly over the cameras (each
+        camera's images, tiles, patches and grid rows are consecutive and equal in number)."""
+        n = spec.num_cameras
+        if not pixels or any(t.shape[0] % n for t in pixels.values()):
+            return None
+        return {name: t.chunk(n)[camera] for name, t in pixels.items()}
+
     # ---- DeepStack (Qwen3-VL): vision features added after the first decoder blocks ----------------------------
     max_deepstack = 0                    # a spec's deepstack_blocks may not exceed it (0: the family has none)
 

@@ -51,6 +51,9 @@ class SceneLLMFamily(Family):
     def pixel_inputs(self, spec, images: torch.Tensor) -> dict:
         return {"images": images}                                                      # (N, 3, H, W)
 
+    def camera_pixels(self, spec, pixels: dict, camera: int) -> None:
+        return None                                       # the scene encoder fuses every camera (and its memory)
+
     def frame_features(self, model, pixels: dict, ego: torch.Tensor, stamp_ns: int):
         images = pixels["images"].to(next(model.scene_encoder.parameters()).dtype)
         return model.scene_encoder.encode(images, ego.to(images), stamp_ns), []       # (n, H)
