@@ -18,13 +18,17 @@ def cmd_plan(args) -> int:
     from ..plan.text import paper_lines, plan_lines
     calibration = Calibration(args.calibration)
     progress = progress_printer("plan")
+    chunks = _chunks(args.chunks)
     if args.paper:
+        from ..errors import ConfigError
+        if chunks != [1]:
+            raise ConfigError("--chunks: the paper comparison is unchunked; give --preset (or a checkpoint) instead")
         from ..plan.run import paper_report
         tokens = {k: v for k, v in (("orion", args.tokens), ("minddrive", args.tokens)) if v} if args.tokens else None
         report = paper_report(calibration, tokens, progress)
         lines = paper_lines(report)
     else:
-        report = _plan_model(args, calibration, progress)
+        report = _plan_model(args, calibration, progress, chunks)
         lines = plan_lines(report, args.every)
     calibration.save()
     write_report(report, args.json)
@@ -34,7 +38,13 @@ def cmd_plan(args) -> int:
     return 0
 
 
-def _plan_model(args, calibration, progress) -> dict:
+def _chunks(text: str) -> list:
+    """'1,2,4,camera' -> [1, 2, 4, 'camera'] (each checked by engine/chunking.py parse_chunks)."""
+    from ..engine.chunking import parse_chunks
+    return [parse_chunks(item) for item in text.split(",") if item.strip()]
+
+
+def _plan_model(args, calibration, progress, chunks) -> dict:
     import torch
     from ..engine.placement import Placement
     from ..errors import ConfigError
@@ -49,12 +59,12 @@ def _plan_model(args, calibration, progress) -> dict:
                               "with --gpu this|none both sides are this machine's, measured")
         device = "cpu" if args.gpu == "none" or not torch.cuda.is_available() else "cuda"
         placement = Placement(torch.device(device), gpu_dtype, cpu_dtype)
-        return plan_here(model, placement, budget, args.tokens, calibration, progress)
+        return plan_here(model, placement, budget, args.tokens, calibration, progress, chunks)
     gpu = parse_gpu(args.gpu)
     key = args.gpu.lower() if args.gpu.lower() in PARTS_GPU else "described"
     cpu = None if args.cpu == "this" else parse_cpu(args.cpu)
     return plan_described(model, gpu, key, cpu, gpu_dtype, cpu_dtype, budget, args.tokens, calibration,
-                          progress=progress)
+                          progress=progress, chunks=chunks)
 
 
 def register(sub) -> None:
@@ -77,6 +87,9 @@ def register(sub) -> None:
                    help="GPU memory the VLA may hold, GiB (what Autoware leaves); 0: no budget")
     p.add_argument("--calibration", default=None,
                    help="JSON file of block timings: read if it exists (no re-timing), written with new ones")
+    p.add_argument("--chunks", default="1",
+                   help="chunked prefill across the cut: comma-separated chunkings to predict at the best cut, "
+                        "each 1..64 or 'camera' (one chunk per camera), e.g. 1,2,4,camera; 1: unchunked only")
     p.add_argument("--every", type=int, default=1, help="print every N-th cut (the best, 0 and L always)")
     p.add_argument("--json", default=None, help="write the full plan (every cut, every assumption) here")
     p.set_defaults(func=cmd_plan)

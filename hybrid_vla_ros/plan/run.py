@@ -10,6 +10,7 @@ import torch
 
 from ..engine.cpu import core_plan
 from ..engine.placement import Placement
+from .chunks import chunked_section
 from .efficiency import AMX_GEMM_OF_PEAK, CUDA_CONTEXT_BYTES, LINK_LATENCY_MS, LINK_OF_PEAK, Rate, measured_rate
 from .efficiency import gpu_rate as gpu_rate_of
 from .hardware import PARTS_GPU, XEON_8470Q, CpuSpec, GpuSpec, describe, dtype_key
@@ -33,12 +34,13 @@ def _rate_lines(side: str, rate: Rate) -> list[str]:
 
 
 def plan_here(model, placement: Placement, budget_bytes: int | None = None, tokens: int | None = None,
-              calibration: Calibration | None = None, progress=None) -> dict:
-    """Plan for this machine as `placement` places the model: every rate measured on its own cores."""
+              calibration: Calibration | None = None, progress=None, chunks=None) -> dict:
+    """Plan for this machine as `placement` places the model: every rate measured on its own cores; chunks
+    (e.g. [1, 2, "camera"]): the chunked prefill's period and latency at the best cut too (plan/chunks.py)."""
     calibration = calibration or Calibration()
     work = workload_from_model(model, tokens)
     sides, where = sides_here(model, work, placement, calibration, progress)
-    result = plan(work, sides, budget_bytes)
+    result = _with_chunks(plan(work, sides, budget_bytes), model, work, sides, chunks)
     front = "measured as the prefix stage runs it" if sides.front_ms is not None else \
         f"{work.front.flops / 1e9:.1f} GFLOP at the prefix's measured block rate"
     notes = [f"this machine: prefix on {where['devices']['prefix']}, suffix on {where['devices']['suffix']}",
@@ -53,6 +55,11 @@ def plan_here(model, placement: Placement, budget_bytes: int | None = None, toke
             "measured": calibration.measures()}
 
 
+def _with_chunks(result: dict, model, work, sides, chunks) -> dict:
+    section = chunked_section(model, work, sides, result["best_p"], chunks)
+    return {**result, "chunked": section} if section else result
+
+
 def _load_note(calibration: Calibration) -> str:
     """The load average recorded with the block timings used (a calibration file keeps its own)."""
     loads, cores = [m["loadavg"] for m in calibration.measures()], os.cpu_count() or 1
@@ -65,7 +72,7 @@ def _load_note(calibration: Calibration) -> str:
 
 def plan_described(model, gpu: GpuSpec, gpu_key: str, cpu: CpuSpec | None, gpu_dtype, cpu_dtype,
                    budget_bytes: int | None = None, tokens: int | None = None, calibration: Calibration | None = None,
-                   work=None, progress=None) -> dict:
+                   work=None, progress=None, chunks=None) -> dict:
     """Plan for a described GPU (and a described CPU, or this machine's suffix cores when cpu is None)."""
     calibration = calibration or Calibration()
     work = work or workload_from_model(model, tokens)
@@ -80,7 +87,7 @@ def plan_described(model, gpu: GpuSpec, gpu_key: str, cpu: CpuSpec | None, gpu_d
     else:
         gpu_rate, cpu_rate = described_rates(gpu, gpu_key, cpu, gm, cm, gpu_dtype, cpu_dtype)
     sides = sides_of(gpu_rate, cpu_rate, gpu, gpu_dtype, cpu_dtype)
-    result = plan(work, sides, budget_bytes)
+    result = _with_chunks(plan(work, sides, budget_bytes), model, work, sides, chunks)
     return {**result, "mode": "described", "gpu": describe(gpu), "cpu": describe(cpu),
             "dtypes": {"gpu": dtype_key(gpu_dtype), "cpu": dtype_key(cpu_dtype)},
             "assumptions": [*GENERAL_ASSUMPTIONS, *work.notes, f"GPU: {gpu.source}", f"CPU: {cpu.source}",

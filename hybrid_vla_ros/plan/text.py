@@ -47,6 +47,28 @@ def recommendation(result: dict) -> list[str]:
             f"  zone rule: {result.get('zone_rule', '')}"]
 
 
+def _tokens(tokens: list) -> str:
+    lo, hi = min(tokens), max(tokens)
+    return f"{lo}" if lo == hi else f"{lo}-{hi}"
+
+
+def chunk_lines(result: dict) -> list[str]:
+    """The chunked prefill's table at the best cut (--chunks), each chunking beside the unchunked pipeline."""
+    section = result.get("chunked")
+    if not section:
+        return []
+    lines = [f"  chunked prefill at p = {section['p']}: {section['formula']}",
+             "    chunks    k  tokens/chunk  period ms  latency ms  latency vs 1  period vs 1  pays"]
+    for r in section["rows"]:
+        if "refused" in r:
+            lines.append(f"    {r['chunks']:8s}  not predicted: {r['refused']}")
+            continue
+        lines.append(f"    {r['chunks']:8s} {r['k']:2d}  {_tokens(r['tokens']):>12s} {r['period_ms']:10.2f} "
+                     f"{r['latency_ms']:11.2f}  {r['latency_vs_unchunked']:+12.1%} "
+                     f"{r['period_vs_unchunked']:+11.1%}  {r['pays']}")
+    return lines + [f"    - {a}" for a in section["assumptions"]]
+
+
 def assumptions(result: dict) -> list[str]:
     return ["  assumptions:"] + [f"    - {a}" for a in result.get("assumptions", [])]
 
@@ -58,7 +80,7 @@ def plan_lines(result: dict, every: int = 1) -> list[str]:
             f"  per block: prefix {t['block_prefix_ms']:.2f} ms ({t['bound']['prefix_block']}-bound), suffix "
             f"{t['block_suffix_ms']:.2f} ms ({t['bound']['suffix_block']}-bound); front end {t['front_ms']:.1f} ms; "
             f"head {t['head_suffix_ms']:.2f} ms; transfer {t['transfer_ms']:.3f} ms"]
-    return head + cut_table(result, every) + recommendation(result) + assumptions(result)
+    return head + cut_table(result, every) + recommendation(result) + chunk_lines(result) + assumptions(result)
 
 
 COMPARISON_ROWS = (("native_ms", "native latency (ms)"), ("hybrid_period_ms", "hybrid period (ms)"),
@@ -107,4 +129,4 @@ def paper_lines(report: dict) -> list[str]:
     return lines
 
 
-__all__ = ["comparison_lines", "cut_table", "paper_lines", "plan_lines", "recommendation"]
+__all__ = ["chunk_lines", "comparison_lines", "cut_table", "paper_lines", "plan_lines", "recommendation"]
