@@ -23,6 +23,8 @@ def cmd_bench(args) -> int:
         return bench_load_step(args, model)
     if args.scenario == "preprocess":
         return bench_preprocess(args, model)
+    if args.scenario == "chunk-curve":
+        return bench_chunk_curve(args, model)
     transports = tuple(t for t in args.transports.split(",") if t)
     modes = tuple(m for m in args.modes.split(",") if m)
     unknown = sorted(set(modes) - set(DEFAULT_MODES))
@@ -68,6 +70,30 @@ def bench_load_step(args, model) -> int:
                                                 f"{prior['measured_best_period_ms']:.1f} ms ({prior['period_off']:+.0%})"),
         ("full report", args.json or "(--json FILE)")]))
     return 0
+
+
+def bench_chunk_curve(args, model) -> int:
+    from ..bench.chunk_curve import curve_table, plot_chunk_curve, run_chunk_curve
+    from ..engine.cpu import core_plan
+    from ..model.inputs import synthetic_frame
+    from ..report import progress_printer
+    placement = placement_from_args(args, model)
+    prefix_cores, suffix_cores, _ = core_plan(placement)
+    partition = args.partition if args.partition is not None else model.num_blocks // 2
+    frames = [synthetic_frame(model.spec, seq) for seq in range((args.frames or MODES_FRAMES) + args.warmup)]
+    chunkings = [c for c in args.chunks.split(",") if c] if "," in args.chunks else CURVE_DEFAULT
+    report = run_chunk_curve(model, placement, partition, chunkings, frames, (prefix_cores, suffix_cores),
+                             args.warmup, args.max_in_flight, progress_printer("chunk-curve"))
+    write_report(report, args.json)
+    if args.plot:
+        plot_chunk_curve(report, args.plot)
+    print(f"chunk-curve on {report['preset']} p={partition}, {report['sequence_length']} tokens, "
+          f"{report['frames']} frames per point")
+    print(curve_table(report))
+    return 0
+
+
+CURVE_DEFAULT = ("1", "2", "3", "4", "6", "8", "12", "16", "camera")
 
 
 def bench_preprocess(args, model) -> int:
@@ -181,11 +207,11 @@ def register(sub) -> None:
                    help="modes to run side by side (graph: the three ROS nodes in one process; graph_processes: "
                         "one process per node)")
     p.add_argument("--chunks", default="4", help="chunked prefill of the *_chunked modes: a count 2..64 or 'camera' "
-                   "(one chunk per camera)")
+                   "(one chunk per camera); chunk-curve: a comma list (default 1,2,3,4,6,8,12,16,camera)")
     p.add_argument("--no-peer", action="store_true", help="with CUDA: skip the accelerate device_map peer")
     p.add_argument("--json", default=None, help="write the full report (with per-frame timelines) here")
     p.add_argument("--plot", default=None, help="write the timeline/period PNG here")
-    p.add_argument("--scenario", default="modes", choices=("modes", "load-step", "preprocess", "faults"),
+    p.add_argument("--scenario", default="modes", choices=("modes", "load-step", "preprocess", "faults", "chunk-curve"),
                    help="modes: native/serial/pipelined side by side; load-step: scheduler under a competing load; "
                         "preprocess: decoding and resize/normalise of camera frames of --camera size; faults: "
                         "SIGKILL each node of a supervised graph mid-drive, then a soak (tiny preset unless "
