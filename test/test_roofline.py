@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 from hybrid_vla_ros.bench.graph import graph_overrides
-from hybrid_vla_ros.bench.roofline import block_flops
+from hybrid_vla_ros.bench.kernels.roofline import block_flops
 from hybrid_vla_ros.engine.placement import Placement
 from hybrid_vla_ros.model.load import load_vla
 from hybrid_vla_ros.model.spec import get_preset

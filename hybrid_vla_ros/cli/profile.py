@@ -10,7 +10,7 @@ from .common import add_model_args, add_placement_args, model_from_args, placeme
 def cmd_profile(args) -> int:
     if args.roofline:
         return cmd_roofline(args)
-    from ..bench.profile import profile_report
+    from ..bench.kernels.profile import profile_report
     model = model_from_args(args, lazy=True)
     report = profile_report(model, placement_from_args(args, model), frames=args.frames,
                             progress=progress_printer("profile"))
@@ -48,14 +48,14 @@ def roofline_lines(report: dict) -> list[str]:
 
 
 def cmd_roofline(args) -> int:
-    from ..bench.roofline import plot_roofline, roofline_report
+    from ..bench.kernels.roofline import plot_roofline, roofline_report
     from ..engine.cpu import core_plan, pinned
     model = model_from_args(args, lazy=True)
     placement = placement_from_args(args, model)
     tokens = [int(t) for t in args.tokens.split(",")]
     report = roofline_report(model, placement, tokens, args.blocks)
     if args.backends:
-        from ..bench.backends import compare_backends
+        from ..bench.kernels.backends import compare_backends
         _, suffix_cores, _ = core_plan(placement)
         with pinned(suffix_cores):
             report["backends"] = [compare_backends(model, int(n), placement.suffix_dtype, len(suffix_cores))

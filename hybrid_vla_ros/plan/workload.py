@@ -3,7 +3,7 @@
 
 FLOPs count a multiply-add as 2. A decoder block at R rows (tokens x passes): 2 R x its linear parameters,
 plus attention 2 x 2 x S^2 x hidden per pass, halved for the causal mask (the same rule as
-bench/roofline.py's block_flops). A vision tower: 2 FLOPs per parameter per patch, plus full attention per
+bench/kernels/roofline.py's block_flops). A vision tower: 2 FLOPs per parameter per patch, plus full attention per
 image (4 n^2 x width per layer; windowed attention is not modelled: an overestimate for Qwen2.5-VL).
 """
 

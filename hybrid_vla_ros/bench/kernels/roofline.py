@@ -16,11 +16,11 @@ import time
 import torch
 import torch.nn.functional as F
 
-from ..engine.cpu import core_plan, pinned
-from ..engine.placement import Placement
-from ..engine.stages import placed, run_blocks
-from ..model.checkpoint import ensure_loaded
-from ..model.vla import VLAModel
+from ...engine.cpu import core_plan, pinned
+from ...engine.placement import Placement
+from ...engine.stages import placed, run_blocks
+from ...model.checkpoint import ensure_loaded
+from ...model.vla import VLAModel
 
 REPEATS = 3
 BANDWIDTH_BYTES = 1 << 30
@@ -156,7 +156,7 @@ def roofline_report(model: VLAModel, placement: Placement, tokens_list, blocks: 
 
 def plot_roofline(report: dict, path) -> None:
     """Achieved GFLOP/s and the GEMM ceiling over N, per side."""
-    from ..report import pyplot
+    from ...report import pyplot
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
     for ax, side in zip(axes, ("prefix", "suffix")):

@@ -7,12 +7,12 @@ import time
 
 import torch
 
-from ..engine.scheduling.costs import CostModel
-from ..engine.cpu import core_plan, pinned
-from ..engine.placement import Placement
-from ..engine.stages import PrefixStage, SuffixStage
-from ..model.inputs import synthetic_frame
-from ..model.vla import VLAModel
+from ...engine.scheduling.costs import CostModel
+from ...engine.cpu import core_plan, pinned
+from ...engine.placement import Placement
+from ...engine.stages import PrefixStage, SuffixStage
+from ...model.inputs import synthetic_frame
+from ...model.vla import VLAModel
 
 
 def profile_blocks(model: VLAModel, placement: Placement = Placement(), frames: int = 3, warmup: int = 1) -> dict:
@@ -63,8 +63,8 @@ def profile_report(model: VLAModel, placement: Placement, frames: int = 3, progr
     fp32 and in bf16 (the stages convert copies: `model` keeps its dtype)."""
     import numpy as np
 
-    from ..engine.cpu import cpu_backend_report
-    from ..engine.stages import reference_forward
+    from ...engine.cpu import cpu_backend_report
+    from ...engine.stages import reference_forward
     from .handover import handover_microbench
     prefix_cores, suffix_cores, devices = core_plan(placement)
     progress = progress or (lambda text: None)

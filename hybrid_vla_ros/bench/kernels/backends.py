@@ -10,8 +10,8 @@ import time
 import torch
 from torch import nn
 
-from ..engine.stages import run_blocks
-from ..model.checkpoint import ensure_loaded
+from ...engine.stages import run_blocks
+from ...model.checkpoint import ensure_loaded
 from .roofline import _best_ms, _block_inputs, block_flops
 
 
