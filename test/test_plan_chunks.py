@@ -176,3 +176,15 @@ def test_plan_cli_prints_the_chunk_table_and_writes_it_to_json(tmp_path):
     rows = report["chunked"]["rows"]
     assert [r["chunks"] for r in rows] == ["1", "2", "camera"] and rows[1]["k"] == 2
     assert rows[0]["latency_ms"] == report["rows"][report["best_p"]]["latency_ms"]
+
+
+def test_a_vision_tower_s_embeddings_are_charged_camera_by_camera():
+    from hybrid_vla_ros.plan.chunks import camera_starts, embed_shares
+    assert embed_shares([(0, 10), (10, 20)]) == [1.0, 0.0]
+    shares = embed_shares([(0, 10), (10, 20), (20, 30)], camera_starts=[1, 5, 12, 25])
+    assert shares == [0.5, 0.25, 0.25]
+    from hybrid_vla_ros.model.load import load_vla
+    model = load_vla(preset="tiny")
+    starts = camera_starts(model, model.sequence_length)
+    assert len(starts) == model.spec.num_cameras and starts == sorted(starts)
+    assert camera_starts(load_vla(preset="tiny-scene"), load_vla(preset="tiny-scene").sequence_length) is None

@@ -8,7 +8,8 @@ Chunk i = 1..k holds n_i tokens with K_i = n_1 + ... + n_(i-1) keys before it (r
     a_i      = p x block_i on the prefix device (+ overhead for i > 1)
     x_i      = the chunk's boundary bytes / link rate + the link's fixed latency (the handover)
     s_i      = (L - p) x block_i on the suffix device (+ overhead for i > 1; + the head on the last chunk)
-    P_i      = E + a_1 + ... + a_i                 (E: the frame's embeddings, whole, before the first chunk)
+    P_i      = E_1 + a_1 + ... + E_i + a_i         (E_i: the embeddings due before chunk i: all of them before
+                                                    the first, or camera by camera for a vision tower)
     C_i      = (x_1 + s_1) + ... + (x_i + s_i)     (the handover is charged to the suffix side, as in predict.py)
 
     period   = max(P_k, C_k)
@@ -43,8 +44,9 @@ ASSUMPTIONS = (
     "chunked: a side's rate at the frame's rows is taken for a chunk's rows; a small chunk loses efficiency only "
     "through the roofline (each chunk re-reads the block's weights) and the handover's fixed latency per chunk; "
     "a GEMM's lower FLOP/s at few rows beyond that is not modelled (it flatters tiny chunks)",
-    "chunked: attention of chunk i reads the keys of chunks 1..i (per-frame KV on each side); the frame's "
-    "embeddings run whole before the first chunk; the head runs on the last chunk",
+    "chunked: attention of chunk i reads the keys of chunks 1..i (per-frame KV on each side); a vision tower "
+    "encodes camera by camera (each camera's 1/N of the embeddings before the chunk holding its first token), a "
+    "scene encoder the whole frame before the first chunk; the head runs on the last chunk",
     "chunked: latency = a frame into an idle pipeline, equal to a saturated one's with a just-in-time prefix "
     "start (plan/chunks.py derives it); period = max(prefix, handovers + suffix) of one frame",
 )
@@ -75,17 +77,33 @@ def handover_ms(work: Workload, sides: Sides, tokens: int) -> float:
     return bytes_ / (sides.link_gbs * 1e9) * 1e3 + sides.link_latency_ms
 
 
-def chunk_times(work: Workload, sides: Sides, times: StageTimes, p: int, spans, overhead_ms: float = 0.0) -> ChunkTimes:
-    """overhead_ms: a fixed cost each stage pays per chunk beyond the first (dispatch, synchronisation)."""
+def embed_shares(spans, camera_starts=None) -> list[float]:
+    """The share of the frame's embeddings E done before each chunk: all of it before the first, or, where the
+    prefix encodes camera by camera (engine/embedding.py FrameEmbedder), each camera's 1/N before the chunk that
+    holds its first image token (camera_starts: those token indices)."""
+    if not camera_starts:
+        return [1.0] + [0.0] * (len(spans) - 1)
+    shares = [0.0] * len(spans)
+    for first in camera_starts:
+        shares[next(i for i, (_, end) in enumerate(spans) if first < end)] += 1.0 / len(camera_starts)
+    return shares
+
+
+def chunk_times(work: Workload, sides: Sides, times: StageTimes, p: int, spans, overhead_ms: float = 0.0,
+                camera_starts=None) -> ChunkTimes:
+    """overhead_ms: a fixed cost each stage pays per chunk beyond the first (dispatch, synchronisation);
+    camera_starts: the first token of each camera's image block when the prefix encodes camera by camera."""
     weights = work.params_per_block
+    shares = embed_shares(spans, camera_starts)
     prefix, handover, suffix = [], [], []
     for index, (start, end) in enumerate(spans):
         flops, extra = chunk_flops(work, start, end), overhead_ms if index else 0.0
+        extra += times.front_ms * shares[index] if index else 0.0
         prefix.append(p * _block_ms(sides.prefix, flops, weights * sides.prefix_itemsize) + extra)
         suffix.append((work.num_blocks - p) * _block_ms(sides.suffix, flops, weights * sides.suffix_itemsize) + extra)
         handover.append(handover_ms(work, sides, end - start))
     suffix[-1] = suffix[-1] + times.head_suffix_ms
-    return ChunkTimes(tuple(spans), times.front_ms, tuple(prefix), tuple(handover), tuple(suffix))
+    return ChunkTimes(tuple(spans), times.front_ms * shares[0], tuple(prefix), tuple(handover), tuple(suffix))
 
 
 def schedule(ct: ChunkTimes) -> dict:
@@ -119,8 +137,9 @@ def kv_bytes(work: Workload, sides: Sides, p: int) -> dict:
             "suffix": (work.num_blocks - p) * per_block * sides.suffix_itemsize}
 
 
-def chunked_row(work: Workload, sides: Sides, p: int, label: str, spans, overhead_ms: float = 0.0) -> dict:
-    ct = chunk_times(work, sides, stage_times(work, sides), p, spans, overhead_ms)
+def chunked_row(work: Workload, sides: Sides, p: int, label: str, spans, overhead_ms: float = 0.0,
+                camera_starts=None) -> dict:
+    ct = chunk_times(work, sides, stage_times(work, sides), p, spans, overhead_ms, camera_starts)
     s = schedule(ct)
     return {"chunks": label, "k": len(spans), "p": p, "tokens": [end - start for start, end in spans],
             "period_ms": s["period_ms"], "latency_ms": s["latency_ms"], "prefix_ms": s["prefix_ms"],
@@ -139,16 +158,17 @@ def verdict(row: dict, base: dict) -> str:
     return "yes" if row["period_ms"] <= base["period_ms"] * (1 + 1e-9) else "latency only (period longer)"
 
 
-def chunk_report(work: Workload, sides: Sides, p: int, chunkings: dict, overhead_ms: float = 0.0) -> dict:
+def chunk_report(work: Workload, sides: Sides, p: int, chunkings: dict, overhead_ms: float = 0.0,
+                 camera_starts=None) -> dict:
     """chunkings: label -> spans, or label -> the reason it cannot be chunked so. -> rows at cut p, each beside
-    the unchunked one; the formula and its assumptions."""
+    the unchunked one; the formula and its assumptions. camera_starts: see chunk_times."""
     base = chunked_row(work, sides, p, "1", [(0, work.tokens)], overhead_ms)
     rows = []
     for label, spans in chunkings.items():
         if isinstance(spans, str):
             rows.append({"chunks": label, "refused": spans})
             continue
-        row = chunked_row(work, sides, p, label, spans, overhead_ms)
+        row = chunked_row(work, sides, p, label, spans, overhead_ms, camera_starts)
         row.update(latency_vs_unchunked=row["latency_ms"] / base["latency_ms"] - 1,
                    period_vs_unchunked=row["period_ms"] / base["period_ms"] - 1, pays=verdict(row, base))
         rows.append(row)
@@ -188,7 +208,22 @@ def chunked_section(model, work: Workload, sides: Sides, p: int | None, chunks, 
     chunks = [str(c) for c in chunks or ()]
     if p is None or chunks in ([], ["1"]):
         return None
-    return chunk_report(work, sides, p, {c: model_spans(model, work.tokens, c) for c in chunks}, overhead_ms)
+    return chunk_report(work, sides, p, {c: model_spans(model, work.tokens, c) for c in chunks}, overhead_ms,
+                        camera_starts(model, work.tokens))
+
+
+def camera_starts(model, tokens: int) -> list[int] | None:
+    """The first token of each camera's image block in the model's prompt, where the prefix encodes camera by
+    camera (a vision tower; a scene encoder encodes the whole frame at once: None)."""
+    import torch
+    if model.family.scene_encoded:
+        return None
+    ids = _prompt_ids(model)[0]
+    if ids.shape[0] != tokens:
+        return None
+    is_image = (ids == model.prompt.image_token_id).to(torch.int8)
+    starts = (torch.nonzero(is_image[1:] - is_image[:-1] == 1).flatten() + 1).tolist()
+    return ([0] if bool(is_image[0]) else []) + starts
 
 
 __all__ = ["ASSUMPTIONS", "ChunkTimes", "chunk_flops", "chunk_report", "chunk_times", "chunked_row",
