@@ -124,7 +124,8 @@ def unpack_envelope(view: memoryview) -> tuple:
 class HandoverEncoder:
     """Prefix side. `transport` is a parameter value: auto (in-process when a decoder lives in this process,
     else shared memory when every receiver reported this host's shm domain (`receivers`), else inline bytes),
-    inproc, shm or inline. The shared-memory ring is created at the first state, named in `scope`."""
+    inproc, shm or inline. The shared-memory ring is created at the first state, named in `scope`, with
+    ring_slots slots: frames in flight x chunks per frame (chunked prefill hands over a state per chunk)."""
 
     def __init__(self, transport: str, ring_slots: int, ring_name: str, flight=None, scope: str = "local",
                  model_id: int = 0):
