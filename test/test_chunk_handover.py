@@ -159,6 +159,11 @@ def test_a_state_with_bad_chunk_fields_is_not_encoded(tiny_models, field, value,
     setattr(state, field, value)
     with pytest.raises(InputError, match=says):
         codec.encode(state)
+    encoder = HandoverEncoder("inproc", 2, "bad_chunk")
+    with pytest.raises(InputError, match=says):
+        encoder.encode(state)
+    assert encoder.pending() == 0          # refused before a handle was registered
+    encoder.close()
 
 
 def encode_old(state: BoundaryState, version: int) -> bytes:

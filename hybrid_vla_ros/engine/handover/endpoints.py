@@ -152,6 +152,8 @@ class HandoverEncoder:
         """state -> envelope bytes (kind: from kind() when not given). Raises InputError (too large for the
         ring) or TimeoutError (ring full)."""
         kind = kind or self.kind()
+        codec.check_chunk(state.chunk_index, state.chunk_count, state.chunk_start,   # before any slot or handle
+                          f"boundary state of frame {state.seq}")
         if kind == "inproc":
             state.flight = self.flight
             body = HANDLE.pack(PROCESS_REGISTRY.send(state, owner=self))
