@@ -16,7 +16,7 @@ from hybrid_vla_ros.engine.handover import codec
 from hybrid_vla_ros.engine.handover.endpoints import ENVELOPE, HandoverDecoder, HandoverEncoder, pack_envelope
 from hybrid_vla_ros.engine.handover.shm_ring import DESCRIPTOR, DESCRIPTOR_MAGIC, SlotDescriptor
 from hybrid_vla_ros.errors import InputError
-from hybrid_vla_ros.types import BoundaryState
+from hybrid_vla_ros.types import BoundaryState, DeepStack
 
 EXAMPLES = int(os.environ.get("HVLA_FUZZ_EXAMPLES", "300"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
@@ -27,8 +27,18 @@ def state():
                          attention_mask=torch.ones(1, 6, dtype=torch.long), partition=2, seq=1, stamp_ns=5)
 
 
+def chunk():
+    """Chunk 2 of 4 of a Qwen3-VL-like frame: M-RoPE position ids, DeepStack additions at 2 image tokens."""
+    return BoundaryState(hidden=torch.randn(1, 5, 4), position_ids=torch.arange(15).view(3, 1, 5),
+                         attention_mask=torch.ones(1, 5, dtype=torch.long), partition=1, seq=1, stamp_ns=5,
+                         query_index=19, deepstack=DeepStack(torch.tensor([0, 3]), torch.randn(2, 2, 4), 1),
+                         chunk_index=2, chunk_count=4, chunk_start=10)
+
+
 GOOD_PAYLOAD = codec.encode(state())
+GOOD_CHUNK_PAYLOAD = codec.encode(chunk())
 GOOD_INLINE = HandoverEncoder("inline", 1, "fuzz").encode(state())
+GOOD_CHUNK_INLINE = bytes(HandoverEncoder("inline", 1, "fuzz").encode(chunk()))
 
 
 def mutated(good: bytes):
@@ -53,13 +63,35 @@ def refused_or_decoded(call):
 
 
 @FUZZ
-@given(st.one_of(st.binary(max_size=256), mutated(GOOD_PAYLOAD)))
+@given(st.one_of(st.binary(max_size=256), mutated(GOOD_PAYLOAD), mutated(GOOD_CHUNK_PAYLOAD)))
 def test_boundary_payload_codec(data):
     refused_or_decoded(lambda: codec.decode(data))
 
 
+def _near(limit: int, bits: int, signed: bool = False):
+    """Values near the valid range most of the time, anywhere in the field's range otherwise."""
+    low = -2**(bits - 1) if signed else 0
+    return st.one_of(st.integers(-2 if signed else 0, limit + 2), st.integers(low, 2**(bits - int(signed)) - 1))
+
+
 @FUZZ
-@given(st.one_of(st.binary(max_size=256), mutated(GOOD_INLINE),
+@given(_near(64, 16), _near(64, 16), _near(64, 32, signed=True), st.sampled_from([3, 3, 3, 1, 2, 4]))
+def test_codec_chunk_fields(index, count, start, version):
+    """The version 3 chunk fields drawn across their whole range (and the version byte): decoded only when
+    the chunk is one engine/chunking.py can make, refused with an InputError otherwise."""
+    data = bytearray(GOOD_CHUNK_PAYLOAD)
+    codec.CHUNK.pack_into(data, codec.BASE.size, index, count, start)
+    data[4] = version
+    try:
+        out = codec.decode(bytes(data))
+    except InputError:
+        return
+    assert version == 3 and 1 <= count <= 64 and index < count and start >= 0 and (index == 0) == (start == 0)
+    assert (out.chunk_index, out.chunk_count, out.chunk_start) == (index, count, start)
+
+
+@FUZZ
+@given(st.one_of(st.binary(max_size=256), mutated(GOOD_INLINE), mutated(GOOD_CHUNK_INLINE),
                  st.builds(lambda kind, body: pack_envelope(kind, 1, body), st.sampled_from(["inproc", "shm", "inline"]),
                            st.binary(max_size=128))))
 def test_boundary_envelope(data):
@@ -106,6 +138,24 @@ def test_compressed_camera_image(fmt, data):
     except InputError:
         return
     assert out.dtype == np.uint8 and out.ndim == 3 and out.shape[2] == 3
+
+
+@FUZZ
+@given(st.one_of(st.just((2, 4)), st.tuples(_near(4, 8), _near(4, 8))), st.sampled_from([3, 3, 3, 1, 2, 4]))
+def test_envelope_chunk_fields(chunk_fields, version):
+    """The envelope's chunk index and count bytes (and its version): a state comes out only when the envelope
+    says what the state is (version 2: a whole frame, which this chunk is not)."""
+    index, count = chunk_fields
+    data = bytearray(GOOD_CHUNK_INLINE)
+    data[4], data[6], data[7] = version, index, count
+    decoder = HandoverDecoder()
+    try:
+        out, _ = decoder.decode(bytes(data))
+    except InputError:
+        return
+    finally:
+        decoder.close()
+    assert version == 3 and (index, count) == (out.chunk_index, out.chunk_count) == (2, 4)
 
 
 def test_the_envelope_header_is_what_the_fuzzers_assume():

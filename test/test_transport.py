@@ -44,7 +44,7 @@ def test_codec_rejects_foreign_bytes_and_other_versions():
     with pytest.raises(InputError, match=r"magic b'XXXX', expected b'HVLB'"):
         codec.decode(b"XXXX" + bytes(data[4:]))
     data[4] = 9
-    with pytest.raises(InputError, match=r"version 9, this decoder reads versions \(1, 2\)"):
+    with pytest.raises(InputError, match=r"version 9, this decoder reads versions \(1, 2, 3\)"):
         codec.decode(bytes(data))
     with pytest.raises(InputError, match="shorter than the"):
         codec.decode(b"HV")

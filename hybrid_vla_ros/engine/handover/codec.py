@@ -1,11 +1,17 @@
 """The serialised boundary state: raw bytes with an explicit header. Never pickle.
 
-Layout (little endian):
+Layout (little endian), version 3 (what encode writes):
     header   "<4sHHIqqiI"  magic b"HVLB", version, flags, partition, seq, stamp_ns, query_index, tensor count
+    chunk    "<HHi"        chunk_index, chunk_count (1..64; 1 = the whole frame), chunk_start (the chunk's first
+                           token in the frame, >= 0; 0 for chunk 0 and only for it)
     tensor*  "<BB" dtype code, ndim; ndim x "<Q" dims; "<Q" nbytes; then nbytes raw bytes
 Tensors, in order: hidden (B, S, H), position_ids, attention_mask; then, for a Qwen3-VL cut below its
-DeepStack depth (version 2), DeepStack's positions (n,) and features (k - p, n, H), from block `partition`.
-Version 1 (three tensors) is still read.
+DeepStack depth, DeepStack's positions (n,) and features (k - p, n, H), from block `partition`. A chunk holds
+tokens [chunk_start, chunk_start + S) of its frame (engine/chunking.py): S is the chunk's length, query_index
+stays the frame's, DeepStack positions are chunk-relative, and a chunk without image tokens carries n = 0
+(positions (0,), features (k - p, 0, H): zero bytes each).
+Versions 1 (three tensors) and 2 (DeepStack, five) have no chunk part (a 36-byte header) and are
+still read as an unchunked state: chunk 0 of 1 from token 0.
 """
 
 from __future__ import annotations
@@ -17,11 +23,14 @@ import torch
 
 from ...errors import InputError, expect
 from ...types import BoundaryState, DeepStack
+from ..chunking import MAX_CHUNKS
 
 MAGIC = b"HVLB"
-VERSION = 2
-READS = (1, 2)
-HEADER = struct.Struct("<4sHHIqqiI")
+VERSION = 3
+READS = (1, 2, 3)
+BASE = struct.Struct("<4sHHIqqiI")            # versions 1 and 2: the whole header
+CHUNK = struct.Struct("<HHi")                 # version 3: chunk_index, chunk_count, chunk_start after BASE
+HEADER = struct.Struct("<4sHHIqqiIHHi")       # version 3: BASE + CHUNK, what encode writes
 TENSOR_HEAD = struct.Struct("<BB")
 U64 = struct.Struct("<Q")
 DTYPE_CODES = {torch.float32: 1, torch.float16: 2, torch.bfloat16: 3, torch.int64: 4, torch.int32: 5}
@@ -93,6 +102,24 @@ def _tensors(state: BoundaryState) -> tuple[torch.Tensor, ...]:
     return tensors if ds is None else tensors + (ds.positions, ds.features)
 
 
+def check_chunk_index(index, count, where: str) -> None:
+    """A chunk index and count in range (engine/chunking.py), else an InputError saying which and why."""
+    expect(isinstance(count, int) and 1 <= count <= MAX_CHUNKS, InputError,
+           f"{where}: chunk count {count!r}, expected 1..{MAX_CHUNKS} (1 = the whole frame)")
+    expect(isinstance(index, int) and 0 <= index < count, InputError,
+           f"{where}: chunk index {index!r}, expected 0..{count - 1} (below the count {count})")
+
+
+def check_chunk(index, count, start, source: str) -> None:
+    """A chunk's fields, each in range, else an InputError saying which and why."""
+    where = f"{source}: chunk {index} of {count} from token {start}"
+    check_chunk_index(index, count, where)
+    expect(isinstance(start, int) and 0 <= start <= MAX_DIM, InputError,
+           f"{where}: chunk start must be a token index >= 0")
+    expect((index == 0) == (start == 0), InputError,
+           f"{where}: chunk 0 starts at token 0 and every later chunk after it (spans are not empty)")
+
+
 def encoded_size(state: BoundaryState) -> int:
     return HEADER.size + tensors_size(_tensors(state))
 
@@ -103,8 +130,9 @@ def encode_into(state: BoundaryState, buffer, offset: int = 0) -> int:
     expect(state.deepstack is None or state.deepstack.first_block == state.partition, InputError,
            f"boundary state of frame {state.seq}: DeepStack from block {getattr(state.deepstack, 'first_block', 0)}, "
            f"cut at {state.partition}")
+    check_chunk(state.chunk_index, state.chunk_count, state.chunk_start, f"boundary state of frame {state.seq}")
     HEADER.pack_into(buffer, offset, MAGIC, VERSION, 0, state.partition, state.seq, state.stamp_ns,
-                     state.query_index, len(tensors))
+                     state.query_index, len(tensors), state.chunk_index, state.chunk_count, state.chunk_start)
     pos = offset + HEADER.size
     for t in tensors:
         pos = write_tensor(buffer, pos, t)
@@ -120,19 +148,35 @@ def encode(state: BoundaryState) -> bytes:
 def decode(buffer, source: str = "boundary payload", copy: bool = True) -> BoundaryState:
     """Parse and check an encoded state. copy=False returns tensors that view `buffer` (zero-copy)."""
     view = memoryview(buffer)
-    expect(view.nbytes >= HEADER.size, InputError,
-           f"{source}: {view.nbytes} bytes is shorter than the {HEADER.size}-byte header")
-    magic, version, _flags, partition, seq, stamp, query, count = HEADER.unpack_from(view, 0)
-    expect(magic == MAGIC, InputError, f"{source}: magic {magic!r}, expected {MAGIC!r} (not a boundary state)")
-    expect(version in READS, InputError, f"{source}: version {version}, this decoder reads versions {READS}")
-    names = TENSOR_NAMES + (DEEPSTACK_NAMES if version >= 2 and count == 5 else ())
-    expect(count == len(names), InputError, f"{source}: {count} tensors, expected "
+    version, header, (index, count, start) = _header(view, source)
+    _, _, _flags, partition, seq, stamp, query, tensor_count = header
+    names = TENSOR_NAMES + (DEEPSTACK_NAMES if version >= 2 and tensor_count == 5 else ())
+    expect(tensor_count == len(names), InputError, f"{source}: {tensor_count} tensors, expected "
            f"{len(TENSOR_NAMES)}{' or 5 (with DeepStack)' if version >= 2 else ''}")
-    pos, tensors = HEADER.size, []
+    pos, tensors = (HEADER if version >= 3 else BASE).size, []
     for name in names:
         tensor, pos = read_tensor(view, pos, name, source, copy)
         tensors.append(tensor)
     expect(pos == view.nbytes, InputError, f"{source}: {view.nbytes - pos} trailing bytes after the last tensor")
     deepstack = DeepStack(tensors[3], tensors[4], partition) if len(tensors) == 5 else None
     return BoundaryState(hidden=tensors[0], position_ids=tensors[1], attention_mask=tensors[2], partition=partition,
-                         seq=seq, stamp_ns=stamp, query_index=query, deepstack=deepstack)
+                         seq=seq, stamp_ns=stamp, query_index=query, deepstack=deepstack, chunk_index=index,
+                         chunk_count=count, chunk_start=start)
+
+
+def _header(view: memoryview, source: str) -> tuple[int, tuple, tuple[int, int, int]]:
+    """-> (version, the BASE fields, (chunk_index, chunk_count, chunk_start)), each checked; versions 1 and 2
+    are a whole frame (0, 1, 0)."""
+    expect(view.nbytes >= BASE.size, InputError,
+           f"{source}: {view.nbytes} bytes is shorter than the {BASE.size}-byte header")
+    header = BASE.unpack_from(view, 0)
+    magic, version = header[:2]
+    expect(magic == MAGIC, InputError, f"{source}: magic {magic!r}, expected {MAGIC!r} (not a boundary state)")
+    expect(version in READS, InputError, f"{source}: version {version}, this decoder reads versions {READS}")
+    if version < 3:
+        return version, header, (0, 1, 0)
+    expect(view.nbytes >= HEADER.size, InputError,
+           f"{source}: {view.nbytes} bytes is shorter than the {HEADER.size}-byte version 3 header")
+    chunk = CHUNK.unpack_from(view, BASE.size)
+    check_chunk(*chunk, source)
+    return version, header, chunk

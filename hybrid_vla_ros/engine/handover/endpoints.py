@@ -1,13 +1,17 @@
 """The boundary handover, in one place (ROS-free): which transport carries a state, the envelope that the
 boundary topic carries, the prefix-side encoder and the suffix-side decoder. Built on transport.py's classes.
 
-Envelope (docs/INTERFACES.md): header "<4sBBHIQqqQ" = magic b"HVLE", version, kind, reserved, sender pid,
-shm domain (the host and /dev/shm the sender's rings live in), stamp_ns, arrival_ns (wall clock when the
-prefix had the frame: the output's age is measured from it), model id (engine: a mismatch is refused);
-then the body:
+Envelope (docs/INTERFACES.md), version 3: header "<4sBBBBIQqqQ" (44 bytes) = magic b"HVLE", version, kind,
+chunk_index, chunk_count (1..64; 1 = the whole frame: chunked prefill, engine/chunking.py), sender pid, shm
+domain (the host and /dev/shm the sender's rings live in), stamp_ns, arrival_ns (wall clock when the prefix
+had the frame: the output's age is measured from it), model id (engine: a mismatch is refused); then the body:
     kind 1 inproc: "<Q" handle into the sender's in-process registry (zero copy)
     kind 2 shm:    "<H" segment name length, segment name, 40-byte slot descriptor
     kind 3 inline: the codec's serialised boundary state
+The decoder refuses a state whose chunk index or count differs from the envelope's (inproc: the state object;
+shm, inline: the codec header). Version 2 (the same layout with a reserved "<H" where the chunk fields are) is
+still read, as a whole frame (chunk 0 of 1): a new suffix keeps taking an old prefix's states in a graph
+upgraded one node at a time, and a chunked state inside a version 2 envelope is refused as a mismatch.
 """
 
 from __future__ import annotations
@@ -25,9 +29,10 @@ from ...types import BoundaryState
 from . import codec
 from .transport import SHM_DIR, InProcessTransport, SharedMemoryTransport
 
-ENVELOPE = struct.Struct("<4sBBHIQqqQ")
+ENVELOPE = struct.Struct("<4sBBBBIQqqQ")   # version 3; version 2 had "<H" reserved where the chunk fields are
 ENVELOPE_MAGIC = b"HVLE"
-ENVELOPE_VERSION = 2
+ENVELOPE_VERSION = 3
+ENVELOPE_READS = (2, 3)
 KINDS = {"inproc": 1, "shm": 2, "inline": 3}
 KIND_NAMES = {v: k for k, v in KINDS.items()}
 TRANSPORT_CHOICES = ("auto", *KINDS)
@@ -61,7 +66,9 @@ def _release_evicted(state: BoundaryState) -> None:
         state.flight.release()
 
 
-PROCESS_REGISTRY = InProcessTransport(max_pending=64, on_evict=_release_evicted)  # handles inside this process
+# Handles inside this process, bounded: 64 frames in flight (max_in_flight's limit), each of up to MAX_CHUNKS
+# chunk states (chunked prefill): the same tensors as 64 whole frames.
+PROCESS_REGISTRY = InProcessTransport(max_pending=64 * codec.MAX_CHUNKS, on_evict=_release_evicted)
 _local_receivers: "weakref.WeakSet[HandoverDecoder]" = weakref.WeakSet()  # suffix decoders living in this process
 # (weak: a decoder dropped without close() stops counting once collected, instead of keeping `auto` on
 # in-process handles that nobody here reads)
@@ -80,18 +87,45 @@ def envelope_stamp(data: bytes) -> int | None:
     view = memoryview(data)
     if view.nbytes < ENVELOPE.size or bytes(view[:4]) != ENVELOPE_MAGIC:
         return None
-    return ENVELOPE.unpack_from(view, 0)[6]
+    return ENVELOPE.unpack_from(view, 0)[7]
 
 
-def pack_envelope(kind: str, stamp_ns: int, body: bytes, arrival_ns: int = 0, model_id: int = 0) -> bytes:
-    return ENVELOPE.pack(ENVELOPE_MAGIC, ENVELOPE_VERSION, KINDS[kind], 0, os.getpid(), HOST_ID, stamp_ns,
-                         arrival_ns, model_id) + body
+def pack_envelope(kind: str, stamp_ns: int, body: bytes, arrival_ns: int = 0, model_id: int = 0,
+                  chunk: tuple[int, int] = (0, 1)) -> bytes:
+    """chunk: (index, count) of the state in the body (engine/chunking.py); (0, 1) for a whole frame."""
+    buffer = bytearray(ENVELOPE.size)
+    pack_envelope_into(buffer, kind, stamp_ns, arrival_ns, model_id, chunk)
+    return bytes(buffer) + body
+
+
+def pack_envelope_into(buffer, kind: str, stamp_ns: int, arrival_ns: int, model_id: int,
+                       chunk: tuple[int, int]) -> None:
+    index, count = chunk
+    codec.check_chunk_index(index, count, f"boundary envelope of the frame stamped {stamp_ns}")
+    ENVELOPE.pack_into(buffer, 0, ENVELOPE_MAGIC, ENVELOPE_VERSION, KINDS[kind], index, count, os.getpid(),
+                       HOST_ID, stamp_ns, arrival_ns, model_id)
+
+
+def unpack_envelope(view: memoryview) -> tuple:
+    """-> (version, kind, (chunk index, count), pid, host, stamp_ns, arrival_ns, model id), magic, version and
+    chunk fields checked (version 2: a whole frame, (0, 1)); raises InputError with the reason."""
+    expect(view.nbytes >= ENVELOPE.size, InputError,
+           f"boundary message: {view.nbytes} bytes, shorter than the {ENVELOPE.size}-byte envelope")
+    magic, version, kind, index, count, *rest = ENVELOPE.unpack_from(view, 0)
+    expect(magic == ENVELOPE_MAGIC, InputError, f"boundary message: magic {magic!r}, expected {ENVELOPE_MAGIC!r}")
+    expect(version in ENVELOPE_READS, InputError,
+           f"boundary message: envelope version {version}, this node reads versions {ENVELOPE_READS}")
+    if version < 3:
+        index, count = 0, 1
+    codec.check_chunk_index(index, count, f"boundary message: envelope of chunk {index} of {count}")
+    return (version, kind, (index, count), *rest)
 
 
 class HandoverEncoder:
     """Prefix side. `transport` is a parameter value: auto (in-process when a decoder lives in this process,
     else shared memory when every receiver reported this host's shm domain (`receivers`), else inline bytes),
-    inproc, shm or inline. The shared-memory ring is created at the first state, named in `scope`."""
+    inproc, shm or inline. The shared-memory ring is created at the first state, named in `scope`, with
+    ring_slots slots: frames in flight x chunks per frame (chunked prefill hands over a state per chunk)."""
 
     def __init__(self, transport: str, ring_slots: int, ring_name: str, flight=None, scope: str = "local",
                  model_id: int = 0):
@@ -118,6 +152,8 @@ class HandoverEncoder:
         """state -> envelope bytes (kind: from kind() when not given). Raises InputError (too large for the
         ring) or TimeoutError (ring full)."""
         kind = kind or self.kind()
+        codec.check_chunk(state.chunk_index, state.chunk_count, state.chunk_start,   # before any slot or handle
+                          f"boundary state of frame {state.seq}")
         if kind == "inproc":
             state.flight = self.flight
             body = HANDLE.pack(PROCESS_REGISTRY.send(state, owner=self))
@@ -128,14 +164,15 @@ class HandoverEncoder:
             body = NAME_LENGTH.pack(len(name)) + name + packed
         else:
             return self._inline(state)
-        return pack_envelope(kind, state.stamp_ns, body, state.arrival_ns, self.model_id)
+        return pack_envelope(kind, state.stamp_ns, body, state.arrival_ns, self.model_id,
+                             (state.chunk_index, state.chunk_count))
 
     def _inline(self, state: BoundaryState) -> array.array:
         """Envelope and serialised state written once into one buffer of the type a uint8[] message field
         keeps (array 'B'): rclpy takes it without a conversion, and nothing is copied on the way."""
         buffer = array.array("B", bytes(ENVELOPE.size + codec.encoded_size(state)))
-        ENVELOPE.pack_into(buffer, 0, ENVELOPE_MAGIC, ENVELOPE_VERSION, KINDS["inline"], 0, os.getpid(), HOST_ID,
-                           state.stamp_ns, state.arrival_ns, self.model_id)
+        pack_envelope_into(buffer, "inline", state.stamp_ns, state.arrival_ns, self.model_id,
+                           (state.chunk_index, state.chunk_count))
         codec.encode_into(state, memoryview(buffer), ENVELOPE.size)
         return buffer
 
@@ -174,12 +211,7 @@ class HandoverDecoder:
 
     def decode(self, data: bytes) -> tuple[BoundaryState, str]:
         view = memoryview(data)
-        expect(view.nbytes >= ENVELOPE.size, InputError,
-               f"boundary message: {view.nbytes} bytes, shorter than the {ENVELOPE.size}-byte envelope")
-        magic, version, kind, _, pid, host, _stamp, arrival_ns, model_id = ENVELOPE.unpack_from(view, 0)
-        expect(magic == ENVELOPE_MAGIC, InputError, f"boundary message: magic {magic!r}, expected {ENVELOPE_MAGIC!r}")
-        expect(version == ENVELOPE_VERSION, InputError,
-               f"boundary message: envelope version {version}, this node reads {ENVELOPE_VERSION}")
+        _version, kind, chunk, pid, host, _stamp, arrival_ns, model_id = unpack_envelope(view)
         expect(kind in KIND_NAMES, InputError, f"boundary message: unknown kind {kind}")
         expect(not self.model_id or model_id == self.model_id, InputError,
                f"boundary message from model {model_id:016x}, this stage runs model {self.model_id:016x} "
@@ -191,6 +223,9 @@ class HandoverDecoder:
             state = self._shm(body, host)
         else:
             state = codec.decode(body, source="inline boundary payload")
+        expect((state.chunk_index, state.chunk_count) == chunk, InputError,
+               f"boundary message ({name}): the envelope says chunk {chunk[0]} of {chunk[1]}, the state it carries "
+               f"is chunk {state.chunk_index} of {state.chunk_count} (frame {state.seq}); refused")
         state.arrival_ns = arrival_ns
         return state, name
 
@@ -209,8 +244,8 @@ class HandoverDecoder:
         view = memoryview(data)
         if view.nbytes < ENVELOPE.size or bytes(view[:4]) != ENVELOPE_MAGIC:
             return
-        _, version, kind, _, _, host, *_ = ENVELOPE.unpack_from(view, 0)
-        if version == ENVELOPE_VERSION and KIND_NAMES.get(kind) == "shm":
+        version, kind, _, _, _, host, *_ = ENVELOPE.unpack_from(view, 0)[1:]
+        if version in ENVELOPE_READS and KIND_NAMES.get(kind) == "shm":
             try:
                 self.shm.watch(self._shm_handle(view[ENVELOPE.size:], host))
             except InputError:

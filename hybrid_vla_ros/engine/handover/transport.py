@@ -18,6 +18,7 @@ import threading
 from ...errors import InputError, expect
 from ...types import BoundaryState
 from . import codec
+from ..chunking import MAX_CHUNKS
 from .pinning import register_for_device_copies, unregister
 from .ring_reader import RingReaders
 from .shm_ring import SHM_DIR, SharedMemoryRing, SlotDescriptor  # noqa: F401 (SHM_DIR: re-exported)
@@ -97,15 +98,36 @@ class InlineTransport:
         pass
 
 
+MAX_RING_SLOTS = 64 * MAX_CHUNKS   # max_in_flight's limit (64 frames) x the chunks of each (chunked prefill)
+CHUNK_HEADROOM = 1.25             # a chunked state's slots hold this many times its bytes (see slot_capacity)
+
+
+def slot_capacity(state: BoundaryState, size: int) -> int:
+    """Slot bytes of a new ring for `state` (`size` bytes encoded), the first or one that outgrew the ring.
+    A whole frame: exactly its size (a frame's states keep their size until the cut or the prompt changes).
+    A chunk (chunked prefill): a frame's chunks differ in size (a near-equal split's last chunk can be a few
+    tokens longer or hold all the query tokens, a chunk with image tokens carries DeepStack additions,
+    per-camera chunks differ), so the slots get CHUNK_HEADROOM times the largest chunk seen: a slightly
+    larger chunk fits, and each new ring is at least CHUNK_HEADROOM times the last (a few rings, not one
+    for every larger chunk)."""
+    return int(size * CHUNK_HEADROOM) + 1 if state.chunked else size
+
+
 class SharedMemoryTransport:
-    """Same host: the prefix side owns the ring (created at the first state, sized to it); the handle is
-    the 40-byte descriptor; the suffix side attaches by segment name, only to this user's rings of its
-    `scope` (the ROS graph), and beats each ring it attached (ring_reader.py)."""
+    """Same host: the prefix side owns the ring (created at the first state, sized by slot_capacity); the
+    handle is the 40-byte descriptor; the suffix side attaches by segment name, only to this user's rings
+    of its `scope` (the ROS graph), and beats each ring it attached (ring_reader.py). slots: states in flight,
+    max_in_flight x chunks per frame (1..MAX_RING_SLOTS); timeout_s: how long a write waits for a free slot
+    (None: as long as the reader lives) before a TimeoutError."""
 
     name = "shm"
 
-    def __init__(self, slots: int = 2, name: str | None = None, scope: str = "local"):
-        self.slots, self.scope = slots, scope
+    def __init__(self, slots: int = 2, name: str | None = None, scope: str = "local",
+                 timeout_s: float | None = None):
+        expect(isinstance(slots, int) and not isinstance(slots, bool) and 1 <= slots <= MAX_RING_SLOTS, InputError,
+               f"shared-memory ring of {slots!r} slots: expected 1..{MAX_RING_SLOTS} (frames in flight x chunks "
+               f"per frame)")
+        self.slots, self.scope, self.timeout_s = slots, scope, timeout_s
         self.name_hint = name or f"ring{secrets.token_hex(4)}"
         self.ring: SharedMemoryRing | None = None
         self._retired: list[SharedMemoryRing] = []     # outgrown rings (see _grow), closed with this transport
@@ -121,19 +143,19 @@ class SharedMemoryTransport:
     def send(self, state: BoundaryState) -> tuple[str, bytes]:
         size = codec.encoded_size(state)
         if self.ring is None or size > self.ring.slot_capacity:
-            self._grow(size)
+            self._grow(slot_capacity(state, size))
         if state.hidden.is_cuda and self.pinned is None:   # a GPU prefix: DMA straight into the slots
             self.pinned = register_for_device_copies(self.ring._mm)
             if self.pinned == "pinned":
                 self._registered.append(self.ring)
-        desc = self.ring.write(state)
+        desc = self.ring.write(state, timeout_s=self.timeout_s)
         return desc.segment, desc.pack()
 
     def _grow(self, size: int) -> None:
         """A ring whose slots hold `size` bytes. A state larger than the ring's slots (a Qwen3-VL cut moved
-        below the DeepStack depth: its additions travel too) gets a new ring under a new name; the reader
-        re-attaches on the new name. The old ring stays mapped until close(): slots already handed over
-        are still read from it."""
+        below the DeepStack depth: its additions travel too; a longer chunk than any before) gets a new ring
+        under a new name; the reader re-attaches on the new name. The old ring stays mapped until close():
+        slots already handed over are still read from it."""
         if self.ring is not None:
             self._retired.append(self.ring)
             self.pinned = None
