@@ -234,10 +234,11 @@ def test_a_chunks_value_the_node_cannot_take_is_refused_with_the_reason(domain, 
 
 
 def test_the_graph_bench_mode_runs_chunked(domain):
+    """bench/graph.py's run_graph_mode with prefix_extra {"chunks": k} (what bench --modes graph passes)."""
     from hybrid_vla_ros.bench.graph import run_graph_mode
     from hybrid_vla_ros.engine.cpu import default_stage_cores
     from hybrid_vla_ros.engine.placement import Placement
     model = load_vla(preset="tiny")
     result = run_graph_mode(model, Placement(), 2, 4, default_stage_cores(0), default_stage_cores(1), 2,
-                            processes=False, prefix_extra={"chunks": 4}, suffix_extra={"chunks": 4})
-    assert result["completed"] == 4 and not result["dropped"], result
+                            processes=False, prefix_extra={"chunks": 4})   # the suffix gets the same
+    assert result["completed"] == 4 and not result["dropped"] and result["chunks"] == 4, result
