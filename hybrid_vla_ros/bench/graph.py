@@ -51,12 +51,15 @@ def run_graph_mode(model: VLAModel, placement: Placement, partition: int, frames
                              compressed=False)
     overrides = graph_overrides(model, placement, partition, prefix_cores, suffix_cores, max_in_flight)
     overrides["hybrid_vla_prefix"].update(prefix_extra or {})
+    if "chunks" in (prefix_extra or {}):   # chunked prefill: the suffix sizes its boundary queue for it
+        overrides["hybrid_vla_suffix"]["chunks"] = prefix_extra["chunks"]
     overrides["hybrid_vla_suffix"].update(suffix_extra or {})
     params = graph_params(overrides=overrides)
     config = write_combined_config(params, work / "graph.param.yaml")
     summary, _ = drive_graph(bag, params, processes=processes, config=str(config), window=window or max_in_flight,
                              rate=rate)
-    return {"partition": partition, "max_in_flight": max_in_flight, "frames": frames,
+    return {"partition": partition, "max_in_flight": max_in_flight, "chunks": params["hybrid_vla_prefix"]["chunks"],
+            "frames": frames,
             "completed": summary["trajectories"], "dropped": summary["dropped"], "wall_s": summary["wall_s"],
             "period_ms": summary["period_ms"], "latency_ms": summary["latency_ms"],
             "suffix_compute_ms": summary["suffix_compute_ms"], "suffix_queue_ms": summary["suffix_queue_ms"],

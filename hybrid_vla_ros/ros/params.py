@@ -7,81 +7,27 @@ Parameters are declared without defaults in code (Autoware convention): the YAML
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
 
 from ..engine.pipeline.limits import AUTO
 from ..errors import ConfigError, expect
-
-
-@dataclass(frozen=True)
-class ParamSpec:
-    name: str
-    type: str                      # "int", "double", "bool", "string", "int_array", "string_array"
-    description: str
-    minimum: float | None = None
-    maximum: float | None = None
-    choices: tuple[str, ...] = ()
-    dynamic: bool = False          # may change at run time (ros2 param set)
-    nonempty: bool = False         # strings: at least one non-blank character
-    auto: bool = False             # doubles: AUTO (-1) is allowed too = derived from measured times
-
-    def check(self, value, where: str = "parameter"):
-        """Raises ConfigError naming the parameter, the value and what is allowed."""
-        label = f"{where} '{self.name}'"
-        python = {"int": int, "double": (int, float), "bool": bool, "string": str}
-        if self.type in python:
-            expect(isinstance(value, python[self.type]) and (self.type == "bool" or not isinstance(value, bool)),
-                   ConfigError, f"{label}={value!r}: expected {self.type}")
-            self._check_range(value, label)
-        else:
-            item = int if self.type == "int_array" else str
-            expect(isinstance(value, (list, tuple)) and all(isinstance(v, item) and not isinstance(v, bool)
-                                                            for v in value),
-                   ConfigError, f"{label}={value!r}: expected a list of {item.__name__}")
-            for v in value:
-                self._check_range(v, label)
-        return value
-
-    def _check_range(self, value, label: str) -> None:
-        if self.auto and value == AUTO:
-            return
-        if self.nonempty:
-            expect(value.strip() != "", ConfigError, f"{label}={value!r}: must not be empty")
-        if self.choices:
-            expect(value in self.choices, ConfigError, f"{label}={value!r}: expected one of {list(self.choices)}")
-        if self.minimum is not None:
-            expect(value >= self.minimum, ConfigError, f"{label}={value!r}: below the minimum {self.minimum}")
-        if self.maximum is not None:
-            expect(value <= self.maximum, ConfigError, f"{label}={value!r}: above the maximum {self.maximum}")
-
-    def json_schema(self) -> dict:
-        scalar = {"int": "integer", "double": "number", "bool": "boolean", "string": "string"}
-        if self.type in scalar:
-            schema = {"type": scalar[self.type]}
-            target = schema
-        else:
-            target = {"type": "integer" if self.type == "int_array" else "string"}
-            schema = {"type": "array", "items": target}
-        if self.choices:
-            target["enum"] = list(self.choices)
-        if self.nonempty:
-            target["minLength"], target["pattern"] = 1, "\\S"
-        if self.minimum is not None:
-            target["minimum"] = self.minimum
-        if self.maximum is not None:
-            target["maximum"] = self.maximum
-        if self.auto:  # AUTO, or a value in range
-            bounds = {k: target.pop(k) for k in ("minimum", "maximum") if k in target}
-            target["anyOf"] = [{"enum": [AUTO]}, bounds]
-        schema["description"] = self.description
-        return schema
+from .param_spec import ParamSpec
 
 
 AUTOSTART = ParamSpec("autostart", "bool", "configure and activate at start-up; false: stay unconfigured until "
                       "a lifecycle transition (ros2 lifecycle set, a launch file's events)")
+
+
+def _parse_chunks(value):
+    from ..engine.chunking import parse_chunks   # torch-free until a node checks the value
+    return parse_chunks(value)
+
+
+def _chunks(description: str) -> ParamSpec:
+    return ParamSpec("chunks", "int_or_string", description, 1, 64, choices=("camera",), parse=_parse_chunks)
 
 
 def _common_model() -> list[ParamSpec]:
@@ -118,6 +64,11 @@ PREFIX_PARAMS = _common_model() + [
               choices=("latest", "lossless")),
     ParamSpec("max_in_flight", "int", "frames taken by the prefix and not yet finished by the suffix (suffix in "
               "this process); across processes: shared-memory ring slots", 1, 64),
+    _chunks("chunked prefill across the cut (engine/chunking.py): a frame's tokens in chunks, each one's boundary "
+            "state published as soon as blocks [0, p) are done with it, so the suffix starts before the prefix "
+            "ends; 1 = unchunked (bit-exact); 2..64 = near-equal token spans; camera = one chunk per camera's "
+            "image block. max_in_flight x chunks per frame must not exceed 64 (chunk states in flight); the "
+            "shared-memory ring gets that many slots. Waypoint heads with a causal prompt only"),
     ParamSpec("boundary_transport", "string", "auto: in-process when the suffix shares the process, else "
               "shared memory; inline: serialised payload on the topic (remote hosts, recording)",
               choices=("auto", "inproc", "shm", "inline")),
@@ -143,6 +94,9 @@ SUFFIX_PARAMS = _common_model() + [
               "converted to the suffix dtype", choices=("auto", "fp32", "bf16", "fp16")),
     ParamSpec("partition_point", "int", "expected partition; each state runs from its own within the zone",
               0, 1024, dynamic=True),
+    _chunks("the chunking its prefix sends (the prefix's values): sizes the boundary subscription's history and "
+            "the worker's queue (x chunks per frame) only; the suffix runs whatever chunking arrives, each frame's "
+            "chunks in order (one out of order or foreign is refused and counted, its frame dropped once)"),
     ParamSpec("max_output_age_ms", "double", "drop (and count as stale_output) a trajectory whose frame arrived at "
               "the prefix longer ago than this at publish time; 0 = never; -1 = auto: 5 x the measured frame time, "
               "at least 500 ms; a value below the measured frame time is kept, and warned about "
@@ -277,6 +231,8 @@ def markdown_row(spec: ParamSpec) -> str:
     if spec.auto:
         bounds = f"{AUTO} (auto) or {bounds}"
     bounds = bounds or ("non-empty" if spec.nonempty else "")
+    if spec.type == "int_or_string":
+        bounds = f"{spec.minimum} .. {spec.maximum} or {', '.join(spec.choices)}"
     runtime = "yes" if spec.dynamic else "no (read-only)"
     return f"| `{spec.name}` | {spec.type} | {bounds} | {runtime} | {spec.description} |"
 

@@ -13,9 +13,14 @@ from ..params import NODE_PARAMS, rclpy_own
 
 PARAM_TYPES = {"int": Parameter.Type.INTEGER, "double": Parameter.Type.DOUBLE, "bool": Parameter.Type.BOOL,
                "string": Parameter.Type.STRING, "int_array": Parameter.Type.INTEGER_ARRAY,
-               "string_array": Parameter.Type.STRING_ARRAY}
+               "string_array": Parameter.Type.STRING_ARRAY,
+               "int_or_string": None}   # dynamic typing (a descriptor's dynamic_typing, Humble on): typed by value
 
 def descriptor(spec) -> ParameterDescriptor:
+    if PARAM_TYPES[spec.type] is None:   # declared without a type: an int or a string (spec.check refuses others)
+        return ParameterDescriptor(dynamic_typing=True, description=spec.description, read_only=not spec.dynamic,
+                                   additional_constraints=f"an integer in {spec.minimum:g}..{spec.maximum:g} or "
+                                                          f"one of {list(spec.choices)}")
     d = ParameterDescriptor(type=PARAM_TYPES[spec.type].value, description=spec.description,  # Enum on jazzy
                             read_only=not spec.dynamic)
     if spec.choices:

@@ -23,13 +23,13 @@ from ...errors import ConfigError, HybridVLAError, expect
 from ...model.load import model_id
 from ...types import EgoState, Frame
 from .. import convert
-from .diagnostics import DiagnosticsPublisher, publish_frame_info
+from ..chunk_flow import PrefixChunks
+from .diagnostics import DiagnosticsPublisher
 from .stage_node import StageNode, graph_scope
 from .packed_stage import PackedPrefixLoop
 from .scene_memory import SceneMemory
 from .time_limits import PrefixTimeLimits
 from ..params import chosen_cores
-from ..topics import BOUNDARY_QOS
 
 NODE_NAME = "hybrid_vla_prefix"
 SENT_STAMPS_KEPT = 256               # seq -> stamp of frames handed over (to name those lost in the ring)
@@ -55,7 +55,8 @@ class PrefixNode(StageNode):
         self.images_received = 0  # camera images the callbacks got (while active)
         self.last_stamp_ns, self.time_jumps = -1, 0
         self.ego_history = StampedHistory(between=EgoState.between)  # EgoState by stamp, matched to frames
-        self.pub = self.configured_publisher(UInt8MultiArray, "~/output/boundary_state", BOUNDARY_QOS)
+        self.chunk_flow = PrefixChunks(self)   # the chunks parameter: a frame's states (ros/chunk_flow.py)
+        self.pub = self.configured_publisher(UInt8MultiArray, "~/output/boundary_state", self.chunk_flow.qos())
         self.info_pub = self.configured_publisher(DiagnosticStatus, "~/debug/frame_info", 10)
         self.diagnostics = None
         if packed:
@@ -90,8 +91,9 @@ class PrefixNode(StageNode):
         self.stage = PrefixStage(self.model, p["partition_point"], self.placement, self.zone)
         # max_in_flight: frames taken and not finished by the suffix (in-process suffix: it frees the slot;
         # otherwise the slot is freed once the state left this process, and the ring bounds what waits).
+        # Chunked: a slot per frame, freed with its last chunk; the ring holds max_in_flight x chunks states.
         self.flight = FlightControl(p["max_in_flight"], just_in_time=True, slot_timeout_s="auto")
-        self.handover = HandoverEncoder(p["boundary_transport"], ring_slots=p["max_in_flight"],
+        self.handover = HandoverEncoder(p["boundary_transport"], ring_slots=self.chunk_flow.slots,
                                         ring_name=self.get_name(), flight=self.flight, scope=graph_scope(self),
                                         model_id=model_id(self.model))
         self.receiver_domains: dict[str, int] = {}  # suffix node name -> the shm domain it reported
@@ -250,26 +252,7 @@ class PrefixNode(StageNode):
         if not self._decode(frame):
             return False
         frame.ego = self.ego_at(frame.stamp_ns)  # at processing time: the matching odometry has arrived
-        try:
-            state = self.stage.run(frame)
-        except HybridVLAError as exc:
-            self._reject("invalid_input", exc, frame.stamp_ns)
-            return False
-        self.last_stamp_ns = frame.stamp_ns
-        kind = self.handover.kind()
-        try:
-            envelope = self.handover.encode(state, kind)
-        except (HybridVLAError, TimeoutError) as exc:
-            self._reject("handover", exc, frame.stamp_ns)
-            return False
-        self._report_reclaimed(state)
-        self.flight.prefix_finished(state.timings["prefix_ms"] / 1e3, handed_to_suffix=kind == "inproc")
-        self.pub.publish(convert.boundary_to_msg(envelope, UInt8MultiArray()))
-        publish_frame_info(self.info_pub, self.get_name(), state)
-        ms = (time.perf_counter() - t0) * 1e3
-        self.health.record(ms)
-        self.diagnostics.publish_time(ms)
-        return kind == "inproc"
+        return self.chunk_flow.serve(frame, t0)   # run, hand over and publish, chunk by chunk (chunks 1: one)
 
     def _report_reclaimed(self, state) -> None:
         """Frames whose ring slots the writer took back (their reader died before reading them): lost."""
@@ -286,7 +269,7 @@ class PrefixNode(StageNode):
                        "camera_sync_discarded": str(self.sync.discarded), "images_decoded": str(self.images_decoded),
                        "images_received": str(self.images_received), "time_jumps": str(self.time_jumps),
                        "inproc_handles_evicted": str(PROCESS_REGISTRY.evicted)})] + self.scene_memory.checks()
-        partition.append(self.limits.check())
+        partition += [self.limits.check(), self.chunk_flow.check()]
         if self.packed is not None:
             return partition + self.packed.checks()
         return partition + [

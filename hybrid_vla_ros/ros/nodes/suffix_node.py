@@ -22,13 +22,14 @@ from ...types import Pose2D
 from ...model.load import model_id
 from .. import convert
 from ..candidates import CandidateOutput
+from ..chunk_flow import SuffixChunks, frame_compute_ms
 from .diagnostics import DiagnosticsPublisher, publish_trajectory_info
 from .stage_node import StageNode, graph_scope
 from .packed_stage import PackedSuffixSteps
 from .standby import SuffixRole
 from .time_limits import SuffixTimeLimits
 from ..params import chosen_cores
-from ..topics import BOUNDARY_QOS, STANDBY_NODE
+from ..topics import STANDBY_NODE
 
 NODE_NAME = "hybrid_vla_suffix"
 SUFFIX_QUEUE = 64  # boundary states waiting for the suffix worker (the limit of max_in_flight)
@@ -66,12 +67,14 @@ class SuffixNode(StageNode):
         self.candidates = CandidateOutput(self, p["generator_name"])  # ~/output/trajectories (ros/candidates.py)
         self.info_pub = self.configured_publisher(DiagnosticStatus, "~/debug/trajectory_info", 10)
         self.packed = PackedSuffixSteps(self) if packed else None  # ActionFlow (ros/nodes/packed_stage.py)
+        self.chunk_flow = SuffixChunks(self, packed)   # chunked frames' states (ros/chunk_flow.py)
         # Bounded like the prefix: in one process the prefix's in-flight gate keeps at most max_in_flight here;
         # across processes the ring does (shm). A full mailbox drops and counts, never blocks the executor.
-        self.worker = StageWorker("suffix", self._process, policy="lossless", capacity=SUFFIX_QUEUE, cores=self.cores,
+        queue = SUFFIX_QUEUE * self.chunk_flow.count   # chunked: as many frames' chunks (and in the topic's history)
+        self.worker = StageWorker("suffix", self._process, policy="lossless", capacity=queue, cores=self.cores,
                                   threads=p["threads"] or None, health=self.health, on_start=self._bind_memory,
                                   on_error=self._on_worker_error, stamp_of=lambda item: envelope_stamp(item[0])).start()
-        self.configured_subscription(UInt8MultiArray, "~/input/boundary_state", self._on_boundary, BOUNDARY_QOS)
+        self.configured_subscription(UInt8MultiArray, "~/input/boundary_state", self._on_boundary, self.chunk_flow.qos())
         self.poses = StampedHistory(between=Pose2D.between) if p["frame_id"] != EGO_FRAME else None
         if self.poses is not None:  # the map-frame output needs the ego pose of each frame
             self.configured_subscription(Odometry, "~/input/kinematic_state", self._on_odometry, 50)
@@ -183,7 +186,7 @@ class SuffixNode(StageNode):
         data = convert.boundary_from_msg(msg)
         if self.role is not None and not self.role.active:
             self.role.keep((data, time.perf_counter()))   # standing by: never read (a shm slot is the active's)
-        elif self.accepting(stamp_ns=envelope_stamp(data)):
+        elif self.chunk_flow.accepting(envelope_stamp(data)):   # a frame's chunks count one drop when inactive
             self.decoder.watch(data)   # a new shm ring is beaten from now on, not once the worker gets to it
             self.worker.submit((data, time.perf_counter()))
         elif not is_packed_state(data):
@@ -215,10 +218,12 @@ class SuffixNode(StageNode):
         try:
             self._serve(state, transport, t0, received)
         finally:
-            if state.flight is not None:
-                state.flight.suffix_finished(time.perf_counter() - t0)
+            if state.flight is not None:   # chunked: the last chunk's state, with the frame's suffix time
+                state.flight.suffix_finished(state.timings.get("frame_suffix_s", time.perf_counter() - t0))
 
     def _serve(self, state, transport: str, t0: float, received: float) -> None:
+        if state.chunk_count != 1:   # a chunk of a chunked frame: run now, published on the frame's last chunk
+            return self.chunk_flow.serve(state, transport, t0, received)
         if not self.limits.fresh(state.seq, state.stamp_ns, state.arrival_ns, queue_s=t0 - received):
             return  # already too old: not worth the compute
         if self._older(state.stamp_ns, f"boundary state of frame {state.seq}"):
@@ -228,6 +233,8 @@ class SuffixNode(StageNode):
         except HybridVLAError as exc:  # NaN/Inf in the state or the output: nonfinite_boundary/_output
             self._reject(getattr(exc, "reason", "invalid_boundary"), exc, state.stamp_ns)
             return
+        finally:
+            self.chunk_flow.report_abandoned()   # a chunked frame left unfinished by this whole one
         ms = (time.perf_counter() - t0) * 1e3
         self.publish_trajectory(trajectory, state.arrival_ns, {
             "suffix_ms": f"{ms:.3f}", "queue_ms": f"{(t0 - received) * 1e3:.3f}", "transport": transport})
@@ -264,7 +271,7 @@ class SuffixNode(StageNode):
         points = self._output_points(trajectory)
         if points is None or not self.limits.fresh(
                 trajectory.seq, trajectory.stamp_ns, arrival_ns, queue_s=float(values.get("queue_ms", 0)) / 1e3,
-                compute_s=float(values.get("suffix_ms") or values.get("latency_ms") or 0) / 1e3, final=True):
+                compute_s=frame_compute_ms(values) / 1e3, final=True):
             return
         try:  # the last gate before the car, for every kind of model and output frame
             expect_finite(points, "nonfinite_output", f"trajectory of frame {trajectory.seq}")
@@ -283,7 +290,7 @@ class SuffixNode(StageNode):
         cores = self.cores or list(range(len(loads)))
         load = sum(loads[c] for c in cores if c < len(loads)) / max(1, len(cores))
         role = ([self.role.check()] if self.role is not None else []) + (self.packed.checks() if self.packed else [])
-        role.append(self.limits.check())
+        role += [self.limits.check(), self.chunk_flow.check()]
         return role + [("cpu_load", 0, f"{load:.0f}% on cores {cores}", {"cpu_load_percent": f"{load:.1f}"}),
                 ("dtype", 0, self.dtype_choice.dtype, {"dtype": self.dtype_choice.dtype,
                                                        "dtype_reason": self.dtype_choice.reason}),

@@ -1,0 +1,85 @@
+"""One parameter of a node's table (ros/params.py): its type, bounds and description, the check of a value
+(a ConfigError naming the parameter, the value and what is allowed) and its JSON schema. ROS-free."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..engine.pipeline.limits import AUTO
+from ..errors import ConfigError, expect
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    name: str
+    type: str                      # "int", "double", "bool", "string", "int_array", "string_array"
+    description: str
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] = ()
+    dynamic: bool = False          # may change at run time (ros2 param set)
+    nonempty: bool = False         # strings: at least one non-blank character
+    auto: bool = False             # doubles: AUTO (-1) is allowed too = derived from measured times
+    parse: object = None           # int_or_string: value -> parsed (raises ConfigError); bounds and choices
+    #                                are then only what the schema and the docs say
+
+    def check(self, value, where: str = "parameter"):
+        """Raises ConfigError naming the parameter, the value and what is allowed."""
+        label = f"{where} '{self.name}'"
+        python = {"int": int, "double": (int, float), "bool": bool, "string": str}
+        if self.type == "int_or_string":   # declared with dynamic typing: `chunks: 4` and `chunks: camera` alike
+            expect(isinstance(value, (int, str)) and not isinstance(value, bool), ConfigError,
+                   f"{label}={value!r}: expected an integer or a string")
+            try:
+                self.parse(value)
+            except ConfigError as exc:
+                raise ConfigError(f"{label}: {exc}") from None
+        elif self.type in python:
+            expect(isinstance(value, python[self.type]) and (self.type == "bool" or not isinstance(value, bool)),
+                   ConfigError, f"{label}={value!r}: expected {self.type}")
+            self._check_range(value, label)
+        else:
+            item = int if self.type == "int_array" else str
+            expect(isinstance(value, (list, tuple)) and all(isinstance(v, item) and not isinstance(v, bool)
+                                                            for v in value),
+                   ConfigError, f"{label}={value!r}: expected a list of {item.__name__}")
+            for v in value:
+                self._check_range(v, label)
+        return value
+
+    def _check_range(self, value, label: str) -> None:
+        if self.auto and value == AUTO:
+            return
+        if self.nonempty:
+            expect(value.strip() != "", ConfigError, f"{label}={value!r}: must not be empty")
+        if self.choices:
+            expect(value in self.choices, ConfigError, f"{label}={value!r}: expected one of {list(self.choices)}")
+        if self.minimum is not None:
+            expect(value >= self.minimum, ConfigError, f"{label}={value!r}: below the minimum {self.minimum}")
+        if self.maximum is not None:
+            expect(value <= self.maximum, ConfigError, f"{label}={value!r}: above the maximum {self.maximum}")
+
+    def json_schema(self) -> dict:
+        scalar = {"int": "integer", "double": "number", "bool": "boolean", "string": "string"}
+        if self.type == "int_or_string":
+            return {"anyOf": [{"type": "integer", "minimum": self.minimum, "maximum": self.maximum},
+                              {"type": "string", "enum": list(self.choices)}], "description": self.description}
+        if self.type in scalar:
+            schema = {"type": scalar[self.type]}
+            target = schema
+        else:
+            target = {"type": "integer" if self.type == "int_array" else "string"}
+            schema = {"type": "array", "items": target}
+        if self.choices:
+            target["enum"] = list(self.choices)
+        if self.nonempty:
+            target["minLength"], target["pattern"] = 1, "\\S"
+        if self.minimum is not None:
+            target["minimum"] = self.minimum
+        if self.maximum is not None:
+            target["maximum"] = self.maximum
+        if self.auto:  # AUTO, or a value in range
+            bounds = {k: target.pop(k) for k in ("minimum", "maximum") if k in target}
+            target["anyOf"] = [{"enum": [AUTO]}, bounds]
+        schema["description"] = self.description
+        return schema
