@@ -4,8 +4,7 @@ unsplit model's; the prefix publishes each chunk and one frame info per frame; a
 chunk is refused with its reason, its frame counted once, and the next frame is served.
 
 Transports: the in-process handle carries the chunk fields on the state object; shared memory and inline
-bytes carry them once the codec does (engine/handover/codec.py): those cases run only when a chunked state
-survives the codec, and are skipped (saying so) until then."""
+bytes in the codec's version 3 header and the envelope's (engine/handover/codec.py, endpoints.py)."""
 
 import numpy as np
 import pytest
@@ -21,22 +20,6 @@ from ros_harness import Harness, wait_until
 pytestmark = pytest.mark.slow
 TOLERANCE_M = 1e-4     # the issue's bound on a chunked trajectory against the unchunked one
 FRAMES = 4
-
-
-def codec_carries_chunks() -> bool:
-    """A chunk state through the inline codec (which the shm ring's slots use too) keeps its chunk fields."""
-    from hybrid_vla_ros.engine.handover.codec import decode
-    from hybrid_vla_ros.engine.handover.endpoints import ENVELOPE
-    from hybrid_vla_ros.engine.stages import PrefixStage
-    model = load_vla(preset="tiny")
-    state = list(PrefixStage(model, 2).run_chunks(synthetic_frame(model.spec, 0), 4))[1]
-    data = bytes(HandoverEncoder("inline", 1, "probe").encode(state))
-    back = decode(memoryview(data)[ENVELOPE.size:], source="probe")
-    return (back.chunk_index, back.chunk_count, back.chunk_start) == (1, 4, state.chunk_start)
-
-
-NEEDS_CODEC = pytest.mark.skipif("not codec_carries_chunks()",
-                                 reason="the codec does not carry the chunk fields yet (engine/handover/codec.py)")
 
 
 def reference_points(seq):
@@ -76,7 +59,7 @@ def chunked_harness(chunks, transport="inproc"):
 
 @pytest.mark.parametrize("chunks,transport", [
     (4, "inproc"), ("camera", "inproc"),
-    pytest.param(4, "shm", marks=NEEDS_CODEC), pytest.param("camera", "inline", marks=NEEDS_CODEC)])
+    (4, "shm"), ("camera", "inline")])
 def test_every_chunked_frame_gives_one_trajectory_equal_to_the_unchunked_model(domain, chunks, transport):
     harness = chunked_harness(chunks, transport)
     try:
@@ -201,7 +184,7 @@ def test_a_prefix_failure_part_way_through_a_frame_drops_it_whole_once(domain):
 
 def test_a_chunks_value_the_node_cannot_take_is_refused_with_the_reason(domain, capfd):
     """By the parameter check (anything but 1..64 or camera), and at configure: more chunks than the tiny
-    prompt's 42 tokens allow, or more chunk states in flight than 64 (max_in_flight x chunks)."""
+    prompt's 42 tokens allow."""
     import rclpy
     from lifecycle_msgs.msg import State
     from rclpy.lifecycle import TransitionCallbackReturn
@@ -220,7 +203,7 @@ def test_a_chunks_value_the_node_cannot_take_is_refused_with_the_reason(domain, 
     context = rclpy.Context()
     rclpy.init(context=context)
     try:
-        for chunks, in_flight, reason in ((43, 1, "at most 42 chunks"), (40, 2, "80 chunk states in flight, at most 64")):
+        for chunks, in_flight, reason in ((43, 1, "at most 42 chunks"),):
             params = graph_params(overrides=TINY_OVERRIDES)["hybrid_vla_prefix"]
             params.update(autostart=False, chunks=chunks, max_in_flight=in_flight)
             node = make_node("hybrid_vla_prefix", params, context)

@@ -24,12 +24,13 @@ from rclpy.qos import QoSProfile
 from std_msgs.msg import UInt8MultiArray
 
 from ..engine.chunking import check_chunkable, chunk_spans, parse_chunks
+from ..engine.handover.endpoints import PROCESS_REGISTRY
 from ..errors import ConfigError, HybridVLAError, expect
 from . import convert
 from .nodes.diagnostics import publish_frame_info
 from .topics import BOUNDARY_QOS
 
-MAX_CHUNK_STATES = 64      # chunk states in flight (max_in_flight x chunks): the in-process handle registry's bound
+MAX_CHUNK_STATES = PROCESS_REGISTRY.max_pending  # chunk states in flight (max_in_flight x chunks): the registry's bound
 FRAMES_REMEMBERED = 1024   # stamps of frames already published or counted lost (each is counted once)
 
 
