@@ -208,6 +208,11 @@ PRESETS: dict[str, VLASpec] = {
                            notes="the MindDrive shape at bench size: 128 scene tokens from 6 cameras, two passes"),
     "bench": VLASpec(name="bench", family="qwen2_vl", **_BENCH,
                      notes="Qwen2-VL family, six cameras; a few hundred ms per frame on one core"),
+    # A real-width slice: minddrive-like's decoder blocks and tokens (6 cameras of 224x392: 734) over 4 blocks
+    # and bench's vision tower. Per-block costs, chunked prefill's GEMM shapes and stage balance as at real size.
+    "bench-wide": VLASpec(name="bench-wide", family="qwen2_5_vl", **{**_BENCH, "num_blocks": 4, "hidden_size": 2048,
+                          "num_heads": 16, "num_kv_heads": 2, "intermediate_size": 11008, "image_height": 224,
+                          "image_width": 392}, notes="minddrive-like's block width and 734 tokens over 4 blocks"),
     "bench-llava": VLASpec(name="bench-llava", family="llava",
                            **{**_BENCH, "image_height": 56, "image_width": 56},
                            notes="LLaVA family at bench size"),
