@@ -84,7 +84,7 @@ def test_too_many_chunks_for_the_prompt_are_refused():
 
 def test_a_prefix_lm_family_is_refused(monkeypatch):
     model = load_vla(preset="tiny")
-    monkeypatch.setattr(type(model.family), "causal_prompt", False, raising=False)
+    monkeypatch.setattr(type(model.family), "causal_prompt", False)
     with pytest.raises(ConfigError, match="prefix-LM"):
         list(PrefixStage(model, 1).run_chunks(synthetic_frame(model.spec, 0), 2))
 
@@ -230,3 +230,31 @@ def test_chunks_that_the_model_cannot_take_are_refused_when_the_pipeline_is_buil
     model = load_vla(preset="tiny-scene")
     with pytest.raises(ConfigError, match="image block"):
         _pipeline(model, 1, chunks="camera")
+
+
+def test_the_prefix_encodes_camera_by_camera_as_its_chunks_reach_them(monkeypatch):
+    """The suffix can start on camera 0's tokens while the prefix still has later cameras to encode."""
+    model = load_vla(preset="tiny")
+    family, calls = type(model.family), []
+    original = family.frame_features
+    monkeypatch.setattr(family, "frame_features", lambda self, *a: calls.append(1) or original(self, *a))
+    chunks = PrefixStage(model, 2).run_chunks(synthetic_frame(model.spec, 0), "camera")
+    next(chunks)
+    assert len(calls) == 1                       # camera 0 only, before the first chunk is handed over
+    rest = list(chunks)
+    assert len(calls) == model.spec.num_cameras and len(rest) == model.spec.num_cameras - 1
+    calls.clear()
+    list(PrefixStage(model, 2).run_chunks(synthetic_frame(model.spec, 0), 1))
+    assert len(calls) == 1                       # the whole frame at once when unchunked
+
+
+def test_a_scene_encoder_encodes_the_whole_frame_at_the_first_chunk(monkeypatch):
+    model = load_vla(preset="tiny-scene")
+    family, calls = type(model.family), []
+    original = family.frame_features
+    monkeypatch.setattr(family, "frame_features", lambda self, *a: calls.append(1) or original(self, *a))
+    chunks = PrefixStage(model, 1).run_chunks(synthetic_frame(model.spec, 0), 4)
+    next(chunks)
+    assert len(calls) == 1
+    list(chunks)
+    assert len(calls) == 1

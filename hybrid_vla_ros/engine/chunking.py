@@ -40,7 +40,7 @@ def check_chunkable(model, chunks) -> None:
     """Chunked prefill needs a prompt the LLM attends to causally: a family whose mask lets earlier tokens see
     later ones (a prefix-LM mask over the image) cannot start the suffix before the whole prompt is there."""
     family = model.family
-    expect(parse_chunks(chunks) == 1 or getattr(family, "causal_prompt", True), ConfigError,
+    expect(parse_chunks(chunks) == 1 or family.causal_prompt, ConfigError,
            f"chunks={chunks!r}: family '{family.name}' attends bidirectionally over part of its prompt (a prefix-LM "
            f"mask), so a chunk's hidden state depends on later chunks; keep chunks: 1")
 

@@ -40,6 +40,7 @@ class Family:
                                                  ("model.", "language_model."))
 
     scene_encoded = False                # image tokens come from a scene encoder plugin (scene_llm.py)
+    causal_prompt = True                 # False: a prefix-LM mask over part of the prompt (chunked prefill refused)
 
     # ---- building ------------------------------------------------------------------------------------
     @property
