@@ -139,6 +139,10 @@ def test_bad_chunk_shapes_and_non_finite_chunks_are_refused_with_the_reason(tiny
         suffix.run(states[0])
     assert getattr(info.value, "reason", "") == "nonfinite_boundary"
     states = _states(model, 2, 0)
+    states[0].chunk_start = 1                                # chunk 0 must start at token 0
+    with pytest.raises(ChunkOrderError, match="starts at token 1"):
+        suffix.run(states[0])
+    states = _states(model, 2, 0)
     states[-1].chunk_start += 1                              # the last chunk would end past the frame
     for state in states[:-1]:
         suffix.run(state)
@@ -258,3 +262,55 @@ def test_a_scene_encoder_encodes_the_whole_frame_at_the_first_chunk(monkeypatch)
     assert len(calls) == 1
     list(chunks)
     assert len(calls) == 1
+
+
+class FailingMidFramePrefix(PrefixStage):
+    """The real prefix whose frame 1 fails after two of its chunks were handed over (a fault double)."""
+
+    def run_chunks(self, frame, chunks=1):
+        for index, state in enumerate(super().run_chunks(frame, chunks)):
+            if frame.seq == 1 and index == 2:
+                raise RuntimeError("injected: the prefix fails at chunk 2 of frame 1")
+            yield state
+
+
+class SlowChunkSuffix(SuffixStage):
+    """The real suffix, slower per chunk (a timing double: chunks of a failing frame queue up before it)."""
+
+    def run(self, state):
+        import time
+        time.sleep(0.02)
+        return super().run(state)
+
+
+def test_a_prefix_failing_mid_frame_leaves_nothing_behind_in_the_handover(tiny_models):
+    from hybrid_vla_ros.engine.pipeline.cross_frame import Pipeline, PipelineConfig
+    model = tiny_models["tiny"]
+    pipe = Pipeline(FailingMidFramePrefix(model, 2), SlowChunkSuffix(model, 2),
+                    PipelineConfig(max_in_flight=2, chunks=4)).start()
+    for seq in range(4):
+        pipe.submit(synthetic_frame(model.spec, seq))
+    results = pipe.finish()
+    assert [(r.seq, r.ok) for r in results] == [(0, True), (1, False), (2, True), (3, True)]
+    assert results[1].failed_stage == "prefix" and "chunk 2 of frame 1" in results[1].error
+    assert pipe.handover_pending() == 0       # chunks 0 and 1 of frame 1 were taken from the registry
+
+
+def test_chunk_spans_give_exactly_k_spans_even_when_the_query_tokens_crowd_the_end():
+    from types import SimpleNamespace
+    model = SimpleNamespace(query_tokens=4, spec=SimpleNamespace(name="short"))
+    for seq_len, k in ((10, 7), (12, 9), (40, 8), (9, 6)):
+        spans = chunk_spans(model, torch.zeros(1, seq_len, dtype=torch.long), k)
+        assert len(spans) == k and spans[-1][1] - spans[-1][0] >= 4 and spans[-1][1] == seq_len, (seq_len, k, spans)
+        assert all(b > a for a, b in spans) and all(x[1] == y[0] for x, y in zip(spans, spans[1:]))
+
+
+def test_a_chunked_sender_raises_the_in_process_registry_bound_and_never_lowers_it():
+    from hybrid_vla_ros.engine.handover.transport import InProcessTransport
+    registry = InProcessTransport(max_pending=64)
+    registry.reserve(2 * 8)
+    assert registry.max_pending == 64
+    registry.reserve(16 * 8)
+    assert registry.max_pending == 128
+    registry.reserve(4)
+    assert registry.max_pending == 128

@@ -129,6 +129,32 @@ def test_shutdown_never_hangs_on_a_stuck_stage(model):
     release.set()
 
 
+def test_finish_waits_as_long_as_frames_keep_finishing_and_gives_up_on_a_stall(model):
+    """A slow pipeline is not cut off by a total time limit (a real-size frame takes a minute: a fixed 120 s
+    once ended a 5-frame run after 2); a stalled one is given up after the stall limit."""
+    class Slower(SlowSuffix):
+        delay_s = 0.25
+
+    pipe = Pipeline(PrefixStage(model, 2), Slower(model, 2), PipelineConfig(max_in_flight=2)).start()
+    for frame in frames(model, 6):
+        pipe.submit(frame)
+    start = time.monotonic()
+    results = pipe.finish(timeout_s=0.6)                   # 6 x 0.25 s in all, never 0.6 s without a frame
+    assert [r.seq for r in results] == list(range(6)) and time.monotonic() - start > 0.6
+    release = threading.Event()
+
+    class Stuck(SuffixStage):
+        def run(self, state):
+            release.wait(30)
+            return super().run(state)
+
+    pipe = Pipeline(PrefixStage(model, 2), Stuck(model, 2), PipelineConfig(join_timeout_s=0.2)).start()
+    pipe.submit(synthetic_frame(model.spec, 0))
+    start = time.monotonic()
+    assert pipe.finish(timeout_s=0.5) == [] and time.monotonic() - start < 3.0
+    release.set()
+
+
 def test_in_process_handover_passes_the_very_tensor(model):
     produced, received = [], []
 

@@ -145,6 +145,8 @@ class ChunkedSuffix:
                f"{where}: computed at partition {state.partition}, this suffix runs from block {lo}..{hi}")
         expect(2 <= state.chunk_count <= 64 and 0 <= state.chunk_index < state.chunk_count, ChunkOrderError,
                f"{where}: chunk index/count out of range (count 2..64, index below it)")
+        expect((state.chunk_index == 0) == (state.chunk_start == 0), ChunkOrderError,
+               f"{where}: starts at token {state.chunk_start}; chunk 0, and only it, starts at token 0")
         hidden = state.hidden
         width = hidden.shape[1] if hidden.dim() == 3 else -1
         expect(hidden.dim() == 3 and hidden.shape[0] == passes and hidden.shape[2] == model.spec.hidden_size

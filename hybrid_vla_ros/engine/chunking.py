@@ -55,14 +55,15 @@ def chunk_spans(model, input_ids: torch.Tensor, chunks) -> list[tuple[int, int]]
     if chunks == PER_CAMERA:
         ends = image_block_ends(input_ids[0], model.prompt.image_token_id)
         expect(len(ends) >= 2, ConfigError,
-               f"chunks='{PER_CAMERA}': the prompt of '{model.spec.name}' has {len(ends)} image block(s) (a scene "
-               f"encoder fuses the cameras into one token set); give a chunk count instead")
+               f"chunks='{PER_CAMERA}': the prompt of '{model.spec.name}' has {len(ends)} separate image block(s) (a "
+               f"scene encoder fuses the cameras into one token set; a tokenizer without image start/end tokens "
+               f"leaves the cameras' tokens adjacent); give a chunk count instead")
         cuts = ends[:-1]
     else:
         expect(seq_len - q + 1 >= chunks, ConfigError,
                f"chunks={chunks}: the prompt of '{model.spec.name}' has {seq_len} tokens, of which the last {q} "
                f"(query) must stay in one chunk; at most {seq_len - q + 1} chunks")
-        cuts = [min(round(seq_len * i / chunks), seq_len - q) for i in range(1, chunks)]
+        cuts = [min(round(seq_len * i / chunks), seq_len - q - (chunks - 1 - i)) for i in range(1, chunks)]
     bounds = [0, *cuts, seq_len]
     return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
 
@@ -71,12 +72,12 @@ def chunk_count(model, chunks) -> int:
     """Boundary states per frame for this model and chunking (buffers and rings are sized by it)."""
     chunks = parse_chunks(chunks)
     check_chunkable(model, chunks)
-    if chunks != PER_CAMERA:
-        return chunks
-    blocks = model.family.image_blocks(model.spec)[0]
-    expect(blocks >= 2, ConfigError, f"chunks='{PER_CAMERA}': the prompt of '{model.spec.name}' has {blocks} image "
-           f"block(s) (a scene encoder fuses the cameras into one token set); give a chunk count instead")
-    return blocks
+    if chunks == 1:
+        return 1
+    spec = model.spec
+    blocks, per_block = model.family.image_blocks(spec)
+    ids, _ = model.prompt.build(blocks, per_block, "drive", spec.text_tokens, 0.0, 0.0, spec.query_tokens)  # (1, S)
+    return len(chunk_spans(model, ids, chunks))   # the model's own prompt: its layout is the same every frame
 
 
 def image_block_ends(ids: torch.Tensor, image_token: int) -> list[int]:
@@ -126,21 +127,14 @@ class FrameKV:
         return sum(t.numel() * t.element_size() for t in (*self._keys.values(), *self._values.values()))
 
 
-def chunk_deepstack(deepstack: DeepStack | None, start: int, end: int) -> DeepStack | None:
-    """The frame's DeepStack additions at the image tokens inside [start, end), positions made chunk-relative;
-    None when the frame has none (a chunk without image tokens gets an empty one: its shapes still say so)."""
-    if deepstack is None:
-        return None
-    inside = (deepstack.positions >= start) & (deepstack.positions < end)
-    return DeepStack(deepstack.positions[inside] - start, deepstack.features[:, inside], deepstack.first_block)
-
-
 def run_blocks_chunk(decoder, blocks, hidden: torch.Tensor, position_ids: torch.Tensor, mask: torch.Tensor,
                      kv: FrameKV, first: int, deepstack: DeepStack | None = None) -> torch.Tensor:
     """Blocks first, first + 1, ... on one chunk: hidden (P, C, H), position_ids (.., P, C), mask (P, 1, C, end)
     from chunk_mask; keys and values of earlier chunks come from (and this chunk's go to) `kv`."""
     if len(blocks) == 0:
         return hidden
+    if decoder.config._attn_implementation != "sdpa":   # eager attention adds its mask: 0 / -inf, not bool
+        mask = torch.zeros(mask.shape, dtype=hidden.dtype).masked_fill(~mask, torch.finfo(hidden.dtype).min)
     position_embeddings = decoder.rotary_emb(hidden, position_ids)                     # cos, sin: (P, C, head_dim)
     for index, block in enumerate(blocks, start=first):
         hidden = block(hidden, attention_mask=mask, position_embeddings=position_embeddings, position_ids=None,

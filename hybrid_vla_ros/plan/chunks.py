@@ -98,8 +98,8 @@ def chunk_times(work: Workload, sides: Sides, times: StageTimes, p: int, spans, 
     prefix, handover, suffix = [], [], []
     for index, (start, end) in enumerate(spans):
         flops, extra = chunk_flops(work, start, end), overhead_ms if index else 0.0
-        extra += times.front_ms * shares[index] if index else 0.0
-        prefix.append(p * _block_ms(sides.prefix, flops, weights * sides.prefix_itemsize) + extra)
+        embed = times.front_ms * shares[index] if index else 0.0      # cameras first reached here: prefix only
+        prefix.append(p * _block_ms(sides.prefix, flops, weights * sides.prefix_itemsize) + extra + embed)
         suffix.append((work.num_blocks - p) * _block_ms(sides.suffix, flops, weights * sides.suffix_itemsize) + extra)
         handover.append(handover_ms(work, sides, end - start))
     suffix[-1] = suffix[-1] + times.head_suffix_ms

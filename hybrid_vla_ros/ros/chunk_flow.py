@@ -23,14 +23,12 @@ from dataclasses import dataclass
 from rclpy.qos import QoSProfile
 from std_msgs.msg import UInt8MultiArray
 
-from ..engine.chunking import check_chunkable, chunk_spans, parse_chunks
-from ..engine.handover.endpoints import PROCESS_REGISTRY
+from ..engine.chunking import chunk_count, parse_chunks
 from ..errors import ConfigError, HybridVLAError, expect
 from . import convert
 from .nodes.diagnostics import publish_frame_info
 from .topics import BOUNDARY_QOS
 
-MAX_CHUNK_STATES = PROCESS_REGISTRY.max_pending  # chunk states in flight (max_in_flight x chunks): the registry's bound
 FRAMES_REMEMBERED = 1024   # stamps of frames already published or counted lost (each is counted once)
 
 
@@ -43,11 +41,7 @@ def chunks_per_frame(model, chunks) -> int:
     expect(model.spec.action_head == "waypoints", ConfigError,
            f"chunks={chunks!r}: model '{model.spec.name}' decodes action tokens (ActionFlow's packed steps), which "
            f"are not chunked; keep chunks: 1")
-    check_chunkable(model, chunks)
-    blocks, per_block = model.family.image_blocks(model.spec)
-    ids, _ = model.prompt.build(blocks, per_block, "drive", model.spec.text_tokens, 0.0, 0.0,
-                                model.spec.query_tokens)                               # (1, S)
-    return len(chunk_spans(model, ids, chunks))
+    return chunk_count(model, chunks)
 
 
 def boundary_qos(depth: int) -> QoSProfile:
@@ -72,9 +66,6 @@ class PrefixChunks:
         self.node, self.chunks = node, parse_chunks(p["chunks"])
         self.count = chunks_per_frame(node.model, self.chunks)
         self.slots = p["max_in_flight"] * self.count   # shared-memory ring slots, boundary history
-        expect(self.slots <= MAX_CHUNK_STATES, ConfigError,
-               f"max_in_flight={p['max_in_flight']} x chunks={self.chunks!r} ({self.count} per frame) = {self.slots} "
-               f"chunk states in flight, at most {MAX_CHUNK_STATES}: lower max_in_flight or chunks")
         self.states_sent = 0
         self.cut_short = 0     # frames dropped after some of their chunks had been published
 

@@ -68,7 +68,7 @@ def _release_evicted(state: BoundaryState) -> None:
 
 # Handles inside this process, bounded: 64 frames in flight (max_in_flight's limit), each of up to MAX_CHUNKS
 # chunk states (chunked prefill): the same tensors as 64 whole frames.
-PROCESS_REGISTRY = InProcessTransport(max_pending=64 * codec.MAX_CHUNKS, on_evict=_release_evicted)
+PROCESS_REGISTRY = InProcessTransport(max_pending=64, on_evict=_release_evicted)  # raised by reserve()
 _local_receivers: "weakref.WeakSet[HandoverDecoder]" = weakref.WeakSet()  # suffix decoders living in this process
 # (weak: a decoder dropped without close() stops counting once collected, instead of keeping `auto` on
 # in-process handles that nobody here reads)
@@ -135,6 +135,8 @@ class HandoverEncoder:
         expect(transport in TRANSPORT_CHOICES, InputError,
                f"boundary transport '{transport}' is not one of {list(TRANSPORT_CHOICES)}")
         self.transport, self.flight, self.model_id = transport, flight, model_id
+        if transport in ("auto", "inproc"):
+            PROCESS_REGISTRY.reserve(ring_slots)   # every state in flight may wait there (chunks: several per frame)
         self.shm = SharedMemoryTransport(slots=ring_slots, name=ring_name, scope=scope) \
             if transport in ("auto", "shm") else None
         # shm domains of the receivers (None: not known, e.g. an engine pipeline whose decoder is on this host)
@@ -191,7 +193,7 @@ class HandoverEncoder:
         if ring is None or not ring.reclaimed_seqs:
             return []
         seqs, ring.reclaimed_seqs = ring.reclaimed_seqs, []
-        return seqs
+        return list(dict.fromkeys(seqs))   # a chunked frame's slots share its seq: one loss per frame
 
     def close(self) -> None:
         PROCESS_REGISTRY.discard(self)  # states nobody will take any more must not hold their tensors

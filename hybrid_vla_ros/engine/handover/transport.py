@@ -58,6 +58,12 @@ class InProcessTransport:
                 self.on_evict(item)
         return handle
 
+    def reserve(self, states: int) -> None:
+        """Let at least `states` wait at once (a chunked sender: max_in_flight x chunks); never lowers the bound."""
+        with self._lock:
+            if self.max_pending is not None:
+                self.max_pending = max(self.max_pending, states)
+
     def receive(self, handle: int) -> BoundaryState:
         with self._lock:
             state = self._states.pop(handle, None)

@@ -30,6 +30,7 @@ from .worker import POLICIES, StageHealth, StageWorker
 
 _RING_NAMES = itertools.count()
 SUBMIT_TIMEOUT_FLOOR_S = 60.0
+FINISH_STALL_FLOOR_S = 600.0   # finish(): a stall this long (or 10 x the slower stage) ends the wait
 
 
 @dataclass
@@ -124,20 +125,34 @@ class Pipeline:
         except queue.Empty:
             return None
 
-    def finish(self, timeout_s: float = 120.0) -> list[FrameResult]:
+    def finish(self, timeout_s: float | None = None) -> list[FrameResult]:
         """Stop taking input (or, with a source, wait for it to run dry), let frames in flight complete,
-        return every result not yet fetched."""
-        deadline = time.monotonic() + timeout_s
+        return every result not yet fetched. timeout_s: give up once no frame has finished for this long;
+        None: derived, max(600 s, 10 x the slower stage's measured time per frame) (a real-size CPU frame
+        takes a minute or more: a fixed 120 s in all cut a 5-frame minddrive-like run off after 2 frames)."""
         if self.source is None:
-            self.prefix_worker.close(timeout_s, drain=True)
-        else:
-            self.prefix_worker.join(timeout_s)
-        self.suffix_worker.close(max(0.0, deadline - time.monotonic()), drain=True)
+            self.prefix_worker.close(0.0, drain=True)     # stop taking input; what waits still runs
+        self._wait_while_progressing(self.prefix_worker, timeout_s)
+        self.suffix_worker.close(0.0, drain=True)
+        self._wait_while_progressing(self.suffix_worker, timeout_s)
         results = []
         while (item := self.get(timeout=0)) is not None:
             results.append(item)
         self.close()
         return results
+
+    def _wait_while_progressing(self, worker, timeout_s: float | None) -> None:
+        """Join `worker` as long as frames keep finishing; stop waiting after a stall of timeout_s (or derived)."""
+        done, since = -1, time.monotonic()
+        while worker.alive:
+            finished = self.stats.completed + self.stats.failed
+            if finished != done:
+                done, since = finished, time.monotonic()
+            limit = timeout_s if timeout_s is not None else max(FINISH_STALL_FLOOR_S, 10 * max(self.flight.prefix_s,
+                                                                                                  self.flight.suffix_s))
+            if time.monotonic() - since > limit:
+                return
+            worker.join(0.2)
 
     def close(self) -> None:
         """Stop now. Joins are bounded; a stuck stage is abandoned (daemon thread), never waited on forever."""
@@ -211,7 +226,9 @@ class Pipeline:
             record.recv_start = now
             self.flight.suffix_started()
         trajectory = None
-        if record.error is None:
+        if record.error is not None:   # the prefix failed part-way: this chunk is taken, not run
+            self._discard(envelope)
+        else:
             try:
                 state, _ = self.decoder.decode(envelope)
                 record.suffix_start = record.suffix_start or time.perf_counter()
