@@ -191,3 +191,26 @@ def test_the_scheduler_node_takes_a_plan_report_as_its_prior(tmp_path):
     assert costs.period_ms(result["best_p"]) == pytest.approx(result["rows"][result["best_p"]]["period_ms"])
     with pytest.raises(ConfigError, match="8 blocks, the model 9"):
         cost_model_from_report(str(tmp_path / "plan.json"), 9)
+
+
+def test_a_side_is_timed_with_the_other_stage_running_beside_it():
+    """Pipelined, both stages compute at once (one GIL, one memory bus): each side's block is timed so."""
+    import threading
+    import time
+    from hybrid_vla_ros.model.load import load_vla
+    from hybrid_vla_ros.plan.machine import Calibration
+    from hybrid_vla_ros.plan.measure import busy_beside
+    runs, seen = [], []
+    with busy_beside(lambda: runs.append(threading.current_thread().name) or time.sleep(0.005), [0]):
+        time.sleep(0.1)
+        seen.append(len(runs))
+    time.sleep(0.05)
+    assert seen[0] > 0 and set(runs) == {"plan-beside"} and len(runs) <= seen[0] + 1   # ran, and stopped after
+    with busy_beside(lambda: runs.append(1), None):
+        pass                                                                          # nothing beside: no thread
+    import torch
+    calibration, model = Calibration(), load_vla(preset="tiny")
+    alone = calibration.block(model, 16, torch.float32, [0])
+    together = calibration.block(model, 16, torch.float32, [0], beside=[1])
+    assert alone.beside == () and together.beside == (1,) and len(calibration.blocks) == 2
+    assert type(together).from_dict(together.to_dict()).beside == (1,)

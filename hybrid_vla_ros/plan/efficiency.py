@@ -55,6 +55,7 @@ class BlockMeasure:
     block_of_gemm: float = 0.0  # median over back-to-back (block, GEMM) pairs of their rate ratio; 0: the rates'
     device: str = "cpu"
     cores: tuple = ()
+    beside: tuple = ()          # the cores another block ran on meanwhile (the other stage, as when pipelined)
     loadavg: float = 0.0
     pairs: int = 0
 
@@ -72,7 +73,7 @@ class BlockMeasure:
     @classmethod
     def from_dict(cls, data: dict) -> "BlockMeasure":
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: (tuple(v) if k == "cores" else v) for k, v in data.items() if k in names})
+        return cls(**{k: (tuple(v) if k in ("cores", "beside") else v) for k, v in data.items() if k in names})
 
 
 @dataclass(frozen=True)

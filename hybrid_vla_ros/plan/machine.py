@@ -40,17 +40,20 @@ class Calibration:
             data = json.loads(self.path.read_text())
             for item in data.get("blocks", []):
                 m = BlockMeasure.from_dict(item)
-                self.blocks[(m.shape, m.dtype, m.rows, m.device, m.cores)] = m
+                self.blocks[(m.shape, m.dtype, m.rows, m.device, m.cores, m.beside)] = m
             self.bandwidth_gbs = data.get("bandwidth_gbs", {})
 
-    def block(self, model, rows: int, dtype: torch.dtype, cores, device="cpu", progress=None) -> BlockMeasure:
+    def block(self, model, rows: int, dtype: torch.dtype, cores, device="cpu", progress=None,
+              beside=None) -> BlockMeasure:
+        """beside: the other stage's CPU cores, on which the same block runs while this one is timed."""
         spec = model.spec
         key = (f"{spec.hidden_size} x {spec.intermediate_size}, {spec.num_heads}/{spec.num_kv_heads} heads",
-               dtype_key(dtype), rows, str(device), tuple(cores or ()))
+               dtype_key(dtype), rows, str(device), tuple(cores or ()), tuple(beside or ()))
         if key not in self.blocks:
             if progress:
-                progress(f"timing one {key[0]} block at {rows} rows in {key[1]} on {device} {cores or ''}")
-            self.blocks[key] = measure_block(model, rows, dtype, cores, device)
+                progress(f"timing one {key[0]} block at {rows} rows in {key[1]} on {device} {cores or ''}"
+                         f"{f', the other stage running on {list(beside)}' if beside else ''}")
+            self.blocks[key] = measure_block(model, rows, dtype, cores, device, beside=beside)
         return self.blocks[key]
 
     def bandwidth(self, cores, device="cpu") -> float:
@@ -79,9 +82,12 @@ def sides_here(model, work: Workload, placement: Placement, calibration: Calibra
     prefix_cores, suffix_cores, devices = core_plan(placement)
     rows = work.rows if not model.spec.real_size else calibration_rows(work)   # a real-size CPU block: capped
     pdev = placement.prefix_device
+    on_cpu = not placement.uses_cuda   # both stages on this CPU: each timed with the other running beside it
     pre = calibration.block(model, work.rows if placement.uses_cuda else rows, placement.prefix_dtype,
-                            None if placement.uses_cuda else prefix_cores, pdev, progress)
-    suf = calibration.block(model, rows, placement.suffix_dtype, suffix_cores, "cpu", progress)
+                            None if placement.uses_cuda else prefix_cores, pdev, progress,
+                            beside=suffix_cores if on_cpu else None)
+    suf = calibration.block(model, rows, placement.suffix_dtype, suffix_cores, "cpu", progress,
+                            beside=prefix_cores if on_cpu else None)
     pre_bw = calibration.bandwidth(None if placement.uses_cuda else prefix_cores, str(pdev))
     suf_bw = calibration.bandwidth(suffix_cores)
     if placement.uses_cuda:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 import statistics
+import threading
 import time
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
 
-from ..engine.cpu import pinned
+from ..engine.cpu import pin_current_thread, pinned
 from ..engine.placement import DTYPE_NAMES, Placement
 from ..engine.stages import frame_embeddings, placed, run_blocks
 from ..model.checkpoint import ensure_loaded
@@ -98,10 +100,36 @@ def paired_times(run_block, run_gemm, sync=lambda: None, repeats: int = 3, budge
     return [(timed(run_block), timed(run_gemm)) for _ in range(max(repeats, min(most, int(budget_s / first))))]
 
 
-def measure_block(model, rows: int, dtype: torch.dtype, cores=None, device="cpu", repeats: int = 3) -> BlockMeasure:
+@contextmanager
+def busy_beside(run, cores):
+    """`run()` over and over in a thread pinned to `cores` while the body runs: the other stage of a pipelined
+    split computing beside the one timed, as it does in steady state (their Python shares one GIL in one
+    process, their cores share the memory bus and the last-level cache). cores None or empty: nothing runs."""
+    if not cores:
+        yield
+        return
+    stop = threading.Event()
+
+    def loop():
+        pin_current_thread(list(cores), len(cores))
+        with torch.inference_mode():
+            while not stop.is_set():
+                run()
+    thread = threading.Thread(target=loop, name="plan-beside", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def measure_block(model, rows: int, dtype: torch.dtype, cores=None, device="cpu", repeats: int = 3,
+                  beside=None) -> BlockMeasure:
     """Block 0 of `model` at `rows` rows in `dtype` on `cores` (or the GPU), paired with its largest GEMM,
     (rows, hidden) @ (hidden, intermediate): the block's median time, the GEMM's best rate (the ceiling), the
-    median of the pairs' block / GEMM rate, and the device's peak for the dtype."""
+    median of the pairs' block / GEMM rate, and the device's peak for the dtype. beside: CPU cores on which the
+    same block runs meanwhile (the other stage, as in the pipelined steady state)."""
     spec, dev = model.spec, torch.device(device)
     block = model.decoder.layers[0]
     ensure_loaded(model, [block], dtype, dev)
@@ -114,8 +142,11 @@ def measure_block(model, rows: int, dtype: torch.dtype, cores=None, device="cpu"
     w = torch.randn(spec.intermediate_size, spec.hidden_size, generator=gen).to(dev, dtype)
     with pinned(cores if dev.type == "cpu" else None), torch.inference_mode():
         hidden, positions, mask = block_inputs(model, rows, dtype, device)
-        pairs = paired_times(lambda: run_blocks(model.decoder, [layer], hidden, positions, mask),
-                             lambda: F.linear(x, w), device_sync(device), repeats)
+        run = lambda: run_blocks(model.decoder, [layer], hidden, positions, mask)  # noqa: E731
+        other = placed(block, torch.device("cpu"), dtype)
+        other_inputs = block_inputs(model, rows, dtype, "cpu")
+        with busy_beside(lambda: run_blocks(model.decoder, [other], *other_inputs), beside):
+            pairs = paired_times(run, lambda: F.linear(x, w), device_sync(device), repeats)
         peak, path = device_peak_gflops(device, dtype, cores)
     block_s = statistics.median(b for b, _ in pairs)
     ratio = statistics.median((work.block_flops / b) / (gemm_flops / g) for b, g in pairs)
@@ -123,6 +154,7 @@ def measure_block(model, rows: int, dtype: torch.dtype, cores=None, device="cpu"
                         rows=rows, dtype=dtype_key(dtype), path=path, block_gflops=work.block_flops / block_s / 1e9,
                         gemm_gflops=gemm_flops / min(g for _, g in pairs) / 1e9, peak_gflops=peak,
                         block_ms=block_s * 1e3, block_of_gemm=ratio, device=str(device), cores=tuple(cores or ()),
+                        beside=tuple(beside or ()),
                         loadavg=os.getloadavg()[0], pairs=len(pairs))
 
 

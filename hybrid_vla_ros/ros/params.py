@@ -67,8 +67,8 @@ PREFIX_PARAMS = _common_model() + [
     _chunks("chunked prefill across the cut (engine/chunking.py): a frame's tokens in chunks, each one's boundary "
             "state published as soon as blocks [0, p) are done with it, so the suffix starts before the prefix "
             "ends; 1 = unchunked (bit-exact); 2..64 = near-equal token spans; camera = one chunk per camera's "
-            "image block. max_in_flight x chunks per frame must not exceed 64 (chunk states in flight); the "
-            "shared-memory ring gets that many slots. Waypoint heads with a causal prompt only"),
+            "image block. The shared-memory ring gets max_in_flight x chunks per frame slots. Waypoint heads "
+            "with a causal prompt only"),
     ParamSpec("boundary_transport", "string", "auto: in-process when the suffix shares the process, else "
               "shared memory; inline: serialised payload on the topic (remote hosts, recording)",
               choices=("auto", "inproc", "shm", "inline")),

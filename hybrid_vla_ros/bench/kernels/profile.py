@@ -65,7 +65,7 @@ def profile_report(model: VLAModel, placement: Placement, frames: int = 3, progr
 
     from ...engine.cpu import cpu_backend_report
     from ...engine.stages import reference_forward
-    from .handover import handover_microbench
+    from ..handover import handover_microbench
     prefix_cores, suffix_cores, devices = core_plan(placement)
     progress = progress or (lambda text: None)
     progress(f"prefix blocks on cores {prefix_cores}")
