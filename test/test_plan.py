@@ -9,26 +9,14 @@ import pytest
 
 from hybrid_vla_ros.engine.scheduling.costs import CostModel, CostPolicy
 from hybrid_vla_ros.errors import ConfigError
-from hybrid_vla_ros.plan.efficiency import BlockMeasure, Rate, cpu_rate
+from hybrid_vla_ros.plan.efficiency import BlockMeasure, cpu_rate
 from hybrid_vla_ros.plan.hardware import PARTS_CPU, PARTS_GPU, XEON_8470Q, parse_cpu, parse_gpu, this_cpu
 from hybrid_vla_ros.plan.paper import PAPER_MODELS, orion_front_end
-from hybrid_vla_ros.plan.predict import Sides, gpu_bytes, plan
-from hybrid_vla_ros.plan.workload import FrontEnd, Workload
+from hybrid_vla_ros.plan.predict import gpu_bytes, plan
+
+from plan_helpers import sides, workload
 
 GIB = 2 ** 30
-
-
-def workload(**kw):
-    base = dict(name="w", num_blocks=8, hidden=512, heads=8, kv_heads=2, intermediate=1024, tokens=100,
-                front=FrontEnd("front", flops=2e9, params=1_000_000, activation_elems=1e5), embed_params=200_000,
-                head_params=300_000, head_flops=1e6)
-    return Workload(**{**base, **kw})
-
-
-def sides(gpu_gflops=1000.0, cpu_gflops=250.0, **kw):
-    base = dict(prefix=Rate("gpu", "fp32", gpu_gflops, 500.0), suffix=Rate("cpu", "bf16", cpu_gflops, 50.0),
-                prefix_itemsize=4, suffix_itemsize=2, link_gbs=20.0, link_latency_ms=0.05, context_bytes=2**29)
-    return Sides(**{**base, **kw})
 
 
 def test_period_is_the_slower_side_and_latency_the_sum_at_every_cut():

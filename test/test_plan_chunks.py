@@ -13,20 +13,9 @@ from hybrid_vla_ros.plan.chunks import (chunk_flops, chunk_report, chunk_times, 
 from hybrid_vla_ros.plan.efficiency import Rate
 from hybrid_vla_ros.plan.predict import Sides, plan, stage_times
 from hybrid_vla_ros.plan.text import plan_lines
-from hybrid_vla_ros.plan.workload import FrontEnd, Workload
+from hybrid_vla_ros.plan.workload import FrontEnd
 
-
-def workload(**kw):
-    base = dict(name="w", num_blocks=8, hidden=512, heads=8, kv_heads=2, intermediate=1024, tokens=100,
-                front=FrontEnd("front", flops=2e9, params=1_000_000, activation_elems=1e5), embed_params=200_000,
-                head_params=300_000, head_flops=1e6)
-    return Workload(**{**base, **kw})
-
-
-def sides(gpu_gflops=1000.0, cpu_gflops=250.0, **kw):
-    base = dict(prefix=Rate("gpu", "fp32", gpu_gflops, 500.0), suffix=Rate("cpu", "bf16", cpu_gflops, 50.0),
-                prefix_itemsize=4, suffix_itemsize=2, link_gbs=20.0, link_latency_ms=0.05, context_bytes=2**29)
-    return Sides(**{**base, **kw})
+from plan_helpers import sides, workload
 
 
 def even(tokens, k):
@@ -105,7 +94,7 @@ def test_tiny_chunks_cost_more_per_token_and_a_per_chunk_overhead_gives_an_inter
 def saturated_latency(ct, frames=30):
     """A saturated pipeline simulated frame after frame: each frame starts on the prefix at the latest time (>= the
     prefix being free) that does not delay when the suffix finishes it, found by bisection; its last latency."""
-    P, free_prefix, free_suffix = ct.embed_ms, 0.0, 0.0
+    free_prefix, free_suffix = 0.0, 0.0
     ready = [ct.embed_ms + sum(ct.prefix_ms[:i + 1]) for i in range(len(ct.prefix_ms))]
 
     def finish(start):

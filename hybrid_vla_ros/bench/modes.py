@@ -6,10 +6,8 @@ stand-in for a GPU + CPU pair; every report says which it was.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from ..engine.cpu import allowed_cores, core_plan
