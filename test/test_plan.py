@@ -194,8 +194,9 @@ def test_a_side_is_timed_with_the_other_stage_running_beside_it():
         seen.append(len(runs))
     time.sleep(0.05)
     assert seen[0] > 0 and set(runs) == {"plan-beside"} and len(runs) <= seen[0] + 1   # ran, and stopped after
+    threads = threading.active_count()
     with busy_beside(lambda: runs.append(1), None):
-        pass                                                                          # nothing beside: no thread
+        assert threading.active_count() == threads                                    # nothing beside: no thread
     import torch
     calibration, model = Calibration(), load_vla(preset="tiny")
     alone = calibration.block(model, 16, torch.float32, [0])
