@@ -56,6 +56,10 @@ def test_load_step_scenario_reports_partition_and_period_over_time_with_a_static
     assert set(report["static_sweep_period_ms"]["idle"]) == {str(p) for p in range(5)}
     for key in ("frames_to_recover", "frames_to_settle", "scheduler_vs_best_static", "best_static", "moves"):
         assert key in report
+    across = report["plan_across_sweep"]   # the planner timed again before each of the idle sweep's two passes
+    assert len(across["plans"]) == 2 and 0 <= across["partition"] <= 4
+    assert across["best_static_idle"] == report["best_static"]["idle"] and across["predicted_period_ms"] > 0
+    assert "planner timed across the sweep" in out.stdout
     assert all(0 <= t["partition"] <= 4 for t in report["timeline"])
     assert (tmp_path / "l.png").stat().st_size > 1000
 

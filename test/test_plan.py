@@ -203,3 +203,23 @@ def test_a_side_is_timed_with_the_other_stage_running_beside_it():
     together = calibration.block(model, 16, torch.float32, [0], beside=[1])
     assert alone.beside == () and together.beside == (1,) and len(calibration.blocks) == 2
     assert type(together).from_dict(together.to_dict()).beside == (1,)
+
+
+def test_a_stage_s_blocks_are_timed_in_turn_so_their_weights_stream_as_in_the_stage(tmp_path):
+    """A block timed over and over finds its weights in the cache a stage running its blocks in turn would not:
+    streamed, every resident block runs in turn and the time is per block; a real-size preset has only block 0."""
+    import torch
+    from hybrid_vla_ros.model.load import load_vla
+    from hybrid_vla_ros.plan.machine import Calibration
+    from hybrid_vla_ros.plan.measure import resident_blocks
+    model = load_vla(preset="tiny")
+    calibration = Calibration(str(tmp_path / "cal.json"))
+    hot = calibration.block(model, 16, torch.float32, [0])
+    streamed = calibration.block(model, 16, torch.float32, [0], streamed=True)
+    assert (hot.blocks, streamed.blocks) == (1, model.num_blocks) and len(calibration.blocks) == 2
+    assert streamed.block_ms > 0 and 0 < streamed.block_of_gemm
+    calibration.save()
+    again = Calibration(str(tmp_path / "cal.json"))
+    assert again.block(model, 16, torch.float32, [0], streamed=True) == streamed   # kept, not re-timed
+    real = load_vla(preset="minddrive-like", lazy=True)
+    assert len(resident_blocks(real, streamed=True)) == 1 and len(resident_blocks(model, False)) == 1

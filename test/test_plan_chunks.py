@@ -177,3 +177,22 @@ def test_a_vision_tower_s_embeddings_are_charged_camera_by_camera():
     starts = camera_starts(model, model.sequence_length)
     assert len(starts) == model.spec.num_cameras and starts == sorted(starts)
     assert camera_starts(load_vla(preset="tiny-scene"), load_vla(preset="tiny-scene").sequence_length) is None
+
+
+def test_rates_measured_at_a_chunk_s_rows_set_its_time_and_the_assumption_says_so():
+    """This machine's plan times each side at each chunk's rows: a side slower at few rows makes small chunks
+    cost more than the frame's rate would say, and the report's first assumption names the measured rates."""
+    work, flat = balanced()
+    asked = []
+
+    def rates_at(rows):
+        asked.append(rows)
+        slow = Rate("x", "fp32", 1000.0 * min(1.0, rows / 64), 1e9)   # half the rate at half the rows
+        return slow, slow
+    spans = even(64, 4)
+    measured = chunked_row(work, flat, 4, "4", spans, rates_at=rates_at)
+    assumed = chunked_row(work, flat, 4, "4", spans)
+    assert sorted(set(asked)) == [16 * work.passes] and measured["suffix_ms"] > 3 * assumed["suffix_ms"]
+    report = chunk_report(work, flat, 4, {"4": spans}, rates_at=rates_at)
+    assert report["assumptions"][0].startswith("chunked: each side's blocks timed at each chunk's rows")
+    assert chunk_report(work, flat, 4, {"4": spans})["assumptions"][0].startswith("chunked: a side's rate")

@@ -9,7 +9,9 @@ from ..engine.chunking import parse_chunks
 from ..engine.placement import Placement
 from ..model.vla import VLAModel
 from ..report import fmt, pyplot
+from .kernels.gemm_rows import gemm_rows_lines, gemm_rows_report
 from .modes import run_mode
+
 
 def run_chunk_curve(model: VLAModel, placement: Placement, partition: int, chunkings, frames: list, cores: tuple,
                     warmup: int, max_in_flight: int = 2, progress=None) -> dict:
@@ -32,8 +34,16 @@ def run_chunk_curve(model: VLAModel, placement: Placement, partition: int, chunk
     base = next((r for r in rows if r["chunks"] == 1), None)
     for row in rows:
         row.update(_ratios(row, base))
+    progress("the suffix's widest GEMM at each chunking's rows, cache-hot and streamed")
+    gemm = gemm_rows_report(model, partition, [chunk_rows(model, r["chunk_count"]) for r in rows], suffix_cores)
     return {"preset": model.spec.name, "partition": partition, "frames": len(frames) - warmup, "warmup": warmup,
-            "sequence_length": model.sequence_length, "placement": placement.describe(), "rows": rows}
+            "sequence_length": model.sequence_length, "placement": placement.describe(), "rows": rows,
+            "gemm_by_rows": gemm}
+
+
+def chunk_rows(model: VLAModel, count: int) -> int:
+    """A chunk's GEMM rows when a frame's tokens are cut into `count` chunks (tokens / count x passes)."""
+    return max(1, round(model.sequence_length / count)) * model.num_passes
 
 
 def _ratios(row: dict, base: dict | None) -> dict:
@@ -57,6 +67,8 @@ def curve_table(report: dict) -> str:
                      f"{fmt(r.get('pipelined_latency_vs_unchunked_serial'), '.2f'):>11s}x "
                      f"{fmt(r.get('pipelined_period_vs_unchunked'), '.2f'):>13s}x "
                      f"{fmt(r.get('suffix_cost_vs_unchunked'), '.2f'):>11s}x")
+    if report.get("gemm_by_rows"):
+        lines += ["", *gemm_rows_lines(report["gemm_by_rows"])]
     return "\n".join(lines)
 
 

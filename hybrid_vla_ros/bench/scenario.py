@@ -96,11 +96,13 @@ def run_scheduled(model, placement, zone, frames, prefix_cores, suffix_cores, po
     return [(b - a) * 1e3 for a, b in zip(ends, ends[1:])]
 
 
-def sweep(model, placement, zone, frames, prefix_cores, suffix_cores, load_cores=None, policy=None) -> dict:
+def sweep(model, placement, zone, frames, prefix_cores, suffix_cores, load_cores=None, policy=None,
+          before_pass=None) -> dict:
     """Every static p of the zone (and, with a policy, the scheduler measured the same way): period p50 and
     its spread (p25..p75). Two passes, ascending then descending, each `frames` frames, pooled per entry: a
     slow spell of this shared machine then lands on different p in the two passes instead of on one p twice;
-    the scheduler runs first in the first pass and last in the second."""
+    the scheduler runs first in the first pass and last in the second. before_pass(): called before each pass
+    (the planner's timing, interleaved with the sweep)."""
     load = CompetingLoad(load_cores) if load_cores else None
     if load:
         load.start()
@@ -108,9 +110,12 @@ def sweep(model, placement, zone, frames, prefix_cores, suffix_cores, load_cores
         ps = list(range(zone[0], zone[1] + 1))
         sched = ["scheduler"] if policy is not None else []
         periods: dict = {p: [] for p in ps + sched}
-        for p in sched + ps + ps[::-1] + sched:
-            periods[p] += run_scheduled(model, placement, zone, frames, prefix_cores, suffix_cores, policy) \
-                if p == "scheduler" else run_static(model, placement, p, frames, prefix_cores, suffix_cores)
+        for one_pass in (sched + ps, ps[::-1] + sched):
+            if before_pass:
+                before_pass()
+            for p in one_pass:
+                periods[p] += run_scheduled(model, placement, zone, frames, prefix_cores, suffix_cores, policy) \
+                    if p == "scheduler" else run_static(model, placement, p, frames, prefix_cores, suffix_cores)
         out = {}
         for p in ps + sched:
             q = np.percentile(periods[p], [25, 50, 75])
@@ -179,8 +184,11 @@ def run_load_step(model: VLAModel, placement: Placement, frames: int = 80, step_
     finally:
         load.stop()
         pipe.finish()
-    progress(f"static sweep over p in [{zone.lo}, {zone.hi}], idle and loaded, 2 x {sweep_frames} frames each")
-    sweeps = {"idle": sweep(model, placement, zone, sweep_frames, prefix_cores, suffix_cores, policy=policy),
+    progress(f"static sweep over p in [{zone.lo}, {zone.hi}], idle and loaded, 2 x {sweep_frames} frames each; "
+             f"the planner timed again before each idle pass")
+    beside_sweep: list[dict] = []
+    sweeps = {"idle": sweep(model, placement, zone, sweep_frames, prefix_cores, suffix_cores, policy=policy,
+                            before_pass=lambda: beside_sweep.append(plan_here(model, placement))),
               "loaded": sweep(model, placement, zone, sweep_frames, prefix_cores, suffix_cores, suffix_cores, policy)}
     report = {"scenario": "load-step", "preset": model.spec.name, "num_blocks": model.num_blocks, "zone": list(zone),
               "frames": frames, "step_on_frame": step_on, "step_off_frame": step_off,
@@ -191,7 +199,8 @@ def run_load_step(model: VLAModel, placement: Placement, frames: int = 80, step_
                               "scheduler (the policy calibrated by the load-step run) measured the same way, first "
                               "in the first pass and last in the second"}
     compared = compare_with_sweep(timeline, sweeps, step_on)
-    return {**report, **compared, "prior": prior_vs_sweep(prediction, start_p, compared), "timeline": timeline}
+    return {**report, **compared, "prior": prior_vs_sweep(prediction, start_p, compared),
+            "plan_across_sweep": plan_across_sweep(beside_sweep, compared), "timeline": timeline}
 
 
 def prior_vs_sweep(prediction: dict, start_p: int, compared: dict) -> dict:
@@ -204,6 +213,21 @@ def prior_vs_sweep(prediction: dict, start_p: int, compared: dict) -> dict:
             "measured_best_period_ms": idle[best], "measured_period_at_prior_ms": idle.get(start_p),
             "blocks_off": start_p - best, "period_off": predicted / idle[best] - 1,
             "source": "hybrid-vla plan for this machine (plan/run.py plan_here), made before the run"}
+
+
+def plan_across_sweep(plans: list[dict], compared: dict) -> dict:
+    """The planner timed again before each idle pass (this machine's speed drifts by more than the planner's
+    error within minutes): its best p and period, the mean over the passes' plans, against the idle sweep."""
+    idle, best = compared["static_sweep_period_ms"]["idle"], compared["best_static"]["idle"]
+    period = lambda plan, p: plan["rows"][p]["period_ms"]  # noqa: E731
+    ps = [plan["best_p"] for plan in plans]
+    cut = round(sum(ps) / len(ps))
+    predicted = sum(period(plan, cut) for plan in plans) / len(plans)
+    return {"plans": [{"best_p": plan["best_p"], "period_ms": period(plan, plan["best_p"])} for plan in plans],
+            "partition": cut, "predicted_period_ms": predicted, "best_static_idle": best,
+            "measured_best_period_ms": idle[best], "blocks_off": cut - best, "period_off": predicted / idle[best] - 1,
+            "source": "hybrid-vla plan for this machine, made before each idle pass (plan/run.py plan_here); "
+                      "p: the passes' best cuts averaged, period: the passes' predictions at that cut averaged"}
 
 
 def compare_with_sweep(timeline: list[dict], sweeps: dict, step_on: int) -> dict:

@@ -68,8 +68,15 @@ def bench_load_step(args, model) -> int:
         ("planner's prior vs best static idle", f"p = {prior['partition']} ({prior['blocks_off']:+d} blocks), predicted "
                                                 f"{prior['predicted_period_ms']:.1f} ms vs measured "
                                                 f"{prior['measured_best_period_ms']:.1f} ms ({prior['period_off']:+.0%})"),
+        ("planner timed across the sweep", _across(report["plan_across_sweep"])),
         ("full report", args.json or "(--json FILE)")]))
     return 0
+
+
+def _across(check: dict) -> str:
+    passes = ", ".join(f"p {plan['best_p']} {plan['period_ms']:.1f} ms" for plan in check["plans"])
+    return (f"p = {check['partition']} ({check['blocks_off']:+d} blocks), predicted {check['predicted_period_ms']:.1f} "
+            f"ms ({check['period_off']:+.0%}); per pass: {passes}")
 
 
 def bench_chunk_curve(args, model) -> int:

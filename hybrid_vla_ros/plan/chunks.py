@@ -50,6 +50,9 @@ ASSUMPTIONS = (
     "chunked: latency = a frame into an idle pipeline, equal to a saturated one's with a just-in-time prefix "
     "start (plan/chunks.py derives it); period = max(prefix, handovers + suffix) of one frame",
 )
+MEASURED_AT_CHUNK_ROWS = ("chunked: each side's blocks timed at each chunk's rows (every resident block in turn, the "
+                          "other side running beside), so a small chunk's lower GEMM rate and its re-read weights "
+                          "are in the rates; the per-chunk Python and synchronisation of a stage are not")
 
 
 @dataclass(frozen=True)
@@ -90,17 +93,20 @@ def embed_shares(spans, camera_starts=None) -> list[float]:
 
 
 def chunk_times(work: Workload, sides: Sides, times: StageTimes, p: int, spans, overhead_ms: float = 0.0,
-                camera_starts=None) -> ChunkTimes:
+                camera_starts=None, rates_at=None) -> ChunkTimes:
     """overhead_ms: a fixed cost each stage pays per chunk beyond the first (dispatch, synchronisation);
-    camera_starts: the first token of each camera's image block when the prefix encodes camera by camera."""
+    camera_starts: the first token of each camera's image block when the prefix encodes camera by camera;
+    rates_at(rows) -> (prefix Rate, suffix Rate) measured at a chunk's rows (this machine: plan/run.py), else
+    each side's rate at the frame's rows."""
     weights = work.params_per_block
     shares = embed_shares(spans, camera_starts)
     prefix, handover, suffix = [], [], []
     for index, (start, end) in enumerate(spans):
         flops, extra = chunk_flops(work, start, end), overhead_ms if index else 0.0
         embed = times.front_ms * shares[index] if index else 0.0      # cameras first reached here: prefix only
-        prefix.append(p * _block_ms(sides.prefix, flops, weights * sides.prefix_itemsize) + extra + embed)
-        suffix.append((work.num_blocks - p) * _block_ms(sides.suffix, flops, weights * sides.suffix_itemsize) + extra)
+        pre, suf = rates_at((end - start) * work.passes) if rates_at else (sides.prefix, sides.suffix)
+        prefix.append(p * _block_ms(pre, flops, weights * sides.prefix_itemsize) + extra + embed)
+        suffix.append((work.num_blocks - p) * _block_ms(suf, flops, weights * sides.suffix_itemsize) + extra)
         handover.append(handover_ms(work, sides, end - start))
     suffix[-1] = suffix[-1] + times.head_suffix_ms
     return ChunkTimes(tuple(spans), times.front_ms * shares[0], tuple(prefix), tuple(handover), tuple(suffix))
@@ -138,8 +144,8 @@ def kv_bytes(work: Workload, sides: Sides, p: int) -> dict:
 
 
 def chunked_row(work: Workload, sides: Sides, p: int, label: str, spans, overhead_ms: float = 0.0,
-                camera_starts=None) -> dict:
-    ct = chunk_times(work, sides, stage_times(work, sides), p, spans, overhead_ms, camera_starts)
+                camera_starts=None, rates_at=None) -> dict:
+    ct = chunk_times(work, sides, stage_times(work, sides), p, spans, overhead_ms, camera_starts, rates_at)
     s = schedule(ct)
     return {"chunks": label, "k": len(spans), "p": p, "tokens": [end - start for start, end in spans],
             "period_ms": s["period_ms"], "latency_ms": s["latency_ms"], "prefix_ms": s["prefix_ms"],
@@ -159,22 +165,22 @@ def verdict(row: dict, base: dict) -> str:
 
 
 def chunk_report(work: Workload, sides: Sides, p: int, chunkings: dict, overhead_ms: float = 0.0,
-                 camera_starts=None) -> dict:
+                 camera_starts=None, rates_at=None) -> dict:
     """chunkings: label -> spans, or label -> the reason it cannot be chunked so. -> rows at cut p, each beside
-    the unchunked one; the formula and its assumptions. camera_starts: see chunk_times."""
+    the unchunked one; the formula and its assumptions. camera_starts, rates_at: see chunk_times."""
     base = chunked_row(work, sides, p, "1", [(0, work.tokens)], overhead_ms)
     rows = []
     for label, spans in chunkings.items():
         if isinstance(spans, str):
             rows.append({"chunks": label, "refused": spans})
             continue
-        row = chunked_row(work, sides, p, label, spans, overhead_ms, camera_starts)
+        row = chunked_row(work, sides, p, label, spans, overhead_ms, camera_starts, rates_at)
         row.update(latency_vs_unchunked=row["latency_ms"] / base["latency_ms"] - 1,
                    period_vs_unchunked=row["period_ms"] / base["period_ms"] - 1, pays=verdict(row, base))
         rows.append(row)
     return {"p": p, "rows": rows, "unchunked": base, "overhead_ms": overhead_ms,
             "formula": "period = max(P_k, C_k); latency = max_i [P_i + C_k - C_(i-1)] (plan/chunks.py)",
-            "assumptions": list(ASSUMPTIONS)}
+            "assumptions": [MEASURED_AT_CHUNK_ROWS if rates_at else ASSUMPTIONS[0], *ASSUMPTIONS[1:]]}
 
 
 def model_spans(model, tokens: int, chunks) -> list[tuple[int, int]] | str:
@@ -203,13 +209,14 @@ def _prompt_ids(model):
     return model.prompt.build(blocks, per_block, instruction, spec.text_tokens, 0.0, 0.0, spec.query_tokens)[0]
 
 
-def chunked_section(model, work: Workload, sides: Sides, p: int | None, chunks, overhead_ms: float = 0.0):
+def chunked_section(model, work: Workload, sides: Sides, p: int | None, chunks, overhead_ms: float = 0.0,
+                    rates_at=None):
     """What plan_here / plan_described add for `--chunks`: None when only unchunked (or no cut fits)."""
     chunks = [str(c) for c in chunks or ()]
     if p is None or chunks in ([], ["1"]):
         return None
     return chunk_report(work, sides, p, {c: model_spans(model, work.tokens, c) for c in chunks}, overhead_ms,
-                        camera_starts(model, work.tokens))
+                        camera_starts(model, work.tokens), rates_at)
 
 
 def camera_starts(model, tokens: int) -> list[int] | None:
@@ -226,5 +233,5 @@ def camera_starts(model, tokens: int) -> list[int] | None:
     return ([0] if bool(is_image[0]) else []) + starts
 
 
-__all__ = ["ASSUMPTIONS", "ChunkTimes", "chunk_flops", "chunk_report", "chunk_times", "chunked_row",
+__all__ = ["ASSUMPTIONS", "MEASURED_AT_CHUNK_ROWS", "ChunkTimes", "chunk_flops", "chunk_report", "chunk_times", "chunked_row",
            "chunked_section", "closed_form_latency", "handover_ms", "kv_bytes", "model_spans", "schedule"]

@@ -56,6 +56,7 @@ class BlockMeasure:
     device: str = "cpu"
     cores: tuple = ()
     beside: tuple = ()          # the cores another block ran on meanwhile (the other stage, as when pipelined)
+    blocks: int = 1             # distinct blocks run in turn (more than 1: weights streamed, measure.py)
     loadavg: float = 0.0
     pairs: int = 0
 
@@ -127,7 +128,9 @@ def measured_rate(device: str, measured: BlockMeasure, bandwidth_gbs: float) -> 
     """A device measured here (this machine's cores, or a GPU present): the block's own achieved rate."""
     return Rate(device, measured.dtype, measured.block_gflops, bandwidth_gbs,
                 {"measured_block_gflops": (measured.block_gflops, f"measured here: one {measured.shape} block "
-                                                                  f"at {measured.rows} rows, {measured.block_ms:.1f} ms"),
+                                                                  f"at {measured.rows} rows, {measured.block_ms:.1f} ms"
+                                                                  + (f" (each of {measured.blocks} blocks in turn)"
+                                                                     if measured.blocks > 1 else "")),
                  "bandwidth_gbs": (bandwidth_gbs, "measured here: streaming read")})
 
 

@@ -21,7 +21,7 @@ from .efficiency import (CUDA_CONTEXT_BYTES, LINK_LATENCY_MS, LINK_OF_PEAK, Bloc
                          measured_rate)
 from .hardware import PARTS_GPU, CpuSpec, GpuSpec, dtype_key
 from .measure import (calibration_rows, gpu_part, measure_bandwidth, measure_block, measure_front_ms,
-                      measure_head_ms)
+                      measure_head_ms, resident_blocks)
 from .predict import Sides
 from .workload import Workload
 
@@ -40,20 +40,23 @@ class Calibration:
             data = json.loads(self.path.read_text())
             for item in data.get("blocks", []):
                 m = BlockMeasure.from_dict(item)
-                self.blocks[(m.shape, m.dtype, m.rows, m.device, m.cores, m.beside)] = m
+                self.blocks[(m.shape, m.dtype, m.rows, m.device, m.cores, m.beside, m.blocks)] = m
             self.bandwidth_gbs = data.get("bandwidth_gbs", {})
 
     def block(self, model, rows: int, dtype: torch.dtype, cores, device="cpu", progress=None,
-              beside=None) -> BlockMeasure:
-        """beside: the other stage's CPU cores, on which the same block runs while this one is timed."""
+              beside=None, streamed: bool = False) -> BlockMeasure:
+        """beside: the other stage's CPU cores, on which the same block runs while this one is timed; streamed:
+        every resident block in turn (measure.py resident_blocks), as a stage runs them."""
         spec = model.spec
+        count = len(resident_blocks(model, streamed))
         key = (f"{spec.hidden_size} x {spec.intermediate_size}, {spec.num_heads}/{spec.num_kv_heads} heads",
-               dtype_key(dtype), rows, str(device), tuple(cores or ()), tuple(beside or ()))
+               dtype_key(dtype), rows, str(device), tuple(cores or ()), tuple(beside or ()), count)
         if key not in self.blocks:
             if progress:
-                progress(f"timing one {key[0]} block at {rows} rows in {key[1]} on {device} {cores or ''}"
+                progress(f"timing {'one' if count == 1 else f'each of {count}'} {key[0]} block{'s' * (count > 1)} "
+                         f"at {rows} rows in {key[1]} on {device} {cores or ''}"
                          f"{f', the other stage running on {list(beside)}' if beside else ''}")
-            self.blocks[key] = measure_block(model, rows, dtype, cores, device, beside=beside)
+            self.blocks[key] = measure_block(model, rows, dtype, cores, device, beside=beside, streamed=streamed)
         return self.blocks[key]
 
     def bandwidth(self, cores, device="cpu") -> float:
@@ -77,18 +80,30 @@ def itemsize(dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
+def rates_here(model, rows: int, placement: Placement, calibration: Calibration, progress=None,
+               prefix_rows: int | None = None) -> tuple:
+    """(prefix Rate, suffix Rate) of this machine at `rows` rows (the prefix at prefix_rows where given): each
+    side's blocks timed in turn on its own device and cores (streamed, as a stage runs them); both on this CPU:
+    each with the other side running beside it."""
+    prefix_cores, suffix_cores, devices = core_plan(placement)
+    pdev, on_cpu = placement.prefix_device, not placement.uses_cuda
+    pre = calibration.block(model, prefix_rows or rows, placement.prefix_dtype,
+                            None if placement.uses_cuda else prefix_cores,
+                            pdev, progress, beside=suffix_cores if on_cpu else None, streamed=True)
+    suf = calibration.block(model, rows, placement.suffix_dtype, suffix_cores, "cpu", progress,
+                            beside=prefix_cores if on_cpu else None, streamed=True)
+    pre_bw = calibration.bandwidth(None if placement.uses_cuda else prefix_cores, str(pdev))
+    return (measured_rate(devices["prefix"], pre, pre_bw),
+            measured_rate(devices["suffix"], suf, calibration.bandwidth(suffix_cores)))
+
+
 def sides_here(model, work: Workload, placement: Placement, calibration: Calibration, progress=None) -> tuple:
     """(Sides, description) of this machine for `model` as `placement` places it: every rate measured."""
     prefix_cores, suffix_cores, devices = core_plan(placement)
     rows = work.rows if not model.spec.real_size else calibration_rows(work)   # a real-size CPU block: capped
     pdev = placement.prefix_device
-    on_cpu = not placement.uses_cuda   # both stages on this CPU: each timed with the other running beside it
-    pre = calibration.block(model, work.rows if placement.uses_cuda else rows, placement.prefix_dtype,
-                            None if placement.uses_cuda else prefix_cores, pdev, progress,
-                            beside=suffix_cores if on_cpu else None)
-    suf = calibration.block(model, rows, placement.suffix_dtype, suffix_cores, "cpu", progress,
-                            beside=prefix_cores if on_cpu else None)
-    pre_bw = calibration.bandwidth(None if placement.uses_cuda else prefix_cores, str(pdev))
+    prefix_rate, suffix_rate = rates_here(model, rows, placement, calibration, progress,
+                                          work.rows if placement.uses_cuda else rows)   # a GPU: the frame's rows
     suf_bw = calibration.bandwidth(suffix_cores)
     if placement.uses_cuda:
         part = gpu_part(pdev)
@@ -98,7 +113,7 @@ def sides_here(model, work: Workload, placement: Placement, calibration: Calibra
         link, latency, context = suf_bw, 0.0, 0   # in one process the boundary is handed over, not copied
     if progress:
         progress("timing the front end and the head as the stages run them")
-    sides = Sides(prefix=measured_rate(devices["prefix"], pre, pre_bw), suffix=measured_rate(devices["suffix"], suf, suf_bw),
+    sides = Sides(prefix=prefix_rate, suffix=suffix_rate,
                   prefix_itemsize=itemsize(placement.prefix_dtype), suffix_itemsize=itemsize(placement.suffix_dtype),
                   link_gbs=link, link_latency_ms=latency, context_bytes=context,
                   front_ms=measure_front_ms(model, placement, prefix_cores),
@@ -120,4 +135,4 @@ def described_rates(gpu: GpuSpec, gpu_key: str, cpu: CpuSpec, gpu_measure: Block
     return gpu_rate(gpu, gpu_key, gpu_dtype, gpu_measure), cpu_rate(cpu, cpu_dtype, cpu_measure)
 
 
-__all__ = ["Calibration", "described_rates", "itemsize", "sides_here", "sides_of"]
+__all__ = ["Calibration", "described_rates", "itemsize", "rates_here", "sides_here", "sides_of"]

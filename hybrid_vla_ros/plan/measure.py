@@ -124,37 +124,47 @@ def busy_beside(run, cores):
         thread.join()
 
 
+def resident_blocks(model, streamed: bool) -> list:
+    """The blocks a measurement runs in turn: every decoder block where the model holds them all (streamed: each
+    block's weights then come from memory, not from a cache the same block left warm, as when a stage runs
+    its blocks), else block 0 (a real-size preset draws only it; its weights exceed any cache anyway)."""
+    layers = list(model.decoder.layers)
+    return layers if streamed and not model.spec.real_size else layers[:1]
+
+
 def measure_block(model, rows: int, dtype: torch.dtype, cores=None, device="cpu", repeats: int = 3,
-                  beside=None) -> BlockMeasure:
+                  beside=None, streamed: bool = False) -> BlockMeasure:
     """Block 0 of `model` at `rows` rows in `dtype` on `cores` (or the GPU), paired with its largest GEMM,
     (rows, hidden) @ (hidden, intermediate): the block's median time, the GEMM's best rate (the ceiling), the
     median of the pairs' block / GEMM rate, and the device's peak for the dtype. beside: CPU cores on which the
-    same block runs meanwhile (the other stage, as in the pipelined steady state)."""
+    same block runs meanwhile (the other stage, as in the pipelined steady state). streamed: every resident
+    block in turn, the time per block (resident_blocks), on both the timed and the beside side."""
     spec, dev = model.spec, torch.device(device)
-    block = model.decoder.layers[0]
-    ensure_loaded(model, [block], dtype, dev)
-    layer = placed(block, dev, dtype)
+    blocks = resident_blocks(model, streamed)
+    ensure_loaded(model, blocks, dtype, dev)
+    layers = [placed(block, dev, dtype) for block in blocks]
     work = Workload(spec.name, 1, spec.hidden_size, spec.num_heads, spec.num_kv_heads, spec.intermediate_size,
-                    rows, front=FrontEnd("none", 0.0, 0, 0.0), block_params=sum(p.numel() for p in layer.parameters()))
+                    rows, front=FrontEnd("none", 0.0, 0, 0.0),
+                    block_params=sum(p.numel() for p in layers[0].parameters()))
     gemm_flops = 2.0 * rows * spec.hidden_size * spec.intermediate_size
     gen = torch.Generator().manual_seed(rows)
     x = torch.randn(rows, spec.hidden_size, generator=gen).to(dev, dtype)
     w = torch.randn(spec.intermediate_size, spec.hidden_size, generator=gen).to(dev, dtype)
     with pinned(cores if dev.type == "cpu" else None), torch.inference_mode():
         hidden, positions, mask = block_inputs(model, rows, dtype, device)
-        run = lambda: run_blocks(model.decoder, [layer], hidden, positions, mask)  # noqa: E731
-        other = placed(block, torch.device("cpu"), dtype)
+        run = lambda: run_blocks(model.decoder, layers, hidden, positions, mask)  # noqa: E731
+        others = [placed(block, torch.device("cpu"), dtype) for block in blocks]
         other_inputs = block_inputs(model, rows, dtype, "cpu")
-        with busy_beside(lambda: run_blocks(model.decoder, [other], *other_inputs), beside):
-            pairs = paired_times(run, lambda: F.linear(x, w), device_sync(device), repeats)
+        with busy_beside(lambda: run_blocks(model.decoder, others, *other_inputs), beside):
+            pairs = paired_times(run, lambda: [F.linear(x, w) for _ in layers], device_sync(device), repeats)
         peak, path = device_peak_gflops(device, dtype, cores)
-    block_s = statistics.median(b for b, _ in pairs)
+    block_s = statistics.median(b for b, _ in pairs) / len(layers)
     ratio = statistics.median((work.block_flops / b) / (gemm_flops / g) for b, g in pairs)
     return BlockMeasure(shape=f"{spec.hidden_size} x {spec.intermediate_size}, {spec.num_heads}/{spec.num_kv_heads} heads",
                         rows=rows, dtype=dtype_key(dtype), path=path, block_gflops=work.block_flops / block_s / 1e9,
-                        gemm_gflops=gemm_flops / min(g for _, g in pairs) / 1e9, peak_gflops=peak,
+                        gemm_gflops=gemm_flops * len(layers) / min(g for _, g in pairs) / 1e9, peak_gflops=peak,
                         block_ms=block_s * 1e3, block_of_gemm=ratio, device=str(device), cores=tuple(cores or ()),
-                        beside=tuple(beside or ()),
+                        beside=tuple(beside or ()), blocks=len(layers),
                         loadavg=os.getloadavg()[0], pairs=len(pairs))
 
 
@@ -207,4 +217,4 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 __all__ = ["CALIBRATION_ROWS", "calibration_rows", "device_peak_gflops", "gpu_part", "measure_bandwidth",
-           "measure_block", "measure_front_ms", "measure_head_ms", "median_ms"]
+           "measure_block", "measure_front_ms", "resident_blocks", "measure_head_ms", "median_ms"]

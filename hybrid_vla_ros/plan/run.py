@@ -14,8 +14,8 @@ from .chunks import chunked_section
 from .efficiency import AMX_GEMM_OF_PEAK, CUDA_CONTEXT_BYTES, LINK_LATENCY_MS, LINK_OF_PEAK, Rate, measured_rate
 from .efficiency import gpu_rate as gpu_rate_of
 from .hardware import PARTS_GPU, XEON_8470Q, CpuSpec, GpuSpec, describe, dtype_key
-from .machine import Calibration, described_rates, sides_here, sides_of
-from .measure import calibration_rows
+from .machine import Calibration, described_rates, rates_here, sides_here, sides_of
+from .measure import CALIBRATION_ROWS, calibration_rows
 from .paper import DTYPE_REASONING, PAPER_MODELS, PAPER_SOURCE, compare, implied_by_paper, with_tokens
 from .predict import ZONE_SLACK, plan
 from .workload import workload_from_model
@@ -40,7 +40,8 @@ def plan_here(model, placement: Placement, budget_bytes: int | None = None, toke
     calibration = calibration or Calibration()
     work = workload_from_model(model, tokens)
     sides, where = sides_here(model, work, placement, calibration, progress)
-    result = _with_chunks(plan(work, sides, budget_bytes), model, work, sides, chunks)
+    result = _with_chunks(plan(work, sides, budget_bytes), model, work, sides, chunks,
+                          _rates_at_rows(model, placement, calibration, progress))
     front = "measured as the prefix stage runs it" if sides.front_ms is not None else \
         f"{work.front.flops / 1e9:.1f} GFLOP at the prefix's measured block rate"
     notes = [f"this machine: prefix on {where['devices']['prefix']}, suffix on {where['devices']['suffix']}",
@@ -55,9 +56,18 @@ def plan_here(model, placement: Placement, budget_bytes: int | None = None, toke
             "measured": calibration.measures()}
 
 
-def _with_chunks(result: dict, model, work, sides, chunks) -> dict:
-    section = chunked_section(model, work, sides, result["best_p"], chunks)
+def _with_chunks(result: dict, model, work, sides, chunks, rates_at=None) -> dict:
+    section = chunked_section(model, work, sides, result["best_p"], chunks, rates_at=rates_at)
     return {**result, "chunked": section} if section else result
+
+
+def _rates_at_rows(model, placement: Placement, calibration: Calibration, progress=None):
+    """rows -> (prefix Rate, suffix Rate) of this machine timed at that many rows (a chunk's), kept in the
+    calibration; a real-size CPU block at most CALIBRATION_ROWS rows, as for the frame."""
+    def rates_at(rows: int):
+        rows = min(rows, CALIBRATION_ROWS) if model.spec.real_size and not placement.uses_cuda else rows
+        return rates_here(model, rows, placement, calibration, progress)
+    return rates_at
 
 
 def _load_note(calibration: Calibration) -> str:
