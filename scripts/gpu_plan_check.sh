@@ -6,7 +6,9 @@
 #   3. the GPU's own GEMM ceiling       what the assumed GEMM / peak (plan/efficiency.py) should have been
 #   4. bench native, then pipelined     each in its own process (GPU memory is the mode's own), nvidia-smi
 #                                       sampled beside torch's peak (the CUDA context and allocator cache too)
-#   5. summary.json                     each prediction beside its measurement
+#   5. chunked prefill (issue 29)       serial, pipelined and pipelined_chunked (k = 4) at the cut with the
+#                                       real GPU prefix: latency against serial where the prefix is not a CPU core
+#   6. summary.json                     each prediction beside its measurement
 # Usage: scripts/gpu_plan_check.sh [OUT_DIR] (default docs/results/gpu/plan_check); PRESET=name to choose one.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -52,7 +54,7 @@ echo "gpu_plan_check: $PRESET_USED, measured plan's cut p = $P_CUT"
 
 timeout 45 "$PY" - "$PRESET_USED" "$OUT" <<'PYEOF'
 import json, sys, torch
-from hybrid_vla_ros.bench.roofline import gemm_ceiling_gflops
+from hybrid_vla_ros.bench.kernels.roofline import gemm_ceiling_gflops
 from hybrid_vla_ros.model.spec import get_preset
 spec, out = get_preset(sys.argv[1]), sys.argv[2]
 free, total = torch.cuda.mem_get_info()
@@ -62,16 +64,18 @@ json.dump({"gemm_gflops": rows, "shape": [2048, spec.hidden_size, spec.intermedi
            "context_bytes_after_init": total - free}, open(f"{out}/gemm_ceiling.json", "w"), indent=2)
 PYEOF
 
-bench_mode() {   # mode partition: one bench process, nvidia-smi sampled every 200 ms beside it
-  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 > "$OUT/smi_$1.csv" 2>/dev/null &
+bench_mode() {   # name modes partition [extra args]: one bench process, nvidia-smi sampled every 200 ms beside it
+  local name=$1 modes=$2 cut=$3; shift 3
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 > "$OUT/smi_$name.csv" 2>/dev/null &
   SMI=$!
   timeout 150 "${CLI[@]}" bench --preset "$PRESET_USED" --prefix-device cuda --dtype bf16 --suffix-dtype bf16 \
-    --modes "$1" --transports inproc --partition "$2" --frames 12 --warmup 2 --no-peer --json "$OUT/bench_$1.json" \
-    > "$OUT/bench_$1.txt" 2>&1
+    --modes "$modes" --transports inproc --partition "$cut" --frames 12 --warmup 2 --no-peer "$@" \
+    --json "$OUT/bench_$name.json" > "$OUT/bench_$name.txt" 2>&1
   kill "$SMI" 2>/dev/null; wait "$SMI" 2>/dev/null
 }
-bench_mode native 0
-bench_mode pipelined "$P_CUT"
+bench_mode native native 0
+bench_mode pipelined pipelined "$P_CUT"
+bench_mode chunked serial,pipelined,pipelined_chunked "$P_CUT" --chunks 4
 
 "$PY" - "$OUT" <<'PYEOF'
 import json, sys
@@ -98,6 +102,9 @@ for mode in ("native", "pipelined"):
         row = plan["native"] if mode == "native" else plan["rows"][p]
         summary[mode][name] = {"period_ms": row["period_ms"], "latency_ms": row["latency_ms"],
                                "gpu_bytes": row["gpu_bytes"]["total"]}
+chunked = (load("bench_chunked.json") or {}).get("modes", {})
+summary["chunked_k4"] = {mode: {key: (chunked.get(mode, {}).get(key) or {}).get("p50") for key in ("period_ms", "latency_ms")}
+                         for mode in ("serial", "pipelined", "pipelined_chunked")}
 (out / "summary.json").write_text(json.dumps(summary, indent=2))
 print(json.dumps(summary, indent=2))
 PYEOF

@@ -223,3 +223,15 @@ def test_a_stage_s_blocks_are_timed_in_turn_so_their_weights_stream_as_in_the_st
     assert again.block(model, 16, torch.float32, [0], streamed=True) == streamed   # kept, not re-timed
     real = load_vla(preset="minddrive-like", lazy=True)
     assert len(resident_blocks(real, streamed=True)) == 1 and len(resident_blocks(model, False)) == 1
+
+
+def test_blocks_timed_in_turn_stop_at_the_streaming_bound(monkeypatch):
+    """However many blocks a checkpoint has, the streamed timing holds about STREAM_BYTES of them (at least one)."""
+    from hybrid_vla_ros.model.load import load_vla
+    from hybrid_vla_ros.plan import measure
+    model = load_vla(preset="tiny")
+    one = sum(t.numel() * t.element_size() for t in model.decoder.layers[0].parameters())
+    monkeypatch.setattr(measure, "STREAM_BYTES", 2 * one)
+    assert len(measure.resident_blocks(model, streamed=True)) == 2
+    monkeypatch.setattr(measure, "STREAM_BYTES", 1)
+    assert len(measure.resident_blocks(model, streamed=True)) == 1

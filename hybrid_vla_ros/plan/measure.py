@@ -124,12 +124,25 @@ def busy_beside(run, cores):
         thread.join()
 
 
+STREAM_BYTES = 512 * 2**20   # blocks timed in turn hold up to about this much: past any last-level cache, and
+                             # bounded (a 7B checkpoint's blocks are not all copied to a GPU to be timed)
+
+
 def resident_blocks(model, streamed: bool) -> list:
-    """The blocks a measurement runs in turn: every decoder block where the model holds them all (streamed: each
-    block's weights then come from memory, not from a cache the same block left warm, as when a stage runs
-    its blocks), else block 0 (a real-size preset draws only it; its weights exceed any cache anyway)."""
+    """The blocks a measurement runs in turn: streamed, the model's blocks from block 0 while their weights
+    stay under STREAM_BYTES (each block's weights then come from memory, not from a cache the same block left
+    warm, as when a stage runs its blocks), else block 0 (a real-size preset draws only it; its weights exceed
+    any cache anyway)."""
     layers = list(model.decoder.layers)
-    return layers if streamed and not model.spec.real_size else layers[:1]
+    if not streamed or model.spec.real_size:
+        return layers[:1]
+    chosen, held = [], 0
+    for layer in layers:
+        if chosen and held >= STREAM_BYTES:
+            break
+        chosen.append(layer)
+        held += sum(t.numel() * t.element_size() for t in layer.parameters())
+    return chosen
 
 
 def measure_block(model, rows: int, dtype: torch.dtype, cores=None, device="cpu", repeats: int = 3,
@@ -216,5 +229,5 @@ def dtype_name(dtype: torch.dtype) -> str:
     return DTYPE_NAMES.get(dtype, str(dtype))
 
 
-__all__ = ["CALIBRATION_ROWS", "calibration_rows", "device_peak_gflops", "gpu_part", "measure_bandwidth",
+__all__ = ["CALIBRATION_ROWS", "STREAM_BYTES", "calibration_rows", "device_peak_gflops", "gpu_part", "measure_bandwidth",
            "measure_block", "measure_front_ms", "resident_blocks", "measure_head_ms", "median_ms"]
