@@ -50,8 +50,8 @@ ASSUMPTIONS = (
     "chunked: latency = a frame into an idle pipeline, equal to a saturated one's with a just-in-time prefix "
     "start (plan/chunks.py derives it); period = max(prefix, handovers + suffix) of one frame",
 )
-MEASURED_AT_CHUNK_ROWS = ("chunked: each side's blocks timed at each chunk's rows (every resident block in turn, the "
-                          "other side running beside), so a small chunk's lower GEMM rate and its re-read weights "
+MEASURED_AT_CHUNK_ROWS = ("chunked: each side's blocks timed at each chunk's rows (in turn, as a stage runs "
+                          "them, the other side running beside), so a small chunk's lower GEMM rate and its re-read weights "
                           "are in the rates; the per-chunk Python and synchronisation of a stage are not")
 
 

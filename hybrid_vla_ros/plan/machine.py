@@ -46,7 +46,7 @@ class Calibration:
     def block(self, model, rows: int, dtype: torch.dtype, cores, device="cpu", progress=None,
               beside=None, streamed: bool = False) -> BlockMeasure:
         """beside: the other stage's CPU cores, on which the same block runs while this one is timed; streamed:
-        every resident block in turn (measure.py resident_blocks), as a stage runs them."""
+        the blocks in turn (measure.py resident_blocks), as a stage runs them."""
         spec = model.spec
         count = len(resident_blocks(model, streamed))
         key = (f"{spec.hidden_size} x {spec.intermediate_size}, {spec.num_heads}/{spec.num_kv_heads} heads",

@@ -166,9 +166,7 @@ def measure_block(model, rows: int, dtype: torch.dtype, cores=None, device="cpu"
     with pinned(cores if dev.type == "cpu" else None), torch.inference_mode():
         hidden, positions, mask = block_inputs(model, rows, dtype, device)
         run = lambda: run_blocks(model.decoder, layers, hidden, positions, mask)  # noqa: E731
-        others = [placed(block, torch.device("cpu"), dtype) for block in blocks]
-        other_inputs = block_inputs(model, rows, dtype, "cpu")
-        with busy_beside(lambda: run_blocks(model.decoder, others, *other_inputs), beside):
+        with busy_beside(_beside_run(model, blocks, rows, dtype) if beside else None, beside):
             pairs = paired_times(run, lambda: [F.linear(x, w) for _ in layers], device_sync(device), repeats)
         peak, path = device_peak_gflops(device, dtype, cores)
     block_s = statistics.median(b for b, _ in pairs) / len(layers)
@@ -179,6 +177,13 @@ def measure_block(model, rows: int, dtype: torch.dtype, cores=None, device="cpu"
                         block_ms=block_s * 1e3, block_of_gemm=ratio, device=str(device), cores=tuple(cores or ()),
                         beside=tuple(beside or ()), blocks=len(layers),
                         loadavg=os.getloadavg()[0], pairs=len(pairs))
+
+
+def _beside_run(model, blocks, rows: int, dtype):
+    """The other stage's work for busy_beside: the same blocks on the CPU (placed copies only where needed)."""
+    others = [placed(block, torch.device("cpu"), dtype) for block in blocks]
+    inputs = block_inputs(model, rows, dtype, "cpu")
+    return lambda: run_blocks(model.decoder, others, *inputs)
 
 
 def measure_bandwidth(cores=None, device="cpu") -> float:
