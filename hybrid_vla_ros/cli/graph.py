@@ -17,7 +17,7 @@ def run_graph(args, refuse: list[str] = (), defaults: dict | None = None) -> int
     nodes = node_names(getattr(args, "nodes", None) or "prefix,suffix,scheduler")
     if args.processes:
         return run_processes(args.config, getattr(args, "respawn_delay", 1.0), nodes)
-    return run_in_process(graph_params(args.config), nodes=nodes)
+    return run_in_process(graph_params(args.config), nodes=nodes, strict=True)
 
 
 def cmd_demo(args) -> int:

@@ -34,6 +34,15 @@ def allowed_cores() -> list[int]:
     return sorted(os.sched_getaffinity(0))
 
 
+def check_allowed(cores: list[int], what: str = "cores") -> None:
+    """A core set this process may not use is refused here, naming both sets: sched_setaffinity would refuse
+    it later (EINVAL) on the stage's own thread, where nobody is listening."""
+    allowed = allowed_cores()
+    outside = sorted(set(cores) - set(allowed))
+    expect(not outside, ConfigError, f"{what} {list(cores)}: {outside} not among the cores this process may "
+           f"use; this process may use {allowed} (os.sched_getaffinity)")
+
+
 def numa_nodes(root: Path = SYS_NODES) -> dict[int, list[int]]:
     """NUMA node -> cores this process may use. One node holding every allowed core when sysfs has none."""
     allowed = set(allowed_cores())

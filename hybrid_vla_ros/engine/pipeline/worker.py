@@ -13,49 +13,16 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
+from ...errors import HybridVLAError
 from ..cpu import pin_current_thread
+from .mailbox import STOP, Mailbox
 
 POLICIES = ("latest", "lossless")
 STUCK_FACTOR = 5.0   # a frame running this many times the longest recent stage time is stuck (or stuck_after_s)
-_STOP = object()
 
-class Mailbox:
-    """The input buffer. latest: capacity 1, newest wins. lossless: bounded FIFO, put blocks."""
 
-    def __init__(self, policy: str, capacity: int):
-        self.policy = policy
-        self.capacity = 1 if policy == "latest" else capacity
-        self.items: list = []
-        self.cond = threading.Condition()
-        self.closed = False
-
-    def put(self, item, timeout_s: float):
-        """Returns the item it displaced (latest policy) or None."""
-        with self.cond:
-            if self.policy == "latest":
-                displaced = self.items.pop() if self.items else None
-                self.items.append(item)
-                self.cond.notify_all()
-                return displaced
-            if not self.cond.wait_for(lambda: len(self.items) < self.capacity or self.closed, timeout_s):
-                raise TimeoutError(f"pipeline input full for {timeout_s} s (lossless back-pressure)")
-            self.items.append(item)
-            self.cond.notify_all()
-            return None
-
-    def take(self):
-        with self.cond:
-            self.cond.wait_for(lambda: self.items or self.closed)
-            if not self.items:
-                return _STOP
-            item = self.items.pop(0)
-            self.cond.notify_all()
-            return item
-
-    def close(self) -> None:
-        with self.cond:
-            self.closed = True
-            self.cond.notify_all()
+class WorkerStartError(HybridVLAError):
+    """A stage worker's thread could not come up (its cores refused, its start hook raised)."""
 
 
 OK, WARN, ERROR = 0, 1, 2
@@ -204,10 +171,20 @@ class StageWorker:
         self.health = health or StageHealth()
         self._mailbox = Mailbox(policy, capacity)
         self._thread = threading.Thread(target=self._loop, name=f"hvla-{name}", daemon=True)
+        self._up = threading.Event()            # set by the thread once pinned and started, or failed to
+        self._start_error: BaseException | None = None
         self.busy = False
 
     def start(self) -> "StageWorker":
+        """Returns once the thread is up: pinned to its cores, `on_start` done. A thread that cannot get there
+        ends at once and this raises WorkerStartError with the reason (nothing is left running)."""
         self._thread.start()
+        while not self._up.wait(0.05) and self._thread.is_alive():
+            pass   # on_start may take long (a suffix's weights copied to its NUMA node): no time limit
+        if self._start_error is not None or not self._up.is_set():
+            self._thread.join()
+            raise WorkerStartError(f"worker {self.name} could not start on cores {self.cores or 'unpinned'}: "
+                                   f"{type(self._start_error).__name__}: {self._start_error}")
         return self
 
     def submit(self, item, timeout_s: float = 0.0) -> bool:
@@ -259,9 +236,9 @@ class StageWorker:
         if self.source is None:
             return self._mailbox.take()
         if self._mailbox.closed:
-            return _STOP
+            return STOP
         item = self.source()
-        return _STOP if item is None else item
+        return STOP if item is None else item
 
     def close(self, timeout_s: float = 5.0, drain: bool = False) -> None:
         """Stop taking input. drain=False: stop now (an item in progress finishes; waiting ones are dropped,
@@ -276,15 +253,27 @@ class StageWorker:
         self._mailbox.close()
         self._thread.join(timeout_s)
 
+    def _come_up(self) -> bool:
+        """On the worker's thread: pin it and run on_start; -> False (the reason kept for start()) when either
+        raised."""
+        try:
+            pin_current_thread(self.cores, self.threads)
+            if self.on_start is not None:
+                self.on_start()
+        except Exception as exc:  # noqa: BLE001 - any failure here is start()'s to report
+            self._start_error = exc
+        finally:
+            self._up.set()
+        return self._start_error is None
+
     def _loop(self) -> None:
-        pin_current_thread(self.cores, self.threads)
-        if self.on_start is not None:
-            self.on_start()
+        if not self._come_up():
+            return
         while True:
             if self.admit is not None and not self.admit(lambda: self._mailbox.closed and self._hard_stop):
                 return
             item = self._take()
-            if item is _STOP:
+            if item is STOP:
                 if self.admit is not None and self.on_admitted_stop is not None:
                     self.on_admitted_stop()
                 return

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from ... import stop
-from ...engine.cpu import allowed_cores, default_stage_cores
+from ...engine.cpu import allowed_cores, check_allowed, default_stage_cores
 from ...errors import ConfigError, expect
 from ..params import NODE_PARAMS, chosen_cores, load_node_params
 from .session import executor_with, ros_context, spin_until_stopped
@@ -18,7 +18,6 @@ from .supervise import Supervisor, stop_processes  # noqa: F401 (stop_processes:
 from ..topics import NODES, REMAPS, STANDBY_NODE, STANDBY_REMAPS
 
 SHORT = {"prefix": "hybrid_vla_prefix", "suffix": "hybrid_vla_suffix", "scheduler": "hybrid_vla_scheduler"}
-
 
 GIL_SWITCH_INTERVAL_S = 0.0005
 
@@ -130,6 +129,7 @@ class InProcessGraph:
             params = {**params, "hybrid_vla_scheduler": {**params["hybrid_vla_scheduler"], "autostart": False}}
         self.context, self.wanted = context, [n for n in NODES if n in nodes]
         self.nodes = {}
+        self.failed: dict[str, str] = {}   # node -> why it did not come up (bring_up_all)
         self.executor = SingleThreadedExecutor(context=context)
         for node in self.wanted:  # prefix first: it places shared blocks before the suffix decides on copies
             if stop.requested():
@@ -137,7 +137,7 @@ class InProcessGraph:
             self.nodes[node] = make_node(node, params[node], context, (remaps or {}).get(node))
             self.executor.add_node(self.nodes[node])
         if self.complete:  # the suffix listens before the prefix sends (in-process handles would wait)
-            bring_up_all(list(self.nodes.values()))
+            self.failed = bring_up_all(list(self.nodes.values()))
 
     @property
     def complete(self) -> bool:
@@ -155,12 +155,15 @@ class InProcessGraph:
 
 
 def run_in_process(params: dict[str, dict], remaps: dict[str, dict] | None = None,
-                   nodes: tuple[str, ...] = NODES) -> int:
+                   nodes: tuple[str, ...] = NODES, strict: bool = False) -> int:
     """The graph's nodes (all three, or those named) in this process until SIGINT/SIGTERM; exit code 0 on a
-    requested stop."""
+    requested stop. strict (`hybrid-vla graph`): a node that did not come up ends it (ConfigError, the reason);
+    else (launch: respawned on exit) the nodes stay unconfigured, on their lifecycle services."""
     with ros_context() as context:
         graph = InProcessGraph(params, context=context, remaps=remaps, nodes=nodes)
         try:
+            expect(not (strict and graph.failed), ConfigError,
+                   "; ".join(f"{node} did not come up: {why}" for node, why in graph.failed.items()))
             spin_until_stopped(graph.executor)
         finally:
             graph.shutdown()
@@ -173,6 +176,8 @@ def child_commands(config: str | None, nodes: tuple[str, ...] = NODES) -> dict[s
     resolved file."""
     import tempfile
     params = graph_params(config)
+    for node in nodes:   # refused before any child starts (a child refused would be respawned)
+        check_allowed(chosen_cores(params[node].get("cores", [])), f"{node}: cores")
     resolved = write_combined_config(params, Path(tempfile.mkdtemp(prefix="hvla_")) / "graph.param.yaml")
     commands = {}
     for node in (n for n in NODES if n in nodes):
@@ -211,7 +216,8 @@ def node_names(text: str) -> tuple[str, ...]:
 
 def run_single_node(node: str, config: str | None, pin: list[int] | None, autostart: bool = True,
                     name: str | None = None) -> int:
-    """Child of `--processes`: one node, its own process, until SIGINT/SIGTERM (exit code 0)."""
+    """Child of `--processes`: one node, its own process, until SIGINT/SIGTERM (exit code 0); os.EX_CONFIG (78)
+    when its node cannot be configured (its log says why): the supervisor's cue not to restart it."""
     from ..nodes.lifecycle import bring_up
     tune_interpreter()
     params = graph_params(config)[node]  # before pinning: the default core split looks at every core
@@ -226,8 +232,8 @@ def run_single_node(node: str, config: str | None, pin: list[int] | None, autost
             return 0
         n = make_node(node, params, context, name=name)
         with executor_with([n], context) as executor:
-            if not stop.requested():
-                bring_up(n)
+            if not stop.requested() and not bring_up(n):
+                return os.EX_CONFIG
             spin_until_stopped(executor)
     return 0
 

@@ -4,7 +4,8 @@ configure: read parameters, size the zone from the model, build the policy, crea
            and timer.
 activate: adopt the partition of a graph that is already running (a restarted scheduler: the stages kept
           their partition while it was away), else publish the initial partition after RESUME_WAIT_S; then
-          feed the policy every finished frame each update_period_s.
+          feed the policy the frames finished since the last tick, each update_period_s: the newest
+          MAX_SAMPLES, none older than stale_after_s (frames finished while inactive are never kept).
 deactivate: stop publishing (the lifecycle publisher goes inactive; the policy is not run).
 cleanup: destroy what configure created.  shutdown: the same, from any state.
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict, deque
 from pathlib import Path
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
@@ -39,6 +40,14 @@ from ..topics import PARTITION_QOS, STANDBY_NODE
 NODE_NAME = "hybrid_vla_scheduler"
 PENDING_FRAMES = 64  # prefix infos waiting for their suffix info (bounded: a frame dropped later never joins)
 RESUME_WAIT_S = 1.0  # after activation: a running graph reports its partition within this, else start afresh
+MAX_SAMPLES = 64     # finished frames kept between two ticks, the newest (a 30 Hz graph's last 2 s)
+STALE_TICKS = 4      # a sample older than this many update periods describes a load that may be gone ...
+STALE_FLOOR_S = 1.0  # ... but never less than this (the stages' /diagnostics period, where the backlog comes from)
+
+
+def stale_after_s(update_period_s: float) -> float:
+    """Age (since its frame finished) past which a sample never steers the policy."""
+    return max(STALE_TICKS * update_period_s, STALE_FLOOR_S)
 
 
 def info_values(msg: DiagnosticStatus) -> dict:
@@ -69,7 +78,8 @@ class SchedulerNode(ManagedNode):
         self.subscriptions_: list = []
         self.timer = None
         self.prefix_infos: OrderedDict = OrderedDict()   # stamp_ns or ("step", n) -> (partition, prefix_ms, rows)
-        self.samples: list[StageSample] = []
+        self.samples: deque[StageSample] = deque(maxlen=MAX_SAMPLES)   # finished since the last tick
+        self.dropped: Counter = Counter()   # samples never fed: inactive, stale, overflow (MAX_SAMPLES)
         self.fed: list[StageSample] = []                  # the most recent samples given to the policy
         self.suffix_backlog = 0
         self.history: list[tuple[float, int]] = []
@@ -82,8 +92,7 @@ class SchedulerNode(ManagedNode):
         try:
             self.policy = self._make_policy()
         except HybridVLAError as exc:
-            self.get_logger().error(f"configure failed: {exc}")
-            return TransitionCallbackReturn.FAILURE
+            return self.configure_failed(exc)
         p = self.params
         self.publisher = self.create_lifecycle_publisher(Int32, "~/output/partition_point", PARTITION_QOS)
         self.subscriptions_ = [
@@ -100,6 +109,8 @@ class SchedulerNode(ManagedNode):
 
     def activated(self) -> None:
         self.resume_until = time.monotonic() + RESUME_WAIT_S
+        if self.dropped["inactive"]:
+            self.get_logger().info(f"{self.dropped['inactive']} frames finished while inactive: not used")
 
     def _resume(self, running: int | None) -> None:
         """End the listening after activation: adopt `running` (the partition the stages run at) when there
@@ -192,10 +203,14 @@ class SchedulerNode(ManagedNode):
         prefix = self.prefix_infos.pop(key, None)
         if prefix is None or prefix[0] != partition:
             return  # the prefix's record was lost, or the state came from elsewhere
+        if not self.active:   # configured, not active: nothing to decide, nothing kept for later
+            self.dropped["inactive"] += 1
+            return
         # A packed suffix holds at most one step per group (each group waits for its tokens): its queue is the
         # alternation working, never a backlog; frames that wait do so at the prefix. So no backlog for steps.
         backlog = 0 if isinstance(key, tuple) else self.suffix_backlog
         self.suffix_backlog = 0  # one /diagnostics report, one sample: the samples of a tick all carried it
+        self.dropped["overflow"] += int(len(self.samples) == MAX_SAMPLES)   # the oldest goes
         self.samples.append(StageSample(partition, prefix[1], suffix_ms, backlog, time.monotonic(), rows=prefix[2]))
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
@@ -214,7 +229,7 @@ class SchedulerNode(ManagedNode):
             if time.monotonic() < self.resume_until:
                 return
             self._resume(None)
-        samples, self.samples = self.samples, []
+        samples = self._fresh_samples()
         before = self.policy.partition
         for sample in samples:
             self.policy.update(sample)
@@ -225,6 +240,16 @@ class SchedulerNode(ManagedNode):
                                    f"prefix {last.prefix_ms:.1f} ms, suffix {last.suffix_ms:.1f} ms, "
                                    f"backlog {last.backlog})")
             self._publish()
+
+    def _fresh_samples(self) -> list[StageSample]:
+        """The samples since the last tick, less those older than stale_after_s (counted as stale: a tick held
+        up, or samples left from before a deactivation)."""
+        oldest = time.monotonic() - stale_after_s(self.params["update_period_s"])
+        samples = list(self.samples)
+        self.samples.clear()
+        fresh = [s for s in samples if s.at_s >= oldest]
+        self.dropped["stale"] += len(samples) - len(fresh)
+        return fresh
 
     def _publish(self) -> None:
         if self.publisher is not None and self.policy is not None:

@@ -8,12 +8,14 @@ import os
 from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
 from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 
+from ...engine.cpu import check_allowed
 from ...engine.pipeline.worker import StageHealth
 from ...engine.scheduling.partition import Zone
 from ...errors import HybridVLAError
 from .lifecycle import ManagedNode
 from .model_cache import shared_model
 from .parameters import ParameterTable
+from ..params import chosen_cores
 
 
 class StageNode(ManagedNode):
@@ -36,17 +38,17 @@ class StageNode(ManagedNode):
     # ---- lifecycle -------------------------------------------------------------------------------------
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         p = self.params
-        try:
+        try:   # cores first: refused before the model loads, with the cores asked and those allowed
+            check_allowed(chosen_cores(p["cores"]))
             self.lost_pub = self.configured_publisher(DiagnosticStatus, "~/debug/dropped_frames", 50)
             self.health.listener = self._report_lost
             self.model = shared_model(p["model.preset"], p["model.checkpoint"])
             self.zone = Zone.from_parameters(p["dynamic_zone_min"], p["dynamic_zone_max"], p["partition_point"],
                                              self.model.num_blocks)
             self.configure_stage()
-        except HybridVLAError as exc:
-            self.get_logger().error(f"configure failed: {exc}")
+        except HybridVLAError as exc:   # a worker that could not start (WorkerStartError) too
             self._release()
-            return TransitionCallbackReturn.FAILURE
+            return self.configure_failed(exc)
         return TransitionCallbackReturn.SUCCESS
 
     def configure_stage(self) -> None:
