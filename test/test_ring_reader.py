@@ -13,6 +13,7 @@ import time
 import pytest
 import torch
 
+from hybrid_vla_ros.engine.handover import shm_ring
 from hybrid_vla_ros.engine.handover.shm_ring import READER_BEAT_S, READER_OFFSET, RECLAIM_AFTER_S
 from hybrid_vla_ros.engine.handover.transport import SharedMemoryTransport
 from hybrid_vla_ros.types import BoundaryState
@@ -24,10 +25,12 @@ def make_state(seq=0):
                          stamp_ns=1_700_000_000_000_000_000 + seq, query_index=9)
 
 
-def test_a_ring_that_appears_while_its_reader_is_busy_is_beaten_from_its_first_descriptor():
+def test_a_ring_that_appears_while_its_reader_is_busy_is_beaten_from_its_first_descriptor(monkeypatch):
     """The suffix computes a long frame of the old prefix; the restarted prefix's ring fills meanwhile. Its
     READY slots are the live reader's: the writer waits for them (before: taken back after 1 s as a dead
-    reader's, the frame lost and counted at both ends)."""
+    reader's, the frame lost and counted at both ends). The contrast, a ring whose descriptor never arrives,
+    is taken back after the first-contact wait, shortened here to RECLAIM_AFTER_S."""
+    monkeypatch.setattr(shm_ring, "FIRST_CONTACT_S", RECLAIM_AFTER_S)
     reader, old = SharedMemoryTransport(), SharedMemoryTransport(slots=1, name="before")
     new, unwatched = SharedMemoryTransport(slots=1, name="after"), SharedMemoryTransport(slots=1, name="other")
     try:

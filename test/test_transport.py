@@ -11,8 +11,9 @@ import time
 import pytest
 import torch
 
-from hybrid_vla_ros.engine.handover import codec
-from hybrid_vla_ros.engine.handover.shm_ring import SHM_DIR, SharedMemoryRing, SlotDescriptor, reclaim_stale_segments
+from hybrid_vla_ros.engine.handover import codec, shm_segment
+from hybrid_vla_ros.engine.handover.shm_ring import (FIRST_CONTACT_S, RECLAIM_AFTER_S, SHM_DIR, SharedMemoryRing,
+                                                   SlotDescriptor, reclaim_stale_segments)
 from hybrid_vla_ros.engine.handover.transport import InProcessTransport, SharedMemoryTransport
 from hybrid_vla_ros.types import BoundaryState
 from hybrid_vla_ros.errors import InputError
@@ -93,9 +94,10 @@ def test_shm_ring_round_trip_permissions_and_cleanup():
     assert not path.exists()
 
 
-def test_a_reader_follows_a_writer_that_made_a_new_ring_under_the_same_name():
-    """A prefix's cleanup + configure (or a container reusing the PID) makes a new ring under the same segment
-    name; the reader used to stay on the old, unlinked mapping and refuse every frame as a foreign slot."""
+def test_a_reader_follows_a_writer_that_made_a_new_ring_under_the_same_name(monkeypatch):
+    """A new ring under a segment name the reader knows (names carry a random part: forced equal here); the
+    reader used to stay on the old, unlinked mapping and refuse every frame as a foreign slot."""
+    monkeypatch.setattr(shm_segment, "name_token", lambda: "0badc0de")
     reader = SharedMemoryTransport(slots=2)
     first = SharedMemoryTransport(slots=2, name="recycled")
     state = make_state(0)
@@ -157,6 +159,7 @@ def test_shm_ring_rejects_a_corrupted_slot_and_frees_it():
 def test_a_slot_whose_reader_is_gone_is_taken_back_counted_and_a_late_read_is_refused():
     ring = SharedMemoryRing.create("reclaim", slots=2, slot_capacity=codec.encoded_size(make_state()))
     try:
+        ring.beat()   # a reader attached (then stopped beating: gone)
         lost = ring.write(make_state(0))
         ring.write(make_state(1))
         with pytest.raises(TimeoutError):  # a live reader that is merely slow keeps its slots ...
@@ -174,6 +177,7 @@ def test_a_slot_whose_reader_is_gone_is_taken_back_counted_and_a_late_read_is_re
 def test_a_read_overlapping_a_take_back_is_refused_and_leaves_the_slot_to_the_writer(monkeypatch):
     ring = SharedMemoryRing.create("overlap", slots=1, slot_capacity=codec.encoded_size(make_state()))
     try:
+        ring.beat()   # a reader attached
         desc = ring.write(make_state(5))
         real_decode = codec.decode
 
@@ -187,6 +191,26 @@ def test_a_read_overlapping_a_take_back_is_refused_and_leaves_the_slot_to_the_wr
         monkeypatch.setattr(codec, "decode", real_decode)
         assert ring.free_slots() == 0  # frame 6 is still there for its own descriptor
         assert ring.read(SlotDescriptor(desc.segment, desc.ring_id, 0, 3, 6, desc.length)).seq == 6
+    finally:
+        ring.close()
+
+
+def test_a_ring_no_reader_has_attached_yet_keeps_its_slots_through_a_late_first_descriptor():
+    """A restarted prefix's first descriptors reached the suffix 3.5 s late (DDS repairs a reliable writer's
+    first samples at its next heartbeat); slots taken back after RECLAIM_AFTER_S lost those frames under
+    lossless. Before any reader beats, the writer waits FIRST_CONTACT_S; after, RECLAIM_AFTER_S."""
+    ring = SharedMemoryRing.create("contact", slots=1, slot_capacity=codec.encoded_size(make_state()))
+    try:
+        first = ring.write(make_state(0))
+        time.sleep(0.1)
+        with pytest.raises(TimeoutError):   # no reader yet, silent for 0.1 s > reclaim_after_s: still its slot
+            ring.write(make_state(1), timeout_s=0.2, reclaim_after_s=0.05)
+        assert ring.reclaimed == 0 and ring.read(first).seq == 0   # the late reader finds its frame
+        ring.write(make_state(1))
+        time.sleep(0.1)
+        ring.write(make_state(2), timeout_s=1.0, reclaim_after_s=0.05)   # attached, then silent: gone
+        assert ring.reclaimed == 1
+        assert FIRST_CONTACT_S > RECLAIM_AFTER_S
     finally:
         ring.close()
 

@@ -24,6 +24,7 @@ from rclpy.qos import QoSProfile
 from std_msgs.msg import UInt8MultiArray
 
 from ..engine.chunking import chunk_count, parse_chunks
+from ..engine.scheduling.partition import boundary_bytes
 from ..errors import ConfigError, HybridVLAError, expect
 from . import convert
 from .nodes.diagnostics import publish_frame_info
@@ -68,6 +69,16 @@ class PrefixChunks:
         self.slots = p["max_in_flight"] * self.count   # shared-memory ring slots, boundary history
         self.states_sent = 0
         self.cut_short = 0     # frames dropped after some of their chunks had been published
+
+    def check_ring_room(self, handover, receiver_type: type) -> None:
+        """Configure: refused (ConfigError: sizes, remedy) when /dev/shm cannot hold the boundary ring; a state's
+        bytes estimated from the model at the zone's lowest cut (the most DeepStack additions). Not when a
+        receiver (a `receiver_type` node) shares this node's executor: auto then hands over in process."""
+        node = self.node
+        frame = boundary_bytes(node.model, node.zone.lo, node.placement.prefix_dtype.itemsize)["boundary_bytes"]
+        executor = node.executor
+        local = executor is not None and any(isinstance(n, receiver_type) for n in executor.get_nodes())
+        handover.check_ring_room(-(-frame // self.count), self.count > 1, local)
 
     def serve(self, frame, t0: float) -> bool:
         """The frame (decoded, with its ego state) -> its chunks published; True when the last one went to a

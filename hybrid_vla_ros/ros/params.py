@@ -59,6 +59,14 @@ PREFIX_PARAMS = _common_model() + [
     ParamSpec("max_image_megapixels", "double", "largest camera image taken, in megapixels, checked before "
               "decoding (a few-KB PNG can declare 170 MP: 0.5 GB decoded)", 0.01, 1000.0),
     ParamSpec("use_kinematic_state", "bool", "read ego speed and yaw rate from ~/input/kinematic_state"),
+    ParamSpec("stale_kinematic_state", "string", "a frame whose nearest kinematic state lies further from its stamp "
+              "than 5 x the odometry's measured period (the median interval of its last 16 samples), within "
+              "[0.1 s, 1 s] (1 s until two samples came), or that has none: refuse = not served (rejected as "
+              "kinematic_state_stale / kinematic_state_missing, on ~/debug/dropped_frames); serve_flagged = served "
+              "with that old state (0 m/s when none) and counted as flagged; either way the 'kinematic_state' "
+              "diagnostic is ERROR until odometry fresh for the frames returns. Unused with use_kinematic_state "
+              "false (no odometry expected: the model is given 0 m/s)",
+              choices=("refuse", "serve_flagged"), dynamic=True),
     ParamSpec("instruction", "string", "text instruction given to the model", dynamic=True),
     ParamSpec("input_policy", "string", "latest: newest frame wins, drops counted; lossless: queue (replay)",
               choices=("latest", "lossless")),

@@ -178,6 +178,12 @@ class HandoverEncoder:
         codec.encode_into(state, memoryview(buffer), ENVELOPE.size)
         return buffer
 
+    def check_ring_room(self, state_bytes: int, chunked: bool, local_receiver: bool) -> None:
+        """Configure: ConfigError (sizes, remedy) when /dev/shm cannot hold the shared-memory ring this encoder will
+        make (shm; auto unless a receiver shares this process): refused at start-up, not at the first frame."""
+        if self.shm is not None and not (self.transport == "auto" and local_receiver):
+            self.shm.check_room(state_bytes, chunked)
+
     def pending(self) -> int:
         """This encoder's in-process states not yet taken by the receiver."""
         return PROCESS_REGISTRY.pending(owner=self)

@@ -11,12 +11,13 @@ the reader beats in the ring header from a thread of its own (ring_reader.py) an
 took. The writer takes a READY slot back, counted, only when the reader is gone (silent for `reclaim_after_s`)
 or has read past it (states are served in order); a reader copying that slot then sees the generation change
 and refuses the copy. Attaching checks the segment's size against its header (a truncated one is refused).
+The segment itself (its name, space reserved at creation, owner checked at attach, stale ones reclaimed) is
+shm_segment.py's; a write that fails half-way hands its slot back (FREE), so the next write takes it.
 """
 
 from __future__ import annotations
 
 import atexit
-import fcntl
 import mmap
 import os
 import secrets
@@ -28,9 +29,9 @@ from pathlib import Path
 from ...errors import InputError, expect
 from ...types import BoundaryState
 from . import codec
+from .shm_segment import (SEGMENT_PREFIX, SHM_DIR, _owner_alive, create_segment, open_segment,  # noqa: F401
+                          reclaim_stale_segments, segment_prefix)  # (re-exported: the ring's names and reclaim)
 
-SHM_DIR = Path("/dev/shm")
-SEGMENT_PREFIX = "hvla_"
 RING_MAGIC = b"HVLARING"
 RING_VERSION = 3
 RING_HEADER = struct.Struct("<8sIIQQI")       # magic, version, slots, slot capacity, ring id, owner pid
@@ -40,6 +41,11 @@ SLOT_HEADER = struct.Struct("<IIQQIQQ")
 SLOT_HEADER_SIZE = 64
 FREE, WRITING, READY = 0, 1, 2
 RECLAIM_AFTER_S = 1.0                         # a reader silent this long (no heartbeat) is gone
+# A ring no reader has attached yet: its first descriptors may reach the reader seconds late. A reliable DDS
+# writer's first samples, sent before the reader's side has matched it, are repaired at its next heartbeat
+# (Fast DDS: every 3 s): measured, a descriptor 3.5 s late after a prefix restart. Reclaiming at 1 s lost
+# that frame under `lossless` (test_slow_suffix, test_faults); the writer waits this long for first contact.
+FIRST_CONTACT_S = 5.0
 READER_BEAT_S = 0.1                           # how often a reader's transport beats
 DESCRIPTOR = struct.Struct("<8sQIIQQ")        # magic, ring id, slot, epoch, seq, length
 DESCRIPTOR_MAGIC = b"HVLASLOT"
@@ -48,43 +54,6 @@ DESCRIPTOR_MAGIC = b"HVLASLOT"
 def ring_bytes(slots: int, slot_capacity: int) -> int:
     """Size of a ring segment: the ring header block, then per slot its header and payload capacity."""
     return SLOT_HEADER_SIZE + slots * (SLOT_HEADER_SIZE + slot_capacity)
-
-
-def segment_prefix(scope: str = "local", uid: int | None = None) -> str:
-    """The name prefix of this user's rings in one scope (a ROS graph: see ros/launch_support/session.py's graph_scope)."""
-    expect(scope.replace("_", "").isalnum(), InputError, f"ring scope '{scope}': letters, digits and _ only")
-    return f"{SEGMENT_PREFIX}u{os.getuid() if uid is None else uid}_{scope}_"
-
-
-def _owner_alive(path: Path) -> bool:
-    """True while some process holds the owner's shared lock on the segment (kernel-tracked, released when
-    the owner dies however it dies). Another user's segment we cannot open counts as alive."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return True  # gone already: nothing to reclaim
-    except PermissionError:
-        return True
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # also drops the probe's lock
-    return False
-
-
-def reclaim_stale_segments(directory: Path = SHM_DIR) -> list[str]:
-    """Unlink this user's ring segments that no live owner holds (a crashed or killed writer). -> names."""
-    removed = []
-    for path in directory.glob(f"{SEGMENT_PREFIX}u{os.getuid()}_*"):
-        if not _owner_alive(path):
-            try:
-                path.unlink()
-                removed.append(path.name)
-            except (FileNotFoundError, PermissionError):  # gone already, or not ours (sticky /dev/shm)
-                pass
-    return removed
 
 
 @dataclass(frozen=True)
@@ -117,18 +86,14 @@ class SharedMemoryRing:
     """
 
     def __init__(self, path: Path, mm: mmap.mmap, fd: int, owner: bool):
+        """Takes over `mm` and `fd`: both are closed when the header is refused (InputError)."""
         self.path, self._mm, self._fd, self.owner = path, mm, fd, owner
-        magic, version, self.slots, self.slot_capacity, self.ring_id, self.owner_pid = RING_HEADER.unpack_from(mm, 0)
-        expect(magic == RING_MAGIC, InputError, f"shared-memory segment '{path.name}': not a boundary ring")
-        expect(version == RING_VERSION, InputError,
-               f"shared-memory segment '{path.name}': ring version {version}, expected {RING_VERSION}")
-        needed = ring_bytes(self.slots, self.slot_capacity)
-        size = len(mm)
-        if size < needed:  # a truncated or foreign segment: never read past its end
+        try:
+            self._check_header()
+        except BaseException:
             mm.close()
             os.close(fd)
-            raise InputError(f"shared-memory segment '{path.name}': {size} bytes, its header promises "
-                             f"{self.slots} slots of {self.slot_capacity} B = {needed} B (truncated?)")
+            raise
         self._next = 0
         self._closed = False
         self.reclaimed = 0  # writer: slots taken back from a reader that never read them
@@ -136,25 +101,32 @@ class SharedMemoryRing:
         if owner:
             atexit.register(self.close)
 
+    def _check_header(self) -> None:
+        name, size = self.path.name, len(self._mm)
+        magic, version, self.slots, self.slot_capacity, self.ring_id, self.owner_pid = \
+            RING_HEADER.unpack_from(self._mm, 0)
+        expect(magic == RING_MAGIC, InputError, f"shared-memory segment '{name}': not a boundary ring")
+        expect(version == RING_VERSION, InputError,
+               f"shared-memory segment '{name}': ring version {version}, expected {RING_VERSION}")
+        needed = ring_bytes(self.slots, self.slot_capacity)
+        expect(size >= needed, InputError,  # a truncated or foreign segment: never read past its end
+               f"shared-memory segment '{name}': {size} bytes, its header promises {self.slots} slots of "
+               f"{self.slot_capacity} B = {needed} B (truncated?)")
+
     # -- construction ----------------------------------------------------------------------------------
     @classmethod
     def create(cls, name: str, slots: int, slot_capacity: int, directory: Path = SHM_DIR,
                scope: str = "local") -> "SharedMemoryRing":
-        """A new owner-only segment `<segment_prefix(scope)><pid>_<name>`, locked before it gets its name (a
-        reclaimer never sees it unlocked), after reclaiming this user's stale segments."""
+        """A new owner-only segment `<segment_prefix(scope)><pid>_<name>_<random>`, its space reserved, after
+        reclaiming this user's stale segments (shm_segment.create_segment: a ConfigError says why it cannot be
+        made, e.g. a /dev/shm too small, with the sizes and the remedy)."""
         expect(slots >= 1 and slot_capacity >= codec.HEADER.size, InputError,
                f"ring '{name}': slots={slots}, capacity={slot_capacity}: need >= 1 slot of >= {codec.HEADER.size} B")
         reclaim_stale_segments(directory)
-        path = directory / f"{segment_prefix(scope)}{os.getpid()}_{name}"
-        staging = directory / f".{path.name}.{secrets.token_hex(4)}"  # not matched by the reclaim glob
-        size = ring_bytes(slots, slot_capacity)
-        fd = os.open(staging, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-        os.fchmod(fd, 0o600)  # owner-only whatever the umask
-        fcntl.flock(fd, fcntl.LOCK_SH)  # held until this process closes the segment or dies
-        os.ftruncate(fd, size)
-        mm = mmap.mmap(fd, size)
-        RING_HEADER.pack_into(mm, 0, RING_MAGIC, RING_VERSION, slots, slot_capacity, secrets.randbits(63), os.getpid())
-        os.rename(staging, path)
+        path, fd, mm = create_segment(
+            f"{segment_prefix(scope)}{os.getpid()}_{name}", ring_bytes(slots, slot_capacity),
+            lambda mm: RING_HEADER.pack_into(mm, 0, RING_MAGIC, RING_VERSION, slots, slot_capacity,
+                                             secrets.randbits(63), os.getpid()), directory)
         return cls(path, mm, fd, owner=True)
 
     @classmethod
@@ -167,17 +139,8 @@ class SharedMemoryRing:
             expect(segment.startswith(segment_prefix(scope)), InputError,
                    f"shared-memory segment '{segment}': not one of this user's rings in graph scope '{scope}' "
                    f"(expected the prefix '{segment_prefix(scope)}')")
-        try:
-            fd = os.open(path, os.O_RDWR)
-        except FileNotFoundError as exc:
-            raise InputError(f"shared-memory segment '{segment}': does not exist (writer gone?)") from exc
-        except PermissionError as exc:
-            raise InputError(f"shared-memory segment '{segment}': not ours to open ({exc.strerror})") from exc
-        size = os.fstat(fd).st_size
-        if size < RING_HEADER.size:
-            os.close(fd)
-            raise InputError(f"shared-memory segment '{segment}': only {size} bytes")
-        return cls(path, mmap.mmap(fd, size), fd, owner=False)
+        fd, mm = open_segment(segment, directory, RING_HEADER.size)  # this user's regular file, or refused
+        return cls(path, mm, fd, owner=False)
 
     @property
     def segment(self) -> str:
@@ -222,7 +185,8 @@ class SharedMemoryRing:
         beat_ns, read_past = READER.unpack_from(self._mm, READER_OFFSET)
         if read_past > seq + 1:
             return "passed"
-        return "gone" if time.monotonic_ns() - max(beat_ns, written_ns) > reclaim_after_s * 1e9 else None
+        silent_s = reclaim_after_s if beat_ns else max(reclaim_after_s, FIRST_CONTACT_S)   # never attached yet
+        return "gone" if time.monotonic_ns() - max(beat_ns, written_ns) > silent_s * 1e9 else None
 
     def beat(self, read_seq: int | None = None) -> None:
         """Reader: I am alive (the writer leaves my READY slots to me); read_seq: and I took this frame (the
@@ -243,7 +207,11 @@ class SharedMemoryRing:
         offset = self._slot_offset(index)
         generation = (self._slot_header(index)[4] + 1) & 0xFFFFFFFF
         SLOT_HEADER.pack_into(self._mm, offset, WRITING, 0, 0, self.ring_id, generation, 0, 0)  # readers: hands off
-        codec.encode_into(state, self._mm, offset + SLOT_HEADER_SIZE)
+        try:
+            codec.encode_into(state, self._mm, offset + SLOT_HEADER_SIZE)
+        except BaseException:   # refused half-way (a malformed state, a failed device copy): nothing was
+            struct.pack_into("<I", self._mm, offset, FREE)   # published, the slot is free for the next write
+            raise
         SLOT_HEADER.pack_into(self._mm, offset, WRITING, state.partition, state.seq, self.ring_id, generation, length,
                               time.monotonic_ns())
         struct.pack_into("<I", self._mm, offset, READY)  # publish last

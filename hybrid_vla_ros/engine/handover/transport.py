@@ -21,7 +21,8 @@ from . import codec
 from ..chunking import MAX_CHUNKS
 from .pinning import register_for_device_copies, unregister
 from .ring_reader import RingReaders
-from .shm_ring import SHM_DIR, SharedMemoryRing, SlotDescriptor  # noqa: F401 (SHM_DIR: re-exported)
+from .shm_ring import SHM_DIR, SharedMemoryRing, SlotDescriptor, ring_bytes  # noqa: F401 (SHM_DIR: re-exported)
+from .shm_segment import check_room
 
 
 class InProcessTransport:
@@ -145,6 +146,13 @@ class SharedMemoryTransport:
     def reclaimed(self) -> int:
         """Slots the writer took back from a reader that never read them (frames lost with a dead reader)."""
         return self.ring.reclaimed if self.ring is not None else 0
+
+    def check_room(self, state_bytes: int, chunked: bool = False) -> None:
+        """ConfigError (the sizes, the remedy) unless /dev/shm can hold the ring this side will make for states of
+        about `state_bytes` (a node's configure; the ring itself reserves its space when the first state comes)."""
+        capacity = int(state_bytes * CHUNK_HEADROOM) + 1 if chunked else state_bytes
+        check_room(f"the boundary ring ({self.slots} slots of {capacity} B)", ring_bytes(self.slots, capacity),
+                   SHM_DIR)
 
     def send(self, state: BoundaryState) -> tuple[str, bytes]:
         size = codec.encoded_size(state)

@@ -2,14 +2,22 @@
 
 A child that exits while no stop was requested (a crash, an OOM kill, a SIGKILL) is started again after
 `respawn_delay_s`, like `respawn: true` in a launch file; the others keep running meanwhile (the prefix
-counts what it cannot deliver, the stages keep their partition while the scheduler is away). A child that
-keeps dying within QUICK_EXIT_S of its start (a configuration that cannot work) is given up on after
-GIVE_UP_AFTER tries and the graph ends with its exit code. A stop request (Ctrl-C, SIGTERM) stops every
-child and nothing is restarted.
+counts what it cannot deliver, the stages keep their partition while the scheduler is away). A stop request
+(Ctrl-C, SIGTERM) stops every child and nothing is restarted.
+
+A child that cannot start is given up on and the graph ends with its exit code, however long its start took
+(a model load takes seconds to minutes, so no uptime threshold alone can tell):
+- EX_CONFIG: its node refused its configuration (bringup.run_single_node; its log says why, e.g. a /dev/shm
+  too small for the boundary ring). The same configuration is refused again: not restarted at all.
+- GIVE_UP_AFTER failed starts in a row: a death within QUICK_EXIT_S of the start, or one at the same point as
+  the one before (the same exit code, an uptime within SAME_POINT_TOLERANCE of it, inside START_UP_S: a crash
+  at the first frame after each model load, an OOM kill at each load). A crash at another point (in service,
+  hours apart) resets the count: such a node is restarted every time.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -21,6 +29,10 @@ from ... import stop
 RESPAWN_DELAY_S = 1.0
 QUICK_EXIT_S = 10.0      # a child that dies sooner than this after its start counts as a failed start
 GIVE_UP_AFTER = 3        # failed starts in a row
+EX_CONFIG = os.EX_CONFIG  # 78 (sysexits.h): a child whose node refused its configuration (never restarted)
+SAME_POINT_TOLERANCE = 0.25   # two deaths with one exit code whose uptimes differ by less (a fraction of the
+SAME_POINT_MIN_S = 2.0        # earlier one, at least SAME_POINT_MIN_S) died at the same point of their start
+START_UP_S = 300.0       # ... when within this long of the start (later: a crash in service, always restarted)
 
 
 def log(message: str) -> None:
@@ -51,6 +63,7 @@ class Supervisor:
         self.due: dict[str, float] = {}          # node -> when its restart is due
         self.restarts: Counter = Counter()
         self.failed_starts: Counter = Counter()
+        self.last_exit: dict[str, tuple[int, float]] = {}   # node -> (exit code, uptime) of its last death
 
     def start(self, node: str) -> None:
         """Start (or restart) one child, with SIGINT/SIGTERM blocked until its own stop handler is in place."""
@@ -82,14 +95,31 @@ class Supervisor:
             if self.delay < 0:
                 log(f"{node} (pid {proc.pid}) exited with {code}; respawn is off: stopping the graph")
                 return abs(code) or 1
-            self.failed_starts[node] = self.failed_starts[node] + 1 if uptime < QUICK_EXIT_S else 0
-            if self.failed_starts[node] >= GIVE_UP_AFTER:
-                log(f"{node} exited with {code} within {QUICK_EXIT_S:g} s of its start {GIVE_UP_AFTER} times in a "
-                    f"row: giving up, stopping the graph")
+            why = self._cannot_start(node, code, uptime)
+            if why is not None:
+                log(f"{node} (pid {proc.pid}) {why}: giving up, stopping the graph")
                 return abs(code) or 1
             log(f"{node} (pid {proc.pid}) exited with {code} after {uptime:.1f} s; restarting it in {self.delay:g} s")
             self.due[node] = now + self.delay
         return None
+
+    def _cannot_start(self, node: str, code: int, uptime: float) -> str | None:
+        """Count this death (see the module's docstring) -> why the node is given up on, or None (restart it)."""
+        last, self.last_exit[node] = self.last_exit.get(node), (code, uptime)
+        if code == EX_CONFIG:
+            return f"refused its configuration (exit code {code} after {uptime:.1f} s; its log says why)"
+        same_point = last is not None and last[0] == code and uptime < START_UP_S and \
+            abs(uptime - last[1]) <= max(SAME_POINT_MIN_S, SAME_POINT_TOLERANCE * last[1])
+        if uptime < QUICK_EXIT_S:
+            self.failed_starts[node] += 1
+        elif same_point:   # the death before was one at this point too
+            self.failed_starts[node] = max(self.failed_starts[node], 1) + 1
+        else:
+            self.failed_starts[node] = 0
+        if self.failed_starts[node] < GIVE_UP_AFTER:
+            return None
+        return (f"exited with {code} {self.failed_starts[node]} times in a row, each time within {QUICK_EXIT_S:g} s "
+                f"of its start or at the same point as the time before (this time after {uptime:.1f} s)")
 
     def run(self, poll_s: float = 0.2) -> int:
         """Supervise until a stop request (-> the children's worst exit code, 0 on a clean stop) or until the

@@ -16,7 +16,7 @@ from ...engine.pipeline.flight import FlightControl
 from ...engine.handover.endpoints import HOST_ID, PROCESS_REGISTRY, HandoverEncoder
 from ...engine.placement import Placement
 from ...engine.stages import PrefixStage
-from ...engine.pipeline.camera_sync import CameraSync, StampedHistory, WaitForState
+from ...engine.pipeline.camera_sync import CameraSync, StampedHistory, StateFreshness, WaitForState
 from ...engine.pipeline.stamp_order import stamp_order
 from ...engine.pipeline.worker import StageWorker
 from ...errors import ConfigError, HybridVLAError, expect
@@ -26,6 +26,7 @@ from .. import convert
 from ..chunk_flow import PrefixChunks
 from .diagnostics import DiagnosticsPublisher
 from .stage_node import StageNode, graph_scope
+from .suffix_node import SuffixNode
 from .packed_stage import PackedPrefixLoop
 from .scene_memory import SceneMemory
 from .time_limits import PrefixTimeLimits
@@ -55,6 +56,7 @@ class PrefixNode(StageNode):
         self.images_received = 0  # camera images the callbacks got (while active)
         self.last_stamp_ns, self.time_jumps = -1, 0
         self.ego_history = StampedHistory(between=EgoState.between)  # EgoState by stamp, matched to frames
+        self.ego_freshness = StateFreshness(self.ego_history, "kinematic state")  # too old or missing: refused
         self.chunk_flow = PrefixChunks(self)   # the chunks parameter: a frame's states (ros/chunk_flow.py)
         self.pub = self.configured_publisher(UInt8MultiArray, "~/output/boundary_state", self.chunk_flow.qos())
         self.info_pub = self.configured_publisher(DiagnosticStatus, "~/debug/frame_info", 10)
@@ -96,6 +98,7 @@ class PrefixNode(StageNode):
         self.handover = HandoverEncoder(p["boundary_transport"], ring_slots=self.chunk_flow.slots,
                                         ring_name=self.get_name(), flight=self.flight, scope=graph_scope(self),
                                         model_id=model_id(self.model))
+        self.chunk_flow.check_ring_room(self.handover, SuffixNode)   # /dev/shm too small: refused here
         self.receiver_domains: dict[str, int] = {}  # suffix node name -> the shm domain it reported
         self.sent_stamps: OrderedDict = OrderedDict()  # seq -> stamp of the last frames handed over
         self.worker = StageWorker("prefix", self._process, policy=p["input_policy"], capacity=p["max_in_flight"],
@@ -132,18 +135,18 @@ class PrefixNode(StageNode):
 
     def _on_image(self, camera: int, msg, compressed: bool) -> None:
         """Headers are checked here; pixels are decoded only for a complete camera set the worker takes
-        (a set the synchroniser or the input policy drops is never decoded)."""
-        if not self.accepting():
-            return
-        self.images_received += 1
-        where = f"camera {camera} ({self.camera_topics[camera]})"
-        try:
-            (convert.check_compressed_msg if compressed else convert.check_image_msg)(msg, where)
-        except HybridVLAError as exc:
-            self._reject("invalid_image", exc)
-            return
+        (a set the synchroniser or the input policy drops is never decoded). Inactive: a complete set is one
+        drop ('inactive', with its stamp), however many cameras it has."""
+        if self.active:
+            self.images_received += 1
+            where = f"camera {camera} ({self.camera_topics[camera]})"
+            try:
+                (convert.check_compressed_msg if compressed else convert.check_image_msg)(msg, where)
+            except HybridVLAError as exc:
+                self._reject("invalid_image", exc)
+                return
         ready = self.sync.add(camera, convert.stamp_to_ns(msg.header.stamp), msg)
-        if ready is not None:
+        if ready is not None and self.accepting(stamp_ns=ready[1]):
             messages, stamp_ns = ready
             frame = Frame(images=messages, seq=self.seq, stamp_ns=stamp_ns, ego=None,
                           instruction=self.params["instruction"], arrival_ns=time.time_ns())
@@ -168,14 +171,23 @@ class PrefixNode(StageNode):
         self.ego_history.add(convert.stamp_to_ns(msg.header.stamp), convert.odometry_to_ego(msg))
         self.ego_gate.poll()
 
-    def ego_at(self, stamp_ns: int) -> EgoState:
+    def ego_at(self, stamp_ns: int) -> EgoState | None:
         """The kinematic state for a frame: the nearest (or interpolated) one within the camera skew (the frame
-        waited for it in ego_gate, up to limits.kinematic_wait_s()); else the nearest one, counted as
-        'kinematic_state_late'."""
-        use = self.params["use_kinematic_state"]
+        waited for it in ego_gate, up to limits.kinematic_wait_s()); else the nearest one within the freshness
+        bound (ego_freshness: a few odometry periods), counted as 'kinematic_state_late'. Further, or none:
+        None (refused, counted), or with stale_kinematic_state serve_flagged that state (0 m/s when none).
+        use_kinematic_state false: 0 m/s."""
+        if not self.params["use_kinematic_state"]:
+            return EgoState()
         ego, matched = self.ego_history.match(stamp_ns, int(self.params["sync_skew_ms"] * 1e6))
-        if not matched and use:
+        judged = self.ego_freshness.judge(stamp_ns, self.params["stale_kinematic_state"] == "serve_flagged")
+        if judged.verdict == "fresh" and not matched:
             self.health.reject("kinematic_state_late")
+        elif not judged.use:
+            self._reject(f"kinematic_state_{judged.verdict}", ConfigError(judged.why), stamp_ns)
+            return None
+        elif judged.verdict != "fresh":
+            self.get_logger().warning(f"served flagged: {judged.why}", throttle_duration_sec=1.0)
         return ego or EgoState()
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
@@ -227,7 +239,7 @@ class PrefixNode(StageNode):
         if order == "jump":  # a bag loop, /clock reset: start over (the scene memory resets on the stamp too)
             self.get_logger().warning(f"time went back from {self.last_stamp_ns} to {frame.stamp_ns} ns: starting over")
             self.time_jumps += 1
-            self.ego_history.clear()
+            self.ego_freshness.time_went_back()   # old odometry forgotten (kept if it went back already)
         stale_ms = self.params["stale_after_ms"]
         age_ms = (self.get_clock().now().nanoseconds - frame.stamp_ns) / 1e6
         if stale_ms > 0 and age_ms > stale_ms:
@@ -238,9 +250,11 @@ class PrefixNode(StageNode):
 
     def _prepare_packed(self, frame: Frame) -> bool:
         """An action-token frame's admission, right before its prefill: False = rejected (counted here)."""
-        if not self._admissible(frame) or not self._decode(frame):
+        if not self._admissible(frame):
             return False
         frame.ego = self.ego_at(frame.stamp_ns)
+        if frame.ego is None or not self._decode(frame):
+            return False
         self.last_stamp_ns = frame.stamp_ns
         return True
 
@@ -249,9 +263,9 @@ class PrefixNode(StageNode):
         if not self._admissible(frame):
             return False
         t0 = time.perf_counter()
-        if not self._decode(frame):
-            return False
         frame.ego = self.ego_at(frame.stamp_ns)  # at processing time: the matching odometry has arrived
+        if frame.ego is None or not self._decode(frame):
+            return False
         return self.chunk_flow.serve(frame, t0)   # run, hand over and publish, chunk by chunk (chunks 1: one)
 
     def _report_reclaimed(self, state) -> None:
@@ -269,7 +283,8 @@ class PrefixNode(StageNode):
                        "camera_sync_discarded": str(self.sync.discarded), "images_decoded": str(self.images_decoded),
                        "images_received": str(self.images_received), "time_jumps": str(self.time_jumps),
                        "inproc_handles_evicted": str(PROCESS_REGISTRY.evicted)})] + self.scene_memory.checks()
-        partition += [self.limits.check(), self.chunk_flow.check()]
+        partition += [self.limits.check(), self.chunk_flow.check(), self.ego_freshness.check(
+            self.params["stale_kinematic_state"] if self.params["use_kinematic_state"] else None)]
         if self.packed is not None:
             return partition + self.packed.checks()
         return partition + [
