@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 
 from hybrid_vla_ros.engine.actionflow.packing import ActionFlow, run_alternating
-from hybrid_vla_ros.engine.actionflow.reference import sequential_tokens
 from hybrid_vla_ros.engine.actionflow.kv_ring import check_ring
 from hybrid_vla_ros.errors import ConfigError, InputError
 from hybrid_vla_ros.model.inputs import synthetic_frame
 from hybrid_vla_ros.model.load import load_vla
+
+from greedy_reference import reference_tokens   # packed vs sequential: equal tokens, not bit-equal logits (why: its docstring)
 
 FAMILIES = ("tiny-act", "tiny-llava-act", "tiny-qwen3vl-act")
 
@@ -26,7 +27,7 @@ def reference(act_models):
     out = {}
     for name, model in act_models.items():
         frames = [synthetic_frame(model.spec, i) for i in range(10)]
-        out[name] = frames, {f.seq: sequential_tokens(model, f) for f in frames}
+        out[name] = frames, {f.seq: reference_tokens(model, f) for f in frames}
     return out
 
 
@@ -88,7 +89,7 @@ def test_the_ring_wraps_many_times_without_drift(act_models):
     results = flow.run(frames)
     assert flow.prefix.ring.taken == 40 and len(flow.prefix.ring.free) == 2  # 20 times round, all slots back
     for r in results[-3:] + results[:2]:
-        assert r.tokens == sequential_tokens(model, frames[r.seq])
+        assert r.tokens == reference_tokens(model, frames[r.seq])
 
 
 def test_a_failed_frame_frees_its_slot_and_the_others_go_on(act_models, reference):

@@ -103,6 +103,7 @@ def test_boundary_dtype_auto_takes_what_the_prefix_sends_in_the_suffix_dtype(tin
     for suffix_dtype in (torch.float32, torch.bfloat16):
         stage = SuffixStage(tiny, 2, Placement(suffix_dtype=suffix_dtype), any_boundary_dtype=True)
         points = stage.run(state).points
+        # fp32 rows into an fp32 suffix: no conversion, the same suffix kernels on the same state, on this thread
         exact_here = dtype == suffix_dtype == torch.float32
         # bf16 rounding of the boundary or of the suffix changes the numbers a little (under 0.1), not the plan
         assert np.array_equal(points, exact) if exact_here else np.abs(points - exact).max() < 0.1

@@ -18,7 +18,8 @@ from hybrid_vla_ros.model.families import supported_model_types
 from hybrid_vla_ros.model.inputs import synthetic_frame
 
 FAMILIES = ("tiny", "tiny-qwen2.5", "tiny-llava", "tiny-qwen3vl", "tiny-internvl")
-EXACT = {"tiny-internvl", "tiny-qwen3vl"}  # measured bit-identical to HF's forward (the others within 1e-6)
+EXACT = {"tiny-internvl", "tiny-qwen3vl"}  # measured bit-identical to HF's forward (the others within 1e-6): the
+# split and HF's forward run the same kernels on the same inputs, both on this thread (test_partition.py, EXACT)
 
 
 @pytest.fixture(scope="module")

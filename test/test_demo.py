@@ -54,4 +54,5 @@ def test_the_graph_gives_what_the_engine_gives_on_the_demo_drive(tmp_path):
     prefix, suffix = PrefixStage(model, 2, Placement()), SuffixStage(model, 2, Placement())
     for s in samples:
         native = reference_forward(model, s.frame)[1].points
+        # both on this thread, the same modules on the same (1, S, H) rows: the same kernels (test_partition.py, EXACT)
         assert np.array_equal(suffix.run(prefix.run(s.frame)).points, native)

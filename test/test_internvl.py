@@ -68,6 +68,9 @@ def test_tiles_reach_the_model_in_camera_then_row_major_order(tiny_models):
         features = FAMILY.image_features(model.backbone, pixels)
         swapped = FAMILY.image_features(model.backbone, {"pixel_values": pixels["pixel_values"][[1, 0, 2, 3]]})
     per_tile = features.shape[0] // 4
+    # bit-equal: the same 4-tile batch through the same kernels on this thread, only the order differs; each tile's
+    # rows see row-wise ops, attention within their own tile and GEMMs of the same shape (measured equal for any order
+    # and batch size, with 1 or 2 threads, ATEN_CPU_CAPABILITY=default or MKL_ENABLE_INSTRUCTIONS=AVX)
     assert torch.equal(swapped[:per_tile], features[per_tile:2 * per_tile])
     assert not torch.equal(swapped, features)
 
@@ -117,6 +120,7 @@ def test_a_generation_class_checkpoint_is_read_whole_and_splits_exactly(tmp_path
     theirs = written.model.state_dict()
     ours = model.backbone.state_dict()
     assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
+    # split vs HF's forward: same kernels, same inputs, one thread (test_partition.py, EXACT)
     assert verify_partitions(model, frames=1)["max_abs_diff"] == 0.0
 
 

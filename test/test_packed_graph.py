@@ -9,7 +9,6 @@ import pytest
 from diagnostic_msgs.msg import DiagnosticStatus
 from std_msgs.msg import UInt8MultiArray
 
-from hybrid_vla_ros.engine.actionflow.reference import sequential_tokens
 from hybrid_vla_ros.engine.actionflow.codec import encode_tokens
 from hybrid_vla_ros.model.load import load_vla
 from hybrid_vla_ros.types import EgoState
@@ -17,6 +16,7 @@ from hybrid_vla_ros.ros.topics import (ACTION_TOKENS_TOPIC, PARTITION_TOPIC, PRE
                                       SUFFIX_STEP_TOPIC, TOKENS_QOS)
 
 from ros_harness import Harness, wait_until
+from greedy_reference import reference_tokens   # packed vs sequential: equal tokens, not bit-equal logits (why: its docstring)
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +37,7 @@ def model():
 def expected_points(model, frame):
     """Sequential decoding of the frame as the graph sees it (no kinematic state subscribed: a still ego)."""
     frame = dataclasses.replace(frame, ego=EgoState())
-    return model.action_tokenizer.waypoints(sequential_tokens(model, frame))
+    return model.action_tokenizer.waypoints(reference_tokens(model, frame))
 
 
 def path_xy(path):

@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from hybrid_vla_ros.engine.actionflow.reference import sequential_tokens
 from hybrid_vla_ros.engine.actionflow.codec import decode_tokens, encode_state, encode_tokens
 from hybrid_vla_ros.engine.actionflow.prefix_server import PackedPrefixServer
 from hybrid_vla_ros.engine.actionflow.suffix_server import PackedSuffixServer
 from hybrid_vla_ros.errors import ConfigError, InputError
 from hybrid_vla_ros.model.inputs import synthetic_frame
 from hybrid_vla_ros.model.load import load_vla
+
+from greedy_reference import reference_tokens   # packed vs sequential: equal tokens, not bit-equal logits (why: its docstring)
 
 FAMILIES = ("tiny-act", "tiny-llava-act", "tiny-qwen3vl-act")
 
@@ -63,7 +64,7 @@ def drive(prefix, suffix, frames, answer=None, on_step=None):
 def test_two_servers_sharing_bytes_decode_the_sequential_tokens(models, name):
     model = models[name]
     frames = frames_of(model, 7)
-    reference = {f.seq: sequential_tokens(model, f) for f in frames}
+    reference = {f.seq: reference_tokens(model, f) for f in frames}
     for pack, groups, partition in ((1, 1, 2), (3, 2, 1), (2, 2, 3), (4, 1, 0)):
         prefix = PackedPrefixServer(model, pack, groups, partition, policy="lossless", capacity=16)
         done, steps = drive(prefix, PackedSuffixServer(model), frames)
@@ -95,7 +96,7 @@ def test_a_step_whose_tokens_never_come_back_fails_its_frames_and_the_rest_go_on
     lost_stamps = {entry.stamp_ns for entry in lost}
     assert lost_stamps == {frames[0].stamp_ns, frames[1].stamp_ns}
     survivors = [f for f in frames if f.stamp_ns not in lost_stamps]
-    assert {r.seq: r.tokens for r in done} == {f.seq: sequential_tokens(model, f) for f in survivors}
+    assert {r.seq: r.tokens for r in done} == {f.seq: reference_tokens(model, f) for f in survivors}
     late = prefix.stale_tokens
     prefix.tokens_in(encode_tokens({0: 300}, prefix.run_base + 3))   # the lost answer after all: ignored, counted
     prefix.next_group(wait_s=0.0)
@@ -136,7 +137,7 @@ def test_tokens_for_other_frames_or_outside_the_vocabulary_fail_the_step(models)
     assert [entry.reason for entry in lost] == ["invalid_tokens", "invalid_tokens"]
     assert "the step carried [0]" in lost[0].message and "outside the action vocabulary" in lost[1].message
     assert [e.stamp_ns for e in lost] == [frames[0].stamp_ns, frames[2].stamp_ns]
-    assert {r.seq: r.tokens for r in done} == {1: sequential_tokens(model, frames[1])}
+    assert {r.seq: r.tokens for r in done} == {1: reference_tokens(model, frames[1])}
     with pytest.raises(InputError, match="magic"):
         prefix.tokens_in(b"HVLP" + bytes(20))
 
@@ -159,7 +160,7 @@ def test_a_frame_that_cannot_be_embedded_fails_alone(models):
     lost = prefix.take_lost()
     assert [(e.reason, e.stamp_ns) for e in lost] == [("invalid_input", frames[1].stamp_ns)]
     assert "7 bytes" in lost[0].message and refused == [2]
-    assert {r.seq: r.tokens for r in done} == {f.seq: sequential_tokens(model, f) for f in frames if f.seq in (0, 3)}
+    assert {r.seq: r.tokens for r in done} == {f.seq: reference_tokens(model, f) for f in frames if f.seq in (0, 3)}
 
 
 def test_a_partition_change_waits_for_the_drain_and_the_suffix_follows(models):
@@ -174,7 +175,7 @@ def test_a_partition_change_waits_for_the_drain_and_the_suffix_follows(models):
         if sent.step - prefix.run_base == 3:
             prefix.request_partition(3)
     done, steps = drive(prefix, suffix, frames, on_step=on_step)
-    assert {r.seq: r.tokens for r in done} == {f.seq: sequential_tokens(model, f) for f in frames}
+    assert {r.seq: r.tokens for r in done} == {f.seq: reference_tokens(model, f) for f in frames}
     assert seen[0] == 2 and seen[-1] == 3 and seen == sorted(seen)     # one move, never back
     assert {r.trajectory.partition for r in done} == {2, 3} and suffix.partition == 3
     assert not any(s.incomplete for s in steps)                        # nothing was cut off by the move
@@ -215,7 +216,7 @@ def test_the_suffix_refuses_payloads_that_do_not_fit_and_keeps_decoding(models):
         PackedSuffixServer(other).step(sent.payload)
     prefix.tokens_in(suffix.step(sent.payload).tokens_payload)
     done, _ = drive(prefix, suffix, [])
-    assert {r.seq: r.tokens for r in done} == {f.seq: sequential_tokens(model, f) for f in frames}
+    assert {r.seq: r.tokens for r in done} == {f.seq: reference_tokens(model, f) for f in frames}
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -235,7 +236,7 @@ def test_an_action_token_checkpoint_reads_back_and_each_side_reads_only_its_bloc
     assert not meta(prefix_model, side_modules(prefix_model, 0, 2)) and meta(prefix_model, [prefix_model.action_head])
     assert not meta(suffix_model, side_modules(suffix_model, 1, 4)) and meta(suffix_model, side_modules(suffix_model, 0, 1))
     done, _ = drive(prefix, suffix, frames)
-    assert {r.seq: r.tokens for r in done} == {f.seq: sequential_tokens(model, f) for f in frames}
+    assert {r.seq: r.tokens for r in done} == {f.seq: reference_tokens(model, f) for f in frames}
 
 
 @settings(max_examples=int(os.environ.get("HVLA_FUZZ_EXAMPLES", "200")), deadline=None,
@@ -266,7 +267,7 @@ def test_a_suffix_server_fed_damaged_steps_refuses_them_and_then_decodes_exactly
         assert all(np.isfinite(r.trajectory.points).all() for r in out.completed)  # never a NaN action
     frames = frames_of(model, 2, first=50)
     done, _ = drive(PackedPrefixServer(model, 2, 1, 2, policy="lossless", capacity=4), suffix, frames)
-    assert {r.seq: r.tokens for r in done} == {f.seq: sequential_tokens(model, f) for f in frames}
+    assert {r.seq: r.tokens for r in done} == {f.seq: reference_tokens(model, f) for f in frames}
 
 
 _STEPS: dict = {}
@@ -319,6 +320,8 @@ def test_nan_past_a_decode_rows_own_length_never_reaches_it(models):
     expected = _decode_step(clean, model.spec.hidden_size, 9, 3)
     got = _decode_step(poisoned, model.spec.hidden_size, 9, 3)
     assert torch.isfinite(got).all()
+    # bit-equal: the same step through the same kernels on the same shapes, on this thread, and the same inputs: the
+    # positions past row 1's length are zeroed in the gathered keys and values of both sides before attention
     assert torch.equal(got, expected)
 
 
@@ -393,7 +396,7 @@ def test_a_packed_step_that_raises_fails_its_frames_frees_their_slots_and_the_gr
     lost_stamps = {entry.stamp_ns for entry in lost}
     assert lost_stamps == {frames[0].stamp_ns, frames[1].stamp_ns}
     survivors = [f for f in frames if f.stamp_ns not in lost_stamps]
-    assert {r.seq: r.tokens for r in done} == {f.seq: sequential_tokens(model, f) for f in survivors}
+    assert {r.seq: r.tokens for r in done} == {f.seq: reference_tokens(model, f) for f in survivors}
     assert prefix.in_flight == 0 and len(prefix.groups[0].prefix.ring.free) == prefix.slots
 
 
@@ -407,22 +410,23 @@ def test_one_process_actionflow_fails_only_the_frames_of_a_step_that_raises(mode
     failed = [r for r in results if r.tokens is None]
     assert len(failed) == 2 and {r.reason for r in failed} == {"step_failed"}
     good = {r.seq: r.tokens for r in results if r.tokens is not None}
-    assert good == {f.seq: sequential_tokens(model, f) for f in frames if f.seq in good} and len(good) == 2
+    assert good == {f.seq: reference_tokens(model, f) for f in frames if f.seq in good} and len(good) == 2
     assert not flow.flight and len(flow.prefix.ring.free) == flow.prefix.ring.slots
 
 
 def test_headers_alternating_ring_sizes_do_not_rebuild_the_suffix_ring_each_step(models):
     """Found in review: the suffix rebuilt every layer's KV ring whenever header.slots changed; alternating
-    values forced a reallocation per step. The ring now only grows."""
+    values forced a reallocation per step. The ring now follows the slots the steps use, not the header's
+    claim (test_packed_ring_bound.py): one slot here, never reallocated."""
     from hybrid_vla_ros.engine.actionflow.codec import decode_state, encode_state
     model = models["tiny-act"]
     suffix = PackedSuffixServer(model)
     state, header = decode_state(_clean_steps(model)[0])
-    sides = []
+    stores = []
     for slots in (2, 4, 2, 4, 3, 4):
         suffix.step(encode_state(state, header.partition, header.step, slots))
-        sides.append(suffix.side)
-    assert len({id(side) for side in sides}) == 2 and suffix.side.ring.slots == 4   # grown once, then kept
+        stores.append((id(suffix.side), next(iter(suffix.side.ring.keys.values())).data_ptr()))
+    assert len(set(stores)) == 1 and suffix.side.ring.slots == 1   # the slots used: slot 0
 
 
 def test_a_multi_row_segment_that_does_not_start_at_zero_is_refused(models):

@@ -11,7 +11,14 @@ from hybrid_vla_ros.model.load import load_vla
 from hybrid_vla_ros.model.tokens import sequence_length
 
 
-EXACT = {"tiny-internvl", "tiny-qwen3vl"}  # families measured bit-identical to HF's forward at every p (the 0.0)
+# Families measured bit-identical to HF's forward at every p (the 0.0). Why bit-equality is sound there, and
+# in every test that asserts 0.0 or array_equal between a split and HF's unsplit forward: verify_partitions, like
+# those tests, runs both on the calling thread with torch's thread count, and the split runs the very same modules on
+# the same inputs, only stopping and resuming between blocks: the same vision/scene encoder, the same block GEMMs on
+# the same (P, S, H) rows, the same SDPA calls (no mask, is_causal; traced equal for tiny, tiny-llava, tiny-internvl,
+# tiny-qwen3vl, tiny-scene). The same kernels on the same inputs: 0.0 for every family here also with 1 thread,
+# ATEN_CPU_CAPABILITY=default and MKL_ENABLE_INSTRUCTIONS=AVX (on an AVX2-only CPU).
+EXACT = {"tiny-internvl", "tiny-qwen3vl"}
 
 
 @pytest.mark.parametrize("preset", ["tiny", "tiny-qwen2.5", "tiny-llava", "tiny-internvl", "tiny-qwen3vl"])

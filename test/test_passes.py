@@ -77,6 +77,7 @@ def test_a_pass_without_an_adapter_runs_the_shared_weights():
     assert mixed.decoder.layers[0].self_attn.q_proj.lora_rows == (None, "a")
     for m in (plain, mixed):
         from hybrid_vla_ros.engine.verify import verify_partitions
+        # split vs HF's forward: same kernels, same inputs, one thread (test_partition.py, EXACT)
         assert verify_partitions(m, frames=2)["max_abs_diff"] == 0.0
 
 
@@ -92,6 +93,7 @@ def test_adapters_are_read_from_peft_layout_including_a_causal_lm_s_key_names(mo
     expected = [points(model, s) for s in range(1)]
     loaded.reset_memory("test")
     prefix, suffix = PrefixStage(loaded, 1), SuffixStage(loaded, 1)
+    # weights read back bit-equal; split vs HF's forward: same kernels, one thread (test_partition.py, EXACT)
     assert np.array_equal(suffix.run(prefix.run(synthetic_frame(model.spec, 0))).points, expected[0])
 
 

@@ -45,6 +45,9 @@ def test_pipelined_output_equals_serial_output_frame_by_frame_in_order(model, tr
     _, serial = run_all(model, 2, PipelineConfig(max_in_flight=1), inputs)
     _, piped = run_all(model, 2, PipelineConfig(max_in_flight=2, transport=transport), inputs)
     assert [r.seq for r in piped] == [r.seq for r in serial] == list(range(6))
+    # bit-equal: both pipelines run each stage on a worker with the same torch thread count (no cores or threads
+    # given: one per core this process may use, engine/cpu.py pin_current_thread) on the same whole-frame shapes,
+    # and every transport hands the boundary bytes over unchanged: the same kernels on the same inputs
     for a, b in zip(serial, piped):
         assert a.ok and b.ok, (a.error, b.error)
         np.testing.assert_array_equal(a.trajectory.points, b.trajectory.points)

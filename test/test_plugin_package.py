@@ -115,6 +115,7 @@ def test_an_installed_plugin_package_is_found_through_its_entry_points_and_serve
     assert verify.returncode == 0, verify.stderr
     report = json.loads(verify.stdout)
     assert report["family"] == "scene_qwen2" and len(report["results"]) == 5
+    # split vs HF's forward: same kernels, same inputs, one thread (test_partition.py, EXACT)
     assert report["max_abs_diff"] == 0.0
     # this test's own environment does not have the package: refused, naming what is there
     refused = subprocess.run([sys.executable, "-m", "hybrid_vla_ros.cli", "verify", "--checkpoint", str(ckpt)],

@@ -36,6 +36,7 @@ def test_the_preset_is_a_real_qwen3_vl_with_deepstack_into_the_first_two_blocks(
 def test_split_equals_hfs_own_forward_bit_for_bit_below_and_above_the_deepstack_depth(model):
     report = verify_partitions(model, frames=2)
     assert [r["partition"] for r in report["results"]] == [0, 1, 2, 3, 4]
+    # split vs HF's forward: same kernels, same inputs, one thread (test_partition.py, EXACT)
     assert all(r["max_abs_diff"] == 0.0 for r in report["results"]), report["results"]
 
 
@@ -81,6 +82,7 @@ def test_the_additions_survive_the_byte_codec_exactly(model, p):
     _, reference = reference_forward(model, frame)
     decoded = codec.decode(codec.encode(PrefixStage(model, p).run(frame)))
     assert (decoded.deepstack is None) == (p >= 2)
+    # bytes copied; split vs HF's forward: same kernels, same inputs, one thread (test_partition.py, EXACT)
     assert np.array_equal(SuffixStage(model, p).run(decoded).points, reference.points)
 
 
@@ -98,6 +100,7 @@ def test_the_shared_memory_ring_grows_when_the_cut_moves_below_the_deepstack_dep
         assert handles[0][0] != handles[1][0]  # another segment
         for frame, handle in zip(frames, handles):
             out = suffix.run(transport.receive(handle))
+            # bytes copied; split vs HF's forward: same kernels, same inputs, one thread (test_partition.py, EXACT)
             assert np.array_equal(out.points, reference_forward(model, frame)[1].points)
     finally:
         transport.close()

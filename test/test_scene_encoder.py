@@ -44,6 +44,7 @@ def test_the_preset_is_a_plain_hf_llm_with_a_scene_encoder_and_a_gru_head_on_two
 def test_split_equals_hfs_own_forward_at_every_cut_over_a_run_that_fills_the_memory(model):
     report = verify_partitions(model, frames=5)  # memory of 3 frames: full from the 4th frame on
     assert [r["partition"] for r in report["results"]] == list(range(model.num_blocks + 1))
+    # split vs HF's forward: same kernels, same inputs, one thread (test_partition.py, EXACT)
     assert all(r["max_abs_diff"] == 0.0 for r in report["results"]), report["results"]
     assert model.scene_encoder.memory_length() == 3
 
@@ -64,6 +65,7 @@ def test_the_memory_runs_in_frame_order_across_partition_moves(model):
     prefix, suffix = PrefixStage(model, 2, zone=(0, 4)), SuffixStage(model, 2, zone=(0, 4))
     for frame, p, want in zip(sequence, (2, 0, 4, 1, 3, 2), expected):
         prefix.set_partition(p)
+        # split vs HF's forward: same kernels, same inputs, one thread (test_partition.py, EXACT)
         assert np.array_equal(suffix.run(prefix.run(frame)).points, want), p
     assert prefix.model.scene_encoder.memory_length() == 3
 
@@ -90,6 +92,7 @@ def test_the_mlp_head_reads_the_query_tokens_and_both_heads_are_exact(model):
     from hybrid_vla_ros.model.vla import build_model
     mlp = build_model(spec)
     assert mlp.action_head.plugin_name == "mlp" and mlp.action_head.mlp[0].in_features == 4 * spec.hidden_size
+    # split vs HF's forward: same kernels, same inputs, one thread (test_partition.py, EXACT)
     assert verify_partitions(mlp, frames=2)["max_abs_diff"] == 0.0
 
 
@@ -102,7 +105,7 @@ def test_a_checkpoint_carries_the_encoder_and_the_head_plugin_and_each_stage_rea
     expected = reference_run(model, sequence)
     loaded.reset_memory("test")
     prefix, suffix = PrefixStage(loaded, 2), SuffixStage(loaded, 2)
-    for frame, want in zip(sequence, expected):
+    for frame, want in zip(sequence, expected):   # weights read back bit-equal; then as test_partition.py, EXACT
         assert np.array_equal(suffix.run(prefix.run(frame)).points, want)
     suffix_only = load_checkpoint(tmp_path / "ckpt", keep=lambda m: [])
     SuffixStage(suffix_only, 2)
@@ -158,4 +161,5 @@ def test_the_other_plain_llm_families_are_exact_from_their_own_save_pretrained_d
     save_checkpoint(model, tmp_path / family)
     loaded = load_checkpoint(tmp_path / family)
     assert loaded.spec == model.spec and type(loaded.backbone) is type(model.backbone)
+    # split vs HF's forward: same kernels, same inputs, one thread (test_partition.py, EXACT)
     assert verify_partitions(loaded, frames=3)["max_abs_diff"] == 0.0

@@ -80,6 +80,7 @@ def test_a_checkpoint_with_its_own_tokenizer_is_prompted_with_it_and_splits_exac
     assert len(ids) == model.prompt.sequence_length(model.spec.num_cameras, n, model.spec.text_tokens)
     text = tokenizer.decode(ids[-1 - 16 - model.spec.text_tokens:-1 - 16]).replace("<|endoftext|>", "")
     assert text == synthetic_frame(model.spec, 0).instruction[:model.spec.text_tokens]
+    # 0.0: split vs HF's forward: same kernels, same inputs, one thread (test_partition.py, EXACT)
     assert verify_partitions(model)["max_abs_diff"] <= (0.0 if preset in ("tiny-internvl", "tiny-qwen3vl") else 1e-6)
 
 
@@ -118,6 +119,7 @@ def test_internvl_takes_the_image_start_and_end_tokens_its_tokenizer_names_and_r
     start, end, image = tokenizer.convert_tokens_to_ids(["<im_s>", "<im_e>", "<IMG_CONTEXT>"])
     assert ids[:n + 2] == [start] + [image] * n + [end]
     assert tokenizer.convert_tokens_to_ids("<img>") not in ids
+    # split vs HF's forward: same kernels, same inputs, one thread (test_partition.py, EXACT)
     assert verify_partitions(model, frames=1)["max_abs_diff"] == 0.0
 
     without = byte_level_tokenizer([t for t in SPECIALS if t not in ("<img>", "</img>")])

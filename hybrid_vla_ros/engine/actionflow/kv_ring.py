@@ -38,6 +38,18 @@ class KVRing:
         self.free: deque[int] = deque(range(slots))
         self.taken = 0  # slots handed out so far (how many times the ring went round: taken / slots)
 
+    def resize(self, slots: int) -> None:
+        """In place, to `slots` slots: the first min(old, new) kept as they are (frames mid-decode in them go
+        on), new ones zero; each layer's store reallocated once (slots, kv_heads, slot_tokens, head_dim)."""
+        keep = min(slots, self.slots)
+        for store in (self.keys, self.values):
+            for layer, old in store.items():
+                new = old.new_zeros((slots, *old.shape[1:]))
+                new[:keep] = old[:keep]
+                store[layer] = new
+        self.free = deque([s for s in self.free if s < slots] + list(range(self.slots, slots)))
+        self.slots = slots
+
     def acquire(self) -> int:
         """A free slot, cleared: nothing of the frame that held it before (a NaN included) can reach the next."""
         expect(bool(self.free), ConfigError, f"KV ring: all {self.slots} slots are in flight")

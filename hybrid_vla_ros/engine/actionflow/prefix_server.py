@@ -67,10 +67,12 @@ class Lost:
 
 class PackedPrefixServer:
     def __init__(self, model: VLAModel, pack: int, groups: int, partition: int, policy: str = "latest",
-                 capacity: int = 1, token_timeout_s: float = 1.0, prepare=None, zone: tuple[int, int] | None = None,
+                 capacity: int = 1, token_timeout_s: float = AUTO, prepare=None, zone: tuple[int, int] | None = None,
                  dtype: torch.dtype = torch.float32):
         """zone: the partitions a move may choose; their blocks are read now (a checkpoint model). dtype: the
-        prefix side's blocks and KV ring, hence the boundary's (embeddings and vision stay the model's)."""
+        prefix side's blocks and KV ring, hence the boundary's (embeddings and vision stay the model's).
+        token_timeout_s: AUTO, the node's shipped default (a fixed 1 s failed tiny models' steps on a loaded 2-core
+        machine; a real-size step takes seconds)."""
         expect(isinstance(groups, int) and 1 <= groups <= MAX_GROUPS, ConfigError,
                f"pack_groups={groups!r}: expected 1..{MAX_GROUPS} independent groups of frames")
         expect(pack * groups <= MAX_SLOTS, ConfigError,

@@ -1,13 +1,16 @@
 """The suffix side of ActionFlow served across processes (ROS-free): a packed step's bytes in
 (engine/actionflow/codec.py) -> the next token of each of its frames as bytes, and the actions this step
 completed. The suffix knows each frame's tokens, stamp and arrival from the segments it saw; its KV ring
-follows the prefix's header (partition, ring slots), so a partition move or a resized ring on the prefix
-side needs nothing here; its tokens per frame come from the model. Counterpart: engine/actionflow/prefix_server.py.
+follows the partition of the prefix's header and the slots its steps use (never the slots a header claims:
+a step claiming more than `max_slots`, the prefix's pack x pack_groups, is refused before anything is
+allocated), so a partition move or a resized ring on the prefix side needs nothing here; its tokens per
+frame come from the model. Counterpart: engine/actionflow/prefix_server.py.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass
 
 import torch
@@ -19,6 +22,9 @@ from .packing import ActionResult, check_rows_fit_model, slot_tokens_of
 from .forward import PackedSide, PackedState, SideWeights
 from .codec import check_fits, decode_state, encode_tokens
 from .prefix_server import MAX_SLOTS
+
+RECENT_STEPS = 64  # the ring holds the highest slot used by this many recent steps: a frame in flight is in every
+                   # step of its group (at most MAX_GROUPS groups alternate), so its slot is seen well within them
 
 
 @dataclass
@@ -45,14 +51,18 @@ class Decoding:
 
 class PackedSuffixServer:
     def __init__(self, model: VLAModel, zone: tuple[int, int] | None = None, dtype: torch.dtype = torch.float32,
-                 boundary_dtype: torch.dtype | None = torch.float32):
+                 boundary_dtype: torch.dtype | None = torch.float32, max_slots: int = MAX_SLOTS):
         """zone: the partitions this suffix accepts; their blocks are read and placed now (a checkpoint model),
         not at the first step. dtype: the suffix's blocks, norm, token head and KV ring (its own copies where
         the model's modules are in another dtype). boundary_dtype: the hidden rows' dtype taken (None: any a
-        prefix computes in, fp32/fp16/bf16), converted to `dtype`."""
+        prefix computes in, fp32/fp16/bf16), converted to `dtype`. max_slots: the most KV ring slots a step may
+        claim, the prefix's pack x pack_groups (default: the most any prefix may configure)."""
         expect(model.spec.action_head == "tokens", ConfigError,
                f"model '{model.spec.name}' has a waypoint head: it is served by the suffix stage, not ActionFlow")
-        self.zone, self.boundary_dtype = zone, boundary_dtype
+        expect(isinstance(max_slots, int) and 1 <= max_slots <= MAX_SLOTS, ConfigError,
+               f"max_slots={max_slots!r}: expected 1..{MAX_SLOTS} (pack x pack_groups of the prefix)")
+        self.zone, self.boundary_dtype, self.max_slots = zone, boundary_dtype, max_slots
+        self.used: deque[int] = deque(maxlen=RECENT_STEPS)   # each recent step's highest slot + 1
         self.weights = SideWeights(model, dtype)
         if zone is not None:
             self.weights.load(zone[0], model.num_blocks)
@@ -77,7 +87,7 @@ class PackedSuffixServer:
         zone = self.zone
         expect(zone is None or zone[0] <= header.partition <= zone[1], InputError,
                f"packed boundary cut at p={header.partition}, outside this suffix's dynamic zone {list(zone or ())}")
-        incomplete = self._follow(header.partition, header.slots)
+        incomplete = self._follow(header.partition, state.segments)
         hidden = self.side.blocks_forward(state)
         tokens = self.side.next_tokens(hidden)
         if header.deadline_ns and time.time_ns() > header.deadline_ns:
@@ -111,20 +121,32 @@ class PackedSuffixServer:
         spec = self.model.spec
         expect(0 <= header.partition <= spec.num_blocks, InputError,
                f"packed boundary cut at p={header.partition}, model '{spec.name}' has {spec.num_blocks} blocks")
-        expect(0 < header.slots <= MAX_SLOTS, InputError,
-               f"packed boundary: a ring of {header.slots} slots, expected 1..{MAX_SLOTS}")
+        expect(0 < header.slots <= self.max_slots, InputError,
+               f"packed step {header.step}: its header claims a KV ring of {header.slots} slots, this suffix takes "
+               f"at most {self.max_slots} (pack x pack_groups): refused before anything is allocated")
         check_fits(state, header.slots, self.slot_tokens, "packed boundary")
         check_rows_fit_model(state, self.model, header.partition, self.boundary_dtype)
 
-    def _follow(self, partition: int, slots: int) -> list[tuple[int, int]]:
-        """(Re)build this side's ring when the prefix's cut moved or its ring outgrew this one; frames
-        mid-decode are then lost. The ring only grows (to MAX_SLOTS at most): headers alternating between
-        ring sizes cost one allocation, not one of every layer per step."""
-        if self.side is not None and self.side.lo == partition and slots <= self.side.ring.slots:
-            return []
-        lost = [(e.seq, e.stamp_ns) for e in self.decoding.values() if not e.from_prefill]  # the rest: the prefix's
-        self.side = PackedSide(self.model, partition, self.model.num_blocks, slots, self.slot_tokens, self.weights)
-        self.decoding.clear()
+    def _follow(self, partition: int, segments: list) -> list[tuple[int, int]]:
+        """This side's ring for the step: (re)built when the cut moved (frames mid-decode are then lost); else
+        resized in place to the highest slot the last RECENT_STEPS steps used, + 1, rounded up to a power of two
+        (few resizes while a ring fills) and at most max_slots; the slots that stay keep their frames, frames in
+        slots cut off are lost. -> the lost frames this suffix counts (the rest are the prefix's)."""
+        self.used.append(max(seg.slot for seg in segments) + 1)
+        slots = min(self.max_slots, 1 << (max(self.used) - 1).bit_length())
+        if self.side is None or self.side.lo != partition:
+            self.side = PackedSide(self.model, partition, self.model.num_blocks, slots, self.slot_tokens, self.weights)
+            return self._forget(lambda slot: True)
+        if slots != self.side.ring.slots:
+            self.side.ring.resize(slots)
+            return self._forget(lambda slot: slot >= slots)
+        return []
+
+    def _forget(self, gone) -> list[tuple[int, int]]:
+        """The frames decoded in the slots where gone(slot) dropped: -> those first seen here at a decode row
+        (seq, stamp): the prefix does not know they are lost (it counts the frames it prefilled)."""
+        lost = [(e.seq, e.stamp_ns) for slot, e in self.decoding.items() if gone(slot) and not e.from_prefill]
+        self.decoding = {slot: e for slot, e in self.decoding.items() if not gone(slot)}
         return lost
 
     @torch.inference_mode()
