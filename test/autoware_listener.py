@@ -4,7 +4,9 @@ as one JSON line, then exits once it has `count` of each (or after `timeout_s`).
 
     python autoware_listener.py TRAJECTORY_TOPIC CANDIDATES_TOPIC COUNT TIMEOUT_S
 
-Prints `ready` once both subscriptions exist. Exit code 0 when it got `count` of each, 1 otherwise.
+Prints `ready` once both subscriptions exist. Exit code 0 when it got `count` of each, 1 otherwise. Each line
+has `received_ns` (this process's wall clock when the message came: a stamp's age at receipt) and each point
+[x, y, orientation z, orientation w, speed, acceleration, time_from_start ns, z].
 """
 
 import json
@@ -15,7 +17,7 @@ import time
 def points_of(points) -> list:
     return [[p.pose.position.x, p.pose.position.y, p.pose.orientation.z, p.pose.orientation.w,
              p.longitudinal_velocity_mps, p.acceleration_mps2,
-             p.time_from_start.sec * 1_000_000_000 + p.time_from_start.nanosec] for p in points]
+             p.time_from_start.sec * 1_000_000_000 + p.time_from_start.nanosec, p.pose.position.z] for p in points]
 
 
 def stamp_of(header) -> int:
@@ -23,13 +25,13 @@ def stamp_of(header) -> int:
 
 
 def trajectory_line(msg) -> dict:
-    return {"kind": "trajectory", "type": f"{type(msg).__module__}.{type(msg).__name__}",
+    return {"kind": "trajectory", "received_ns": time.time_ns(), "type": f"{type(msg).__module__}.{type(msg).__name__}",
             "point_type": f"{type(msg.points[0]).__module__}" if msg.points else None,
             "stamp_ns": stamp_of(msg.header), "frame_id": msg.header.frame_id, "points": points_of(msg.points)}
 
 
 def candidates_line(msg) -> dict:
-    return {"kind": "candidates", "type": f"{type(msg).__module__}.{type(msg).__name__}",
+    return {"kind": "candidates", "received_ns": time.time_ns(), "type": f"{type(msg).__module__}.{type(msg).__name__}",
             "candidates": [{"stamp_ns": stamp_of(c.header), "frame_id": c.header.frame_id,
                             "generator_id": bytes(c.generator_id.uuid).hex(), "points": points_of(c.points)}
                            for c in msg.candidate_trajectories],

@@ -45,9 +45,10 @@ def fill_uuid(msg, generator_id: uuid.UUID):
     return msg
 
 
-def candidates_to_msg(stamp_ns: int, frame_id: str, candidates: list, generator_id: uuid.UUID, name: str, types):
-    """candidates: each an (N, 5) array of points, or a list of TrajectoryPoint messages already made (the
-    Trajectory's own). -> CandidateTrajectories with one CandidateTrajectory each and one GeneratorInfo."""
+def candidates_to_msg(stamp_ns: int, frame_id: str, candidates: list, generator_id: uuid.UUID, name: str, types,
+                      z: float = 0.0):
+    """candidates: each an (N, 5) array of points (at height z), or a list of TrajectoryPoint messages already
+    made (the Trajectory's own). -> CandidateTrajectories with one CandidateTrajectory each and one GeneratorInfo."""
     msg = types["CandidateTrajectories"]()
     for points in candidates:
         candidate = types["CandidateTrajectory"]()
@@ -55,7 +56,7 @@ def candidates_to_msg(stamp_ns: int, frame_id: str, candidates: list, generator_
         ns_to_stamp(stamp_ns, candidate.header.stamp)
         fill_uuid(candidate.generator_id, generator_id)
         is_messages = len(points) and isinstance(points[0], types["TrajectoryPoint"])
-        candidate.points = list(points) if is_messages else trajectory_points(points, types["TrajectoryPoint"])
+        candidate.points = list(points) if is_messages else trajectory_points(points, types["TrajectoryPoint"], z)
         msg.candidate_trajectories.append(candidate)
     info = types["GeneratorInfo"]()
     fill_uuid(info.generator_id, generator_id)
@@ -79,12 +80,12 @@ class CandidateOutput:
             return self.reason
         return f"CandidateTrajectories on ~/output/trajectories, generator '{self.name}' id {self.generator_id}"
 
-    def publish(self, trajectory_msg, points, stamp_ns: int, frame_id: str) -> None:
+    def publish(self, trajectory_msg, points, stamp_ns: int, frame_id: str, z: float = 0.0) -> None:
         """The candidate of a published Trajectory: its points when they are Autoware's TrajectoryPoints,
-        else made from the (N, 5) points (a nav_msgs/Path or autoware_auto output)."""
+        else made from the (N, 5) points at height z (a nav_msgs/Path or autoware_auto output)."""
         if self.pub is None:
             return
         own = getattr(trajectory_msg, "points", None)
         same = own is not None and len(own) and isinstance(own[0], self.types["TrajectoryPoint"])
         self.pub.publish(candidates_to_msg(stamp_ns, frame_id, [own if same else points], self.generator_id,
-                                           self.name, self.types))
+                                           self.name, self.types, z))

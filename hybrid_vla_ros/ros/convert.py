@@ -172,36 +172,39 @@ def _yaw_quaternion(orientation, heading: float) -> None:
     orientation.z, orientation.w = math.sin(heading / 2.0), math.cos(heading / 2.0)
 
 
-def trajectory_to_msg(traj: Trajectory, msg_cls, kind: str, frame_id: str, points=None):
-    """points: the (N, 5) points to publish (default: traj.points, the ego frame), e.g. traj.in_map(pose)."""
+def trajectory_to_msg(traj: Trajectory, msg_cls, kind: str, frame_id: str, points=None, stamp_ns=None, z=0.0):
+    """points: the (N, 5) points to publish (default: traj.points, the ego frame), e.g. traj.in_map(pose), their
+    times counted from stamp_ns (default: the frame's stamp; a re-timed plan's: its publish time); z: every
+    point's height."""
     points = traj.points if points is None else points
+    stamp_ns = traj.stamp_ns if stamp_ns is None else stamp_ns
     msg = msg_cls()
     msg.header.frame_id = frame_id
-    ns_to_stamp(traj.stamp_ns, msg.header.stamp)
+    ns_to_stamp(stamp_ns, msg.header.stamp)
     if kind == "path":
         from geometry_msgs.msg import PoseStamped
         for x, y, heading, _speed, t in points:
             pose = PoseStamped()  # each pose stamped with the time the car is to be there
             pose.header.frame_id = frame_id
-            ns_to_stamp(traj.stamp_ns + int(round(float(t) * 1e9)), pose.header.stamp)
-            pose.pose.position.x, pose.pose.position.y = float(x), float(y)
+            ns_to_stamp(stamp_ns + int(round(float(t) * 1e9)), pose.header.stamp)
+            pose.pose.position.x, pose.pose.position.y, pose.pose.position.z = float(x), float(y), float(z)
             _yaw_quaternion(pose.pose.orientation, float(heading))
             msg.poses.append(pose)
         return msg
     point_cls = type(msg).__module__  # the TrajectoryPoint class lives beside Trajectory
     point_type = __import__(point_cls.rsplit(".", 1)[0], fromlist=["TrajectoryPoint"]).TrajectoryPoint
-    msg.points = trajectory_points(points, point_type)
+    msg.points = trajectory_points(points, point_type, z)
     return msg
 
 
-def trajectory_points(points, point_type) -> list:
-    """(N, 5) points -> TrajectoryPoint messages (Autoware's layout: time_from_start, pose, velocity and the
-    acceleration of the speed profile); shared by Trajectory and CandidateTrajectory."""
+def trajectory_points(points, point_type, z: float = 0.0) -> list:
+    """(N, 5) points -> TrajectoryPoint messages (Autoware's layout: time_from_start, pose at height z, velocity
+    and the acceleration of the speed profile); shared by Trajectory and CandidateTrajectory."""
     out = []
     for (x, y, heading, speed, t), accel in zip(points, accelerations(points)):
         point = point_type()
         ns_to_stamp(int(round(float(t) * 1e9)), point.time_from_start)
-        point.pose.position.x, point.pose.position.y = float(x), float(y)
+        point.pose.position.x, point.pose.position.y, point.pose.position.z = float(x), float(y), float(z)
         _yaw_quaternion(point.pose.orientation, float(heading))
         point.longitudinal_velocity_mps = float(speed)
         point.acceleration_mps2 = float(accel)

@@ -22,6 +22,7 @@ from ...types import Pose2D
 from ...model.load import model_id
 from .. import convert
 from ..candidates import CandidateOutput
+from ..present import PresentOutput
 from ..chunk_flow import SuffixChunks, frame_compute_ms
 from .diagnostics import DiagnosticsPublisher, publish_trajectory_info
 from .stage_node import StageNode, graph_scope
@@ -34,8 +35,6 @@ from ..topics import STANDBY_NODE
 NODE_NAME = "hybrid_vla_suffix"
 SUFFIX_QUEUE = 64  # boundary states waiting for the suffix worker (the limit of max_in_flight)
 EGO_FRAME = "base_link"
-POSE_SKEW_NS = 50_000_000   # the kinematic state matched to a frame lies within this of its stamp (sensor
-# time: ~1 m at 20 m/s, whatever the model's size); it may arrive late by half a frame period (time_limits.py)
 
 
 class SuffixNode(StageNode):
@@ -76,6 +75,7 @@ class SuffixNode(StageNode):
                                   on_error=self._on_worker_error, stamp_of=lambda item: envelope_stamp(item[0])).start()
         self.configured_subscription(UInt8MultiArray, "~/input/boundary_state", self._on_boundary, self.chunk_flow.qos())
         self.poses = StampedHistory(between=Pose2D.between) if p["frame_id"] != EGO_FRAME else None
+        self.present = PresentOutput(self)   # where and when the output is: matched pose, re-timing (ros/present.py)
         if self.poses is not None:  # the map-frame output needs the ego pose of each frame
             self.configured_subscription(Odometry, "~/input/kinematic_state", self._on_odometry, 50)
             # ... and may wait for it (limits.pose_wait_s): on a thread of its own, never the compute thread's
@@ -92,11 +92,11 @@ class SuffixNode(StageNode):
         expect(self.packed is None, ConfigError, f"warm_standby: model '{self.model.spec.name}' decodes action "
                f"tokens; the frames in flight live in the active suffix's KV ring, a standby cannot take them over")
 
-        def take_over(buffered) -> None:  # the messages the active one may not have finished, oldest first
-            for data, received in buffered:
-                if (envelope_stamp(data) or 0) > self.last_stamp_ns:
-                    self.worker.submit((data, received))
-        return SuffixRole(self, self.get_name() == STANDBY_NODE, take_over)
+        def take_over(buffered) -> None:  # frames newer than the last published, oldest first
+            for item in buffered:
+                self.worker.submit(item)   # more than the queue takes: dropped, counted (queue_full)
+        # the standby keeps what the active one's queue may hold (frames x chunks), plus the takeover window
+        return SuffixRole(self, self.get_name() == STANDBY_NODE, take_over, SUFFIX_QUEUE, self.chunk_flow.count)
 
     def _choose_dtype(self) -> DtypeChoice:
         """dtype: auto -> measured on this CPU and the worker's cores (engine/cpu.py); else the parameter. The
@@ -111,7 +111,8 @@ class SuffixNode(StageNode):
         backend = cpu_backend_report(placement.suffix_dtype)
         self.get_logger().info(
             f"suffix: publishing {self.msg_cls.__module__.split('.')[0]}/{self.msg_cls.__name__} on "
-            f"~/output/trajectory ({reason}); {self.candidates.describe()}; blocks from zone {list(self.zone)}, dtype "
+            f"~/output/trajectory ({reason}); {self.candidates.describe()}; {self.present.describe()}; "
+            f"blocks from zone {list(self.zone)}, dtype "
             f"{self.dtype_choice.dtype} ({self.dtype_choice.reason}), "
             f"worker cores {self.cores or 'unpinned'}"
             + (f" (NUMA node {p['numa_node']})" if p["numa_node"] >= 0 and not chosen_cores(p["cores"]) else "")
@@ -155,24 +156,11 @@ class SuffixNode(StageNode):
             self.get_logger().warning(f"kinematic state in frame '{frame}', the trajectory's frame_id is "
                                       f"'{self.params['frame_id']}': refused", throttle_duration_sec=1.0)
             return
-        self.poses.add(convert.stamp_to_ns(msg.header.stamp), convert.odometry_to_pose(msg))
+        self.present.add_odometry(msg)
 
     def activated(self) -> None:
         self.limits.started_ns = time.time_ns()   # states that arrived long before this are replayed history
         self.diagnostics.publish()  # at once: the prefix learns where this receiver is before the first frame
-
-    def _output_points(self, trajectory):
-        """The points in the output frame, or None (counted) when the map frame has no pose for this frame."""
-        if self.poses is None:
-            return trajectory.points
-        pose, matched = self.poses.match(trajectory.stamp_ns, POSE_SKEW_NS, self.limits.pose_wait_s())
-        if not matched:
-            self._reject("pose_missing", ConfigError(
-                f"no kinematic state within {POSE_SKEW_NS / 1e6:.0f} ms of frame {trajectory.seq}: the "
-                f"{self.params['frame_id']}-frame trajectory is not published (frame_id: base_link needs none)"),
-                trajectory.stamp_ns)
-            return None
-        return trajectory.in_map(pose)
 
     def _publish_markers(self, points, stamp_ns: int) -> None:
         if self.markers is None:
@@ -185,7 +173,7 @@ class SuffixNode(StageNode):
     def _on_boundary(self, msg: UInt8MultiArray) -> None:
         data = convert.boundary_from_msg(msg)
         if self.role is not None and not self.role.active:
-            self.role.keep((data, time.perf_counter()))   # standing by: never read (a shm slot is the active's)
+            self.role.keep((data, time.perf_counter()), envelope_stamp(data))   # unread: a shm slot is the active's
         elif self.chunk_flow.accepting(envelope_stamp(data)):   # a frame's chunks count one drop when inactive
             self.decoder.watch(data)   # a new shm ring is beaten from now on, not once the worker gets to it
             self.worker.submit((data, time.perf_counter()))
@@ -262,27 +250,32 @@ class SuffixNode(StageNode):
             self.output.submit(item)
 
     def _publish_now(self, item) -> None:
-        """Not published when older than the last one (out_of_order), without a pose, stale by now or
-        non-finite (each counted)."""
+        """Not published when older than the last one (out_of_order), without a pose, stale by now, too old
+        to re-time or non-finite (each counted)."""
         trajectory, arrival_ns, values = item
         if self._older(trajectory.stamp_ns, f"trajectory of frame {trajectory.seq}"):
             return
         self.last_stamp_ns = trajectory.stamp_ns
-        points = self._output_points(trajectory)
-        if points is None or not self.limits.fresh(
+        placed = self.present.locate(trajectory)   # (points in the output frame, the frame's pose) or None
+        if placed is None or not self.limits.fresh(
                 trajectory.seq, trajectory.stamp_ns, arrival_ns, queue_s=float(values.get("queue_ms", 0)) / 1e3,
                 compute_s=frame_compute_ms(values) / 1e3, final=True):
             return
+        out = self.present.timed(trajectory, *placed)   # stamped now, from the ego now (output_retime), or as is
+        if out is None:   # too old to re-time (or no current pose): counted there
+            return
         try:  # the last gate before the car, for every kind of model and output frame
-            expect_finite(points, "nonfinite_output", f"trajectory of frame {trajectory.seq}")
+            expect_finite(out.points, "nonfinite_output", f"trajectory of frame {trajectory.seq}")
         except NonFiniteError as exc:
             self._reject(exc.reason, exc, trajectory.stamp_ns)
             return
-        msg = convert.trajectory_to_msg(trajectory, self.msg_cls, self.output_kind, self.params["frame_id"], points)
+        frame_id = self.params["frame_id"]
+        msg = convert.trajectory_to_msg(trajectory, self.msg_cls, self.output_kind, frame_id, out.points,
+                                        stamp_ns=out.stamp_ns, z=out.z)
         self.pub.publish(msg)
-        self.candidates.publish(msg, points, trajectory.stamp_ns, self.params["frame_id"])  # same stamp and frame
-        self._publish_markers(points, trajectory.stamp_ns)
-        publish_trajectory_info(self.info_pub, self.get_name(), trajectory, values)
+        self.candidates.publish(msg, out.points, out.stamp_ns, frame_id, out.z)  # same stamp, frame and points
+        self._publish_markers(out.points, out.stamp_ns)
+        publish_trajectory_info(self.info_pub, self.get_name(), trajectory, {**values, **out.info})  # camera stamp
 
     def _extra_checks(self):
         import psutil
