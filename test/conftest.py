@@ -22,6 +22,16 @@ def domain(monkeypatch):
     monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
 
 
+@pytest.fixture
+def context(domain):
+    """An rclpy context of this test's own, on its own domain, shut down after it."""
+    import rclpy
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    yield context
+    rclpy.shutdown(context=context)
+
+
 @pytest.fixture(scope="session")
 def tiny_models():
     """One instance per family, built once (a few tens of ms each)."""

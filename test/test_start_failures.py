@@ -58,15 +58,6 @@ def configure(node_kind: str, changes: dict, context):
         node.destroy_node()
 
 
-@pytest.fixture
-def context(domain):
-    import rclpy
-    context = rclpy.Context()
-    rclpy.init(context=context)
-    yield context
-    rclpy.shutdown(context=context)
-
-
 @pytest.mark.parametrize("node_kind", ["hybrid_vla_prefix", "hybrid_vla_suffix"])
 def test_cores_the_process_may_not_use_fail_configure_with_the_reason(node_kind, context, capfd):
     result, worker = configure(node_kind, {"cores": [ALLOWED[0], NOT_HERE]}, context)

@@ -69,15 +69,6 @@ def test_a_child_that_dies_at_different_points_is_restarted(slow_starts, monkeyp
 
 
 @pytest.fixture
-def context(domain):
-    import rclpy
-    context = rclpy.Context()
-    rclpy.init(context=context)
-    yield context
-    rclpy.shutdown(context=context)
-
-
-@pytest.fixture
 def full_dev_shm(monkeypatch):
     """/dev/shm with 64 KiB free (what configure's check reads)."""
     from hybrid_vla_ros.engine.handover import shm_segment
