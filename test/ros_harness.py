@@ -119,3 +119,19 @@ class Harness:
         self.graph.shutdown()  # shuts the executor down before destroying anything (session.RELEASE_NOTE)
         self.node.destroy_node()
         rclpy.shutdown(context=self.context)
+
+
+def run_to_end(cmd: list[str], timeout_s: float) -> tuple[int, str]:
+    """Run a command in a session of its own until it ends: (exit code, stdout + stderr); a command still running
+    after timeout_s is killed with its process group and the test fails with its output's tail."""
+    import os
+    import subprocess
+    import pytest
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        out, _ = proc.communicate()
+        pytest.fail(f"the graph did not end: {out[-3000:]}")
+    return proc.returncode, out

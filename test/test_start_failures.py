@@ -14,7 +14,7 @@ from rclpy.lifecycle import TransitionCallbackReturn
 from hybrid_vla_ros.engine.pipeline.worker import StageWorker
 from hybrid_vla_ros.errors import HybridVLAError
 
-from ros_harness import TINY_OVERRIDES
+from ros_harness import TINY_OVERRIDES, run_to_end
 
 NOT_HERE = 99   # a core no test machine here lets this process use
 ALLOWED = sorted(os.sched_getaffinity(0))
@@ -99,14 +99,8 @@ def test_the_graph_with_cores_it_may_not_use_exits_non_zero_with_the_reason(doma
     overrides["hybrid_vla_prefix"]["cores"] = [NOT_HERE]
     config = write_combined_config(graph_params(overrides=overrides), tmp_path / "graph.yaml")
     cmd = [sys.executable, "-m", "hybrid_vla_ros.cli", "graph", "--config", str(config)] + ["--processes"] * processes
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 9)
-        out, _ = proc.communicate()
-        pytest.fail(f"the graph did not end: {out[-2000:]}")
-    assert proc.returncode != 0, out[-2000:]
+    returncode, out = run_to_end(cmd, timeout_s=60)
+    assert returncode != 0, out[-2000:]
     assert f"cores [{NOT_HERE}]" in out and f"may use {ALLOWED}" in out, out[-2000:]
     assert "restarting" not in out and "Traceback" not in out, out[-2000:]
 

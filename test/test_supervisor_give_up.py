@@ -15,7 +15,7 @@ import pytest
 from hybrid_vla_ros.ros.launch_support import supervise
 from hybrid_vla_ros.ros.launch_support.supervise import EX_CONFIG, GIVE_UP_AFTER, Supervisor
 
-from ros_harness import TINY_OVERRIDES
+from ros_harness import TINY_OVERRIDES, run_to_end
 
 
 def child(body: str) -> list[str]:
@@ -118,15 +118,8 @@ def test_the_graph_in_a_dev_shm_too_small_for_its_ring_ends_at_configure_with_th
     config = write_combined_config(graph_params(overrides=overrides), tmp_path / "graph.yaml")
     graph = f"{sys.executable} -m hybrid_vla_ros.cli graph --processes --nodes prefix --config {config}"
     script = f"mount -t tmpfs -o size=64k tmpfs /dev/shm && exec {graph}"
-    proc = subprocess.Popen(["unshare", "-m", "sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 9)
-        out, _ = proc.communicate()
-        pytest.fail(f"the graph did not end: {out[-3000:]}")
-    assert proc.returncode == EX_CONFIG, out[-3000:]
+    returncode, out = run_to_end(["unshare", "-m", "sh", "-c", script], timeout_s=120)
+    assert returncode == EX_CONFIG, out[-3000:]
     assert "configure failed: the boundary ring (16 slots of" in out and "in /dev/shm, which has" in out, out[-3000:]
     assert "--shm-size" in out and "max_in_flight" in out and "boundary_transport: inline" in out, out[-3000:]
     assert "restarting" not in out and "exited with -7" not in out and "Traceback" not in out, out[-3000:]
