@@ -25,7 +25,7 @@ ACT = {"model.preset": "tiny-act"}
 
 def packed_harness(pack=2, groups=2, **scheduler):
     return Harness({"hybrid_vla_prefix": {**ACT, "pack": pack, "pack_groups": groups, "token_timeout_s": 5.0},
-                    "hybrid_vla_suffix": ACT, "hybrid_vla_scheduler": {**ACT, **scheduler}},
+                    "hybrid_vla_suffix": {**ACT, "pack": pack, "pack_groups": groups}, "hybrid_vla_scheduler": {**ACT, **scheduler}},
                    activate_scheduler=bool(scheduler))
 
 
@@ -125,7 +125,8 @@ def test_the_packed_suffix_node_runs_bf16_and_refuses_rows_of_another_named_boun
     from hybrid_vla_ros.engine.actionflow.codec import encode_state
     from hybrid_vla_ros.engine.actionflow.forward import PackedState, Segment
     h = Harness({"hybrid_vla_prefix": {**ACT, "pack": 2, "pack_groups": 1, "token_timeout_s": 5.0},
-                 "hybrid_vla_suffix": {**ACT, "dtype": "bf16", "boundary_dtype": "fp32"}, "hybrid_vla_scheduler": ACT})
+                 "hybrid_vla_suffix": {**ACT, "dtype": "bf16", "boundary_dtype": "fp32", "pack": 2, "pack_groups": 1},
+                 "hybrid_vla_scheduler": ACT})
     try:
         frames, paths = send_and_collect(h, range(3))
         assert [p.header.stamp.sec * 10**9 + p.header.stamp.nanosec for p in paths] == [f.stamp_ns for f in frames]
@@ -138,6 +139,12 @@ def test_the_packed_suffix_node_runs_bf16_and_refuses_rows_of_another_named_boun
         bf16_step = PackedState(rows, torch.zeros(3, 1, 5, dtype=torch.long), [Segment(99, 0, 0, 0, 5)])
         h.boundary_pub.publish(UInt8MultiArray(data=encode_state(bf16_step, 2, 10**6, slots=2)))
         assert wait_until(lambda: h.suffix.health.rejected["boundary_dtype_mismatch"] == 1, h.spin, 10)
+        # a step claiming more KV slots than the YAML's pack x pack_groups (2 x 1): refused before any allocation
+        assert h.suffix.packed.server.max_slots == 2
+        greedy = PackedState(rows.float(), torch.zeros(3, 1, 5, dtype=torch.long), [Segment(98, 0, 0, 0, 5)])
+        h.boundary_pub.publish(UInt8MultiArray(data=encode_state(greedy, 2, 10**6, slots=3)))
+        assert wait_until(lambda: h.suffix.health.rejected["invalid_boundary"] == 1, h.spin, 10)
+        assert side.ring.slots <= 2, side.ring.slots
     finally:
         h.close()
 

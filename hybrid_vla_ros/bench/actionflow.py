@@ -172,7 +172,8 @@ def run_packed_graph(model, pack: int, groups: int, frames: int, partition: int,
     entry = run_graph_mode(model, Placement(), partition, frames, report["split"]["prefix_cores"],
                            report["split"]["suffix_cores"], 2, processes=True,
                            prefix_extra={"pack": pack, "pack_groups": groups}, window=frames, rate=1.0,
-                           suffix_extra={"max_output_age_ms": 0.0})  # frames queued on purpose: no age limit
+                           # frames queued on purpose: no age limit; the suffix bounds its KV ring by the same pack
+                           suffix_extra={"max_output_age_ms": 0.0, "pack": pack, "pack_groups": groups})
     if "completed" in entry:
         entry["frames_per_s"] = entry["completed"] / entry["wall_s"]
     return entry

@@ -30,6 +30,10 @@ def _chunks(description: str) -> ParamSpec:
     return ParamSpec("chunks", "int_or_string", description, 1, 64, choices=("camera",), parse=_parse_chunks)
 
 
+def _packing(pack: str, groups: str) -> list[ParamSpec]:
+    return [ParamSpec("pack", "int", pack, 1, 64), ParamSpec("pack_groups", "int", groups, 1, 8)]
+
+
 def _common_model() -> list[ParamSpec]:
     return [
         AUTOSTART,
@@ -82,11 +86,10 @@ PREFIX_PARAMS = _common_model() + [
               choices=("auto", "inproc", "shm", "inline")),
     ParamSpec("stale_after_ms", "double", "drop a frame whose stamp is older than this when taken; 0 = never",
               0.0, 1e7),
-    ParamSpec("pack", "int", "action-token models (ActionFlow): frames in flight per packed group, K (one "
-              "forward = the newest frame's prefill + a decode step of each older one); unused by waypoint "
-              "heads", 1, 64),
-    ParamSpec("pack_groups", "int", "action-token models: independent packed groups that alternate, so the "
-              "prefix runs one group's step while the suffix runs another's (1 = one side idles each step)", 1, 8),
+    *_packing("action-token models (ActionFlow): frames in flight per packed group, K (one forward = the "
+              "newest frame's prefill + a decode step of each older one); unused by waypoint heads",
+              "action-token models: independent packed groups that alternate, so the prefix runs one group's "
+              "step while the suffix runs another's (1 = one side idles each step)"),
     ParamSpec("token_timeout_s", "double", "action-token models: a packed step whose tokens have not come back "
               "from the suffix after this fails its frames (counted as token_feedback_timeout); -1 = auto: 5 x the "
               "longest recent token round trip, at least 2 s (60 s until one is measured); a value below the "
@@ -105,6 +108,9 @@ SUFFIX_PARAMS = _common_model() + [
     _chunks("the chunking its prefix sends (the prefix's values): sizes the boundary subscription's history and "
             "the worker's queue (x chunks per frame) only; the suffix runs whatever chunking arrives, each frame's "
             "chunks in order (one out of order or foreign is refused and counted, its frame dropped once)"),
+    *_packing("action-token models: the prefix's pack; with pack_groups it bounds the KV ring a packed step "
+              "may claim here (pack x pack_groups slots: a step claiming more is refused before anything is "
+              "allocated, counted as invalid_boundary)", "action-token models: the prefix's pack_groups (see pack)"),
     ParamSpec("max_output_age_ms", "double", "drop (and count as stale_output) a trajectory whose frame arrived at "
               "the prefix longer ago than this at publish time; 0 = never; -1 = auto: 5 x the measured frame time, "
               "at least 500 ms; a value below the measured frame time is kept, and warned about "
