@@ -16,12 +16,14 @@ TRAJECTORY_COLUMNS = ("x", "y", "heading", "speed", "time_from_start")
 class EgoState:
     speed_mps: float = 0.0
     yaw_rate_rps: float = 0.0
+    accel_mps2: float = 0.0   # longitudinal (base_link x), from ~/input/acceleration; data for heads, not the prompt
 
     @staticmethod
     def between(a: "EgoState", b: "EgoState", w: float) -> "EgoState":
         """The state a fraction w in [0, 1] of the way from a to b (linear)."""
         return EgoState(a.speed_mps + w * (b.speed_mps - a.speed_mps),
-                        a.yaw_rate_rps + w * (b.yaw_rate_rps - a.yaw_rate_rps))
+                        a.yaw_rate_rps + w * (b.yaw_rate_rps - a.yaw_rate_rps),
+                        a.accel_mps2 + w * (b.accel_mps2 - a.accel_mps2))
 
 
 @dataclass
@@ -38,6 +40,36 @@ class Pose2D:
         return Pose2D(a.x + w * (b.x - a.x), a.y + w * (b.y - a.y), math.remainder(a.yaw + w * turn, 2.0 * math.pi))
 
 
+# The navigation commands (route/navigate.py): a small fixed vocabulary, as driving VLAs take them (SimLingo and
+# CARLA's route planner: lane follow, left, right, straight, change lane left/right), plus arrive (goal ahead).
+NAV_COMMANDS = ("follow lane", "turn left", "turn right", "go straight", "change lane left", "change lane right",
+                "arrive")
+
+
+@dataclass
+class Navigation:
+    """The route's next maneuver for one frame, at the frame's ego pose (route/navigate.py).
+
+    command:    one of NAV_COMMANDS
+    distance_m: along the route from the ego to where the command applies (0 while in it); follow lane: to the
+                next command beyond the horizon, or to the goal; arrive: to the goal
+    goal_ego:   (x, y) of the route's goal in the ego frame (m; x forward, y left)
+    target_ego: (x, y) of the route's centreline point lookahead_m ahead, ego frame (a TransFuser-style target)
+    source:     "route", or "default": no route, no map, no pose or the ego off the route (then the ego-frame
+                points are (0, 0): unknown)
+    """
+    command: str = "follow lane"
+    distance_m: float = 0.0
+    goal_ego: tuple[float, float] = (0.0, 0.0)
+    target_ego: tuple[float, float] = (0.0, 0.0)
+    source: str = "default"
+
+    @staticmethod
+    def default() -> "Navigation":
+        """The stated default: follow the lane, nothing known about the route."""
+        return Navigation()
+
+
 @dataclass
 class Frame:
     """One time step of camera input. images: one (H, W, 3) uint8 RGB array per camera."""
@@ -47,6 +79,7 @@ class Frame:
     ego: EgoState | None = None
     instruction: str = "drive safely to the goal"
     arrival_ns: int = 0  # wall clock (ns since the epoch) when the frame was complete at the prefix; 0 = unknown
+    navigation: Navigation | None = None  # the route's navigation at the frame's pose (None: not computed)
 
 
 @dataclass

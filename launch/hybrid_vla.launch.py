@@ -19,17 +19,23 @@ from launch.substitutions import LaunchConfiguration, PathJoinSubstitution, Pyth
 from launch_ros.actions import LifecycleNode, Node
 from launch_ros.substitutions import FindPackageShare
 
-from hybrid_vla_ros.ros.topics import (KINEMATIC_TOPIC, LAUNCH_CANDIDATES_TOPIC, LAUNCH_TRAJECTORY_TOPIC, NODES, REMAPS,
-                                      STANDBY_NODE, STANDBY_REMAPS)
+from hybrid_vla_ros.ros.topics import (ACCELERATION_TOPIC, KINEMATIC_TOPIC, LAUNCH_CANDIDATES_TOPIC,
+                                      LAUNCH_TRAJECTORY_TOPIC, NODES, REMAPS, ROUTE_TOPIC, STANDBY_NODE,
+                                      STANDBY_REMAPS, TURN_INDICATORS_TOPIC)
 
 PACKAGE = "hybrid_vla_ros"
 RESPAWN_DELAY_S = 1.0
 ARGUMENTS = {
     "single_process": ("false", "all three nodes in one process (zero-copy handover)"),
     "input/kinematic_state": (KINEMATIC_TOPIC, "odometry the prefix reads (nav_msgs/Odometry)"),
-    "output/trajectory": (LAUNCH_TRAJECTORY_TOPIC, "where the suffix publishes the trajectory"),
-    "output/trajectories": (LAUNCH_CANDIDATES_TOPIC, "where the suffix publishes its CandidateTrajectories (Autoware's "
-                            "selector: /planning/generator/candidate_trajectories)"),
+    "input/route": (ROUTE_TOPIC, "the route prefix and suffix read (autoware_planning_msgs/LaneletRoute)"),
+    "input/acceleration": (ACCELERATION_TOPIC, "acceleration the prefix reads "
+                           "(geometry_msgs/AccelWithCovarianceStamped)"),
+    "output/trajectory": (LAUNCH_TRAJECTORY_TOPIC, "where the suffix publishes the trajectory (the package's own "
+                          "name: /planning/trajectory is the planning validator's output)"),
+    "output/trajectories": (LAUNCH_CANDIDATES_TOPIC, "where the suffix publishes its CandidateTrajectories (in "
+                            "the diffusion planner's seat: hybrid_vla_diffusion_seat.launch.xml)"),
+    "output/turn_indicators": (TURN_INDICATORS_TOPIC, "where the suffix publishes its TurnIndicatorsCommand"),
     "use_sim_time": ("false", "use /clock (a bag played with --clock)"),
     "warm_standby": ("false", "a second suffix process that takes over within a second (separate processes only)"),
     "prefix_cores": ("[-1]", "cores of the prefix worker; [-1]: its half of a default split"),
@@ -37,10 +43,15 @@ ARGUMENTS = {
 }
 
 
+# The Autoware-facing topics: a launch argument each, named after the node-relative topic it remaps.
+LAUNCH_TOPICS = ("input/kinematic_state", "input/route", "input/acceleration", "output/trajectory",
+                 "output/trajectories", "output/turn_indicators")
+
+
 def remaps(node: str) -> list[tuple]:
     """The graph's remaps, with the Autoware-facing topics taken from the launch arguments."""
     rules = dict(STANDBY_REMAPS if node == STANDBY_NODE else REMAPS[node])
-    for topic in ("input/kinematic_state", "output/trajectory", "output/trajectories"):
+    for topic in LAUNCH_TOPICS:
         if f"~/{topic}" in rules:
             rules[f"~/{topic}"] = LaunchConfiguration(topic)
     return list(rules.items())

@@ -32,13 +32,16 @@ fi
 "$VENV/bin/python" -m pip install -q -r "$REQUIREMENTS"
 "$VENV/bin/python" -m pip install -q --no-deps -e .
 # The real Autoware message packages for the tests (autoware_planning_msgs, autoware_internal_planning_msgs),
-# built from ../shared/autoware_msgs where it exists (a machine with Autoware installed has its own; the
-# package copies none of their definitions). Rebuilt when the definitions or the recipe change.
+# built from ../shared/autoware_msgs where it exists (a machine with Autoware installed has its own), then
+# the few this package adds (msgs/README.md: autoware_vehicle_msgs' TurnIndicatorsCommand, Float64Stamped)
+# into the venv and the newer CandidateTrajectory into an overlay, $VENV/newer_msgs (test_message_versions.py).
+# Rebuilt when the definitions or the recipes change.
 AUTOWARE_MSGS=../shared/autoware_msgs
 if [ -f "$AUTOWARE_MSGS/build_msgs.sh" ]; then
-  SUM=$(cat "$AUTOWARE_MSGS"/build_msgs.sh "$AUTOWARE_MSGS"/*/msg/*.msg | sha256sum | cut -d' ' -f1)
+  SUM=$(cat "$AUTOWARE_MSGS"/build_msgs.sh "$AUTOWARE_MSGS"/*/msg/*.msg scripts/build_msgs.sh \
+        $(find msgs -name '*.msg' | sort) | sha256sum | cut -d' ' -f1)
   if [ "$(cat "$VENV/.autoware_msgs.sha256" 2>/dev/null)" != "$SUM" ] || ! "$VENV/bin/python" -c \
-      "import autoware_planning_msgs.msg, autoware_internal_planning_msgs.msg" 2>/dev/null; then
+      "import autoware_planning_msgs.msg, autoware_internal_planning_msgs.msg, autoware_vehicle_msgs.msg" 2>/dev/null; then
     START=$SECONDS
     # build_msgs.sh stops (grep finds nothing, pipefail) in a venv whose wheel CMake files it already fixed
     # (a rebuild): one file naming /opt/python/ keeps it going
@@ -47,6 +50,13 @@ if [ -f "$AUTOWARE_MSGS/build_msgs.sh" ]; then
     bash "$AUTOWARE_MSGS/build_msgs.sh" "$DISTRO" "$VENV" 2> >(grep -v "^WARNING: Location" >&2) || {
       rm -rf "$GUARD"; echo "setup: building the Autoware messages failed" >&2; exit 1; }
     rm -rf "$GUARD"
+    bash scripts/build_msgs.sh "$VENV" "$VENV" \
+        autoware_vehicle_msgs:1.12.0:msgs/autoware_vehicle_msgs/msg:builtin_interfaces \
+        autoware_internal_debug_msgs:1.12.1:msgs/autoware_internal_debug_msgs/msg:builtin_interfaces || {
+      echo "setup: building this package's message definitions failed" >&2; exit 1; }
+    rm -rf "$VENV/newer_msgs"
+    bash scripts/build_msgs.sh "$VENV" "$VENV/newer_msgs" "autoware_internal_planning_msgs:1.12.1:$AUTOWARE_MSGS/autoware_internal_planning_msgs/msg,msgs/newer/autoware_internal_planning_msgs/msg:autoware_planning_msgs,autoware_vehicle_msgs,builtin_interfaces,geometry_msgs,std_msgs,unique_identifier_msgs" || {
+      echo "setup: building the newer CandidateTrajectory failed" >&2; exit 1; }
     echo "$SUM" > "$VENV/.autoware_msgs.sha256"
     echo "setup: Autoware messages built into $VENV in $((SECONDS - START)) s"
   fi

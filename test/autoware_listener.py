@@ -5,8 +5,9 @@ as one JSON line, then exits once it has `count` of each (or after `timeout_s`).
     python autoware_listener.py TRAJECTORY_TOPIC CANDIDATES_TOPIC COUNT TIMEOUT_S
 
 Prints `ready` once both subscriptions exist. Exit code 0 when it got `count` of each, 1 otherwise. Each line
-has `received_ns` (this process's wall clock when the message came: a stamp's age at receipt) and each point
-[x, y, orientation z, orientation w, speed, acceleration, time_from_start ns, z].
+has `received_ns` (wall clock when the message came: a stamp's age at receipt; the middleware's own receive
+time where rclpy hands it to the callback, so a busy machine delaying this process's executor does not age
+the message) and each point [x, y, orientation z, orientation w, speed, acceleration, time_from_start ns, z].
 """
 
 import json
@@ -24,14 +25,19 @@ def stamp_of(header) -> int:
     return header.stamp.sec * 1_000_000_000 + header.stamp.nanosec
 
 
-def trajectory_line(msg) -> dict:
-    return {"kind": "trajectory", "received_ns": time.time_ns(), "type": f"{type(msg).__module__}.{type(msg).__name__}",
+def received_ns(info) -> int:
+    """The middleware's receive time (rclpy's MessageInfo), else now."""
+    return int(info["received_timestamp"]) if info and info.get("received_timestamp") else time.time_ns()
+
+
+def trajectory_line(msg, info=None) -> dict:
+    return {"kind": "trajectory", "received_ns": received_ns(info), "type": f"{type(msg).__module__}.{type(msg).__name__}",
             "point_type": f"{type(msg.points[0]).__module__}" if msg.points else None,
             "stamp_ns": stamp_of(msg.header), "frame_id": msg.header.frame_id, "points": points_of(msg.points)}
 
 
-def candidates_line(msg) -> dict:
-    return {"kind": "candidates", "received_ns": time.time_ns(), "type": f"{type(msg).__module__}.{type(msg).__name__}",
+def candidates_line(msg, info=None) -> dict:
+    return {"kind": "candidates", "received_ns": received_ns(info), "type": f"{type(msg).__module__}.{type(msg).__name__}",
             "candidates": [{"stamp_ns": stamp_of(c.header), "frame_id": c.header.frame_id,
                             "generator_id": bytes(c.generator_id.uuid).hex(), "points": points_of(c.points)}
                            for c in msg.candidate_trajectories],
@@ -54,8 +60,14 @@ def main(trajectory_topic: str, candidates_topic: str, count: int, timeout_s: fl
     rclpy.init(context=context)
     try:
         node = rclpy.create_node("autoware_listener", context=context)
-        node.create_subscription(Trajectory, trajectory_topic, lambda m: emit(trajectory_line(m)), 50)
-        node.create_subscription(CandidateTrajectories, candidates_topic, lambda m: emit(candidates_line(m)), 50)
+        try:   # rclpy that hands MessageInfo to a two-argument callback (Jazzy's and newer)
+            from rclpy.subscription import MessageInfo  # noqa: F401
+            on_trajectory, on_candidates = (lambda m, i: emit(trajectory_line(m, i)),
+                                            lambda m, i: emit(candidates_line(m, i)))
+        except ImportError:
+            on_trajectory, on_candidates = lambda m: emit(trajectory_line(m)), lambda m: emit(candidates_line(m))
+        node.create_subscription(Trajectory, trajectory_topic, on_trajectory, 50)
+        node.create_subscription(CandidateTrajectories, candidates_topic, on_candidates, 50)
         executor = SingleThreadedExecutor(context=context)
         executor.add_node(node)
         print("ready", flush=True)

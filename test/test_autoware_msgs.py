@@ -232,6 +232,7 @@ def test_without_autoware_the_suffix_falls_back_to_path_and_publishes_no_candida
     assert proc.returncode == 0, out[-3000:]
     assert "nav_msgs/Path on ~/output/trajectory" in out and "autoware_planning_msgs not importable" in out, out[-3000:]
     assert "autoware_internal_planning_msgs not importable: no ~/output/trajectories" in out, out[-3000:]
+    assert "autoware_vehicle_msgs not importable: no ~/output/turn_indicators" in out, out[-3000:]
 
 
 class Probe:

@@ -225,3 +225,20 @@ def test_memory_command_measures_each_stage_in_its_own_process(exported, tmp_pat
     # the tiny model's weights (a few hundred KB) are below RSS noise: the ratio is measured on `bench`
     # (docs/BENCHMARKS.md); here each stage reads fewer tensors than the whole model has
     assert report["stages"]["prefix"]["tensors_read"] + report["stages"]["suffix"]["tensors_read"] < 2 * 85
+
+
+def test_a_checkpoint_names_its_instruction_template_and_one_without_reads_as_before(tmp_path):
+    """instruction_template (the prompt's instruction while a route navigates) travels in the head's metadata,
+    written only when set: a checkpoint without it has exactly the fields of one written before it existed."""
+    import dataclasses
+    import json
+    from safetensors import safe_open
+    from hybrid_vla_ros.model.load import load_vla
+    model = load_vla(preset="tiny")
+    save_checkpoint(model, tmp_path / "plain")
+    with safe_open(str(tmp_path / "plain" / HEAD_FILE), "pt") as f:
+        assert "instruction_template" not in json.loads(f.metadata()["hybrid_vla"])
+    assert load_checkpoint(tmp_path / "plain").spec.instruction_template == ""
+    model.spec = dataclasses.replace(model.spec, instruction_template="{command}; target {target_x:.0f} m")
+    save_checkpoint(model, tmp_path / "named")
+    assert load_checkpoint(tmp_path / "named").spec.instruction_template == "{command}; target {target_x:.0f} m"

@@ -258,13 +258,17 @@ def launch_serves_and_stops(tmp_path, monkeypatch, launch_file, single_process, 
     return out
 
 
+# The Autoware-facing launch arguments of hybrid_vla.launch.{xml,py}: each remaps the node-relative topic of its name.
+LAUNCH_TOPICS = ("input/kinematic_state", "input/route", "input/acceleration", "output/trajectory",
+                 "output/trajectories", "output/turn_indicators")
+
+
 def test_xml_launch_file_remaps_match_the_topics_module():
-    from hybrid_vla_ros.ros.topics import (LAUNCH_CANDIDATES_TOPIC, LAUNCH_TRAJECTORY_TOPIC, REMAPS, STANDBY_NODE,
-                                          STANDBY_REMAPS)
+    from hybrid_vla_ros.ros.topics import (ACCELERATION_TOPIC, LAUNCH_CANDIDATES_TOPIC, LAUNCH_TRAJECTORY_TOPIC, REMAPS,
+                                          ROUTE_TOPIC, STANDBY_NODE, STANDBY_REMAPS, TURN_INDICATORS_TOPIC)
     root = ElementTree.parse(ROOT / "launch" / "hybrid_vla.launch.xml").getroot()
-    arguments = {"$(var input/kinematic_state)": REMAPS["hybrid_vla_prefix"]["~/input/kinematic_state"],
-                 "$(var output/trajectory)": REMAPS["hybrid_vla_suffix"]["~/output/trajectory"],  # the graph's
-                 "$(var output/trajectories)": REMAPS["hybrid_vla_suffix"]["~/output/trajectories"]}
+    graph_names = {**REMAPS["hybrid_vla_prefix"], **REMAPS["hybrid_vla_suffix"]}   # the graph's
+    arguments = {f"$(var {topic})": graph_names[f"~/{topic}"] for topic in LAUNCH_TOPICS}
     for node in root.iter("node"):
         if node.get("exec") == "hybrid_vla_graph":
             continue
@@ -273,8 +277,36 @@ def test_xml_launch_file_remaps_match_the_topics_module():
             node.get("name")
     defaults = {a.get("name"): a.get("default") for a in root.iter("arg")}
     assert defaults["input/kinematic_state"] == REMAPS["hybrid_vla_prefix"]["~/input/kinematic_state"]
-    assert defaults["output/trajectory"] == LAUNCH_TRAJECTORY_TOPIC
+    assert defaults["input/route"] == ROUTE_TOPIC == "/planning/mission_planning/route"
+    assert defaults["input/acceleration"] == ACCELERATION_TOPIC == "/localization/acceleration"
+    assert defaults["output/trajectory"] == LAUNCH_TRAJECTORY_TOPIC == "/planning/hybrid_vla/trajectory"
     assert defaults["output/trajectories"] == LAUNCH_CANDIDATES_TOPIC
+    assert defaults["output/turn_indicators"] == TURN_INDICATORS_TOPIC
+    # Beside Autoware nothing of its planning chain is fed: /planning/trajectory is the planning validator's
+    # output (autoware_launch tier4_planning_launch/launch/planning.launch.xml), bypassed if published to
+    assert "/planning/trajectory" not in defaults.values() and "/planning/turn_indicators_cmd" not in defaults.values()
     graph = next(n for n in root.iter("node") if n.get("exec") == "hybrid_vla_graph").get("args")
-    for argument in ("input/kinematic_state", "output/trajectory", "output/trajectories"):  # the single process too
-        assert f":~/{argument}:=$(var {argument})" in graph, argument
+    for argument in LAUNCH_TOPICS:  # the single process too
+        for node in ("hybrid_vla_prefix", "hybrid_vla_suffix"):
+            expected = f"~/{argument}" in REMAPS[node]
+            assert (f"{node}:~/{argument}:=$(var {argument})" in graph) == expected, (node, argument)
+
+
+def test_python_launch_file_declares_the_xml_twins_arguments_and_defaults():
+    """The .py twin: the same launch arguments with the same defaults as the XML (its module read, not run)."""
+    import ast
+    root = ElementTree.parse(ROOT / "launch" / "hybrid_vla.launch.xml").getroot()
+    xml_defaults = {a.get("name"): a.get("default") for a in root.iter("arg")}
+    source = (ROOT / "launch" / "hybrid_vla.launch.py").read_text()
+    tree = ast.parse(source)
+    table = next(n.value for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "ARGUMENTS")
+    from hybrid_vla_ros.ros import topics
+    py_defaults = {}
+    for key, value in zip(table.keys, table.values):
+        default = value.elts[0]
+        py_defaults[key.value] = (getattr(topics, default.id) if isinstance(default, ast.Name) else default.value)
+    assert {k: v for k, v in xml_defaults.items() if k in py_defaults} == py_defaults
+    assert set(LAUNCH_TOPICS) <= set(py_defaults)
+    topics_line = next(n.value for n in tree.body if isinstance(n, ast.Assign)
+                       and getattr(n.targets[0], "id", "") == "LAUNCH_TOPICS")
+    assert tuple(e.value for e in topics_line.elts) == LAUNCH_TOPICS

@@ -28,9 +28,9 @@ from safetensors.torch import save_file
 from torch import nn
 
 from ..errors import ConfigError, expect
-from .checkpoint_files import (CONFIG_FILE, HEAD_FILE, HEAD_FORMAT, HEAD_PREFIX, INDEX_FILE, PROCESSOR_FILE,
-                               SCENE_FILE, SCENE_FORMAT, SCENE_PREFIX, TOKEN_FIELDS, VLA_FIELDS, WEIGHTS_FILE,
-                               CheckpointFiles, _opened, checkpoint_spec, inspect_checkpoint)
+from .checkpoint_files import (CONFIG_FILE, HEAD_FILE, HEAD_FORMAT, HEAD_PREFIX, INDEX_FILE, OPTIONAL_FIELDS,
+                               PROCESSOR_FILE, SCENE_FILE, SCENE_FORMAT, SCENE_PREFIX, TOKEN_FIELDS, VLA_FIELDS,
+                               WEIGHTS_FILE, CheckpointFiles, _opened, checkpoint_spec, inspect_checkpoint)
 from .lora import adapter_source, is_adapter_parameter, save_adapters
 from .preprocess import ImageProcessing
 from .prompt import has_tokenizer, load_prompt
@@ -50,6 +50,7 @@ def save_checkpoint(model: VLAModel, directory: str | Path, max_shard_size: str 
     head = {k: v.detach().contiguous().cpu() for k, v in model.action_head.state_dict().items()}
     fields = VLA_FIELDS + (TOKEN_FIELDS if model.spec.action_head == "tokens" else ())
     vla = {name: getattr(model.spec, name) for name in fields}
+    vla.update({name: getattr(model.spec, name) for name in OPTIONAL_FIELDS if getattr(model.spec, name)})
     vla.update(model.prompt.save(directory))  # a checkpoint's own tokenizer goes along, with its query token
     save_file(head, str(directory / HEAD_FILE), metadata={"format": HEAD_FORMAT, "hybrid_vla": json.dumps(vla)})
     if model.scene_encoder is not None:

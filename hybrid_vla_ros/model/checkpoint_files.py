@@ -31,6 +31,7 @@ SCENE_PREFIX = "scene_encoder."
 # An action-token model's head (TokenHead: proj.{weight,bias}, logits over the bins at the top of the vocabulary)
 TOKEN_FIELDS = ("action_head", "action_bins", "action_step_range_m")
 PROMPT_FIELDS = ("plan_token",)  # head metadata beside the spec's fields: the action head's query token
+OPTIONAL_FIELDS = ("instruction_template",)  # written only when set (a reader from before them takes the rest)
 PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt", "model.pth", "model.ckpt")
 HEAD_PREFIX = "action_head."
 
@@ -97,10 +98,10 @@ def _head_metadata(directory: Path, fresh_head: bool) -> tuple[Path | None, dict
         vla = json.loads(meta.get("hybrid_vla", "{}"))
     except json.JSONDecodeError as exc:
         raise ConfigError(f"checkpoint '{path}': metadata 'hybrid_vla' is not JSON ({exc})") from exc
-    unknown = sorted(set(vla) - set(VLA_FIELDS) - set(TOKEN_FIELDS) - set(PROMPT_FIELDS))
+    known = VLA_FIELDS + TOKEN_FIELDS + PROMPT_FIELDS + OPTIONAL_FIELDS
+    unknown = sorted(set(vla) - set(known))
     expect(isinstance(vla, dict) and not unknown, ConfigError,
-           f"checkpoint '{path}': unknown fields {unknown} in metadata 'hybrid_vla'; known: "
-           f"{list(VLA_FIELDS + TOKEN_FIELDS + PROMPT_FIELDS)}")
+           f"checkpoint '{path}': unknown fields {unknown} in metadata 'hybrid_vla'; known: {list(known)}")
     return path, vla
 
 

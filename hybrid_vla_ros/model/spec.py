@@ -75,6 +75,9 @@ class VLASpec:
     # on demand by a per-tensor seeded init in the stage's dtype (model/seeded.py); `info` answers from shapes.
     real_size: bool = False
     seed: int = 0
+    # The prompt's instruction while a route navigates (route/text.py): a format string over {command},
+    # {distance_m}, {goal_x}, {goal_y}, {target_x}, {target_y}; empty = route/text.py DEFAULT_TEMPLATE.
+    instruction_template: str = ""
     notes: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -98,6 +101,9 @@ class VLASpec:
                    f"ids above the prompt's {MIN_VOCAB}; raise vocab_size for more)")
             expect(self.action_step_range_m > 0, ConfigError,
                    f"spec '{self.name}': action_step_range_m={self.action_step_range_m}, expected > 0")
+        if self.instruction_template:   # route/ is ROS-free and torch-free: checked here, at load
+            from ..route.text import check_template
+            check_template(self.instruction_template)
         family = get_family(self.family)
         self._check_plugins(family)
         family.check_spec(self)

@@ -46,12 +46,16 @@ def fill_uuid(msg, generator_id: uuid.UUID):
 
 
 def candidates_to_msg(stamp_ns: int, frame_id: str, candidates: list, generator_id: uuid.UUID, name: str, types,
-                      z: float = 0.0):
+                      z: float = 0.0, turn_indicators=None):
     """candidates: each an (N, 5) array of points (at height z), or a list of TrajectoryPoint messages already
-    made (the Trajectory's own). -> CandidateTrajectories with one CandidateTrajectory each and one GeneratorInfo."""
+    made (the Trajectory's own). -> CandidateTrajectories with one CandidateTrajectory each and one GeneratorInfo.
+    turn_indicators: a TurnIndicatorsCommand for each candidate, in the newer message version's
+    `turn_indicators_command` (the older version has no such field: nothing to fill)."""
     msg = types["CandidateTrajectories"]()
     for points in candidates:
         candidate = types["CandidateTrajectory"]()
+        if turn_indicators is not None and hasattr(candidate, "turn_indicators_command"):
+            candidate.turn_indicators_command = turn_indicators
         candidate.header.frame_id = frame_id
         ns_to_stamp(stamp_ns, candidate.header.stamp)
         fill_uuid(candidate.generator_id, generator_id)
@@ -78,9 +82,15 @@ class CandidateOutput:
     def describe(self) -> str:
         if self.pub is None:
             return self.reason
-        return f"CandidateTrajectories on ~/output/trajectories, generator '{self.name}' id {self.generator_id}"
+        return (f"CandidateTrajectories on ~/output/trajectories, generator '{self.name}' id {self.generator_id}, "
+                f"{self.describe_version()}")
 
-    def publish(self, trajectory_msg, points, stamp_ns: int, frame_id: str, z: float = 0.0) -> None:
+    def describe_version(self) -> str:
+        has = self.types and "turn_indicators_command" in self.types["CandidateTrajectory"].get_fields_and_field_types()
+        return "with turn_indicators_command" if has else "without turn_indicators_command (the older version)"
+
+    def publish(self, trajectory_msg, points, stamp_ns: int, frame_id: str, z: float = 0.0,
+                turn_indicators=None) -> None:
         """The candidate of a published Trajectory: its points when they are Autoware's TrajectoryPoints,
         else made from the (N, 5) points at height z (a nav_msgs/Path or autoware_auto output)."""
         if self.pub is None:
@@ -88,4 +98,4 @@ class CandidateOutput:
         own = getattr(trajectory_msg, "points", None)
         same = own is not None and len(own) and isinstance(own[0], self.types["TrajectoryPoint"])
         self.pub.publish(candidates_to_msg(stamp_ns, frame_id, [own if same else points], self.generator_id,
-                                           self.name, self.types, z))
+                                           self.name, self.types, z, turn_indicators))

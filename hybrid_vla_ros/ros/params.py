@@ -34,6 +34,23 @@ def _packing(pack: str, groups: str) -> list[ParamSpec]:
     return [ParamSpec("pack", "int", pack, 1, 64), ParamSpec("pack_groups", "int", groups, 1, 8)]
 
 
+def _route() -> list[ParamSpec]:
+    """The route as navigation input (route/, ros/route_input.py): the map and the target point's distance."""
+    return [
+        ParamSpec("map_path", "string", "lanelet2 map (.osm; .bin: lanelet2's binary format) of the route on "
+                  "~/input/route (autoware_planning_msgs/LaneletRoute): each frame's navigation (next maneuver, goal "
+                  "and target point) and, while a route navigates, its instruction (the checkpoint's "
+                  "instruction_template); a map on ~/input/vector_map (LaneletMapBin) replaces it where it decodes; "
+                  "empty = no map: default navigation (follow lane), counted"),
+        ParamSpec("map_origin_lat_deg", "double", "latitude of the map frame's origin: projects an .osm whose nodes "
+                  "lack local_x/local_y (Autoware's map_origin); unused when they have them", -90.0, 90.0),
+        ParamSpec("map_origin_lon_deg", "double", "longitude of the map frame's origin (see map_origin_lat_deg)",
+                  -180.0, 180.0),
+        ParamSpec("route_lookahead_m", "double", "the navigation's target point: the route's centreline point "
+                  "this far ahead of the ego (TransFuser/SimLingo-style target point)", 0.5, 500.0, dynamic=True),
+    ]
+
+
 def _common_model() -> list[ParamSpec]:
     return [
         AUTOSTART,
@@ -71,7 +88,9 @@ PREFIX_PARAMS = _common_model() + [
               "diagnostic is ERROR until odometry fresh for the frames returns. Unused with use_kinematic_state "
               "false (no odometry expected: the model is given 0 m/s)",
               choices=("refuse", "serve_flagged"), dynamic=True),
-    ParamSpec("instruction", "string", "text instruction given to the model", dynamic=True),
+    ParamSpec("instruction", "string", "text instruction given to the model while no route navigates it (else "
+              "the route's, see map_path)", dynamic=True),
+    *_route(),
     ParamSpec("input_policy", "string", "latest: newest frame wins, drops counted; lossless: queue (replay)",
               choices=("latest", "lossless")),
     ParamSpec("max_in_flight", "int", "frames taken by the prefix and not yet finished by the suffix (suffix in "
@@ -131,6 +150,7 @@ SUFFIX_PARAMS = _common_model() + [
               "dropped); a frame too old for it is refused and counted (retime_too_old, retime_no_current_pose). "
               "false, and always with base_link: the model's waypoints as predicted, stamped with the camera's "
               "stamp, times counted from it", dynamic=True),
+    *_route(),   # the route: the turn indicators of ~/output/turn_indicators (ros/turn_signals.py)
     ParamSpec("output_dt_s", "double", "output_retime: seconds between the re-timed points (0.1: Autoware's "
               "trajectory processor's step)", 0.01, 1.0, dynamic=True),
 ]

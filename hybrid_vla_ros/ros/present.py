@@ -11,6 +11,7 @@ from typing import NamedTuple
 from ..engine.pipeline.stamp_order import stamp_order
 from ..engine.retime import CurrentPose, RetimeError, retime
 from ..errors import ConfigError, NonFiniteError
+from ..types import Pose2D
 from . import convert
 
 POSE_SKEW_NS = 50_000_000   # the kinematic state matched to a frame lies within this of its stamp (sensor
@@ -48,6 +49,12 @@ class PresentOutput:
         with self.lock:
             if self.newest is None or stamp_order(self.newest.stamp_ns, stamp_ns) != "older":
                 self.newest = CurrentPose(stamp_ns, pose.x, pose.y, pose.yaw, float(msg.pose.pose.position.z))
+
+    def current_pose(self) -> Pose2D | None:
+        """The ego's pose from the newest kinematic state (None: none yet, or base_link with no pose input)."""
+        with self.lock:
+            ego = self.newest
+        return None if ego is None else Pose2D(ego.x, ego.y, ego.yaw)
 
     def locate(self, trajectory):
         """-> (points (N, 5) in the output frame, the frame's pose or None in base_link), or None (counted as

@@ -14,16 +14,32 @@ ACTION_TOKENS_TOPIC = "/hybrid_vla/action_tokens"
 PARTITION_TOPIC = "/hybrid_vla/partition_point"
 SUFFIX_ROLE_TOPIC = "/hybrid_vla/suffix_role"   # warm standby: the active suffix's heartbeat (ros/nodes/standby.py)
 STANDBY_NODE = "hybrid_vla_suffix_standby"      # the standby suffix's node name (the suffix's parameters)
+# The package's own names: `hybrid-vla graph` and the launch files' defaults. Nothing of Autoware reads them, so
+# the graph can run beside a running stack without feeding its planning chain (docs/INTERFACES.md, "Beside
+# Autoware"). autoware_launch's `/planning/trajectory` is the planning_validator's *output* (autoware_launch
+# tier4_universe_launch/tier4_planning_launch/launch/planning.launch.xml): publishing there would bypass the
+# validator, so no default of this package is that topic.
 TRAJECTORY_TOPIC = "/planning/hybrid_vla/trajectory"
-# The launch files' default output: where Autoware's end-to-end planners publish (autoware_launch remaps the
-# end-to-end planner's output there); `hybrid-vla graph` keeps the package's own name beside a running stack.
-LAUNCH_TRAJECTORY_TOPIC = "/planning/trajectory"
-# CandidateTrajectories (Autoware's generator-selector framework): `hybrid-vla graph`'s name, and the launch
-# files' default beside the diffusion planner's /planning/generator/diffusion_planner/candidate_trajectories.
-# The selector of autoware_launch's e2e planning reads /planning/generator/candidate_trajectories
-# (docs/INTERFACES.md, "One generator among others").
+LAUNCH_TRAJECTORY_TOPIC = TRAJECTORY_TOPIC          # hybrid_vla.launch.{xml,py} `output/trajectory`
+# CandidateTrajectories (autoware_internal_planning_msgs): `hybrid-vla graph`'s name, and the launch files'
+# default, beside the diffusion planner's /planning/generator/diffusion_planner/candidate_trajectories; it
+# feeds nothing until remapped.
 CANDIDATES_TOPIC = "/planning/hybrid_vla/candidate_trajectories"
 LAUNCH_CANDIDATES_TOPIC = "/planning/generator/hybrid_vla/candidate_trajectories"
+# Turn indicators (autoware_vehicle_msgs/TurnIndicatorsCommand): the package's own name beside a running stack
+# (Autoware's command topic has its own publisher there).
+TURN_INDICATORS_TOPIC = "/planning/hybrid_vla/turn_indicators_cmd"
+# Inputs, Autoware's names: the route (autoware_planning_msgs/LaneletRoute, the mission planner's output) and
+# the acceleration (geometry_msgs/AccelWithCovarianceStamped), as the diffusion planner's launch remaps them.
+ROUTE_TOPIC = "/planning/mission_planning/route"
+ACCELERATION_TOPIC = "/localization/acceleration"
+# The diffusion planner's seat (launch/hybrid_vla_diffusion_seat.launch.xml): the topics its include in
+# autoware_launch wires (tier4_universe_launch/tier4_planning_launch/launch/learning_based_planning/
+# diffusion_planner.launch.xml, autoware_launch 662752e): the candidates go to autoware_trajectory_processor's
+# `input_trajectories`, which publishes /planning/trajectory_generator/trajectory, the validator's input.
+SEAT_CANDIDATES_TOPIC = "/planning/generator/diffusion_planner/candidate_trajectories"
+SEAT_TURN_INDICATORS_TOPIC = "/planning/turn_indicators_cmd"
+VECTOR_MAP_TOPIC = "/map/vector_map"
 KINEMATIC_TOPIC = "/localization/kinematic_state"
 TRAJECTORY_INFO_TOPIC = "/hybrid_vla_suffix/debug/trajectory_info"   # per frame: partition, suffix_ms, ...
 PREFIX_INFO_TOPIC = "/hybrid_vla_prefix/debug/frame_info"             # per frame: partition, prefix_ms, ...
@@ -33,10 +49,14 @@ SUFFIX_STEP_TOPIC = "/hybrid_vla_suffix/debug/step_info"
 
 REMAPS = {
     "hybrid_vla_prefix": {"~/output/boundary_state": BOUNDARY_TOPIC, "~/input/partition_point": PARTITION_TOPIC,
-                          "~/input/kinematic_state": KINEMATIC_TOPIC, "~/input/action_tokens": ACTION_TOKENS_TOPIC},
+                          "~/input/kinematic_state": KINEMATIC_TOPIC, "~/input/action_tokens": ACTION_TOKENS_TOPIC,
+                          "~/input/route": ROUTE_TOPIC, "~/input/acceleration": ACCELERATION_TOPIC,
+                          "~/input/vector_map": VECTOR_MAP_TOPIC},
     "hybrid_vla_suffix": {"~/input/boundary_state": BOUNDARY_TOPIC, "~/output/trajectory": TRAJECTORY_TOPIC,
                           "~/output/trajectories": CANDIDATES_TOPIC,
-                          "~/input/kinematic_state": KINEMATIC_TOPIC, "~/output/action_tokens": ACTION_TOKENS_TOPIC},
+                          "~/input/kinematic_state": KINEMATIC_TOPIC, "~/output/action_tokens": ACTION_TOKENS_TOPIC,
+                          "~/input/route": ROUTE_TOPIC, "~/input/vector_map": VECTOR_MAP_TOPIC,
+                          "~/output/turn_indicators": TURN_INDICATORS_TOPIC},
     "hybrid_vla_scheduler": {"~/output/partition_point": PARTITION_TOPIC, "~/input/prefix_info": PREFIX_INFO_TOPIC,
                              "~/input/trajectory_info": TRAJECTORY_INFO_TOPIC,
                              "~/input/prefix_step_info": PREFIX_STEP_TOPIC, "~/input/suffix_step_info": SUFFIX_STEP_TOPIC},

@@ -44,7 +44,7 @@ class DiagnosticsPublisher:
         for check, level, message, values in checks:
             msg.status.append(DiagnosticStatus(
                 level=self.LEVELS[level], name=f"{self.node.get_name()}: {check}", message=message,
-                hardware_id="hybrid_vla_ros", values=[KeyValue(key=k, value=str(v)) for k, v in values.items()]))
+                hardware_id=self.node.get_name(), values=[KeyValue(key=k, value=str(v)) for k, v in values.items()]))
         self.pub.publish(msg)
 
 

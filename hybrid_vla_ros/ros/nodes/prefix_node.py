@@ -22,7 +22,7 @@ from ...engine.pipeline.worker import StageWorker
 from ...errors import ConfigError, HybridVLAError, expect
 from ...model.load import model_id
 from ...types import EgoState, Frame
-from .. import convert
+from .. import acceleration_input, convert, route_input
 from ..chunk_flow import PrefixChunks
 from .diagnostics import DiagnosticsPublisher
 from .stage_node import StageNode, graph_scope
@@ -34,9 +34,7 @@ from ..params import chosen_cores
 
 NODE_NAME = "hybrid_vla_prefix"
 SENT_STAMPS_KEPT = 256               # seq -> stamp of frames handed over (to name those lost in the ring)
-# An in-flight slot nobody freed (a lost handle) is reclaimed after a time derived from the measured stage
-# times (engine/pipeline/flight.py); a frame waits for its kinematic state up to half the measured period
-# (ros/nodes/time_limits.py): fixed numbers chosen at 0.1 s per frame break at seconds per frame.
+# Time limits (lost in-flight slots, the kinematic-state wait) derive from measured stage times (time_limits.py).
 
 
 class PrefixNode(StageNode):
@@ -58,6 +56,8 @@ class PrefixNode(StageNode):
         self.ego_history = StampedHistory(between=EgoState.between)  # EgoState by stamp, matched to frames
         self.ego_freshness = StateFreshness(self.ego_history, "kinematic state")  # too old or missing: refused
         self.chunk_flow = PrefixChunks(self)   # the chunks parameter: a frame's states (ros/chunk_flow.py)
+        self.route = route_input.RouteInput(self, p, self.model.spec.instruction_template, not p["use_kinematic_state"])
+        self.accel = acceleration_input.AccelerationInput(self, int(p["sync_skew_ms"] * 1e6))  # EgoState.accel_mps2
         self.pub = self.configured_publisher(UInt8MultiArray, "~/output/boundary_state", self.chunk_flow.qos())
         self.info_pub = self.configured_publisher(DiagnosticStatus, "~/debug/frame_info", 10)
         self.diagnostics = None
@@ -67,7 +67,6 @@ class PrefixNode(StageNode):
         else:
             self._configure_frames()
         self._subscribe_cameras()
-        self.ego_gate = None
         self.limits = PrefixTimeLimits(self)
         if p["use_kinematic_state"]:  # a frame waits for its kinematic state here, not in the compute thread
             self.ego_gate = WaitForState(self.ego_history, int(p["sync_skew_ms"] * 1e6),
@@ -116,7 +115,7 @@ class PrefixNode(StageNode):
             self.worker.close()
         if self.handover is not None:
             self.handover.close()
-        self.worker = self.handover = self.packed = None
+        self.worker = self.handover = self.packed = self.ego_gate = None
 
     # ---- inputs ----------------------------------------------------------------------------------------
     def _subscribe_cameras(self) -> None:
@@ -169,6 +168,7 @@ class PrefixNode(StageNode):
 
     def _on_odometry(self, msg: Odometry) -> None:
         self.ego_history.add(convert.stamp_to_ns(msg.header.stamp), convert.odometry_to_ego(msg))
+        self.route.add_odometry(msg)   # the map-frame pose: the frame's navigation (ros/route_input.py)
         self.ego_gate.poll()
 
     def ego_at(self, stamp_ns: int) -> EgoState | None:
@@ -248,23 +248,26 @@ class PrefixNode(StageNode):
             return False
         return True
 
-    def _prepare_packed(self, frame: Frame) -> bool:
-        """An action-token frame's admission, right before its prefill: False = rejected (counted here)."""
-        if not self._admissible(frame):
-            return False
+    def _inputs(self, frame: Frame) -> bool:
+        """The frame's kinematic state, pixels, navigation and instruction, at processing time: False = rejected."""
         frame.ego = self.ego_at(frame.stamp_ns)
         if frame.ego is None or not self._decode(frame):
+            return False
+        self.route.apply(frame)
+        self.accel.apply(frame)
+        return True
+
+    def _prepare_packed(self, frame: Frame) -> bool:
+        """An action-token frame's admission, right before its prefill: False = rejected (counted here)."""
+        if not (self._admissible(frame) and self._inputs(frame)):
             return False
         self.last_stamp_ns = frame.stamp_ns
         return True
 
     def _serve(self, frame: Frame) -> bool:
         """-> True when the state was handed to a suffix in this process."""
-        if not self._admissible(frame):
-            return False
         t0 = time.perf_counter()
-        frame.ego = self.ego_at(frame.stamp_ns)  # at processing time: the matching odometry has arrived
-        if frame.ego is None or not self._decode(frame):
+        if not (self._admissible(frame) and self._inputs(frame)):
             return False
         return self.chunk_flow.serve(frame, t0)   # run, hand over and publish, chunk by chunk (chunks 1: one)
 
@@ -283,8 +286,9 @@ class PrefixNode(StageNode):
                        "camera_sync_discarded": str(self.sync.discarded), "images_decoded": str(self.images_decoded),
                        "images_received": str(self.images_received), "time_jumps": str(self.time_jumps),
                        "inproc_handles_evicted": str(PROCESS_REGISTRY.evicted)})] + self.scene_memory.checks()
-        partition += [self.limits.check(), self.chunk_flow.check(), self.ego_freshness.check(
-            self.params["stale_kinematic_state"] if self.params["use_kinematic_state"] else None)]
+        freshness = self.params["stale_kinematic_state"] if self.params["use_kinematic_state"] else None
+        partition += [self.limits.check(), self.chunk_flow.check(), self.route.check(), self.accel.check(),
+                      self.ego_freshness.check(freshness)]
         if self.packed is not None:
             return partition + self.packed.checks()
         return partition + [

@@ -23,6 +23,7 @@ from ...model.load import model_id
 from .. import convert
 from ..candidates import CandidateOutput
 from ..present import PresentOutput
+from ..turn_signals import TurnSignalOutput
 from ..chunk_flow import SuffixChunks, frame_compute_ms
 from .diagnostics import DiagnosticsPublisher, publish_trajectory_info
 from .stage_node import StageNode, graph_scope
@@ -76,6 +77,7 @@ class SuffixNode(StageNode):
         self.configured_subscription(UInt8MultiArray, "~/input/boundary_state", self._on_boundary, self.chunk_flow.qos())
         self.poses = StampedHistory(between=Pose2D.between) if p["frame_id"] != EGO_FRAME else None
         self.present = PresentOutput(self)   # where and when the output is: matched pose, re-timing (ros/present.py)
+        self.signals = TurnSignalOutput(self)   # ~/output/turn_indicators from the route (ros/turn_signals.py)
         if self.poses is not None:  # the map-frame output needs the ego pose of each frame
             self.configured_subscription(Odometry, "~/input/kinematic_state", self._on_odometry, 50)
             # ... and may wait for it (limits.pose_wait_s): on a thread of its own, never the compute thread's
@@ -112,6 +114,7 @@ class SuffixNode(StageNode):
         self.get_logger().info(
             f"suffix: publishing {self.msg_cls.__module__.split('.')[0]}/{self.msg_cls.__name__} on "
             f"~/output/trajectory ({reason}); {self.candidates.describe()}; {self.present.describe()}; "
+            f"{self.signals.describe()}; "
             f"blocks from zone {list(self.zone)}, dtype "
             f"{self.dtype_choice.dtype} ({self.dtype_choice.reason}), "
             f"worker cores {self.cores or 'unpinned'}"
@@ -272,8 +275,10 @@ class SuffixNode(StageNode):
         frame_id = self.params["frame_id"]
         msg = convert.trajectory_to_msg(trajectory, self.msg_cls, self.output_kind, frame_id, out.points,
                                         stamp_ns=out.stamp_ns, z=out.z)
+        turn = self.signals.command(out.stamp_ns, self.present.current_pose(), float(out.points[0, 3]))  # ego now
         self.pub.publish(msg)
-        self.candidates.publish(msg, out.points, out.stamp_ns, frame_id, out.z)  # same stamp, frame and points
+        self.candidates.publish(msg, out.points, out.stamp_ns, frame_id, out.z, turn)  # same stamp, frame, points
+        self.signals.publish(turn)
         self._publish_markers(out.points, out.stamp_ns)
         publish_trajectory_info(self.info_pub, self.get_name(), trajectory, {**values, **out.info})  # camera stamp
 
@@ -283,7 +288,7 @@ class SuffixNode(StageNode):
         cores = self.cores or list(range(len(loads)))
         load = sum(loads[c] for c in cores if c < len(loads)) / max(1, len(cores))
         role = ([self.role.check()] if self.role is not None else []) + (self.packed.checks() if self.packed else [])
-        role += [self.limits.check(), self.chunk_flow.check()]
+        role += [self.limits.check(), self.chunk_flow.check(), *self.signals.checks()]
         return role + [("cpu_load", 0, f"{load:.0f}% on cores {cores}", {"cpu_load_percent": f"{load:.1f}"}),
                 ("dtype", 0, self.dtype_choice.dtype, {"dtype": self.dtype_choice.dtype,
                                                        "dtype_reason": self.dtype_choice.reason}),
