@@ -42,9 +42,11 @@ INCLUDE_ARGUMENTS = {
     "output_turn_indicators": "/planning/turn_indicators_cmd",
 }
 # The graph's own arguments
-OWN_ARGUMENTS = {"output_trajectory", "hybrid_vla_prefix_param_path", "hybrid_vla_suffix_param_path",
+OWN_ARGUMENTS = {"output_trajectory", "output_processing_time", "hybrid_vla_prefix_param_path", "hybrid_vla_suffix_param_path",
                  "hybrid_vla_scheduler_param_path", "map_path", "lanelet2_map_file", "lanelet2_map_path", "use_sim_time", "single_process",
                  "prefix_cores", "suffix_cores"}
+# autoware_launch 662752e autoware_launch/config/system/processing_time_checker/processing_time_checker.param.yaml
+PROCESSING_TIME = "/planning/trajectory_generator/neural_network_based_planner/diffusion_planner_node/debug/processing_time_ms"
 PROCESSOR_INPUT = "/planning/generator/diffusion_planner/candidate_trajectories"   # its input_trajectories there
 VALIDATOR_OUTPUT = "/planning/trajectory"
 PUSHED_NAMESPACE = "/planning/trajectory_generator/neural_network_based_planner"
@@ -183,7 +185,10 @@ def expected_remaps(args: dict) -> dict:
                               "~/input/vector_map": args["input_vector_map"],
                               "~/output/trajectories": args["output_trajectories"],
                               "~/output/turn_indicators": args["output_turn_indicators"],
-                              "~/output/trajectory": args["output_trajectory"]},
+                              "~/output/trajectory": args["output_trajectory"],
+                              # autoware_launch 662752e autoware_launch/config/system/processing_time_checker/
+                              # processing_time_checker.param.yaml lists the diffusion planner's under this name
+                              "~/debug/processing_time_ms": args["output_processing_time"]},
         "hybrid_vla_scheduler": {"~/output/partition_point": "/hybrid_vla/partition_point",
                                  "~/input/prefix_info": "/hybrid_vla_prefix/debug/frame_info",
                                  "~/input/trajectory_info": "/hybrid_vla_suffix/debug/trajectory_info",
@@ -197,7 +202,7 @@ def test_defaults_feed_the_trajectory_processor_never_the_validators_output(laun
                                           SEAT_TURN_INDICATORS_TOPIC, TRAJECTORY_TOPIC)
     nodes, _ = evaluate(launch_env, {}, namespace=PUSHED_NAMESPACE)
     assert set(nodes) == set(NODES)
-    defaults = dict(INCLUDE_ARGUMENTS, output_trajectory=TRAJECTORY_TOPIC)
+    defaults = dict(INCLUDE_ARGUMENTS, output_trajectory=TRAJECTORY_TOPIC, output_processing_time=PROCESSING_TIME)
     for name, node in nodes.items():
         assert node.expanded_node_namespace == "/", name   # the pushed namespace does not move the graph
         assert remaps(node) == expected_remaps(defaults)[name], name
@@ -256,7 +261,8 @@ def test_the_map_path_comes_from_autoware_launchs_map_path_and_lanelet2_map_file
 def test_overridden_arguments_are_wired(launch_env):
     given = {"input_odometry": "/t/odom", "input_acceleration": "/t/accel", "input_route": "/t/route",
              "input_vector_map": "/t/map", "output_trajectories": "/t/candidates",
-             "output_turn_indicators": "/t/turn_indicators", "output_trajectory": "/t/trajectory"}
+             "output_turn_indicators": "/t/turn_indicators", "output_trajectory": "/t/trajectory",
+             "output_processing_time": "/t/processing_time_ms"}
     nodes, _ = evaluate(launch_env, given, namespace=PUSHED_NAMESPACE)
     expected = expected_remaps(dict(INCLUDE_ARGUMENTS, **given))
     for name, node in nodes.items():
@@ -275,7 +281,8 @@ def test_single_process_gets_the_same_wiring_on_the_graphs_command_line(launch_e
     share = launch_env.parents[1]
     assert argv["params"] == {s: str(share / "config" / f"hybrid_vla_{s}.param.yaml")
                               for s in ("prefix", "suffix", "scheduler")}
-    args = dict(INCLUDE_ARGUMENTS, **given, output_trajectory="/planning/hybrid_vla/trajectory")
+    args = dict(INCLUDE_ARGUMENTS, **given, output_trajectory="/planning/hybrid_vla/trajectory",
+                output_processing_time=PROCESSING_TIME)
     expected = expected_remaps(args)
     for name in ("hybrid_vla_prefix", "hybrid_vla_suffix"):   # the Autoware-facing ones (the graph's own: topics.py)
         autoware_facing = {k: v for k, v in expected[name].items() if not v.startswith("/hybrid_vla")}
