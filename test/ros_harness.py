@@ -108,6 +108,13 @@ class Harness:
             assert wait_until(lambda: len(self.infos) > before, self.spin), f"no trajectory for frame {seq}"
         return frame
 
+    def served_frames(self) -> list:
+        """A list that gets each Frame the prefix serves (waypoint models), as the worker hands it on: its
+        ego state, navigation and instruction as the model saw them."""
+        served, serve = [], self.prefix.chunk_flow.serve
+        self.prefix.chunk_flow.serve = lambda frame, t0: (served.append(frame), serve(frame, t0))[1]
+        return served
+
     def settle(self, seconds=0.5):
         end = time.monotonic() + seconds
         while time.monotonic() < end:

@@ -25,9 +25,7 @@ def test_each_frame_gets_the_acceleration_of_its_stamp_and_a_missing_one_is_coun
     from ros_harness import Harness, wait_until
     h = Harness()
     try:
-        served = []
-        serve = h.prefix.chunk_flow.serve
-        h.prefix.chunk_flow.serve = lambda frame, t0: (served.append(frame), serve(frame, t0))[1]
+        served = h.served_frames()
         assert h.prefix.accel.check()[:2] == ("acceleration", 0)          # none received yet: said, OK
         pub = h.node.create_publisher(AccelWithCovarianceStamped, REMAPS["hybrid_vla_prefix"]["~/input/acceleration"], 50)
         stamp = h.frame(0).stamp_ns

@@ -63,9 +63,7 @@ def test_the_prefix_s_frames_follow_the_route_it_hears(domain, tmp_path):
     ids = write_intersection_map(tmp_path / "intersection.osm")
     h = Harness({"hybrid_vla_prefix": {"map_path": str(tmp_path / "intersection.osm"), "route_lookahead_m": 10.0}})
     try:
-        served, statuses = [], []
-        serve = h.prefix.chunk_flow.serve
-        h.prefix.chunk_flow.serve = lambda frame, t0: (served.append(frame), serve(frame, t0))[1]
+        served, statuses = h.served_frames(), []
         h.node.create_subscription(DiagnosticArray, "/diagnostics", lambda m: statuses.extend(m.status), 50)
         odom = h.node.create_publisher(Odometry, KINEMATIC_TOPIC, 10)
         route_topic = REMAPS["hybrid_vla_prefix"].get("~/input/route", "/hybrid_vla_prefix/input/route")
@@ -108,9 +106,7 @@ def test_without_a_map_frames_keep_the_instruction_parameter_and_are_counted(dom
     from ros_harness import Harness
     h = Harness()
     try:
-        served = []
-        serve = h.prefix.chunk_flow.serve
-        h.prefix.chunk_flow.serve = lambda frame, t0: (served.append(frame), serve(frame, t0))[1]
+        served = h.served_frames()
         h.send_frame(0)
         assert served[-1].instruction == h.prefix.params["instruction"] and served[-1].navigation.source == "default"
         assert h.prefix.route.counts["no_map"] == 1 and h.prefix.route.check()[1] == 0   # OK: navigation not asked
