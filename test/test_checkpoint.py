@@ -242,3 +242,16 @@ def test_a_checkpoint_names_its_instruction_template_and_one_without_reads_as_be
     model.spec = dataclasses.replace(model.spec, instruction_template="{command}; target {target_x:.0f} m")
     save_checkpoint(model, tmp_path / "named")
     assert load_checkpoint(tmp_path / "named").spec.instruction_template == "{command}; target {target_x:.0f} m"
+
+
+def test_a_spec_field_given_as_its_own_metadata_key_is_refused_naming_it(tmp_path):
+    """head, head_config, ... belong inside the 'hybrid_vla' JSON; as keys of their own they would be ignored."""
+    from safetensors import safe_open
+    from hybrid_vla_ros.model.load import load_vla
+    save_checkpoint(load_vla(preset="tiny"), tmp_path / "ckpt")
+    path = tmp_path / "ckpt" / HEAD_FILE
+    with safe_open(str(path), "pt") as f:
+        meta, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
+    save_file(tensors, str(path), metadata={**meta, "head": "gru"})
+    with pytest.raises(ConfigError, match=r"metadata keys \['head'\] are not read"):
+        load_checkpoint(tmp_path / "ckpt")

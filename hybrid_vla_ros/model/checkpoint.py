@@ -45,7 +45,8 @@ def save_checkpoint(model: VLAModel, directory: str | Path, max_shard_size: str 
     from transformers.utils import logging as hf_logging
     hf_logging.disable_progress_bar()
     own = {k: v for k, v in model.backbone.state_dict().items() if not is_adapter_parameter(k)}  # not LoRA
-    model.backbone.save_pretrained(directory, state_dict=own, max_shard_size=max_shard_size, safe_serialization=True)
+    # transformers 5 writes safetensors only (its save_pretrained has no safe_serialization argument any more)
+    model.backbone.save_pretrained(directory, state_dict=own, max_shard_size=max_shard_size)
     save_adapters(model, directory)   # peft's layout, beside the untouched backbone
     head = {k: v.detach().contiguous().cpu() for k, v in model.action_head.state_dict().items()}
     fields = VLA_FIELDS + (TOKEN_FIELDS if model.spec.action_head == "tokens" else ())

@@ -52,7 +52,8 @@ def _refuse_pickle(directory: Path) -> None:
     offered = [name for name in PICKLE_FILES if (directory / name).exists()]
     expect(not offered, ConfigError,
            f"checkpoint '{directory}': {offered[0] if offered else ''} is a pickle file; only safetensors are "
-           f"loaded (convert it with transformers: save_pretrained(..., safe_serialization=True))")
+           f"loaded (load it with torch.load(..., weights_only=True) and write it with transformers' "
+           f"save_pretrained, which writes safetensors; or `hybrid-vla convert`: docs/CHECKPOINTS.md)")
 
 
 def _weight_map(directory: Path) -> dict[str, Path]:
@@ -94,6 +95,9 @@ def _head_metadata(directory: Path, fresh_head: bool) -> tuple[Path | None, dict
         meta = handle.metadata() or {}
     expect(meta.get("format") == HEAD_FORMAT, ConfigError,
            f"checkpoint '{path}': metadata format {meta.get('format')!r}, expected {HEAD_FORMAT!r}")
+    stray = sorted(set(meta) - {"format", "hybrid_vla"})
+    expect(not stray, ConfigError, f"checkpoint '{path}': metadata keys {stray} are not read: the spec's fields "
+           f"(head, head_config, query_tokens, passes, ...) go inside the 'hybrid_vla' JSON (docs/CHECKPOINTS.md)")
     try:
         vla = json.loads(meta.get("hybrid_vla", "{}"))
     except json.JSONDecodeError as exc:

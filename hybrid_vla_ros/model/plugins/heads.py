@@ -2,7 +2,9 @@
 The suffix keeps only the query tokens' rows after the last block.
 
 The interface a plugin implements (subclass WaypointHead):
-    from_config(config, hidden_size, spec)  -> an instance; `config` (JSON-able) is saved with its weights
+    from_config(config, hidden_size, spec)  -> an instance; `config` = head_config(spec) below: num_waypoints,
+                                            head_hidden, query_tokens (of every pass) and the spec's head_config
+                                            (saved in the head file's `hybrid_vla` JSON); spec: the VLASpec
     query_tokens                            how many query tokens it reads (the prompt's last ones, of every
                                             pass of a several-pass model, in pass order)
     forward(query_hidden (B, Q, H))         -> (B, N, 4) per-step dx, dy, heading, speed

@@ -2,10 +2,14 @@
 image placeholders (the ORION / MindDrive front end). An encoder may keep cross-frame memory; it runs in the
 prefix, one frame at a time, in frame order.
 
-The interface a plugin implements (subclass SceneEncoder):
-    from_config(config, hidden_size, spec)   -> an instance; `config` (JSON-able) is saved with its weights
-    num_tokens                               scene tokens per frame
-    forward(images (N, 3, H, W), ego (2,), stamp_ns) -> (num_tokens, hidden_size)
+The interface a plugin implements (subclass SceneEncoder; docs/CHECKPOINTS.md, "Writing your own scene encoder
+and head", says what each argument holds):
+    from_config(config, hidden_size, spec)   -> an instance; `config` is the spec's scene_config (JSON-able,
+                                                saved in scene_encoder.safetensors' metadata)
+    tokens_for(config)                       (classmethod) scene tokens per frame of that config: the prompt is
+                                                laid out from it before any encoder exists (`num_tokens`, an
+                                                instance attribute, is for the plugin's own use only)
+    forward(images (N, 3, H, W), ego (2,), stamp_ns) -> (tokens_for(config), hidden_size)
     reset_memory(), memory_length()          its cross-frame state (none: the defaults)
 `encode()` (not to override) runs forward in frame order: a stamp going back (a bag loop, /clock reset)
 resets the memory first; every reset is counted with its reason.
