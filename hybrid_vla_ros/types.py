@@ -80,6 +80,7 @@ class Frame:
     instruction: str = "drive safely to the goal"
     arrival_ns: int = 0  # wall clock (ns since the epoch) when the frame was complete at the prefix; 0 = unknown
     navigation: Navigation | None = None  # the route's navigation at the frame's pose (None: not computed)
+    context: object = None  # context.FrameContext: geometry, pose, history, navigation as data; None: not built
 
 
 @dataclass
@@ -187,6 +188,7 @@ class BoundaryState:
     chunk_index: int = 0
     chunk_count: int = 1
     chunk_start: int = 0
+    context: object = field(default=None, compare=False)  # the frame's context.FrameContext, for the head
     # Set by an in-process handover: the sender's FlightControl (engine/pipeline/flight.py); the receiver reports
     # suffix_started() / suffix_finished(s) to it, which frees the sender's in-flight slot. Never serialised.
     flight: object = field(default=None, repr=False, compare=False)

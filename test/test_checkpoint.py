@@ -201,12 +201,19 @@ def test_pickle_is_refused_and_a_missing_head_only_on_request(exported, tiny_mod
 
 
 def test_the_package_never_unpickles():
+    """No pickle anywhere, and torch's unpickler in one place only: hybrid-vla convert's loader
+    (convert/safe_load.py), where every call passes weights_only=True (test_checkpoint_convert.py feeds it a
+    malicious pickle)."""
     import pathlib
     import re
     root = pathlib.Path(__file__).resolve().parents[1] / "hybrid_vla_ros"
-    pattern = re.compile(r"\bimport pickle\b|\bpickle\.loads?\(|torch\.load\(|weights_only\s*=\s*False")
-    offenders = [str(p) for p in root.rglob("*.py") if pattern.search(p.read_text())]
-    assert offenders == []
+    pattern = re.compile(r"\bimport pickle\b|\bpickle\.loads?\(|torch\.load\(|weights_only\s*=\s*False|"
+                         r"torch\.serialization\b|_weights_only_load")
+    offenders = {str(p.relative_to(root)) for p in root.rglob("*.py") if pattern.search(p.read_text())}
+    assert offenders <= {"convert/safe_load.py"}, offenders
+    loader = (root / "convert" / "safe_load.py").read_text()
+    calls = [loader[m.end():m.end() + 200].split("\n\n")[0] for m in re.finditer(r"_weights_only_load\(", loader)]
+    assert calls and all("weights_only=True" in c for c in calls), calls   # each call's arguments
 
 
 def test_memory_command_measures_each_stage_in_its_own_process(exported, tmp_path):

@@ -6,8 +6,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "hybrid_vla_ros"
 # Bottom to top. A module may import its own layer and those below; the bottom modules are importable by all.
-LAYERS = ["bottom", "sim", "model", "engine", "plan", "learn", "ros", "bench", "cli"]
-BOTTOM = {"types", "errors", "stop", "report"}
+LAYERS = ["bottom", "route", "sim", "model", "engine", "plan", "learn", "convert", "ros", "bench", "cli"]
+BOTTOM = {"types", "errors", "stop", "report", "context"}
 ROS_ROOTS = ("rclpy", "rosidl", "launch", "launch_ros", "ament_index_python", "rosbags")
 MAX_FILE_LINES, MAX_FUNCTION_LINES = 300, 60
 

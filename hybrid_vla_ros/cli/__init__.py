@@ -1,6 +1,6 @@
 """`hybrid-vla`: one sub-command family per area, each module registering its own sub-commands:
 engine (verify, info, run, export), bench (bench, memory), profile (profile, --roofline), plan (plan), graph (graph, demo, schema), bags (record, replay,
-make-sample-drive), learn (train). Heavy imports (torch, rclpy) happen inside the commands, after the stop handler is in
+make-sample-drive), learn (train), convert (convert). Heavy imports (torch, rclpy) happen inside the commands, after the stop handler is in
 place, so a Ctrl-C at any moment ends the program cleanly."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from .. import stop
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import bags, bench, engine, graph, learn, plan, profile
+    from . import bags, bench, convert, engine, graph, learn, plan, profile
     parser = argparse.ArgumentParser(prog="hybrid-vla", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    for area in (engine, bench, profile, plan, graph, bags, learn):
+    for area in (engine, bench, profile, plan, graph, bags, learn, convert):
         area.register(sub)
     return parser
 

@@ -52,8 +52,8 @@ def _refuse_pickle(directory: Path) -> None:
     offered = [name for name in PICKLE_FILES if (directory / name).exists()]
     expect(not offered, ConfigError,
            f"checkpoint '{directory}': {offered[0] if offered else ''} is a pickle file; only safetensors are "
-           f"loaded (load it with torch.load(..., weights_only=True) and write it with transformers' "
-           f"save_pretrained, which writes safetensors; or `hybrid-vla convert`: docs/CHECKPOINTS.md)")
+           f"loaded (`hybrid-vla convert` reads it with torch's weights-only unpickler and writes safetensors: "
+           f"docs/CHECKPOINTS.md)")
 
 
 def _weight_map(directory: Path) -> dict[str, Path]:

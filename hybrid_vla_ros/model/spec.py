@@ -78,6 +78,9 @@ class VLASpec:
     # The prompt's instruction while a route navigates (route/text.py): a format string over {command},
     # {distance_m}, {goal_x}, {goal_y}, {target_x}, {target_y}; empty = route/text.py DEFAULT_TEMPLATE.
     instruction_template: str = ""
+    # The frame context pieces (context.py CONTEXT_PIECES: cameras, pose, history, navigation) the model needs: a
+    # frame lacking one is refused at the prefix (context_missing_<piece>); pieces not named are filled where known.
+    context: list = field(default_factory=list)
     notes: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -101,6 +104,9 @@ class VLASpec:
                    f"ids above the prompt's {MIN_VOCAB}; raise vocab_size for more)")
             expect(self.action_step_range_m > 0, ConfigError,
                    f"spec '{self.name}': action_step_range_m={self.action_step_range_m}, expected > 0")
+        from ..context import CONTEXT_PIECES
+        expect(isinstance(self.context, list) and all(p in CONTEXT_PIECES for p in self.context), ConfigError,
+               f"spec '{self.name}': context={self.context!r}, expected a list of {list(CONTEXT_PIECES)}")
         if self.instruction_template:   # route/ is ROS-free and torch-free: checked here, at load
             from ..route.text import check_template
             check_template(self.instruction_template)

@@ -76,6 +76,13 @@ PREFIX_PARAMS = _common_model() + [
               "(a single camera: [~/input/image])"),
     ParamSpec("image_transport", "string", "raw sensor_msgs/Image or sensor_msgs/CompressedImage",
               choices=("raw", "compressed")),
+    ParamSpec("camera_info_topics", "string_array", "sensor_msgs/CameraInfo topic of each camera, in camera_topics' "
+              "order (the frame context: intrinsics, image size and, with /tf_static, base_link -> the camera's "
+              "frame; context.py); [auto] = image_transport's sibling of each camera topic, <ns>/camera_info"),
+    ParamSpec("pose_history", "int", "the frame context's ego history: this many map-frame poses before the "
+              "frame's stamp (from ~/input/kinematic_state); 0 = none", 0, 64),
+    ParamSpec("pose_history_step_s", "double", "seconds between the history's poses (the k-th at stamp - k x step, "
+              "interpolated); 0 = the last pose_history odometry samples as they came", 0.0, 10.0),
     ParamSpec("sync_skew_ms", "double", "largest stamp difference between cameras of one frame", 0.0, 10000.0),
     ParamSpec("max_image_megapixels", "double", "largest camera image taken, in megapixels, checked before "
               "decoding (a few-KB PNG can declare 170 MP: 0.5 GB decoded)", 0.01, 1000.0),

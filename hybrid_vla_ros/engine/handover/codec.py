@@ -12,22 +12,34 @@ stays the frame's, DeepStack positions are chunk-relative, and a chunk without i
 (positions (0,), features (k - p, 0, H): zero bytes each).
 Versions 1 (three tensors) and 2 (DeepStack, five) have no chunk part (a 36-byte header) and are
 still read as an unchunked state: chunk 0 of 1 from token 0.
+Version 4 = version 3 + the frame's context (hybrid_vla_ros/context.py FrameContext) after the last tensor:
+    context  "<4sHHI"      magic b"HVLC", context version (1), 0, n; then n bytes of UTF-8 JSON (FrameContext
+                           to_dict, padded with spaces to a multiple of CONTEXT_ALIGN: a model's states keep one
+                           size, and the shared-memory ring its slots), at most MAX_CONTEXT_BYTES
+A state without a context is written as version 3 (what a receiver without the context block reads); a state
+with one as version 4, which such a receiver refuses by its version.
 """
 
 from __future__ import annotations
 
+import json
 import struct
 import warnings
 
 import torch
 
+from ...context import FrameContext
 from ...errors import InputError, expect
 from ...types import BoundaryState, DeepStack
 from ..chunking import MAX_CHUNKS
 
 MAGIC = b"HVLB"
-VERSION = 3
-READS = (1, 2, 3)
+VERSION = 3                                   # without a context; CONTEXT_VERSION with one
+CONTEXT_VERSION = 4
+READS = (1, 2, 3, 4)
+CONTEXT_HEAD = struct.Struct("<4sHHI")        # version 4: the context block's head after the last tensor
+CONTEXT_MAGIC, CONTEXT_BLOCK_VERSION = b"HVLC", 1
+CONTEXT_ALIGN, MAX_CONTEXT_BYTES = 1024, 1 << 20
 BASE = struct.Struct("<4sHHIqqiI")            # versions 1 and 2: the whole header
 CHUNK = struct.Struct("<HHi")                 # version 3: chunk_index, chunk_count, chunk_start after BASE
 HEADER = struct.Struct("<4sHHIqqiIHHi")       # version 3: BASE + CHUNK, what encode writes
@@ -120,8 +132,19 @@ def check_chunk(index, count, start, source: str) -> None:
            f"{where}: chunk 0 starts at token 0 and every later chunk after it (spans are not empty)")
 
 
+def _context_json(state: BoundaryState) -> bytes:
+    """The state's context as the block's padded JSON (b"" without one)."""
+    if state.context is None:
+        return b""
+    text = json.dumps(state.context.to_dict(), separators=(",", ":"), allow_nan=False).encode()
+    expect(len(text) <= MAX_CONTEXT_BYTES, InputError,
+           f"boundary state of frame {state.seq}: a context of {len(text)} bytes (at most {MAX_CONTEXT_BYTES})")
+    return text.ljust(-(-len(text) // CONTEXT_ALIGN) * CONTEXT_ALIGN)
+
+
 def encoded_size(state: BoundaryState) -> int:
-    return HEADER.size + tensors_size(_tensors(state))
+    context = _context_json(state)
+    return HEADER.size + tensors_size(_tensors(state)) + (CONTEXT_HEAD.size + len(context) if context else 0)
 
 
 def encode_into(state: BoundaryState, buffer, offset: int = 0) -> int:
@@ -131,11 +154,18 @@ def encode_into(state: BoundaryState, buffer, offset: int = 0) -> int:
            f"boundary state of frame {state.seq}: DeepStack from block {getattr(state.deepstack, 'first_block', 0)}, "
            f"cut at {state.partition}")
     check_chunk(state.chunk_index, state.chunk_count, state.chunk_start, f"boundary state of frame {state.seq}")
-    HEADER.pack_into(buffer, offset, MAGIC, VERSION, 0, state.partition, state.seq, state.stamp_ns,
-                     state.query_index, len(tensors), state.chunk_index, state.chunk_count, state.chunk_start)
+    context = _context_json(state)
+    HEADER.pack_into(buffer, offset, MAGIC, CONTEXT_VERSION if context else VERSION, 0, state.partition, state.seq,
+                     state.stamp_ns, state.query_index, len(tensors), state.chunk_index, state.chunk_count,
+                     state.chunk_start)
     pos = offset + HEADER.size
     for t in tensors:
         pos = write_tensor(buffer, pos, t)
+    if context:
+        CONTEXT_HEAD.pack_into(buffer, pos, CONTEXT_MAGIC, CONTEXT_BLOCK_VERSION, 0, len(context))
+        pos += CONTEXT_HEAD.size
+        memoryview(buffer)[pos:pos + len(context)] = context
+        pos += len(context)
     return pos - offset
 
 
@@ -157,11 +187,30 @@ def decode(buffer, source: str = "boundary payload", copy: bool = True) -> Bound
     for name in names:
         tensor, pos = read_tensor(view, pos, name, source, copy)
         tensors.append(tensor)
-    expect(pos == view.nbytes, InputError, f"{source}: {view.nbytes - pos} trailing bytes after the last tensor")
+    context, pos = _read_context(view, pos, source) if version >= CONTEXT_VERSION else (None, pos)
+    expect(pos == view.nbytes, InputError, f"{source}: {view.nbytes - pos} trailing bytes after the last "
+           f"{'tensor' if version < CONTEXT_VERSION else 'block'}")
     deepstack = DeepStack(tensors[3], tensors[4], partition) if len(tensors) == 5 else None
     return BoundaryState(hidden=tensors[0], position_ids=tensors[1], attention_mask=tensors[2], partition=partition,
                          seq=seq, stamp_ns=stamp, query_index=query, deepstack=deepstack, chunk_index=index,
-                         chunk_count=count, chunk_start=start)
+                         chunk_count=count, chunk_start=start, context=context)
+
+
+def _read_context(view: memoryview, pos: int, source: str) -> tuple[FrameContext, int]:
+    """The version 4 context block at `pos`, every field checked -> (context, next pos)."""
+    expect(view.nbytes >= pos + CONTEXT_HEAD.size, InputError, f"{source}: truncated before the context block")
+    magic, block_version, _, n = CONTEXT_HEAD.unpack_from(view, pos)
+    expect(magic == CONTEXT_MAGIC, InputError, f"{source}: context block magic {magic!r}, expected {CONTEXT_MAGIC!r}")
+    expect(block_version == CONTEXT_BLOCK_VERSION, InputError,
+           f"{source}: context block version {block_version}, this decoder reads {CONTEXT_BLOCK_VERSION}")
+    pos += CONTEXT_HEAD.size
+    expect(n <= MAX_CONTEXT_BYTES and view.nbytes >= pos + n, InputError,
+           f"{source}: context block of {n} bytes ({view.nbytes - pos} present, at most {MAX_CONTEXT_BYTES})")
+    try:
+        data = json.loads(bytes(view[pos:pos + n]).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise InputError(f"{source}: context block is not JSON ({exc})") from exc
+    return FrameContext.from_dict(data, f"{source}: context"), pos + n
 
 
 def _header(view: memoryview, source: str) -> tuple[int, tuple, tuple[int, int, int]]:
@@ -172,11 +221,12 @@ def _header(view: memoryview, source: str) -> tuple[int, tuple, tuple[int, int, 
     header = BASE.unpack_from(view, 0)
     magic, version = header[:2]
     expect(magic == MAGIC, InputError, f"{source}: magic {magic!r}, expected {MAGIC!r} (not a boundary state)")
-    expect(version in READS, InputError, f"{source}: version {version}, this decoder reads versions {READS}")
+    expect(version in READS, InputError, f"{source}: version {version}, this decoder reads versions {READS[:3]} "
+           f"(and {CONTEXT_VERSION}: with a frame context)")
     if version < 3:
         return version, header, (0, 1, 0)
     expect(view.nbytes >= HEADER.size, InputError,
-           f"{source}: {view.nbytes} bytes is shorter than the {HEADER.size}-byte version 3 header")
+           f"{source}: {view.nbytes} bytes is shorter than the {HEADER.size}-byte version {version} header")
     chunk = CHUNK.unpack_from(view, BASE.size)
     check_chunk(*chunk, source)
     return version, header, chunk

@@ -16,10 +16,12 @@ from ...errors import ConfigError, InputError, expect
 from ...model.spec import get_preset
 from ...types import Trajectory
 from .. import convert
-from .storage import BagWriter, reliable_qos, sensor_qos
+from ...context import camera_info_topic, quaternion_of, sample_rig
+from .storage import BagWriter, latched_qos, reliable_qos, sensor_qos, typestore_with
 from ..topics import KINEMATIC_TOPIC
 
 GROUND_TRUTH_TOPIC = "/ground_truth/trajectory"
+TF_STATIC_TOPIC, TF_TYPE = "/tf_static", "tf2_msgs/msg/TFMessage"
 START_NS = 1_700_000_000_000_000_000
 
 
@@ -32,13 +34,16 @@ class DriveStep(NamedTuple):
 
 def write_drive(path: str | Path, camera_topics: list[str], steps: Iterable[DriveStep], rate_hz: float = 10.0,
                 storage: str = "mcap", compressed: bool = True, seed: int = 7,
-                receive_delay_ms: tuple[float, float] = (2.0, 12.0)) -> Path:
+                receive_delay_ms: tuple[float, float] = (2.0, 12.0), context: bool = True) -> Path:
+    """context: with each camera's CameraInfo (on its image_transport sibling `<ns>/camera_info`, sent just
+    before the image) and /tf_static (latched, once, first): context.py's sample rig."""
     from nav_msgs.msg import Odometry, Path as PathMsg
     from rclpy.serialization import serialize_message
     from sensor_msgs.msg import CompressedImage, Image
     writer = BagWriter(path, storage)
     for topic in camera_topics:
         writer.declare(topic, [sensor_qos()])
+    rig = ContextRecording(writer, camera_topics) if context else None
     writer.declare(KINEMATIC_TOPIC, [reliable_qos()])
     writer.declare(GROUND_TRUTH_TOPIC, [reliable_qos()])  # a topic exists in the bag once it has a message
     rng, low, high = np.random.default_rng(seed), int(receive_delay_ms[0] * 1e6), int(receive_delay_ms[1] * 1e6)
@@ -46,6 +51,8 @@ def write_drive(path: str | Path, camera_topics: list[str], steps: Iterable[Driv
     try:
         for seq, step in enumerate(steps):
             stamp = START_NS + int(seq * 1e9 / rate_hz)
+            if rig is not None and seq == 0:
+                rig.tf_static(step.images, START_NS - 1)
             odom = Odometry()
             convert.ns_to_stamp(stamp, odom.header.stamp)
             odom.header.frame_id, odom.child_frame_id = "map", "base_link"
@@ -61,11 +68,55 @@ def write_drive(path: str | Path, camera_topics: list[str], steps: Iterable[Driv
                 convert.ns_to_stamp(stamp, msg.header.stamp)
                 msg.header.frame_id = f"camera{index}/camera_optical_link"
                 out.append((stamp + int(rng.integers(low, high + 1)), topic, camera_type, serialize_message(msg)))
+                if rig is not None:   # its CameraInfo, received just before the image
+                    out += rig.camera_info(index, step.images[index].shape, stamp, out[-1][0] - 1)
             for receive_ns, topic, msgtype, raw in sorted(out):
                 writer.write(topic, msgtype, receive_ns, raw)
     finally:
         writer.close()
     return Path(path)
+
+
+class ContextRecording:
+    """A drive's frame context as a car records it (context.py sample_rig): /tf_static (reliable, transient
+    local, as tf2's static broadcaster offers it) and each camera's CameraInfo (best effort, as a driver)."""
+
+    def __init__(self, writer: BagWriter, camera_topics: list[str]):
+        self.writer, self.topics = writer, [camera_info_topic(t) for t in camera_topics]
+        self.rigs: dict = {}
+        for topic in self.topics:
+            writer.declare(topic, [sensor_qos()])
+        writer.declare(TF_STATIC_TOPIC, [latched_qos()])
+
+    def _rig(self, shape) -> list:
+        height, width = shape[:2]
+        return self.rigs.setdefault((width, height), sample_rig(len(self.topics), width, height))
+
+    def tf_static(self, images, receive_ns: int) -> None:
+        """One TFMessage with every camera's chain, serialised with the bag type store (no tf2_msgs needed)."""
+        store = typestore_with([TF_TYPE])
+        T = store.types
+        transforms = []
+        for parent, child, t in (edge for _, _, chain in self._rig(images[0].shape) for edge in chain):
+            (x, y, z), q = t[:3, 3], quaternion_of(t[:3, :3])
+            transforms.append(T["geometry_msgs/msg/TransformStamped"](
+                header=T["std_msgs/msg/Header"](stamp=T["builtin_interfaces/msg/Time"](*divmod(START_NS, 10**9)),
+                                                frame_id=parent), child_frame_id=child,
+                transform=T["geometry_msgs/msg/Transform"](translation=T["geometry_msgs/msg/Vector3"](x, y, z),
+                                                           rotation=T["geometry_msgs/msg/Quaternion"](*q))))
+        raw = store.serialize_cdr(T[TF_TYPE](transforms=transforms), TF_TYPE)
+        self.writer.write(TF_STATIC_TOPIC, TF_TYPE, receive_ns, bytes(raw))
+
+    def camera_info(self, index: int, shape, stamp: int, receive_ns: int) -> list[tuple]:
+        from rclpy.serialization import serialize_message
+        from sensor_msgs.msg import CameraInfo
+        frame_id, k, _ = self._rig(shape)[index]
+        msg = CameraInfo(width=int(shape[1]), height=int(shape[0]), distortion_model="plumb_bob",
+                         d=[0.0] * 5, k=k.ravel().tolist(), r=[1.0, 0, 0, 0, 1.0, 0, 0, 0, 1.0],
+                         p=np.hstack([k, np.zeros((3, 1))]).ravel().tolist())
+        convert.ns_to_stamp(stamp, msg.header.stamp)
+        msg.header.frame_id = frame_id
+        return [(receive_ns, self.topics[index], "sensor_msgs/msg/CameraInfo", serialize_message(msg))]
 
 
 def road_steps(preset: str, frames: int, seed: int, rate_hz: float = 10.0):

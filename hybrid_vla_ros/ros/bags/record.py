@@ -1,7 +1,8 @@
 """Recording topics into a rosbag2 folder the way `ros2 bag record` does: each topic is subscribed once a
 publisher of it is seen, with a QoS that matches every publisher (best effort when any of them is: camera
 drivers publish best effort, and a reliable subscription would get nothing), the offered QoS is stored in
-the bag, and each message is stamped with its receive time on the recorder's clock."""
+the bag, and each message is stamped with its receive time on the recorder's clock. Where every publisher offers
+transient local (/tf_static), so does the subscription: latched samples sent before recording are recorded."""
 
 from __future__ import annotations
 
@@ -9,7 +10,17 @@ from pathlib import Path
 
 from rclpy.qos import ReliabilityPolicy
 
+from ...context import camera_info_topic
 from .storage import BagWriter, message_class, qos_from_bag, qos_to_bag
+
+CONTEXT_TYPES = {"camera_info": "sensor_msgs/msg/CameraInfo", "/tf_static": "tf2_msgs/msg/TFMessage"}
+
+
+def with_context(topics: dict[str, str | None], camera_topics: list[str]) -> dict[str, str | None]:
+    """`topics` plus what a frame's context is made of (ros/context_input.py): each camera's CameraInfo (its
+    image_transport sibling, `<ns>/camera_info`) and /tf_static."""
+    extra = {camera_info_topic(t): CONTEXT_TYPES["camera_info"] for t in camera_topics}
+    return {**topics, **extra, "/tf_static": CONTEXT_TYPES["/tf_static"]}
 
 
 class Recorder:

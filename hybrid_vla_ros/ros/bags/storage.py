@@ -74,6 +74,12 @@ def reliable_qos() -> Qos:
     return qos_to_bag(QoSProfile(depth=10))
 
 
+def latched_qos() -> Qos:
+    """What tf2's static broadcaster offers on /tf_static (reliable, transient local, depth 1)."""
+    from rclpy.qos import DurabilityPolicy, QoSProfile
+    return qos_to_bag(QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL))
+
+
 def sensor_qos() -> Qos:
     """What a camera driver offers (rclpy's qos_profile_sensor_data)."""
     from rclpy.qos import qos_profile_sensor_data

@@ -15,7 +15,7 @@ from ...engine.cpu import default_stage_cores
 from ...engine.pipeline.flight import FlightControl
 from ...engine.handover.endpoints import HOST_ID, PROCESS_REGISTRY, HandoverEncoder
 from ...engine.placement import Placement
-from ...engine.stages import PrefixStage
+from ..context_input import ContextInput, ContextPrefixStage
 from ...engine.pipeline.camera_sync import CameraSync, StampedHistory, StateFreshness, WaitForState
 from ...engine.pipeline.stamp_order import stamp_order
 from ...engine.pipeline.worker import StageWorker
@@ -49,15 +49,15 @@ class PrefixNode(StageNode):
                                           p["dtype"], p["dtype"])
         # cores [-1]: the prefix's share of a default split (bringup, launch and ros2 run alike)
         self.cores = chosen_cores(p["cores"]) or default_stage_cores(0)
-        self.seq = 0
         self.images_decoded = 0  # camera images decoded: only those of sets the worker took
         self.images_received = 0  # camera images the callbacks got (while active)
-        self.last_stamp_ns, self.time_jumps = -1, 0
+        self.seq, self.last_stamp_ns, self.time_jumps = 0, -1, 0
         self.ego_history = StampedHistory(between=EgoState.between)  # EgoState by stamp, matched to frames
         self.ego_freshness = StateFreshness(self.ego_history, "kinematic state")  # too old or missing: refused
         self.chunk_flow = PrefixChunks(self)   # the chunks parameter: a frame's states (ros/chunk_flow.py)
         self.route = route_input.RouteInput(self, p, self.model.spec.instruction_template, not p["use_kinematic_state"])
         self.accel = acceleration_input.AccelerationInput(self, int(p["sync_skew_ms"] * 1e6))  # EgoState.accel_mps2
+        self.context_input = ContextInput(self, p, self.model.spec, self.route.poses, self.accel)  # frame.context
         self.pub = self.configured_publisher(UInt8MultiArray, "~/output/boundary_state", self.chunk_flow.qos())
         self.info_pub = self.configured_publisher(DiagnosticStatus, "~/debug/frame_info", 10)
         self.diagnostics = None
@@ -89,7 +89,7 @@ class PrefixNode(StageNode):
     def _configure_frames(self) -> None:
         """A waypoint-head model: one boundary state per frame, through the handover."""
         p = self.params
-        self.stage = PrefixStage(self.model, p["partition_point"], self.placement, self.zone)
+        self.stage = ContextPrefixStage(self.model, p["partition_point"], self.placement, self.zone)
         # max_in_flight: frames taken and not finished by the suffix (in-process suffix: it frees the slot;
         # otherwise the slot is freed once the state left this process, and the ring bounds what waits).
         # Chunked: a slot per frame, freed with its last chunk; the ring holds max_in_flight x chunks states.
@@ -255,7 +255,7 @@ class PrefixNode(StageNode):
             return False
         self.route.apply(frame)
         self.accel.apply(frame)
-        return True
+        return self.context_input.apply(frame)   # frame.context; a needed piece missing: refused, counted
 
     def _prepare_packed(self, frame: Frame) -> bool:
         """An action-token frame's admission, right before its prefill: False = rejected (counted here)."""
@@ -288,7 +288,7 @@ class PrefixNode(StageNode):
                        "inproc_handles_evicted": str(PROCESS_REGISTRY.evicted)})] + self.scene_memory.checks()
         freshness = self.params["stale_kinematic_state"] if self.params["use_kinematic_state"] else None
         partition += [self.limits.check(), self.chunk_flow.check(), self.route.check(), self.accel.check(),
-                      self.ego_freshness.check(freshness)]
+                      self.ego_freshness.check(freshness), self.context_input.check()]
         if self.packed is not None:
             return partition + self.packed.checks()
         return partition + [

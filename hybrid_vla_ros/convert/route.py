@@ -1,0 +1,60 @@
+"""Every source tensor to exactly one place: a part (backbone, action head, scene encoder), a LoRA adapter, or
+dropped on purpose by the mapping. A key nothing takes is refused, naming it; so is a name two keys map to."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..errors import ConfigError, expect
+from .mapping import LORA_KEY, PARTS, Mapping
+
+
+@dataclass
+class Routed:
+    parts: dict = field(default_factory=lambda: {p: {} for p in PARTS})   # part -> {name: tensor}
+    adapters: dict = field(default_factory=dict)     # adapter -> {peft key: tensor}
+    dropped: list = field(default_factory=list)      # source keys, as in the file
+    origin: dict = field(default_factory=dict)       # (place, name) -> source key (collisions name both)
+
+    def put(self, place: tuple, name: str, tensor: torch.Tensor, key: str, table: dict) -> None:
+        seen = self.origin.get((place, name))
+        expect(seen is None, ConfigError,
+               f"source keys '{seen}' and '{key}' both map to '{name}' in {'/'.join(place)}: fix the mapping's renames")
+        self.origin[(place, name)] = key
+        table[name] = tensor
+
+
+def _adapter(routed: Routed, mapping: Mapping, key: str, renamed: str, tensor) -> bool:
+    """A peft multi-adapter key -> adapters/<name>/ under peft's name for the backbone module; True if taken."""
+    found = LORA_KEY.match(renamed) if mapping.adapters is not None else None
+    if found is None:
+        return False
+    target = mapping.part_of(found["module"])
+    expect(target is not None and target[0] == "backbone", ConfigError,
+           f"source key '{key}' (renamed '{renamed}'): a LoRA adapter of module '{found['module']}', which no "
+           f"parts rule gives to the backbone (adapters are applied to the backbone's layers only)")
+    name = f"base_model.model.{target[1]}.lora_{found['ab']}.weight"
+    table = routed.adapters.setdefault(found["adapter"], {})
+    routed.put(("adapters", found["adapter"]), name, tensor, key, table)
+    return True
+
+
+def route(tensors: dict[str, torch.Tensor], mapping: Mapping) -> Routed:
+    routed, unmapped = Routed(), []
+    for key in sorted(tensors):
+        renamed = mapping.renamed(key)
+        if mapping.dropped(renamed):
+            routed.dropped.append(key)
+        elif _adapter(routed, mapping, key, renamed, tensors[key]):
+            continue
+        elif (target := mapping.part_of(renamed)) is not None:
+            routed.put((target[0],), target[1], tensors[key], key, routed.parts[target[0]])
+        else:
+            unmapped.append(key if key == renamed else f"{key} (renamed: {renamed})")
+    expect(not unmapped, ConfigError,
+           f"mapping '{mapping.source}': {len(unmapped)} source key(s) are in no part and not dropped: "
+           f"{', '.join(unmapped[:8])}{' ...' if len(unmapped) > 8 else ''}. Add a parts rule, or list them "
+           f"under drop if they are left out on purpose")
+    return routed
