@@ -34,6 +34,9 @@ def cmd_train(args) -> int:
 
 
 def cmd_eval(args) -> int:
+    if args.closed_loop:
+        from .closed_loop import run
+        return run(args)
     from ..errors import ConfigError
     from ..learn.evaluate import evaluate, plot_evaluation
     from ..report import key_value_table, progress_printer, write_report
@@ -85,4 +88,6 @@ def register(sub) -> None:
                    help="comma-separated CPU suffix dtypes scored at each p: fp32, bf16, fp16 (default fp32,bf16)")
     p.add_argument("--json", default=None)
     p.add_argument("--plot", default=None)
+    from .closed_loop import add_args as add_closed_loop_args
+    add_closed_loop_args(p)
     p.set_defaults(func=cmd_eval)

@@ -1,0 +1,121 @@
+"""Closed-loop evaluation: held-out scenarios (seeds below 1000, the training drives' base) x timing profiles x
+modes -> per route metrics, one aggregated row per (profile, mode), the table, a bird's-eye plot.
+
+`instant` (latency 0) is run once, whatever the profiles: the reference no system reaches.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ... import stop
+from ...errors import ConfigError, expect
+from .loop import CAMERA_PERIOD_S, Drive
+from .metrics import aggregate, route_metrics
+from .timing import MODES, PROFILES, StageMs, instant, measured, mode_timings, orion_paper
+from .world import random_scenario
+
+HELD_OUT_BELOW = 1000   # learn/train.py TRAIN_SEED_BASE: training drives use seeds from 1000 on
+NOTE = ("world in simulated time: each plan takes effect at its mode's latency after the first stage takes its "
+        "frame (the model's own compute is off the clock; for a profile other than `measured` the small model is "
+        "given that hardware's latency: time scale = profile latency / measured latency); camera 10 Hz, world "
+        "step 20 ms")
+
+
+def stage_times(profile: str, policy, seeds: list[int]) -> StageMs:
+    if profile == "orion-paper":
+        return orion_paper()
+    expect(hasattr(policy, "frame"), ConfigError, "timing 'measured' needs the model (a ModelPolicy)")
+    drive = Drive(random_scenario(seeds[0]), policy, instant(CAMERA_PERIOD_S))
+    drive.snapshot(0)
+    frame = policy.frame(drive.snapshots[0][2])
+    return measured(policy.model, [frame] * 4)
+
+
+def timings(profiles: list[str], policy, seeds: list[int]) -> tuple[dict, dict]:
+    """-> ({(profile, mode): ModeTiming}, {profile: stage ms as a dict})"""
+    out, stages = {("-", "instant"): instant(CAMERA_PERIOD_S)}, {}
+    for profile in profiles:
+        expect(profile in PROFILES, ConfigError, f"--timing '{profile}': one of {', '.join(PROFILES)}")
+        st = stage_times(profile, policy, seeds)
+        stages[profile] = vars(st)
+        for mode, timing in mode_timings(st).items():
+            out[(profile, mode)] = timing
+    return out, stages
+
+
+def evaluate(policy, scenarios: int = 20, seed: int = 0, profiles: tuple[str, ...] = PROFILES, lights: bool = False,
+             progress=print, keep_paths_of: int | None = None) -> dict:
+    """Runs every (profile, mode) on scenarios seed .. seed + scenarios - 1 with `policy`. keep_paths_of: the
+    seed whose drives' paths are kept for the plot (default: the first with a lead vehicle)."""
+    seeds = list(range(seed, seed + scenarios))
+    expect(scenarios >= 1 and seed >= 0 and seeds[-1] < HELD_OUT_BELOW, ConfigError,
+           f"closed-loop scenarios {seeds[0]}..{seeds[-1]}: held-out seeds must lie in 0..{HELD_OUT_BELOW - 1}")
+    plans, stages = timings(list(profiles), policy, seeds)
+    if keep_paths_of is None:
+        keep_paths_of = next((s for s in seeds if random_scenario(s, lights=lights).lead), seeds[0])
+    routes, paths = {key: [] for key in plans}, {}
+    for s in seeds:
+        scenario = random_scenario(s, lights=lights)
+        for key, timing in plans.items():
+            stop.check()                                   # Ctrl-C / SIGTERM: stop between drives
+            rec = Drive(scenario, policy, timing).run()
+            routes[key].append(route_metrics(rec))
+            if s == keep_paths_of:
+                paths["/".join(key)] = [(r[1], r[2]) for r in rec.rows]
+        done = {"/".join(k): round(v[-1]["driving_score"]) for k, v in routes.items()}
+        progress(f"scenario {s}: driving score {done}")
+    rows = [{"profile": p, "mode": m, "latency_ms": plans[(p, m)].latency_s * 1e3,
+             "period_ms": plans[(p, m)].period_s * 1e3, **aggregate(routes[(p, m)])} for p, m in plans]
+    return {"policy": policy.name, "scenarios": scenarios, "seeds": seeds, "lights": lights, "profiles": list(profiles),
+            "modes": ["instant", *MODES], "stage_ms": stages, "note": NOTE, "rows": rows,
+            "routes": {"/".join(k): v for k, v in routes.items()}, "paths_seed": keep_paths_of, "paths": paths}
+
+
+def _fmt(x, spec: str = ".2f") -> str:
+    if x is None:
+        return "-"
+    return "inf" if isinstance(x, float) and math.isinf(x) else format(x, spec)
+
+
+def table_lines(report: dict) -> list[str]:
+    head = ("profile", "mode", "latency ms", "period ms", "DS", "completion", "success", "coll", "red", "lane dep",
+            "|jerk| m/s3", "smooth", "min TTC s", "plan age s")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in report["rows"]:
+        cells = (r["profile"], r["mode"], _fmt(r["latency_ms"], ".0f"), _fmt(r["period_ms"], ".0f"),
+                 _fmt(r["driving_score"], ".1f"), _fmt(r["completion"], ".3f"), _fmt(r["success_rate"], ".2f"),
+                 str(r["collisions"]), str(r["red_lights"]), str(r["lane_departures"]), _fmt(r["mean_abs_jerk"]),
+                 _fmt(r["smoothness"]), _fmt(r["median_min_ttc_s"]), _fmt(r["mean_plan_age_s"]))
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def plot_paths(report: dict, path) -> None:
+    """Bird's-eye paths of every mode on one scenario, one panel per timing profile, the road drawn."""
+    from ...report import pyplot
+    from .world import Road
+    plt = pyplot()
+    scenario = random_scenario(report["paths_seed"], lights=report["lights"])
+    road = Road(scenario)
+    profiles = report["profiles"]
+    fig, axes = plt.subplots(1, len(profiles), figsize=(6 * len(profiles), 6), squeeze=False)
+    for ax, profile in zip(axes[0], profiles):
+        keep = road.s <= scenario.length_m + 10
+        for side in (-1, 1):
+            ax.plot(road.x[keep] - side * scenario.width_m / 2 * np.sin(road.theta[keep]),
+                    road.y[keep] + side * scenario.width_m / 2 * np.cos(road.theta[keep]),
+                    color="grey", lw=0.8)
+        for key, xy in report["paths"].items():
+            if key.startswith(profile + "/") or key == "-/instant":
+                end = report["routes"][key][report["seeds"].index(report["paths_seed"])]["end"]
+                xs, ys = zip(*xy)
+                ax.plot(xs, ys, lw=1.2, label=f"{key.split('/')[1]} ({end})")
+        ax.set_aspect("equal", adjustable="datalim")
+        ax.set_title(f"{profile}: scenario {report['paths_seed']}", fontsize=9)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

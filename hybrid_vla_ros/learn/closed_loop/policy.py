@@ -1,0 +1,61 @@
+"""Policies: a camera frame's view of the world -> a plan (N, 5) in the ego frame of that frame: x, y,
+heading, speed, time from the frame (s).
+
+- ModelPolicy: the model through the engine's stages, native cut (PrefixStage(L) + SuffixStage(L), fp32 on
+  the CPU: the hybrid fp32 split at any p gives bit-identical plans, docs/DRIVING.md, so one forward serves
+  every mode; the modes differ in when the plan takes effect). The image: road.render of the scene from the
+  car's pose, the sensor noise drawn from (scenario seed, frame index).
+- OraclePolicy: the drives' own ground-truth driver (road.ground_truth) on the same scene: what the model
+  was trained to imitate, exact, no camera (deterministic and fast: the tests' policy).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...sim.road import RoadScene, ground_truth, render
+
+
+@dataclass(frozen=True)
+class View:
+    scene: RoadScene      # the world seen from the car's pose at the frame's time
+    yaw_rate_rps: float
+    seed: int             # the scenario's
+    index: int            # the frame's (camera ticks since the start)
+
+
+class OraclePolicy:
+    name = "oracle"
+
+    def __init__(self, waypoints: int = 8, dt_s: float = 0.5):
+        self.waypoints, self.dt_s = waypoints, dt_s
+
+    def __call__(self, view: View) -> np.ndarray:
+        truth = ground_truth(view.scene, self.waypoints, self.dt_s)                    # (N, 4)
+        t = self.dt_s * np.arange(1, self.waypoints + 1)
+        return np.column_stack([truth, t])                                             # (N, 5)
+
+
+class ModelPolicy:
+    def __init__(self, model):
+        from ...engine.stages import PrefixStage, SuffixStage
+        self.model, self.spec = model, model.spec
+        self.name = model.spec.name
+        L = model.num_blocks
+        self.prefix, self.suffix = PrefixStage(model, L), SuffixStage(model, L)
+
+    def frame(self, view: View):
+        from ...types import EgoState, Frame
+        from ...sim.road import CAMERA_YAWS_RAD
+        rng = np.random.default_rng([view.seed, view.index])
+        spec = self.spec
+        images = [render(view.scene, spec.image_height, spec.image_width, CAMERA_YAWS_RAD[c % len(CAMERA_YAWS_RAD)],
+                         rng=rng) for c in range(spec.num_cameras)]
+        return Frame(images=images, seq=view.index, stamp_ns=int(view.index * 1e8),
+                     ego=EgoState(view.scene.speed_mps, view.yaw_rate_rps))
+
+    def __call__(self, view: View) -> np.ndarray:
+        trajectory = self.suffix.run(self.prefix.run(self.frame(view)))
+        return np.asarray(trajectory.points, dtype=np.float64)                         # (N, 5)
