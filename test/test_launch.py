@@ -33,10 +33,14 @@ HAS_CANDIDATES = importlib.util.find_spec("autoware_internal_planning_msgs") is 
 
 
 def launch_paths() -> tuple[list[str], list[str]] | None:
-    """(extra PYTHONPATH, extra AMENT_PREFIX_PATH) to run launch files, or None where launch is missing."""
-    if importlib.util.find_spec("launch_ros") and importlib.util.find_spec("launch_xml"):
-        return [], []
+    """(extra PYTHONPATH, extra AMENT_PREFIX_PATH) to run launch files, or None where launch is missing. An
+    installed launch_ros needs none; one this process imported from the vendored copy (another test put it on
+    sys.path: find_spec then answers from sys.modules) does: the launch subprocess does not inherit sys.path."""
     vendor = next((v for v in VENDOR if (v / "site").is_dir()), None)
+    spec = importlib.util.find_spec("launch_ros")
+    vendored = vendor is not None and spec is not None and str(vendor.resolve()) in str(Path(spec.origin).resolve())
+    if spec is not None and importlib.util.find_spec("launch_xml") and not vendored:
+        return [], []
     return ([str(vendor / "site")], [str(vendor / "ament")]) if vendor else None
 
 
