@@ -47,7 +47,9 @@ def need_overlay() -> None:
     need_real_messages()
     if not OVERLAY.is_dir():
         why = f"no {OVERLAY}: scripts/setup.sh builds the newer CandidateTrajectory there"
-        pytest.fail(why) if os.environ.get("CI") else pytest.skip(why)
+        if os.environ.get("CI"):
+            pytest.fail(why)   # CI's set-up builds it: missing there is a set-up defect, not a reason to skip
+        pytest.skip(why)
 
 
 def test_the_older_candidate_has_no_turn_indicators_and_the_command_goes_out_on_its_own(domain):
