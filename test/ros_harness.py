@@ -7,7 +7,7 @@ import time
 import numpy as np
 
 from hybrid_vla_ros.model.inputs import synthetic_frame
-from hybrid_vla_ros.model.spec import get_preset
+from hybrid_vla_ros.model.presets import get_preset
 
 CAMERAS = ["/test/cam0/image", "/test/cam1/image"]
 ZONE = {"model.preset": "tiny", "partition_point": 2, "dynamic_zone_min": 1, "dynamic_zone_max": 3}

@@ -264,7 +264,7 @@ class Probe:
     def send_frame(self, seq):
         from sensor_msgs.msg import Image
         from hybrid_vla_ros.model.inputs import synthetic_frame
-        from hybrid_vla_ros.model.spec import get_preset
+        from hybrid_vla_ros.model.presets import get_preset
         from hybrid_vla_ros.ros import convert
         frame = synthetic_frame(get_preset("tiny"), seq, stamp_ns=time.time_ns())
         for pub, image in zip(self.images, frame.images):

@@ -19,8 +19,8 @@ NEEDS = ["cameras"]
 @pytest.fixture
 def context_model(monkeypatch):
     """The tiny model, declaring that it needs the cameras' geometry (spec.context)."""
-    from hybrid_vla_ros.model import spec
-    monkeypatch.setitem(spec.PRESETS, PRESET, dataclasses.replace(spec.PRESETS["tiny"], name=PRESET, context=NEEDS))
+    from hybrid_vla_ros.model import presets
+    monkeypatch.setitem(presets.PRESETS, PRESET, dataclasses.replace(presets.PRESETS["tiny"], name=PRESET, context=NEEDS))
     return {"hybrid_vla_prefix": {"model.preset": PRESET}, "hybrid_vla_suffix": {"model.preset": PRESET},
             "hybrid_vla_scheduler": {"model.preset": PRESET}}
 
@@ -96,7 +96,7 @@ def test_a_bag_records_and_replays_camera_info_and_the_latched_tf_static(domain,
     from hybrid_vla_ros.ros.bags.storage import bag_info, read_bag
     from hybrid_vla_ros.ros.demo import drive_graph, write_sample_drive
     from hybrid_vla_ros.ros.launch_support.bringup import graph_params
-    from hybrid_vla_ros.model.spec import get_preset
+    from hybrid_vla_ros.model.presets import get_preset
     topics = [f"{c}/compressed" for c in CAMERAS]
     bag = write_sample_drive(tmp_path / "drive", get_preset(PRESET), topics, frames=5)
     info = bag_info(bag)

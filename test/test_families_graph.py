@@ -55,7 +55,7 @@ def assert_matches(got: dict, expected: dict, mode: str) -> None:
 
 @pytest.mark.parametrize("preset", PRESETS_SERVED)
 def test_the_graph_serves_the_family_exactly_in_one_process_and_in_separate_processes(preset, domain, tmp_path):
-    from hybrid_vla_ros.model.spec import get_preset
+    from hybrid_vla_ros.model.presets import get_preset
     from hybrid_vla_ros.ros.demo import drive_graph, write_sample_drive
     from hybrid_vla_ros.ros.launch_support.bringup import graph_params, write_combined_config
     cameras = [f"/test/cam{i}/image" for i in range(get_preset(preset).num_cameras)]

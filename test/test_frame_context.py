@@ -156,7 +156,7 @@ def test_codec_refuses_a_damaged_context_and_old_decoders_say_why():
 
 
 def test_a_model_declares_the_pieces_it_needs():
-    from hybrid_vla_ros.model.spec import get_preset
+    from hybrid_vla_ros.model.presets import get_preset
     spec = dataclasses.replace(get_preset("tiny"), context=["cameras", "history"])
     assert spec.context == ["cameras", "history"] and get_preset("tiny").context == []
     with pytest.raises(ConfigError, match="context=\\['lidar'\\]"):

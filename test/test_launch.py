@@ -164,7 +164,7 @@ class Probe:
         from nav_msgs.msg import Odometry
         from sensor_msgs.msg import Image
         from hybrid_vla_ros.model.inputs import synthetic_frame
-        from hybrid_vla_ros.model.spec import get_preset
+        from hybrid_vla_ros.model.presets import get_preset
         from hybrid_vla_ros.ros import convert
         stamp = time.time_ns()
         frame = synthetic_frame(get_preset("tiny"), seq, stamp_ns=stamp)

@@ -16,7 +16,8 @@ from hybrid_vla_ros.errors import ConfigError
 from hybrid_vla_ros.model.checkpoint import load_checkpoint, save_checkpoint
 from hybrid_vla_ros.model.inputs import encode_frame, synthetic_frame
 from hybrid_vla_ros.model.load import load_vla
-from hybrid_vla_ros.model.spec import VLASpec, get_preset
+from hybrid_vla_ros.model.spec import VLASpec
+from hybrid_vla_ros.model.presets import get_preset
 from hybrid_vla_ros.model.vla import build_model
 
 PRESET = "tiny-scene"

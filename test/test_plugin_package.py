@@ -71,7 +71,7 @@ class LinearHead(WaypointHead):
 EXPORT = """
 import dataclasses, sys
 from hybrid_vla_ros.model.checkpoint import save_checkpoint
-from hybrid_vla_ros.model.spec import get_preset
+from hybrid_vla_ros.model.presets import get_preset
 from hybrid_vla_ros.model.vla import build_model
 spec = dataclasses.replace(get_preset("tiny-scene"), name="acme", scene_encoder="mean_patch", head="linear",
                            query_tokens=1, scene_config={"grid": 2, "cameras": 2})

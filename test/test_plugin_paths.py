@@ -18,7 +18,8 @@ from hybrid_vla_ros.model.checkpoint import HEAD_FILE, SCENE_FILE, load_checkpoi
 from hybrid_vla_ros.model.inputs import encode_frame, synthetic_frame
 from hybrid_vla_ros.model.plugins import HEADS, SCENE_ENCODERS, WaypointHead, plugin_class, register
 from hybrid_vla_ros.model.preprocess import preprocess
-from hybrid_vla_ros.model.spec import VLASpec, get_preset
+from hybrid_vla_ros.model.spec import VLASpec
+from hybrid_vla_ros.model.presets import get_preset
 from hybrid_vla_ros.model.tokens import BOS, BYTE_OFFSET, IMAGE_TOKEN, PLAN, VISION_END, VISION_START
 from hybrid_vla_ros.model.vla import build_model
 from hybrid_vla_ros.types import EgoState, Frame

@@ -14,7 +14,7 @@ import torch
 from hybrid_vla_ros.errors import ConfigError, InputError
 from hybrid_vla_ros.model.families import get_family
 from hybrid_vla_ros.model.preprocess import CLIP_MEAN, CLIP_STD, ImageProcessing, preprocess
-from hybrid_vla_ros.model.spec import get_preset
+from hybrid_vla_ros.model.presets import get_preset
 
 ONE_LEVEL = 1.0 / 255.0 / min(CLIP_STD) + 1e-6
 

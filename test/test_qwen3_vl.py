@@ -14,7 +14,8 @@ from hybrid_vla_ros.engine.stages import PrefixStage, SuffixStage, reference_for
 from hybrid_vla_ros.engine.verify import verify_partitions
 from hybrid_vla_ros.errors import ConfigError, InputError
 from hybrid_vla_ros.model.inputs import synthetic_frame
-from hybrid_vla_ros.model.spec import VLASpec, get_preset
+from hybrid_vla_ros.model.spec import VLASpec
+from hybrid_vla_ros.model.presets import get_preset
 from hybrid_vla_ros.types import DeepStack
 
 PRESET = "tiny-qwen3vl"

@@ -8,7 +8,7 @@ from hybrid_vla_ros.bench.graph import graph_overrides
 from hybrid_vla_ros.bench.kernels.roofline import block_flops
 from hybrid_vla_ros.engine.placement import Placement
 from hybrid_vla_ros.model.load import load_vla
-from hybrid_vla_ros.model.spec import get_preset
+from hybrid_vla_ros.model.presets import get_preset
 
 
 def test_block_flops_of_a_qwen2_7b_layer_match_its_parameter_count():

@@ -146,7 +146,7 @@ def test_no_map_no_route_no_pose_or_off_the_route_is_the_stated_default(junction
 
 
 def test_the_instruction_formats_the_navigation_with_the_checkpoint_s_template(junction):
-    from hybrid_vla_ros.model.spec import get_preset
+    from hybrid_vla_ros.model.presets import get_preset
     lanes, ids = junction
     nav = navigate(lanes, intersection_route(ids, "left"), Pose2D(-35.2, ON_R, EAST))
     assert DEFAULT_TEMPLATE == "{command} in {distance_m:.0f} m"

@@ -14,7 +14,8 @@ from hybrid_vla_ros.errors import ConfigError
 from hybrid_vla_ros.model.checkpoint import SCENE_FILE, load_checkpoint, save_checkpoint
 from hybrid_vla_ros.model.inputs import synthetic_frame
 from hybrid_vla_ros.model.load import load_vla
-from hybrid_vla_ros.model.spec import VLASpec, get_preset
+from hybrid_vla_ros.model.spec import VLASpec
+from hybrid_vla_ros.model.presets import get_preset
 
 PRESET = "tiny-scene"
 

@@ -14,7 +14,7 @@ from hybrid_vla_ros.model import seeded
 from hybrid_vla_ros.model.checkpoint import ensure_loaded, load_checkpoint, save_checkpoint
 from hybrid_vla_ros.model.inputs import synthetic_frame
 from hybrid_vla_ros.model.load import load_vla
-from hybrid_vla_ros.model.spec import PRESETS, get_preset
+from hybrid_vla_ros.model.presets import PRESETS, get_preset
 from hybrid_vla_ros.model.vla import build_model
 
 REAL_SIZE = sorted(name for name, spec in PRESETS.items() if spec.real_size)

@@ -15,7 +15,7 @@ from pathlib import Path
 from ros_harness import CAMERAS, TINY_OVERRIDES, wait_until
 
 from hybrid_vla_ros.model.inputs import synthetic_frame
-from hybrid_vla_ros.model.spec import get_preset
+from hybrid_vla_ros.model.presets import get_preset
 
 SLOW_S = 2.2     # extra seconds of suffix compute per frame
 FRAMES = 5

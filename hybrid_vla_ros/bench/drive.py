@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ..model.inputs import synthetic_frame
-from ..model.spec import get_preset
+from ..model.presets import get_preset
 
 CAMERA_TOPICS = ("/faults/camera0/image_raw", "/faults/camera1/image_raw", "/faults/camera2/image_raw")
 NODE_NAMES = ("hybrid_vla_prefix", "hybrid_vla_suffix", "hybrid_vla_scheduler")

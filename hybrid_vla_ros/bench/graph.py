@@ -75,5 +75,5 @@ def checkpoint_of(model: VLAModel) -> str:
 
 
 def _presets() -> set[str]:
-    from ..model.spec import PRESETS
+    from ..model.presets import PRESETS
     return set(PRESETS)

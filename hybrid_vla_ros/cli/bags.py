@@ -66,7 +66,7 @@ def cmd_replay(args) -> int:
 
 def cmd_make_sample_drive(args) -> int:
     import yaml
-    from ..model.spec import PRESETS
+    from ..model.presets import PRESETS
     from ..ros.launch_support.bringup import config_dir
     from ..ros.demo import write_sample_drive
     topics = yaml.safe_load((config_dir() / "hybrid_vla_prefix.param.yaml").read_text())["/**"]["ros__parameters"]["camera_topics"]

@@ -7,7 +7,7 @@ import json
 
 
 def add_model_args(parser: argparse.ArgumentParser, default_preset: str | None = "tiny") -> None:
-    from ..model.spec import PRESETS
+    from ..model.presets import PRESETS
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--preset", default=None, help=f"named preset, one of {sorted(PRESETS)} (default {default_preset})")
     group.add_argument("--checkpoint", default=None,
@@ -32,7 +32,7 @@ def model_from_args(args, shapes_only: bool = False, dtype=None, lazy: bool | No
     a whole model held here as well would not fit beside them at real size)."""
     import torch
     from ..model.load import load_vla
-    from ..model.spec import get_preset
+    from ..model.presets import get_preset
     preset = args.preset if args.preset or args.checkpoint else args.default_preset
     if lazy is None or dtype is not None:
         lazy = dtype is None and preset is not None and get_preset(preset).real_size

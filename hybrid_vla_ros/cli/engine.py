@@ -88,7 +88,7 @@ def run_serial(args) -> int:
 def cmd_export(args) -> int:
     from ..engine.placement import parse_dtype
     from ..model.checkpoint import save_checkpoint
-    from ..model.spec import get_preset
+    from ..model.presets import get_preset
     real_size = bool(args.preset) and get_preset(args.preset).real_size
     model = model_from_args(args, dtype=parse_dtype(args.dtype or ("bf16" if real_size else "fp32")))
     path = save_checkpoint(model, args.out, max_shard_size=args.max_shard_size)

@@ -9,7 +9,7 @@ import torch
 
 from ..errors import ConfigError, expect
 from .checkpoint import ensure_loaded, load_checkpoint
-from .spec import get_preset
+from .presets import get_preset
 from .vla import VLAModel, build_model
 
 

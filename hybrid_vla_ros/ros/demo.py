@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import ConfigError, expect
 from ..model.inputs import synthetic_frame
-from ..model.spec import get_preset
+from ..model.presets import get_preset
 from .. import stop
 from ..report import percentiles, pyplot
 from . import convert

@@ -4,7 +4,7 @@ A family is one module in this folder (vLLM's `model_executor/models/` shape): i
 model classes, how it embeds images, its position ids, its prompt's token layout, its image preprocessing
 defaults and its checkpoint key layouts. The engine, the loader and the prompt ask the family through this
 interface; nothing outside this folder tests a family's name. Adding a family = a new module here that
-subclasses `Family` and decorates it with `@register`, its preset(s) in model/spec.py, and its tests.
+subclasses `Family` and decorates it with `@register`, its preset(s) in model/presets.py, and its tests.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from typing import Iterable, NamedTuple
 import numpy as np
 
 from ...errors import ConfigError, InputError, expect
-from ...model.spec import get_preset
+from ...model.presets import get_preset
 from ...types import Trajectory
 from .. import convert
 from ...context import camera_info_topic, quaternion_of, sample_rig

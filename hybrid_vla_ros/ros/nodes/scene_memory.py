@@ -39,7 +39,7 @@ def has_scene_memory(prefix_params: dict) -> bool:
     """Whether the prefix of these parameters runs a scene encoder (and so serves ~/reset_memory)."""
     from ...model.checkpoint import SCENE_FILE
     from ...model.load import resolve_checkpoint
-    from ...model.spec import get_preset
+    from ...model.presets import get_preset
     checkpoint = prefix_params.get("model.checkpoint") or ""
     if checkpoint:
         from pathlib import Path

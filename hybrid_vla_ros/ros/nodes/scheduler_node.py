@@ -140,7 +140,7 @@ class SchedulerNode(ManagedNode):
         p = self.params
         if p["model.checkpoint"]:
             return shared_model(p["model.preset"], p["model.checkpoint"]).num_blocks
-        from ...model.spec import get_preset
+        from ...model.presets import get_preset
         return get_preset(p["model.preset"]).num_blocks
 
     def _make_policy(self):

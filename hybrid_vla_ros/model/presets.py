@@ -1,0 +1,137 @@
+"""The named presets: VLASpecs of every family at unit-test, bench and real size (`hybrid-vla info` lists them).
+A new family's presets go here (model/families/base.py)."""
+
+from __future__ import annotations
+
+from ..errors import ConfigError, expect
+from .spec import VLASpec
+from .tokens import MIN_VOCAB
+
+_TINY = dict(num_blocks=4, hidden_size=64, num_heads=4, num_kv_heads=2, intermediate_size=128,
+             vision_depth=2, vision_hidden=32, vision_heads=2, vision_intermediate=64,
+             image_height=56, image_width=56, num_cameras=2, text_tokens=12, head_hidden=32)
+
+# tiny-scene: the MindDrive shape at toy size: a Qwen2 LLM fed 6 scene + 2 history tokens by the reference scene
+# encoder (model/plugins/scene_encoders.py) over 2 cameras, with a memory of 3 past frames; two passes (decision,
+# action) with LoRA adapters of their own; a GRU head reading the 2 query tokens of each pass.
+_SCENE = dict(width=32, depth=1, heads=2, patch_size=14, scene_queries=6, history_queries=2, memory_frames=3)
+_TINY_SCENE = dict({k: v for k, v in _TINY.items() if not k.startswith("vision_")},  # no vision tower
+                   scene_encoder="query_scene", head="gru", query_tokens=2, lora_rank=4,
+                   passes=[{"name": "decision", "instruction": "decide: keep lane, turn, stop", "adapter": "decision"},
+                           {"name": "action", "adapter": "action"}],
+                   scene_config={**_SCENE, "image_height": 56, "image_width": 56, "cameras": 2})
+
+# bench: one frame costs a few hundred ms on one core here (see docs/BENCHMARKS.md).
+_BENCH = dict(num_blocks=16, hidden_size=576, num_heads=9, num_kv_heads=3, intermediate_size=1536,
+              vision_depth=2, vision_hidden=192, vision_heads=3, vision_intermediate=384,
+              image_height=112, image_width=112, num_cameras=6, text_tokens=32, head_hidden=256)
+
+_REAL_SCENE = dict(width=1024, depth=24, heads=16, patch_size=16, history_queries=16, memory_frames=16,
+                   image_height=640, image_width=640, cameras=6)
+
+_QWEN3_TINY = dict(patch_size=16, image_height=64, image_width=64, vision_depth=3, deepstack_blocks=2)
+
+PRESETS: dict[str, VLASpec] = {
+    "tiny": VLASpec(name="tiny", family="qwen2_vl", **_TINY,
+                    notes="Qwen2-VL family (M-RoPE), unit-test size"),
+    "tiny-qwen2.5": VLASpec(name="tiny-qwen2.5", family="qwen2_5_vl", **_TINY,
+                            notes="Qwen2.5-VL family (MindDrive backbone family), unit-test size"),
+    "tiny-llava": VLASpec(name="tiny-llava", family="llava", **{**_TINY, "image_height": 28, "image_width": 28},
+                          notes="LLaVA family (CLIP + Llama, ORION backbone family), unit-test size"),
+    # Qwen3-VL: 16-px patches (image sides: multiples of 32) and DeepStack into decoder blocks 0, 1 (of 4): the
+    # cuts p = 0, 1 carry DeepStack additions over the boundary, p >= 2 none.
+    "tiny-qwen3vl": VLASpec(name="tiny-qwen3vl", family="qwen3_vl", **{**_TINY, **_QWEN3_TINY},
+                            notes="Qwen3-VL family (interleaved M-RoPE, DeepStack into 2 blocks), unit-test size"),
+    "tiny-internvl": VLASpec(name="tiny-internvl", family="internvl", **{**_TINY, "image_width": 112}, tile_size=56,
+                             notes="InternVL family (InternViT, pixel shuffle, Qwen2), 2 tiles/camera, unit-test size"),
+    "tiny-scene": VLASpec(name="tiny-scene", family="scene_qwen2", **_TINY_SCENE,
+                          notes="Qwen2 LLM + reference scene encoder with memory (ORION/MindDrive shape), GRU head "
+                                "on 2 query tokens, unit-test size"),
+    "bench-scene": VLASpec(name="bench-scene", family="scene_qwen2",
+                           **{k: v for k, v in _BENCH.items() if not k.startswith("vision_")},
+                           scene_encoder="query_scene", head="gru", query_tokens=2, lora_rank=8,
+                           scene_config={**_SCENE, "width": 192, "depth": 2, "heads": 3, "scene_queries": 96,
+                                         "history_queries": 32, "memory_frames": 4, "image_height": 112,
+                                         "image_width": 112, "cameras": 6},
+                           passes=_TINY_SCENE["passes"],
+                           notes="the MindDrive shape at bench size: 128 scene tokens from 6 cameras, two passes"),
+    "bench": VLASpec(name="bench", family="qwen2_vl", **_BENCH,
+                     notes="Qwen2-VL family, six cameras; a few hundred ms per frame on one core"),
+    # A real-width slice: minddrive-like's decoder blocks and tokens (6 cameras of 224x392: 734) over 4 blocks
+    # and bench's vision tower. Per-block costs, chunked prefill's GEMM shapes and stage balance as at real size.
+    "bench-wide": VLASpec(name="bench-wide", family="qwen2_5_vl", **{**_BENCH, "num_blocks": 4, "hidden_size": 2048,
+                          "num_heads": 16, "num_kv_heads": 2, "intermediate_size": 11008, "image_height": 224,
+                          "image_width": 392}, notes="minddrive-like's block width and 734 tokens over 4 blocks"),
+    "bench-llava": VLASpec(name="bench-llava", family="llava",
+                           **{**_BENCH, "image_height": 56, "image_width": 56},
+                           notes="LLaVA family at bench size"),
+    "bench-internvl": VLASpec(name="bench-internvl", family="internvl", **{**_BENCH, "image_width": 224},
+                              tile_size=112, notes="InternVL family at bench size, 2 tiles per camera"),
+    # drive: the model `hybrid-vla train` trains on synthetic road drives (the front camera).
+    "drive": VLASpec(name="drive", family="qwen2_vl", num_blocks=4, hidden_size=128, num_heads=4, num_kv_heads=2,
+                     intermediate_size=256, vision_depth=2, vision_hidden=64, vision_heads=2, vision_intermediate=128,
+                     image_height=112, image_width=112, num_cameras=1, text_tokens=8, head_hidden=128,
+                     notes="Qwen2-VL family, one front camera: trained on synthetic road drives (hybrid-vla train)"),
+    # Action tokens (engine/actionflow/packing.py): each waypoint step's x, y decoded as tokens.
+    "tiny-act": VLASpec(name="tiny-act", family="qwen2_vl", **{**_TINY, "num_waypoints": 4}, action_head="tokens",
+                        vocab_size=MIN_VOCAB + 256, notes="Qwen2-VL family, action tokens (8 per frame), unit-test size"),
+    "tiny-llava-act": VLASpec(name="tiny-llava-act", family="llava",
+                              **{**_TINY, "image_height": 28, "image_width": 28, "num_waypoints": 4},
+                              action_head="tokens", vocab_size=MIN_VOCAB + 256,
+                              notes="LLaVA family, action tokens (8 per frame), unit-test size"),
+    "tiny-qwen3vl-act": VLASpec(name="tiny-qwen3vl-act", family="qwen3_vl",
+                                **{**_TINY, **_QWEN3_TINY, "num_waypoints": 4}, action_head="tokens",
+                                vocab_size=MIN_VOCAB + 256,
+                                notes="Qwen3-VL family (DeepStack into 2 blocks), action tokens (8 per frame)"),
+    # bench-act: a short prompt (one camera) and 16 action tokens, so decode steps dominate a frame's time.
+    "bench-act": VLASpec(name="bench-act", family="qwen2_vl", **{**_BENCH, "num_cameras": 1, "text_tokens": 16},
+                         action_head="tokens", vocab_size=MIN_VOCAB + 256,
+                         notes="Qwen2-VL family, one camera, 16 action tokens per frame: decode-bound"),
+    # Real size: materialised on demand, side by side (model/seeded.py); `hybrid-vla info` from the shapes.
+    "orion-like": VLASpec(name="orion-like", family="llava", num_blocks=32, hidden_size=4096, num_heads=32,
+                          num_kv_heads=32, intermediate_size=11008, vocab_size=32064, vision_depth=24,
+                          vision_hidden=1024, vision_heads=16, vision_intermediate=4096,
+                          image_height=336, image_width=336, num_cameras=6, text_tokens=32,
+                          head_hidden=1024, num_waypoints=6, real_size=True,
+                          notes="LLaVA-7B shapes (CLIP ViT-L/14-336 + 32 x 4096 Llama blocks), like ORION"),
+    "alpamayo-like": VLASpec(name="alpamayo-like", family="qwen3_vl", num_blocks=36, hidden_size=4096, num_heads=32,
+                             num_kv_heads=8, intermediate_size=12288, vocab_size=151936, vision_depth=27,
+                             vision_hidden=1152, vision_heads=16, vision_intermediate=4304, patch_size=16,
+                             deepstack_blocks=3, image_height=320, image_width=576, num_cameras=16, text_tokens=32,
+                             head_hidden=1024, num_waypoints=6, real_size=True,
+                             notes="Qwen3-VL-8B shapes, 4 cameras x 4 frames of 320 x 576 (2880 image tokens), "
+                                   "like Alpamayo 1"),
+    "minddrive-like": VLASpec(name="minddrive-like", family="qwen2_5_vl", num_blocks=36, hidden_size=2048,
+                              num_heads=16, num_kv_heads=2, intermediate_size=11008, vocab_size=151936,
+                              vision_depth=32, vision_hidden=1280, vision_heads=16, vision_intermediate=3420,
+                              image_height=224, image_width=392, num_cameras=6, text_tokens=32,
+                              head_hidden=1024, num_waypoints=6, real_size=True,
+                              notes="Qwen2.5-VL-3B shapes, like MindDrive's larger backbone"),
+    # ORION / MindDrive at real size: their front end's shapes (EVA-02-L-sized ViT on 6 cameras of 640^2, 16-px
+    # patches; ~530 scene + history tokens) in the reference scene encoder, over a plain Llama-7B / Qwen2.5-3B.
+    "orion-scene-like": VLASpec(name="orion-scene-like", family="scene_llama", num_blocks=32, hidden_size=4096,
+                                num_heads=32, num_kv_heads=32, intermediate_size=11008, vocab_size=32000,
+                                scene_encoder="query_scene", head="gru", real_size=True, text_tokens=32,
+                                head_hidden=1024, num_waypoints=6, num_cameras=6,
+                                scene_config={**_REAL_SCENE, "scene_queries": 512},
+                                notes="ORION's shape: 512 scene/map queries + 16 history over Llama-7B, one pass"),
+    "minddrive-scene-like": VLASpec(name="minddrive-scene-like", family="scene_qwen2", num_blocks=36,
+                                    hidden_size=2048, num_heads=16, num_kv_heads=2, intermediate_size=11008,
+                                    vocab_size=151936, scene_encoder="query_scene", head="gru", query_tokens=2,
+                                    real_size=True, text_tokens=32, head_hidden=1024, num_waypoints=6,
+                                    num_cameras=6, lora_rank=16, lora_targets=["q_proj", "k_proj", "v_proj", "o_proj"],
+                                    passes=_TINY_SCENE["passes"], scene_config={**_REAL_SCENE, "scene_queries": 512},
+                                    notes="MindDrive's shape: 2 passes (LoRA r=16 on q/k/v/o) over Qwen2.5-3B"),
+    "internvl3-8b-like": VLASpec(name="internvl3-8b-like", family="internvl", num_blocks=28, hidden_size=3584,
+                                 num_heads=28, num_kv_heads=4, intermediate_size=18944, vocab_size=151674,
+                                 vision_depth=24, vision_hidden=1024, vision_heads=16, vision_intermediate=4096,
+                                 image_height=448, image_width=896, tile_size=448, num_cameras=1, text_tokens=32,
+                                 head_hidden=1024, num_waypoints=8, real_size=True,
+                                 notes="InternVL3-8B shapes (InternViT-300M, 256 tokens per 448 tile + Qwen2.5-7B "
+                                       "blocks), like ReCogDrive; one camera in 2 tiles"),
+}
+
+
+def get_preset(name: str) -> VLASpec:
+    expect(name in PRESETS, ConfigError, f"unknown preset '{name}'; known presets: {sorted(PRESETS)}")
+    return PRESETS[name]
