@@ -20,7 +20,7 @@ from hybrid_vla_ros.model.load import load_vla
 from hybrid_vla_ros.model.preprocess import CLIP_MEAN, CLIP_STD, ImageProcessing, preprocess
 from hybrid_vla_ros.model.spec import VLASpec
 from hybrid_vla_ros.model.presets import get_preset
-from hybrid_vla_ros.model.tokens import IMAGE_TOKEN, VISION_END, VISION_START
+from hybrid_vla_ros.model.tokenize.tokens import IMAGE_TOKEN, VISION_END, VISION_START
 
 from test_preprocess import assert_close_to_hf, camera
 

@@ -8,7 +8,7 @@ from hybrid_vla_ros.engine.stages import PrefixStage, SuffixStage, partition_rep
 from hybrid_vla_ros.engine.verify import verify_partitions
 from hybrid_vla_ros.model.inputs import synthetic_frame
 from hybrid_vla_ros.model.load import load_vla
-from hybrid_vla_ros.model.tokens import sequence_length
+from hybrid_vla_ros.model.tokenize.tokens import sequence_length
 
 
 # Families measured bit-identical to HF's forward at every p (the 0.0). Why bit-equality is sound there, and

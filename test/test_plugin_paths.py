@@ -20,7 +20,7 @@ from hybrid_vla_ros.model.plugins import HEADS, SCENE_ENCODERS, WaypointHead, pl
 from hybrid_vla_ros.model.preprocess import preprocess
 from hybrid_vla_ros.model.spec import VLASpec
 from hybrid_vla_ros.model.presets import get_preset
-from hybrid_vla_ros.model.tokens import BOS, BYTE_OFFSET, IMAGE_TOKEN, PLAN, VISION_END, VISION_START
+from hybrid_vla_ros.model.tokenize.tokens import BOS, BYTE_OFFSET, IMAGE_TOKEN, PLAN, VISION_END, VISION_START
 from hybrid_vla_ros.model.vla import build_model
 from hybrid_vla_ros.types import EgoState, Frame
 

@@ -13,7 +13,7 @@ from hybrid_vla_ros.errors import ConfigError
 from hybrid_vla_ros.model.checkpoint import HEAD_FILE, load_checkpoint, save_checkpoint
 from hybrid_vla_ros.model.inputs import encode_frame, synthetic_frame
 from hybrid_vla_ros.model.load import load_vla
-from hybrid_vla_ros.model.prompt import TokenizerPrompt
+from hybrid_vla_ros.model.tokenize.prompt import TokenizerPrompt
 
 SPECIALS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|plan|>", "<image>", "<img>", "</img>",
             "<IMG_CONTEXT>"]

@@ -33,7 +33,7 @@ from .checkpoint_files import (CONFIG_FILE, HEAD_FILE, HEAD_FORMAT, HEAD_PREFIX,
                                WEIGHTS_FILE, CheckpointFiles, _opened, checkpoint_spec, inspect_checkpoint)
 from .lora import adapter_source, is_adapter_parameter, save_adapters
 from .preprocess import ImageProcessing
-from .prompt import has_tokenizer, load_prompt
+from .tokenize.prompt import has_tokenizer, load_prompt
 from .seeded import parameters_on_meta
 from .vla import VLAModel, make_action_head
 

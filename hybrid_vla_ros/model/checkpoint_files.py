@@ -14,7 +14,7 @@ from safetensors import SafetensorError, safe_open
 from ..errors import ConfigError, expect
 from .families import load_backbone_config, spec_fields
 from .lora import read_adapters
-from .prompt import has_tokenizer
+from .tokenize.prompt import has_tokenizer
 from .spec import VLASpec
 
 CONFIG_FILE = "config.json"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..errors import ConfigError, expect
 from .spec import VLASpec
-from .tokens import MIN_VOCAB
+from .tokenize.tokens import MIN_VOCAB
 
 _TINY = dict(num_blocks=4, hidden_size=64, num_heads=4, num_kv_heads=2, intermediate_size=128,
              vision_depth=2, vision_hidden=32, vision_heads=2, vision_intermediate=64,

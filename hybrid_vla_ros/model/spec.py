@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from ..errors import ConfigError, expect
 from .families import family_names, get_family
-from .tokens import MIN_VOCAB
+from .tokenize.tokens import MIN_VOCAB
 
 ACTION_HEADS = ("waypoints", "tokens")
 

@@ -6,15 +6,15 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError, expect
-from .action_tokens import ActionTokenizer, TokenHead
+from .tokenize.action_tokens import ActionTokenizer, TokenHead
 from .families import get_family
 from .lora import attach_adapters
 from .plugins import HEADS, SCENE_ENCODERS, head_config, plugin_class
 from .preprocess import ImageProcessing
-from .prompt import BytePrompt
+from .tokenize.prompt import BytePrompt
 from .seeded import SeededWeights, parameters_on_meta
 from .spec import VLASpec
-from .tokens import MIN_VOCAB
+from .tokenize.tokens import MIN_VOCAB
 
 
 def waypoints_from_head(raw: torch.Tensor, dt_s: float) -> torch.Tensor:

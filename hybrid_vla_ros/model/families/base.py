@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from ...errors import ConfigError, expect
-from ..tokens import BOS, PAD
+from ..tokenize.tokens import BOS, PAD
 
 ATTN_IMPL = "sdpa"
 _REGISTRY: dict[str, "Family"] = {}
@@ -31,7 +31,7 @@ class Family:
     model_types: tuple[str, ...] = ()    # config.json model_type values this family loads
     patch_merge: int = 1                 # patches merged per image side before the LLM (image sides: multiples)
     centre_crop: bool = False            # the HF image processor's default: shortest edge, then centre crop
-    # config attribute -> the built-in prompt's id for it (model/tokens.py); a checkpoint with other ids
+    # config attribute -> the built-in prompt's id for it (model/tokenize/tokens.py); a checkpoint with other ids
     # must bring its own tokenizer
     special_token_fields: dict[str, int] = {}
     # checkpoint key prefix -> ours, for layouts saved from the generation classes or older transformers

@@ -16,7 +16,7 @@ import torch
 from transformers import InternVLConfig, InternVLModel, InternVLVisionConfig, Qwen2Config
 
 from ...errors import ConfigError, expect
-from ..tokens import IMAGE_TOKEN
+from ..tokenize.tokens import IMAGE_TOKEN
 from .base import ATTN_IMPL, Family, register, text_fields
 
 DOWNSAMPLE_RATIO = 0.5          # every published InternVL 2 / 2.5 / 3 checkpoint

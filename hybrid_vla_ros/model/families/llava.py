@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaModel
 
-from ..tokens import IMAGE_TOKEN
+from ..tokenize.tokens import IMAGE_TOKEN
 from .base import ATTN_IMPL, Family, register, text_fields
 
 

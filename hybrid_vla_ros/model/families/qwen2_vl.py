@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from transformers import Qwen2VLConfig, Qwen2VLModel
 
-from ..tokens import IMAGE_TOKEN, VIDEO_TOKEN, VISION_END, VISION_START
+from ..tokenize.tokens import IMAGE_TOKEN, VIDEO_TOKEN, VISION_END, VISION_START
 from .base import ATTN_IMPL, Family, register, text_fields
 
 

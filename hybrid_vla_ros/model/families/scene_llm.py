@@ -12,7 +12,7 @@ import torch
 from transformers import LlamaConfig, LlamaModel, Qwen2Config, Qwen2Model, Qwen3Config, Qwen3Model
 
 from ...errors import ConfigError, expect
-from ..tokens import IMAGE_TOKEN, VISION_END, VISION_START
+from ..tokenize.tokens import IMAGE_TOKEN, VISION_END, VISION_START
 from .base import ATTN_IMPL, Family, register, text_fields
 
 

@@ -10,8 +10,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..errors import InputError, expect
-from .spec import VLASpec
+from ...errors import InputError, expect
+from ..spec import VLASpec
 
 
 class ActionTokenizer:

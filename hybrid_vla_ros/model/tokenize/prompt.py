@@ -1,6 +1,6 @@
 """The prompt of one frame, as token ids, for either tokenizer:
 
-- `BytePrompt`: the presets' built-in byte-level tokenizer (model/tokens.py), no files needed.
+- `BytePrompt`: the presets' built-in byte-level tokenizer (model/tokenize/tokens.py), no files needed.
 - `TokenizerPrompt`: a checkpoint's own tokenizer (tokenizer.json & co, loaded offline by transformers) with
   its family's image layout, the special-token ids from its config.json, and the planning query token named
   in the action head's metadata (`plan_token`).
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import ConfigError, expect
+from ...errors import ConfigError, expect
 from .tokens import EGO_BYTES, IMAGE_TOKEN, build_prompt, ego_text, sequence_length
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
