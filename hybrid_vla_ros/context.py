@@ -23,6 +23,10 @@ from .types import NAV_COMMANDS, Navigation
 CONTEXT_PIECES = ("cameras", "pose", "history", "navigation")   # what a model may declare it needs (spec.context)
 BASE_FRAME = "base_link"
 EGO_STATUS = ("speed_mps", "accel_mps2", "yaw_rate_rps", "steering_rad")   # ego_status's columns, in order
+# FrameContext.as_tensors()'s names, each of a fixed shape (its docstring): what a head may declare as a side input
+CONTEXT_TENSORS = ("intrinsics", "cam_from_base", "lidar2img", "image_size", "cameras_known", "ego_pose", "pose_known",
+                   "ego_status", "ego_status_known", "history", "history_known", "history_dt_s", "command",
+                   "target_point", "goal_point", "command_distance_m", "navigation_known")
 
 
 # ---- rigid transforms (4x4, float64) ---------------------------------------------------------------------

@@ -94,11 +94,13 @@ class Waypoint:
 
 @dataclass
 class Trajectory:
-    """N future waypoints in the ego frame. points: (N, 5) float64, columns TRAJECTORY_COLUMNS."""
+    """N future waypoints in the ego frame. points: (N, 5) float64, columns TRAJECTORY_COLUMNS. extras: what a
+    head reports besides the waypoints (a decision's label and logits, the mode a command chose), JSON-able."""
     points: np.ndarray
     seq: int
     stamp_ns: int
     partition: int
+    extras: dict = field(default_factory=dict)
 
     @property
     def waypoints(self) -> list[Waypoint]:

@@ -16,6 +16,7 @@ from typing import Iterator
 import torch
 
 from ..errors import InputError, expect, expect_finite
+from ..model.plugins.head_inputs import reads_sequence
 from ..model.vla import waypoints_from_head
 from ..types import BoundaryState, Frame, Trajectory
 from .chunking import FrameKV, OpenFrame, check_chunkable, chunk_mask, chunk_spans, run_blocks_chunk
@@ -53,6 +54,7 @@ def prefix_chunks(stage, frame: Frame, chunks) -> Iterator[BoundaryState]:
                             deepstack=ds.from_block(partition) if ds is not None else None, partition=partition,
                             seq=frame.seq, stamp_ns=frame.stamp_ns, query_index=seq_len - 1,
                             arrival_ns=frame.arrival_ns, chunk_index=index, chunk_count=len(spans), chunk_start=start,
+                            context=frame.context,
                             timings={"prefix_ms": (now - t0) * 1e3, "chunk_ms": (now - c0) * 1e3})
 
 
@@ -94,15 +96,20 @@ class ChunkedSuffix:
         hidden = stage.norm(hidden)
         frame.next_index, frame.next_start = state.chunk_index + 1, end
         frame.suffix_ms += (time.perf_counter() - t0) * 1e3
+        if reads_sequence(stage.head):
+            frame.rows.append(hidden)                       # a head reading the whole sequence gets every chunk's
         if not state.last_chunk:
             return hidden, None
         self.open = None
-        raw = stage.head(model.query_rows(hidden, state.query_index % stage.seq_len - start))  # (1, N, 4)
+        rows, first = (torch.cat(frame.rows, dim=1), 0) if frame.rows else (hidden, start)   # (P, S or C, H)
+        where = f"trajectory of frame {state.seq}"
+        raw, extras = model.run_head(stage.head, rows, state.query_index % stage.seq_len - first, state.context,
+                                     state.stamp_ns, where)                           # (1, N, 4)
         points = waypoints_from_head(raw.float(), model.spec.waypoint_dt_s)            # (1, N, 5)
-        expect_finite(points, "nonfinite_output", f"trajectory of frame {state.seq}")
+        expect_finite(points, "nonfinite_output", where)
         state.timings["suffix_ms"] = frame.suffix_ms
         return hidden, Trajectory(points=points[0].cpu().numpy(), seq=state.seq, stamp_ns=state.stamp_ns,
-                                  partition=state.partition)
+                                  partition=state.partition, extras=extras)
 
     # ---- checks ----------------------------------------------------------------------------------------------
     def _admit(self, state: BoundaryState) -> OpenFrame:

@@ -13,7 +13,7 @@ Latency then tends to max(prefix, suffix) x (1 + 1/k) instead of prefix + suffix
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -156,6 +156,7 @@ class OpenFrame:
     next_index: int = 0
     next_start: int = 0
     suffix_ms: float = 0.0
+    rows: list = field(default_factory=list)   # each chunk's final normed rows (P, C, H), for a sequence-reading head
 
     def attention_mask(self) -> torch.Tensor:
         return torch.cat(self.masks, dim=1)                                            # (P, tokens so far)

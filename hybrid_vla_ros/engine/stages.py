@@ -106,7 +106,7 @@ class PrefixStage:
         return BoundaryState(hidden=hidden, position_ids=position_ids, attention_mask=attention_mask,
                              deepstack=deepstack.from_block(partition) if deepstack is not None else None,
                              partition=partition, seq=frame.seq, stamp_ns=frame.stamp_ns,
-                             query_index=input_ids.shape[1] - 1, arrival_ns=frame.arrival_ns,
+                             query_index=input_ids.shape[1] - 1, arrival_ns=frame.arrival_ns, context=frame.context,
                              timings={"prefix_ms": (time.perf_counter() - t0) * 1e3})
 
 
@@ -218,12 +218,14 @@ class SuffixStage:
         deepstack = state.deepstack.to(place.suffix_device) if state.deepstack is not None else None
         hidden = run_blocks(model.decoder, blocks, hidden, position_ids, attention_mask, state.partition, deepstack)
         hidden = self.norm(hidden)                                                     # (1, S, H)
-        raw = self.head(model.query_rows(hidden, state.query_index % self.seq_len))    # (1, N, 4) from (1, P q, H)
+        where = f"trajectory of frame {state.seq}"
+        raw, extras = model.run_head(self.head, hidden, state.query_index % self.seq_len, state.context,
+                                     state.stamp_ns, where)                           # (1, N, 4)
         points = waypoints_from_head(raw.float(), model.spec.waypoint_dt_s)            # (1, N, 5)
-        expect_finite(points, "nonfinite_output", f"trajectory of frame {state.seq}")
+        expect_finite(points, "nonfinite_output", where)
         state.timings["suffix_ms"] = (time.perf_counter() - t0) * 1e3
         return hidden, Trajectory(points=points[0].cpu().numpy(), seq=state.seq, stamp_ns=state.stamp_ns,
-                                  partition=state.partition)
+                                  partition=state.partition, extras=extras)
 
 
 @torch.inference_mode()
@@ -234,7 +236,8 @@ def reference_forward(model: VLAModel, frame: Frame) -> tuple[torch.Tensor, Traj
     inputs = model.family.reference_inputs(model, encoded, frame)   # ids + pixels, or a scene model's embeddings
     out = model.backbone(attention_mask=torch.ones_like(encoded.input_ids), **inputs)
     hidden = out.last_hidden_state                                                     # (1, S, H), normed
-    raw = model.action_head(model.query_rows(hidden, hidden.shape[1] - 1))             # (1, N, 4) from (1, P q, H)
+    raw, extras = model.run_head(model.action_head, hidden, hidden.shape[1] - 1, frame.context, frame.stamp_ns,
+                                 f"reference trajectory of frame {frame.seq}")         # (1, N, 4)
     points = waypoints_from_head(raw.float(), model.spec.waypoint_dt_s)
     return hidden, Trajectory(points=points[0].numpy(), seq=frame.seq, stamp_ns=frame.stamp_ns,
-                              partition=model.num_blocks)
+                              partition=model.num_blocks, extras=extras)

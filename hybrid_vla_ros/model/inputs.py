@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..types import EgoState, Frame
+from ..context import CameraGeometry, FrameContext, invert, pose_matrix, sample_rig
+from ..types import NAV_COMMANDS, EgoState, Frame, Navigation
 from ..errors import InputError, expect
 from .preprocess import preprocess
 from .spec import VLASpec
@@ -55,4 +56,24 @@ def synthetic_frame(spec: VLASpec, seq: int, stamp_ns: int | None = None, seed: 
         img += rng.integers(-20, 20, size=img.shape, dtype=np.int16)
         images.append(np.clip(img, 0, 255).astype(np.uint8))
     ego = EgoState(speed_mps=8.0 + 0.1 * seq, yaw_rate_rps=0.01 * math.sin(seq / 5.0))
-    return Frame(images=images, seq=seq, stamp_ns=stamp_ns if stamp_ns is not None else seq * 100_000_000, ego=ego)
+    stamp_ns = stamp_ns if stamp_ns is not None else seq * 100_000_000
+    context = synthetic_context(spec, seq, stamp_ns, ego) if spec.context else None
+    return Frame(images=images, seq=seq, stamp_ns=stamp_ns, ego=ego, context=context)
+
+
+def synthetic_context(spec: VLASpec, seq: int, stamp_ns: int, ego: EgoState, history_poses: int = 4) -> FrameContext:
+    """A whole context for a synthetic frame (for a model that declares context pieces): sample_rig's cameras,
+    the ego driving along x at its speed, `history_poses` poses 0.5 s apart, and a route command cycling through
+    NAV_COMMANDS with the frame's seq (so a split run meets every command)."""
+    cameras = []
+    for frame_id, k, chain in sample_rig(spec.num_cameras, spec.image_width, spec.image_height):
+        base_from_cam = chain[0][2] @ chain[1][2]
+        cameras.append(CameraGeometry(frame_id, k, invert(base_from_cam), spec.image_width, spec.image_height))
+    t = stamp_ns * 1e-9
+    history_dt = 0.5 * np.arange(history_poses, 0, -1, dtype=np.float64)           # oldest first
+    history = np.array([[ego.speed_mps * (t - dt), 0.3 * math.sin(t - dt), 0.0] for dt in history_dt]).reshape(-1, 3)
+    command = NAV_COMMANDS[seq % len(NAV_COMMANDS)]
+    navigation = Navigation(command, 20.0 + seq % 5, (60.0, 5.0 * (seq % 3 - 1)), (15.0, 1.0 * (seq % 3 - 1)), "route")
+    return FrameContext(stamp_ns, cameras, pose_matrix(ego.speed_mps * t, 0.3 * math.sin(t), 0.0),
+                        np.array([ego.speed_mps, 0.2, ego.yaw_rate_rps, 0.0]), np.array([True, True, True, False]),
+                        history, np.ones(history_poses, dtype=bool), history_dt, navigation)

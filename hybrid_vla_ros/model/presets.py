@@ -21,6 +21,26 @@ _TINY_SCENE = dict({k: v for k, v in _TINY.items() if not k.startswith("vision_"
                            {"name": "action", "adapter": "action"}],
                    scene_config={**_SCENE, "image_height": 56, "image_width": 56, "cameras": 2})
 
+# The published planners' shapes at toy size (model/plugins/driving_heads.py), on tiny backbones of their families:
+# ORION's command-chosen modes (LLaMA LLM, scene tokens, 6 steps), MindDrive's speed decision over 7 lm_head rows in
+# the decision pass choosing among 7 planned modes, and its path per command (two passes, Qwen2), ReCogDrive's DDIM
+# planner over the whole sequence (InternVL, 8 poses).
+_DRIVING_HEADS = {
+    "tiny-orion": dict(family="scene_llama", **{**_TINY_SCENE, "head": "command_modes", "query_tokens": 1,
+                                                "lora_rank": 0, "passes": [], "num_waypoints": 6}, context=["navigation"],
+                       notes="ORION's planner shape: one plan per route command (6 modes), the frame's command picks"),
+    "tiny-minddrive": dict(family="scene_qwen2", **{**_TINY_SCENE, "head": "meta_decision", "num_waypoints": 6},
+                           head_config={"decision_tokens": list(range(MIN_VOCAB, MIN_VOCAB + 7)), "path_points": 20},
+                           context=["navigation"],
+                           notes="MindDrive's shape: a speed decision over 7 lm_head rows in the decision pass picks one "
+                                 "of 7 planned modes; a 20-point path per route command"),
+    "tiny-recogdrive": dict(family="internvl", **{**_TINY, "image_width": 112}, tile_size=56, head="ddim_planner",
+                            head_config={"steps": 5, "train_steps": 100, "history_poses": 4, "seed": 7},
+                            context=["pose", "history", "navigation"],
+                            notes="ReCogDrive's shape: a DiT planner, 5 DDIM steps (eta 1, seeded) over the whole "
+                                  "final sequence, command, ego status and 4 history poses"),
+}
+
 # bench: one frame costs a few hundred ms on one core here (see docs/BENCHMARKS.md).
 _BENCH = dict(num_blocks=16, hidden_size=576, num_heads=9, num_kv_heads=3, intermediate_size=1536,
               vision_depth=2, vision_hidden=192, vision_heads=3, vision_intermediate=384,
@@ -47,6 +67,7 @@ PRESETS: dict[str, VLASpec] = {
     "tiny-scene": VLASpec(name="tiny-scene", family="scene_qwen2", **_TINY_SCENE,
                           notes="Qwen2 LLM + reference scene encoder with memory (ORION/MindDrive shape), GRU head "
                                 "on 2 query tokens, unit-test size"),
+    **{name: VLASpec(name=name, **fields) for name, fields in _DRIVING_HEADS.items()},
     "bench-scene": VLASpec(name="bench-scene", family="scene_qwen2",
                            **{k: v for k, v in _BENCH.items() if not k.startswith("vision_")},
                            scene_encoder="query_scene", head="gru", query_tokens=2, lora_rank=8,

@@ -10,6 +10,7 @@ from .tokenize.action_tokens import ActionTokenizer, TokenHead
 from .families import get_family
 from .lora import attach_adapters
 from .plugins import HEADS, SCENE_ENCODERS, head_config, plugin_class
+from .plugins.head_inputs import check_side_inputs, side_inputs, split_output
 from .preprocess import ImageProcessing
 from .tokenize.prompt import BytePrompt
 from .seeded import SeededWeights, parameters_on_meta
@@ -34,6 +35,7 @@ def make_action_head(spec: VLASpec) -> nn.Module:
     expect(head.query_tokens == spec.query_tokens * spec.num_passes, ConfigError,
            f"head {spec.head!r} reads {head.query_tokens} query tokens, the prompt of '{spec.name}' has "
            f"{spec.query_tokens} in each of its {spec.num_passes} pass(es)")
+    check_side_inputs(head)
     return head
 
 
@@ -89,6 +91,15 @@ class VLAModel(nn.Module):
         """hidden (P, S, H) -> the head's input (1, P * q, H): every pass's q query tokens ending at `last`."""
         rows = hidden[:, last - self.query_tokens + 1:last + 1]                        # (P, q, H)
         return rows.reshape(1, -1, rows.shape[-1])
+
+    def run_head(self, head, hidden: torch.Tensor, last: int, context, stamp_ns: int,
+                 where: str = "head") -> tuple[torch.Tensor, dict]:
+        """The waypoint head on a frame's final normed rows hidden (P, S', H), its query tokens ending at `last`
+        (an index into those rows), with the side inputs it declares (plugins/head_inputs.py; a head reading the
+        sequence needs all S rows) -> (raw steps (1, N, 4), extras)."""
+        side = side_inputs(head, hidden, context, stamp_ns, (self.spec.image_width, self.spec.image_height))
+        out = head(self.query_rows(hidden, last), **side)
+        return split_output(out, self.spec.head, where)
 
     @property
     def image_tokens(self) -> int:

@@ -24,7 +24,6 @@ from sensor_msgs.msg import CameraInfo
 
 from ..context import (BASE_FRAME, EGO_STATUS, CONTEXT_PIECES, CameraGeometry, FrameContext, TransformTree,
                        camera_info_topic, pose_matrix, transform)
-from ..engine.stages import PrefixStage
 from ..errors import ConfigError, expect
 
 TF_STATIC_QOS = QoSProfile(depth=100, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE,
@@ -187,20 +186,3 @@ class ContextInput:
         if missing:
             return "context", 1, f"the last frame lacked {missing} (refused)", values
         return "context", 0, f"needs {self.needs or 'nothing'}; {received}/{len(self.infos)} cameras known", values
-
-
-class ContextPrefixStage(PrefixStage):
-    """The prefix stage whose boundary states carry their frame's context (the suffix-side head reads it):
-    in process the object itself, across processes codec.py's context block."""
-
-    def run_chunks(self, frame, chunks=1):
-        return _with_context(super().run_chunks(frame, chunks), getattr(frame, "context", None))
-
-
-def _with_context(states, context):
-    try:
-        for state in states:
-            state.context = context
-            yield state
-    finally:
-        getattr(states, "close", lambda: None)()

@@ -7,10 +7,15 @@ The interface a plugin implements (subclass WaypointHead):
                                             (saved in the head file's `hybrid_vla` JSON); spec: the VLASpec
     query_tokens                            how many query tokens it reads (the prompt's last ones, of every
                                             pass of a several-pass model, in pass order)
-    forward(query_hidden (B, Q, H))         -> (B, N, 4) per-step dx, dy, heading, speed
+    side_inputs                             (optional) what else forward reads, as keyword arguments: the
+                                            whole final sequence or its mean, a seeded noise, the frame
+                                            context's tensors (head_inputs.py lists them and their shapes)
+    forward(query_hidden (B, Q, H), **side) -> (B, N, 4) per-step dx, dy, heading, speed; or a dict with
+                                            'waypoints' (B, N, 4) and named extras the trajectory reports
 
 Shipped: `mlp` (one MLP over the query tokens' states; the round-1 head, same weights for one token) and
-`gru` (a GRU unrolled over the waypoints from the query tokens' states: ORION's planner family at toy size).
+`gru` (a GRU unrolled over the waypoints from the query tokens' states: ORION's planner family at toy size);
+driving_heads.py: `command_modes` (ORION), `meta_decision` (MindDrive), `ddim_planner` (ReCogDrive).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from .registry import HEADS, register
 
 class WaypointHead(nn.Module):
     plugin_name = ""
+    side_inputs: tuple[str, ...] = ()   # head_inputs.py SIDE_INPUTS; none: forward(query_hidden) alone
 
     def __init__(self, config: dict):
         super().__init__()

@@ -63,4 +63,4 @@ def publish_trajectory_info(pub, node_name: str, trajectory, values: dict) -> No
     pub.publish(DiagnosticStatus(name=f"{node_name}: trajectory", values=[
         KeyValue(key=k, value=str(v)) for k, v in {
             "stamp_ns": trajectory.stamp_ns, "seq": trajectory.seq, "partition": trajectory.partition,
-            **values}.items()]))
+            **{f"head_{k}": v for k, v in getattr(trajectory, "extras", {}).items()}, **values}.items()]))

@@ -15,7 +15,8 @@ from ...engine.cpu import default_stage_cores
 from ...engine.pipeline.flight import FlightControl
 from ...engine.handover.endpoints import HOST_ID, PROCESS_REGISTRY, HandoverEncoder
 from ...engine.placement import Placement
-from ..context_input import ContextInput, ContextPrefixStage
+from ...engine.stages import PrefixStage
+from ..context_input import ContextInput
 from ...engine.pipeline.camera_sync import CameraSync, StampedHistory, StateFreshness, WaitForState
 from ...engine.pipeline.stamp_order import stamp_order
 from ...engine.pipeline.worker import StageWorker
@@ -33,8 +34,7 @@ from .time_limits import PrefixTimeLimits
 from ..params import chosen_cores
 
 NODE_NAME = "hybrid_vla_prefix"
-SENT_STAMPS_KEPT = 256               # seq -> stamp of frames handed over (to name those lost in the ring)
-# Time limits (lost in-flight slots, the kinematic-state wait) derive from measured stage times (time_limits.py).
+SENT_STAMPS_KEPT = 256   # seq -> stamp of frames handed over (to name those lost in the ring); time limits: time_limits.py
 
 
 class PrefixNode(StageNode):
@@ -89,7 +89,7 @@ class PrefixNode(StageNode):
     def _configure_frames(self) -> None:
         """A waypoint-head model: one boundary state per frame, through the handover."""
         p = self.params
-        self.stage = ContextPrefixStage(self.model, p["partition_point"], self.placement, self.zone)
+        self.stage = PrefixStage(self.model, p["partition_point"], self.placement, self.zone)
         # max_in_flight: frames taken and not finished by the suffix (in-process suffix: it frees the slot;
         # otherwise the slot is freed once the state left this process, and the ring bounds what waits).
         # Chunked: a slot per frame, freed with its last chunk; the ring holds max_in_flight x chunks states.
