@@ -18,12 +18,13 @@ from hybrid_vla_ros.errors import ConfigError, NonFiniteError
 from hybrid_vla_ros.model.checkpoint import load_checkpoint, save_checkpoint
 from hybrid_vla_ros.model.inputs import synthetic_frame
 from hybrid_vla_ros.model.plugins import WaypointHead
-from hybrid_vla_ros.model.plugins.driving_heads import ORION_MODES, DdimPlannerHead
+from hybrid_vla_ros.model.plugins.diffusion_head import DdimPlannerHead
+from hybrid_vla_ros.model.plugins.driving_heads import ORION_MODES
 from hybrid_vla_ros.model.presets import get_preset
 from hybrid_vla_ros.model.vla import build_model
 from hybrid_vla_ros.types import NAV_COMMANDS, Navigation
 
-DRIVING = ["tiny-orion", "tiny-minddrive", "tiny-recogdrive"]
+DRIVING = ["tiny-orion", "tiny-minddrive", "tiny-recogdrive", "tiny-simlingo"]
 CHUNKED_TOLERANCE_M = 1e-4   # chunked prefill's matmul shapes differ from a whole frame's (test_chunked.py's bound)
 
 
@@ -156,7 +157,7 @@ def test_ddim_noise_is_seeded_by_the_stamp_and_the_steps_follow_ddim(models, mon
 
 
 def test_ddim_history_of_any_length_is_padded_as_unknown():
-    from hybrid_vla_ros.model.plugins.driving_heads import _last_rows
+    from hybrid_vla_ros.model.plugins.diffusion_head import _last_rows
     history = torch.arange(6.0).view(1, 2, 3)
     padded = _last_rows(history, 4)
     assert padded.shape == (1, 4, 3) and padded[0, :2].abs().sum() == 0 and torch.equal(padded[0, 2:], history[0])

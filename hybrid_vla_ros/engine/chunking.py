@@ -76,7 +76,8 @@ def chunk_count(model, chunks) -> int:
         return 1
     spec = model.spec
     blocks, per_block = model.family.image_blocks(spec)
-    ids, _ = model.prompt.build(blocks, per_block, "drive", spec.text_tokens, 0.0, 0.0, spec.query_tokens)  # (1, S)
+    ids, _ = model.prompt.build(blocks, per_block, "drive", spec.text_tokens, 0.0, 0.0, spec.query_tokens,
+                                spec.slot_tokens)  # (1, S)
     return len(chunk_spans(model, ids, chunks))   # the model's own prompt: its layout is the same every frame
 
 

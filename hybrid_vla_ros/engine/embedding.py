@@ -28,7 +28,7 @@ def frame_embeddings(model: VLAModel, frame: Frame, place: Placement = Placement
     pixels = {k: place.to_prefix(v) for k, v in encoded.pixels.items()}
     if "pixel_values" in pixels:
         pixels["pixel_values"] = pixels["pixel_values"].to(place.prefix_dtype)
-    embeds = model.decoder.embed_tokens(input_ids)                                     # (1, S, H)
+    embeds = model.embed_prompt(input_ids, frame.context)                              # (P, S, H)
     features, additions = model.family.frame_features(model, pixels, encoded.ego, frame.stamp_ns)  # (n_img, H), k x
     image_mask = input_ids == model.prompt.image_token_id                              # (1, S)
     if input_ids.shape[0] > 1:                                                         # the same for every pass
@@ -53,7 +53,7 @@ class FrameEmbedder:
         self.pixels = {k: place.to_prefix(v) for k, v in encoded.pixels.items()}
         if "pixel_values" in self.pixels:
             self.pixels["pixel_values"] = self.pixels["pixel_values"].to(place.prefix_dtype)
-        self.embeds = model.decoder.embed_tokens(self.input_ids)                       # (P, S, H)
+        self.embeds = model.embed_prompt(self.input_ids, frame.context)               # (P, S, H)
         self.position_ids = model.family.position_ids(model.backbone, self.input_ids,
                                                       place.to_prefix(encoded.mm_token_type_ids), self.pixels)
         image_mask = self.input_ids[0] == model.prompt.image_token_id                  # (S,)

@@ -233,8 +233,9 @@ def reference_forward(model: VLAModel, frame: Frame) -> tuple[torch.Tensor, Traj
     """The unsplit model through HF's own forward (all passes as one batch): (final hidden state (P, S, H),
     trajectory)."""
     encoded = encode_frame(frame, model)
-    inputs = model.family.reference_inputs(model, encoded, frame)   # ids + pixels, or a scene model's embeddings
-    out = model.backbone(attention_mask=torch.ones_like(encoded.input_ids), **inputs)
+    with model.prompt_embeddings_applied(frame.context):   # HF embeds the ids itself: the rows written there
+        inputs = model.family.reference_inputs(model, encoded, frame)   # ids + pixels, or a scene model's embeds
+        out = model.backbone(attention_mask=torch.ones_like(encoded.input_ids), **inputs)
     hidden = out.last_hidden_state                                                     # (1, S, H), normed
     raw, extras = model.run_head(model.action_head, hidden, hidden.shape[1] - 1, frame.context, frame.stamp_ns,
                                  f"reference trajectory of frame {frame.seq}")         # (1, N, 4)

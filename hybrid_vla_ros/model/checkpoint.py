@@ -10,6 +10,8 @@
                                          plugin, its config and query tokens) as JSON
     scene_encoder.safetensors            scene_* families: the scene encoder plugin's weights; metadata
                                          `plugin` (its name) and `config` (its JSON config)
+    prompt_embeddings.safetensors        a model with learned query embeddings or prompt slots: `queries`
+                                         (q, H), `adaptors.<slot>.<i>.{weight,bias}` (model/prompt_embeddings.py)
 
 `save_checkpoint` writes it with transformers' own `save_pretrained`. `load_checkpoint` builds the model
 with its parameters on the meta device (buffers such as rotary tables are computed as usual) and reads from
@@ -29,8 +31,9 @@ from torch import nn
 
 from ..errors import ConfigError, expect
 from .checkpoint_files import (CONFIG_FILE, HEAD_FILE, HEAD_FORMAT, HEAD_PREFIX, INDEX_FILE, OPTIONAL_FIELDS,
-                               PROCESSOR_FILE, SCENE_FILE, SCENE_FORMAT, SCENE_PREFIX, TOKEN_FIELDS, VLA_FIELDS,
-                               WEIGHTS_FILE, CheckpointFiles, _opened, checkpoint_spec, inspect_checkpoint)
+                               PROCESSOR_FILE, PROMPT_FILE, PROMPT_PREFIX, SCENE_FILE, SCENE_FORMAT, SCENE_PREFIX,
+                               TOKEN_FIELDS, VLA_FIELDS, WEIGHTS_FILE, CheckpointFiles, _opened, checkpoint_spec,
+                               inspect_checkpoint)
 from .lora import adapter_source, is_adapter_parameter, save_adapters
 from .preprocess import ImageProcessing
 from .tokenize.prompt import has_tokenizer, load_prompt
@@ -59,6 +62,9 @@ def save_checkpoint(model: VLAModel, directory: str | Path, max_shard_size: str 
         save_file(tensors, str(directory / SCENE_FILE),
                   metadata={"format": SCENE_FORMAT, "plugin": model.spec.scene_encoder,
                             "config": json.dumps(model.spec.scene_config)})
+    if model.prompt_embeddings is not None:
+        tensors = {k: v.detach().contiguous().cpu() for k, v in model.prompt_embeddings.state_dict().items()}
+        save_file(tensors, str(directory / PROMPT_FILE), metadata={"format": "hybrid_vla_prompt_embeddings/1"})
     return directory
 
 
@@ -92,6 +98,10 @@ def _source(files: CheckpointFiles, name: str, key_prefixes) -> tuple[Path, str]
         return files.head_file, name[len(HEAD_PREFIX):]
     if is_adapter_parameter(name):
         return adapter_source(files.adapters, name, files.directory)
+    if name.startswith(PROMPT_PREFIX):
+        expect(files.prompt_file is not None, ConfigError,
+               f"checkpoint '{files.directory}': the model has prompt embeddings, the directory no {PROMPT_FILE}")
+        return files.prompt_file, name[len(PROMPT_PREFIX):]
     if name.startswith(SCENE_PREFIX):
         expect(files.scene_file is not None, ConfigError,
                f"checkpoint '{files.directory}': the model has a scene encoder, the directory no {SCENE_FILE}")
@@ -175,8 +185,9 @@ def load_checkpoint(directory: str | Path, dtype: torch.dtype = torch.float32, k
         model = VLAModel(spec, backbone_config=files.config)
     model.checkpoint_files = files
     if has_tokenizer(files.directory):
-        model.prompt = load_prompt(files.directory, model.family, files.config, files.vla.get("plan_token"))
-        model.prompt.check_query_tokens(spec.query_tokens)   # the head names each of its query tokens
+        model.prompt = load_prompt(files.directory, model.family, files.config, files.vla.get("plan_token"),
+                                   files.vla.get("slot_token"))
+        model.prompt.check_query_tokens(spec.query_tokens, spec.slot_tokens)   # the head names its query tokens
     model.image_processing = ImageProcessing.for_spec(spec, _processor_config(files.directory),
                                                       str(files.directory / PROCESSOR_FILE))
     ensure_loaded(model, keep(model) if keep else [model], dtype)

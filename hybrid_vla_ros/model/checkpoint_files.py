@@ -30,8 +30,12 @@ SCENE_FORMAT = "hybrid_vla_scene_encoder/1"
 SCENE_PREFIX = "scene_encoder."
 # An action-token model's head (TokenHead: proj.{weight,bias}, logits over the bins at the top of the vocabulary)
 TOKEN_FIELDS = ("action_head", "action_bins", "action_step_range_m")
-PROMPT_FIELDS = ("plan_token",)  # head metadata beside the spec's fields: the action head's query token
-OPTIONAL_FIELDS = ("instruction_template",)  # written only when set (a reader from before them takes the rest)
+# head metadata beside the spec's fields: the action head's query token(s), a prompt slot's token (tokenizer prompts)
+PROMPT_FIELDS = ("plan_token", "slot_token")
+# written only when set (a reader from before them takes the rest)
+OPTIONAL_FIELDS = ("instruction_template", "context", "query_embeddings", "prompt_slots")
+PROMPT_FILE = "prompt_embeddings.safetensors"   # learned query embeddings and slot adaptors (model/prompt_embeddings.py)
+PROMPT_PREFIX = "prompt_embeddings."
 PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt", "model.pth", "model.ckpt")
 HEAD_PREFIX = "action_head."
 
@@ -44,6 +48,7 @@ class CheckpointFiles:
     head_file: Path | None
     vla: dict
     scene_file: Path | None = None
+    prompt_file: Path | None = None
     adapters: dict = field(default_factory=dict)   # LoRA adapter name -> (weights file, its keys)
     read_keys: set[str] = field(default_factory=set)
 
@@ -119,7 +124,9 @@ def inspect_checkpoint(directory: str | Path, fresh_head: bool = False) -> Check
     head_file, vla = _head_metadata(directory, fresh_head)
     scene_file, scene = _scene_metadata(directory)
     lora, adapters = read_adapters(directory, vla.get("passes") or [])
-    return CheckpointFiles(directory, config, weight_map, head_file, {**vla, **scene, **lora}, scene_file, adapters)
+    prompt_file = directory / PROMPT_FILE if (directory / PROMPT_FILE).is_file() else None
+    return CheckpointFiles(directory, config, weight_map, head_file, {**vla, **scene, **lora}, scene_file,
+                           prompt_file, adapters)
 
 
 def _scene_metadata(directory: Path) -> tuple[Path | None, dict]:

@@ -37,7 +37,7 @@ def encode_frame(frame: Frame, model, device: torch.device | str = "cpu") -> Enc
     images = preprocess(frame.images, model.image_processing, device, where)       # (N, 3, H, W) float32
     blocks, per_block = model.family.image_blocks(spec)
     prompts = [model.prompt.build(blocks, per_block, instruction, spec.text_tokens, float(ego.speed_mps),
-                                  float(ego.yaw_rate_rps), spec.query_tokens)
+                                  float(ego.yaw_rate_rps), spec.query_tokens, spec.slot_tokens)
                for instruction in model.instructions(frame.instruction)]             # P x (1, S) each
     input_ids, mm_types = torch.cat([ids for ids, _ in prompts]), torch.cat([mm for _, mm in prompts])  # (P, S)
     return EncodedFrame(input_ids, mm_types, model.family.pixel_inputs(spec, images),

@@ -81,6 +81,11 @@ class VLASpec:
     # The frame context pieces (context.py CONTEXT_PIECES: cameras, pose, history, navigation) the model needs: a
     # frame lacking one is refused at the prefix (context_missing_<piece>); pieces not named are filled where known.
     context: list = field(default_factory=list)
+    # Prompt rows that are not vocabulary embeddings (model/prompt_embeddings.py; SimLingo): query_embeddings, a
+    # learned (query_tokens, H) table at the query tokens; prompt_slots, [{"name", "inputs", "hidden"}]: context
+    # values through an MLP adaptor into slot tokens placed after the instruction.
+    query_embeddings: bool = False
+    prompt_slots: list = field(default_factory=list)
     notes: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -110,6 +115,8 @@ class VLASpec:
         if self.instruction_template:   # route/ is ROS-free and torch-free: checked here, at load
             from ..route.text import check_template
             check_template(self.instruction_template)
+        from .prompt_embeddings import check_prompt_embeddings
+        check_prompt_embeddings(self)
         family = get_family(self.family)
         self._check_plugins(family)
         family.check_spec(self)
@@ -155,6 +162,11 @@ class VLASpec:
     @property
     def num_passes(self) -> int:
         return max(1, len(self.passes))
+
+    @property
+    def slot_tokens(self) -> int:
+        """Slot tokens in the prompt: one per input of every prompt slot."""
+        return sum(len(slot["inputs"]) for slot in self.prompt_slots)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

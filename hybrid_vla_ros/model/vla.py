@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 from torch import nn
 
@@ -9,6 +11,7 @@ from ..errors import ConfigError, expect
 from .tokenize.action_tokens import ActionTokenizer, TokenHead
 from .families import get_family
 from .lora import attach_adapters
+from .prompt_embeddings import PromptEmbeddings
 from .plugins import HEADS, SCENE_ENCODERS, head_config, plugin_class
 from .plugins.head_inputs import check_side_inputs, side_inputs, split_output
 from .preprocess import ImageProcessing
@@ -64,6 +67,8 @@ class VLAModel(nn.Module):
         self.action_head = make_action_head(spec)
         if spec.action_head == "tokens":
             self.action_tokenizer = ActionTokenizer(spec)
+        self.prompt_embeddings = PromptEmbeddings(spec, spec.hidden_size) \
+            if spec.query_embeddings or spec.prompt_slots else None
 
     @property
     def decoder(self):
@@ -86,6 +91,28 @@ class VLAModel(nn.Module):
     def instructions(self, frame_instruction: str) -> list[str]:
         """The prompt instruction of each pass (a pass without its own takes the frame's)."""
         return [p.get("instruction") or frame_instruction for p in self.spec.passes] or [frame_instruction]
+
+    def embed_prompt(self, input_ids: torch.Tensor, context) -> torch.Tensor:
+        """input_ids (P, S) -> token embeddings (P, S, H), the query and slot rows written (prompt_embeddings.py)."""
+        embeds = self.decoder.embed_tokens(input_ids)
+        if self.prompt_embeddings is None:
+            return embeds
+        return self.prompt_embeddings(input_ids, embeds, context, self.prompt.slot_token_id)
+
+    @contextmanager
+    def prompt_embeddings_applied(self, context):
+        """Inside: the embedding table's every call writes the query and slot rows (for HF's own forward, which
+        embeds the ids itself); nothing for a model without prompt embeddings."""
+        if self.prompt_embeddings is None:
+            yield
+            return
+        def write(module, args, output):
+            return self.prompt_embeddings(args[0], output, context, self.prompt.slot_token_id)
+        handle = self.decoder.embed_tokens.register_forward_hook(write)
+        try:
+            yield
+        finally:
+            handle.remove()
 
     def query_rows(self, hidden: torch.Tensor, last: int) -> torch.Tensor:
         """hidden (P, S, H) -> the head's input (1, P * q, H): every pass's q query tokens ending at `last`."""
@@ -110,7 +137,8 @@ class VLAModel(nn.Module):
     def sequence_length(self) -> int:
         """Tokens of every frame's prompt (fixed: the pipeline's buffers never change shape)."""
         blocks, per_block = self.family.image_blocks(self.spec)
-        return self.prompt.sequence_length(blocks, per_block, self.spec.text_tokens, self.spec.query_tokens)
+        return self.prompt.sequence_length(blocks, per_block, self.spec.text_tokens, self.spec.query_tokens,
+                                           self.spec.slot_tokens)
 
     def reset_memory(self, reason: str = "requested", stamp_ns: int = 0) -> bool:
         """Forget the scene encoder's cross-frame memory; False when the model keeps none."""

@@ -206,7 +206,8 @@ def _prompt_ids(model):
     spec = model.spec
     blocks, per_block = model.family.image_blocks(spec)
     instruction = model.instructions(Frame.__dataclass_fields__["instruction"].default)[0]
-    return model.prompt.build(blocks, per_block, instruction, spec.text_tokens, 0.0, 0.0, spec.query_tokens)[0]
+    return model.prompt.build(blocks, per_block, instruction, spec.text_tokens, 0.0, 0.0, spec.query_tokens,
+                              spec.slot_tokens)[0]
 
 
 def chunked_section(model, work: Workload, sides: Sides, p: int | None, chunks, overhead_ms: float = 0.0,

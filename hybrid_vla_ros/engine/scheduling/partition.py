@@ -66,7 +66,7 @@ class Zone(NamedTuple):
 def prefix_modules(model: VLAModel, partition: int) -> list[torch.nn.Module]:
     """What the prefix device holds: vision (or the scene encoder), embeddings, rotary tables and blocks [0, p)."""
     decoder = model.decoder
-    owned = [model.scene_encoder] if model.scene_encoder is not None else []
+    owned = [m for m in (model.scene_encoder, model.prompt_embeddings) if m is not None]
     if model.backbone is not decoder:  # a VLM: its vision tower and projector (a plain LLM is its decoder)
         owned += [m for name, m in model.backbone.named_children() if m is not decoder]
     owned += [m for name, m in decoder.named_children() if name not in ("layers", "norm")]

@@ -15,7 +15,8 @@ The interface a plugin implements (subclass WaypointHead):
 
 Shipped: `mlp` (one MLP over the query tokens' states; the round-1 head, same weights for one token) and
 `gru` (a GRU unrolled over the waypoints from the query tokens' states: ORION's planner family at toy size);
-driving_heads.py: `command_modes` (ORION), `meta_decision` (MindDrive), `ddim_planner` (ReCogDrive).
+driving_heads.py: `command_modes` (ORION), `meta_decision` (MindDrive), `route_speed` (SimLingo);
+diffusion_head.py: `ddim_planner` (ReCogDrive).
 """
 
 from __future__ import annotations
@@ -25,6 +26,14 @@ from torch import nn
 
 from ...errors import ConfigError, expect
 from .registry import HEADS, register
+
+
+STEP = 4   # a waypoint step: dx, dy, heading, speed
+
+
+def mlp(width_in: int, hidden: int, width_out: int) -> nn.Sequential:
+    """Linear, GELU, Linear."""
+    return nn.Sequential(nn.Linear(width_in, hidden), nn.GELU(), nn.Linear(hidden, width_out))
 
 
 class WaypointHead(nn.Module):

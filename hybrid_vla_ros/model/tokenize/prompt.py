@@ -18,20 +18,24 @@ from pathlib import Path
 import torch
 
 from ...errors import ConfigError, expect
-from .tokens import EGO_BYTES, IMAGE_TOKEN, build_prompt, ego_text, sequence_length
+from .tokens import EGO_BYTES, IMAGE_TOKEN, SLOT, build_prompt, ego_text, sequence_length
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
 class BytePrompt:
     image_token_id = IMAGE_TOKEN
+    slot_token_id = SLOT
 
     def build(self, num_cameras: int, image_tokens: int, instruction: str, text_tokens: int,
-              speed_mps: float, yaw_rate_rps: float, query_tokens: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-        return build_prompt(num_cameras, image_tokens, instruction, text_tokens, speed_mps, yaw_rate_rps, query_tokens)
+              speed_mps: float, yaw_rate_rps: float, query_tokens: int = 1,
+              slots: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        return build_prompt(num_cameras, image_tokens, instruction, text_tokens, speed_mps, yaw_rate_rps, query_tokens,
+                            slots)
 
-    def sequence_length(self, num_cameras: int, image_tokens: int, text_tokens: int, query_tokens: int = 1) -> int:
-        return sequence_length(num_cameras, image_tokens, text_tokens, query_tokens)
+    def sequence_length(self, num_cameras: int, image_tokens: int, text_tokens: int, query_tokens: int = 1,
+                        slots: int = 0) -> int:
+        return sequence_length(num_cameras, image_tokens, text_tokens, query_tokens, slots)
 
     def describe(self) -> str:
         return "built-in byte-level tokenizer"
@@ -42,9 +46,11 @@ class BytePrompt:
 
 
 class TokenizerPrompt:
-    def __init__(self, tokenizer, family, config, plan_token: str | list[str], source: str):
+    def __init__(self, tokenizer, family, config, plan_token: str | list[str], source: str,
+                 slot_token: str | None = None):
         """family: the backbone's Family (model/families/), which says where its config keeps the image ids.
-        plan_token: the head's query token, or the list of them for a head reading several (MindDrive: 2)."""
+        plan_token: the head's query token, or the list of them for a head reading several (MindDrive: 2).
+        slot_token: the token a numeric prompt slot's rows replace (SimLingo: <TARGET_POINT>), if the model has any."""
         self.tokenizer, self.source = tokenizer, source
         self.image_token_id, self.vision_start, self.vision_end = family.tokenizer_token_ids(config, tokenizer)
         self.plan_token = plan_token
@@ -53,6 +59,8 @@ class TokenizerPrompt:
                f"{source}: plan_token must name the head's query token(s): a string or a list of strings")
         self.query_ids = [self._token_id(n, "plan_token (the action head's query token)") for n in names]
         self.plan_id = self.query_ids[-1]
+        self.slot_token = slot_token
+        self.slot_token_id = self._token_id(slot_token, "slot_token (a prompt slot's token)") if slot_token else None
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         expect(self.pad_id is not None, ConfigError,
                f"{source}: the tokenizer has neither a pad nor an eos token to pad the instruction with")
@@ -75,30 +83,36 @@ class TokenizerPrompt:
         return block if self.vision_start is None else [self.vision_start] + block + [self.vision_end]
 
     def build(self, num_cameras: int, image_tokens: int, instruction: str, text_tokens: int,
-              speed_mps: float, yaw_rate_rps: float, query_tokens: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+              speed_mps: float, yaw_rate_rps: float, query_tokens: int = 1,
+              slots: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """-> input_ids (1, S), mm_token_type_ids (1, S) (1 on image tokens)."""
-        self.check_query_tokens(query_tokens)
+        self.check_query_tokens(query_tokens, slots)
         ids = list(self.bos)
         for _ in range(num_cameras):
             ids += self._image_block(image_tokens)
-        ids += self._text(instruction, text_tokens) + self._text(ego_text(speed_mps, yaw_rate_rps), EGO_BYTES)
+        ids += self._text(instruction, text_tokens) + [self.slot_token_id] * slots
+        ids += self._text(ego_text(speed_mps, yaw_rate_rps), EGO_BYTES)
         ids += self.query_ids
         input_ids = torch.tensor([ids], dtype=torch.long)
         return input_ids, (input_ids == self.image_token_id).to(torch.int32)
 
-    def check_query_tokens(self, query_tokens: int) -> None:
+    def check_query_tokens(self, query_tokens: int, slots: int = 0) -> None:
         expect(query_tokens == len(self.query_ids), ConfigError,
                f"{self.source}: the head reads {query_tokens} query tokens, its metadata names "
                f"{len(self.query_ids)} ({self.plan_token!r}); name each one in 'plan_token'")
+        expect(slots == 0 or self.slot_token_id is not None, ConfigError,
+               f"{self.source}: the model fills {slots} prompt slot token(s); name the slot token ('slot_token' in "
+               f"the 'hybrid_vla' JSON, e.g. '<TARGET_POINT>')")
 
-    def sequence_length(self, num_cameras: int, image_tokens: int, text_tokens: int, query_tokens: int = 1) -> int:
-        self.check_query_tokens(query_tokens)
-        return len(self.bos) + num_cameras * len(self._image_block(image_tokens)) + text_tokens + EGO_BYTES + \
-            query_tokens
+    def sequence_length(self, num_cameras: int, image_tokens: int, text_tokens: int, query_tokens: int = 1,
+                        slots: int = 0) -> int:
+        self.check_query_tokens(query_tokens, slots)
+        return len(self.bos) + num_cameras * len(self._image_block(image_tokens)) + text_tokens + slots + \
+            EGO_BYTES + query_tokens
 
     def save(self, directory: Path) -> dict:
         self.tokenizer.save_pretrained(directory)
-        return {"plan_token": self.plan_token}
+        return {"plan_token": self.plan_token, **({"slot_token": self.slot_token} if self.slot_token else {})}
 
     def describe(self) -> str:
         return f"checkpoint tokenizer ({type(self.tokenizer).__name__}), plan token {self.plan_token!r}"
@@ -108,7 +122,7 @@ def has_tokenizer(directory: Path) -> bool:
     return any((directory / name).is_file() for name in TOKENIZER_FILES)
 
 
-def load_prompt(directory: Path, family, config, plan_token: str | None) -> TokenizerPrompt:
+def load_prompt(directory: Path, family, config, plan_token: str | None, slot_token: str | None = None) -> TokenizerPrompt:
     """The checkpoint's own tokenizer, offline; the planning query token must be named."""
     from transformers import AutoTokenizer
     source = f"checkpoint '{directory}'"
@@ -119,4 +133,4 @@ def load_prompt(directory: Path, family, config, plan_token: str | None) -> Toke
         tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
     except (OSError, ValueError, TypeError, KeyError) as exc:
         raise ConfigError(f"{source}: its tokenizer cannot be loaded ({exc})") from exc
-    return TokenizerPrompt(tokenizer, family, config, plan_token, source)
+    return TokenizerPrompt(tokenizer, family, config, plan_token, source, slot_token)

@@ -1,0 +1,101 @@
+"""Prompt rows that are not vocabulary embeddings (issue 38, item 3; SimLingo's shape), written into the token
+embeddings before block 0 of every pass:
+
+- learned query embeddings (spec.query_embeddings): the last `query_tokens` rows of each pass (the query tokens the
+  head reads) take a learned (query_tokens, H) table instead of the query token's vocabulary row (SimLingo: 20
+  route + 10 speed queries);
+- numeric slots (spec.prompt_slots): each slot's inputs, fixed-size tensors of the frame context
+  (SLOT_INPUT_SIZES), go through the slot's MLP adaptor into one row each, written at the slot tokens the prompt
+  holds for them, in slot order then input order (SimLingo's <TARGET_POINT> pair: the target point and the one
+  after it through `wp_encoder`). A slot: {"name", "inputs": [context tensor names], "hidden": [widths]}: the
+  adaptor is Linear(in, w1) ReLU ... Linear(wk, H), `in` the inputs' common size.
+
+The prefix applies them in its embedding step (engine/embedding.py, whole and chunked frames: the rows are text,
+no camera's features land there); the unsplit reference applies the same module through a forward hook on the
+embedding table (VLAModel.prompt_embeddings_applied), so both hand block 0 the very same rows.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..context import FrameContext
+from ..errors import ConfigError, expect
+
+# The context tensors a slot may read, by their (fixed) number of values
+SLOT_INPUT_SIZES = {"target_point": 2, "goal_point": 2, "command": 7, "ego_status": 4, "command_distance_m": 1,
+                    "navigation_known": 1, "ego_status_known": 4, "pose_known": 1}
+
+
+def check_prompt_embeddings(spec) -> None:
+    """The spec's query_embeddings / prompt_slots, checked at load (ConfigError saying what)."""
+    where = f"spec '{spec.name}'"
+    expect(isinstance(spec.query_embeddings, bool), ConfigError, f"{where}: query_embeddings must be true or false")
+    expect(not (spec.query_embeddings or spec.prompt_slots) or spec.action_head == "waypoints", ConfigError,
+           f"{where}: prompt embeddings are served for waypoint heads; an action-token model's decode steps embed "
+           f"vocabulary tokens only")
+    slots = spec.prompt_slots
+    expect(isinstance(slots, list) and all(isinstance(s, dict) for s in slots), ConfigError,
+           f"{where}: prompt_slots must be a list of {{name, inputs, hidden}} objects")
+    names = [s.get("name") for s in slots]
+    expect(all(isinstance(n, str) and n for n in names) and len(set(names)) == len(names), ConfigError,
+           f"{where}: each prompt slot needs a unique non-empty 'name' (got {names})")
+    for slot in slots:
+        unknown = sorted(set(slot) - {"name", "inputs", "hidden"})
+        inputs, hidden = slot.get("inputs"), slot.get("hidden", [])
+        expect(not unknown, ConfigError, f"{where}: prompt slot {slot['name']!r} has unknown keys {unknown}")
+        expect(isinstance(inputs, list) and inputs and all(i in SLOT_INPUT_SIZES for i in inputs) and
+               len({SLOT_INPUT_SIZES[i] for i in inputs}) == 1, ConfigError,
+               f"{where}: prompt slot {slot['name']!r}: inputs={inputs!r}, expected a non-empty list of context "
+               f"tensors of one size, from {SLOT_INPUT_SIZES}")
+        expect(isinstance(hidden, list) and all(isinstance(w, int) and w > 0 for w in hidden), ConfigError,
+               f"{where}: prompt slot {slot['name']!r}: hidden={hidden!r}, expected a list of positive widths")
+
+
+def _adaptor(width_in: int, hidden: list[int], width_out: int) -> nn.Sequential:
+    layers, width = [], width_in
+    for w in hidden:
+        layers += [nn.Linear(width, w), nn.ReLU()]
+        width = w
+    return nn.Sequential(*layers, nn.Linear(width, width_out))
+
+
+class PromptEmbeddings(nn.Module):
+    def __init__(self, spec, hidden_size: int):
+        super().__init__()
+        self.query_tokens = spec.query_tokens
+        self.slots = [dict(slot) for slot in spec.prompt_slots]
+        self.queries = nn.Parameter(torch.randn(spec.query_tokens, hidden_size) * 0.02) \
+            if spec.query_embeddings else None                                          # (q, H)
+        self.adaptors = nn.ModuleDict({slot["name"]: _adaptor(SLOT_INPUT_SIZES[slot["inputs"][0]],
+                                                              slot.get("hidden", []), hidden_size)
+                                       for slot in self.slots})
+        self.slot_count = sum(len(slot["inputs"]) for slot in self.slots)
+
+    def forward(self, input_ids: torch.Tensor, embeds: torch.Tensor, context, slot_token_id: int) -> torch.Tensor:
+        """input_ids (P, S), embeds (P, S, H) -> embeds with the query and slot rows written (a new tensor)."""
+        out = embeds.clone()
+        if self.queries is not None:
+            out[:, -self.query_tokens:] = self.queries.to(out.dtype)
+        if self.slots:
+            out[:, self._slot_positions(input_ids, slot_token_id)] = self.slot_rows(context).to(out.dtype)
+        return out
+
+    def slot_rows(self, context) -> torch.Tensor:
+        """-> (slot tokens, H): each slot's inputs through its adaptor, in order."""
+        tensors = (context if context is not None else FrameContext()).as_tensors()
+        rows = []
+        for slot in self.slots:
+            adaptor = self.adaptors[slot["name"]]
+            weight = adaptor[0].weight
+            values = torch.stack([tensors[name].flatten() for name in slot["inputs"]])  # (inputs, in)
+            rows.append(adaptor(values.to(weight.device, weight.dtype)))                 # (inputs, H)
+        return torch.cat(rows)
+
+    def _slot_positions(self, input_ids: torch.Tensor, slot_token_id: int) -> torch.Tensor:
+        positions = (input_ids[0] == slot_token_id).nonzero().squeeze(-1)              # (slot tokens,)
+        expect(positions.numel() == self.slot_count, ConfigError,
+               f"prompt: {positions.numel()} slot tokens (id {slot_token_id}), the model's slots fill "
+               f"{self.slot_count}")
+        return positions
