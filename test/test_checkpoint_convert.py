@@ -19,6 +19,7 @@ from hybrid_vla_ros.errors import ConfigError
 from hybrid_vla_ros.model.checkpoint import load_checkpoint, save_checkpoint
 from hybrid_vla_ros.model.inputs import synthetic_frame
 from hybrid_vla_ros.model.load import load_vla
+from published_layouts import internvl_chat_dir as _internvl_chat_dir
 
 
 def _tensors(path):
@@ -167,49 +168,6 @@ def test_mapping_files_are_checked_and_the_shipped_ones_load(tmp_path):
             load_mapping(str(bad))
     with pytest.raises(ConfigError, match="no shipped mapping of that name"):
         load_mapping("orion-nonexistent")
-
-
-_TO_CHAT = [("vision_tower.", "vision_model."), (".encoder.layer.", ".encoder.layers."),
-            (".embeddings.cls_token", ".embeddings.class_embedding"),
-            (".embeddings.position_embeddings", ".embeddings.position_embedding"),
-            (".patch_embeddings.projection.", ".patch_embedding."), (".lambda_", ".ls"),
-            (".attention.projection_layer.", ".attn.proj."), (".layernorm_before.", ".norm1."),
-            (".layernorm_after.", ".norm2."), ("multi_modal_projector.layer_norm.", "mlp1.0."),
-            ("multi_modal_projector.linear_1.", "mlp1.1."), ("multi_modal_projector.linear_2.", "mlp1.3.")]
-
-
-def _internvl_chat_dir(saved, directory):
-    """tiny-internvl as OpenGVLab's remote-code repository lays it out (InternVL2-1B's names and config fields,
-    at tiny sizes): fused ViT qkv, mlp1.*, language_model.model.* (as save_pretrained also writes it),
-    llm_config / vision_config."""
-    native, chat = _tensors(saved / "model.safetensors"), {}
-    for key, tensor in native.items():
-        if ".attention.k_proj." in key or ".attention.v_proj." in key:
-            continue
-        if ".attention.q_proj." in key:
-            tensor = torch.cat([native[key.replace("q_proj", n)] for n in ("q_proj", "k_proj", "v_proj")])
-            key = key.replace(".attention.q_proj.", ".attn.qkv.")
-        for ours, theirs in _TO_CHAT:
-            key = key.replace(ours, theirs, 1) if ours in key else key
-        chat[key] = tensor
-    chat["language_model.lm_head.weight"] = native["language_model.model.embed_tokens.weight"].clone()
-    config = json.loads((saved / "config.json").read_text())
-    text, vision = config["text_config"], config["vision_config"]
-    llm = {**{k: v for k, v in text.items() if k not in ("rope_parameters", "dtype")}, "architectures": ["Qwen2ForCausalLM"],
-           "rope_theta": text["rope_parameters"]["rope_theta"], "rope_scaling": None, "torch_dtype": "float32"}
-    vit = {**{k: vision[k] for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                                    "norm_type", "layer_norm_eps", "hidden_act")},
-           "image_size": vision["image_size"][0], "patch_size": vision["patch_size"][0], "qkv_bias": True,
-           "qk_normalization": False, "architectures": ["InternVisionModel"], "drop_path_rate": 0.0}
-    directory.mkdir()
-    (directory / "config.json").write_text(json.dumps({
-        "model_type": "internvl_chat", "architectures": ["InternVLChatModel"], "auto_map": {},
-        "llm_config": llm, "vision_config": vit, "downsample_ratio": 0.5, "select_layer": -1, "ps_version": "v2",
-        "template": "internvl2_5", "force_image_size": vit["image_size"], "dynamic_image_size": True,
-        "use_thumbnail": True, "max_dynamic_patch": 6}))
-    from safetensors.torch import save_file
-    save_file({k: v.contiguous() for k, v in chat.items()}, str(directory / "model.safetensors"))
-    return config["image_token_id"]
 
 
 def test_an_internvl_chat_directory_converts_to_the_native_layout(tmp_path):

@@ -47,7 +47,7 @@ def test_block_zero_gets_the_learned_queries_and_the_adapted_targets(model):
     embeds = frame_embeddings(model, frame).embeds                                      # (1, S, H)
     table = model.prompt_embeddings
     with torch.no_grad():
-        assert torch.equal(embeds[0, -30:], table.queries)
+        assert torch.equal(embeds[0, -30:], table.table()) and [q.shape[0] for q in table.queries] == [20, 10]
         adaptor = table.adaptors["target_point"]
         expected = adaptor(torch.tensor([[12.0, -1.5], [40.0, 3.0]]))                  # target, then goal
     ids = encode_frame(frame, model).input_ids[0]

@@ -10,11 +10,18 @@
       - ['^module\\.', '']
     drop:                            keys dropped on purpose (regexes, matched after the renames), counted
       - '^pts_bbox_head\\.'
+    squeeze:                         renamed keys whose leading size-1 dims are dropped ((1, n, H) -> (n, H))
+      - '^prompt\\.queries\\.'
     parts:                           first matching prefix wins and is removed from the key
       - {prefix: 'llm.', to: backbone}            -> model.safetensors (+ config.json from --config)
       - {prefix: 'planner.', to: action_head}     -> action_head.safetensors
       - {prefix: 'front.', to: scene_encoder}     -> scene_encoder.safetensors
-    adapters: {lora_alpha: 16}       peft LoRA keys `<module>.lora_A.<adapter>.weight` -> adapters/<adapter>/
+      - {prefix: 'prompt.', to: prompt_embeddings} -> prompt_embeddings.safetensors
+    backbone_layout: internvl_chat   the backbone's names are OpenGVLab's remote-code ones (internvl_chat.py converts
+                                     them, and an internvl_chat config.json from --config)
+    adapters: {lora_alpha: 16}       peft LoRA keys `<module>.lora_A.<adapter>.weight` -> adapters/<adapter>/;
+                                     with `merge: true` (a one-pass model's LoRA) added into the base weights instead:
+                                     W + lora_alpha / r * B @ A, in float64, stored in W's dtype
     action_head: {...}               the head file's `hybrid_vla` metadata (docs/CHECKPOINTS.md, Layout)
     scene_encoder: {plugin: NAME, config: {...}}
     config_overrides: {...}          set in the backbone's config.json after it is copied / converted
@@ -33,11 +40,12 @@ import yaml
 from ..errors import ConfigError, expect
 
 FORMAT = "hybrid_vla_convert/1"
-PARTS = ("backbone", "action_head", "scene_encoder")
+PARTS = ("backbone", "action_head", "scene_encoder", "prompt_embeddings")
+LAYOUTS = ("internvl_chat",)   # backbone_layout: a source naming its backbone otherwise than transformers
 FORMATS = ("pth", "ckpt", "safetensors", "internvl_chat")   # --from (sources.py reads each)
 MAPPINGS_DIR = Path(__file__).resolve().parent / "mappings"
-KNOWN = ("format", "name", "provenance", "verified", "unwrap", "rename", "drop", "parts", "adapters",
-         "action_head", "scene_encoder", "config_overrides")
+KNOWN = ("format", "name", "provenance", "verified", "unwrap", "rename", "drop", "squeeze", "parts", "adapters",
+         "action_head", "scene_encoder", "config_overrides", "backbone_layout")
 # peft's multi-adapter names: <module>.lora_A.<adapter>.weight (and lora_B); a LoRA key of any other shape
 # (lora_embedding_*, DoRA's lora_magnitude_vector) is not an adapter this package applies
 LORA_KEY = re.compile(r"^(?P<module>.+)\.lora_(?P<ab>[AB])\.(?P<adapter>[^.]+)\.weight$")
@@ -56,6 +64,19 @@ class Mapping:
     action_head: dict | None = None
     scene_encoder: dict | None = None
     config_overrides: dict = field(default_factory=dict)
+    squeeze: list = field(default_factory=list)   # [compiled regex]
+    backbone_layout: str | None = None
+
+    @property
+    def merge_adapters(self) -> bool:
+        return bool(self.adapters and self.adapters.get("merge"))
+
+    def shaped(self, key: str, tensor):
+        """A renamed key's tensor with its leading size-1 dims dropped when a squeeze rule names it."""
+        if any(p.search(key) for p in self.squeeze):
+            while tensor.dim() > 1 and tensor.shape[0] == 1:
+                tensor = tensor[0]
+        return tensor
 
     def renamed(self, key: str) -> str:
         for pattern, replacement in self.rename:
@@ -138,10 +159,17 @@ def load_mapping(name_or_path: str) -> Mapping:
     adapters = _section(raw, "adapters", path)
     expect(adapters is None or isinstance(adapters.get("lora_alpha"), (int, float)), ConfigError,
            f"mapping '{path}': adapters needs lora_alpha (a number; rank and targets are read from the tensors)")
+    expect(adapters is None or isinstance(adapters.get("merge", False), bool), ConfigError,
+           f"mapping '{path}': adapters.merge must be true or false")
+    layout = raw.get("backbone_layout")
+    expect(layout is None or layout in LAYOUTS, ConfigError,
+           f"mapping '{path}': backbone_layout {layout!r}, known: {list(LAYOUTS)}")
+    squeeze = [_compile(p, f"mapping '{path}': squeeze[{i}]") for i, p in enumerate(raw.get("squeeze") or [])]
     scene = _section(raw, "scene_encoder", path)
     expect(scene is None or (isinstance(scene.get("plugin"), str) and isinstance(scene.get("config", {}), dict)),
            ConfigError, f"mapping '{path}': scene_encoder needs plugin (a name) and config (a mapping)")
     return Mapping(name=str(raw.get("name") or path.stem), source=str(path), provenance=str(raw.get("provenance", "")),
                    unwrap=unwrap, rename=rename, drop=drop, parts=parts, adapters=adapters,
                    action_head=_section(raw, "action_head", path), scene_encoder=scene,
-                   config_overrides=_section(raw, "config_overrides", path) or {})
+                   config_overrides=_section(raw, "config_overrides", path) or {}, squeeze=squeeze,
+                   backbone_layout=layout)

@@ -50,7 +50,7 @@ def route(tensors: dict[str, torch.Tensor], mapping: Mapping) -> Routed:
         elif _adapter(routed, mapping, key, renamed, tensors[key]):
             continue
         elif (target := mapping.part_of(renamed)) is not None:
-            routed.put((target[0],), target[1], tensors[key], key, routed.parts[target[0]])
+            routed.put((target[0],), target[1], mapping.shaped(renamed, tensors[key]), key, routed.parts[target[0]])
         else:
             unmapped.append(key if key == renamed else f"{key} (renamed: {renamed})")
     expect(not unmapped, ConfigError,
@@ -58,3 +58,23 @@ def route(tensors: dict[str, torch.Tensor], mapping: Mapping) -> Routed:
            f"{', '.join(unmapped[:8])}{' ...' if len(unmapped) > 8 else ''}. Add a parts rule, or list them "
            f"under drop if they are left out on purpose")
     return routed
+
+
+def merge_adapters(routed: Routed, alpha: float) -> None:
+    """A one-pass model's LoRA (peft's default adapter) added into its backbone weights: W + alpha / r * B @ A,
+    computed in float64, stored in W's dtype; the adapters are then gone from `routed`."""
+    expect(len(routed.adapters) <= 1, ConfigError,
+           f"adapters {sorted(routed.adapters)}: merge takes one adapter (a model with several passes keeps them "
+           f"apart: leave merge out)")
+    backbone = routed.parts["backbone"]
+    for name, tensors in routed.adapters.items():
+        for key_a in [k for k in tensors if k.endswith(".lora_A.weight")]:
+            module = key_a[len("base_model.model."):-len(".lora_A.weight")]
+            a, b = tensors[key_a], tensors.get(key_a.replace(".lora_A.", ".lora_B."))
+            weight = backbone.get(f"{module}.weight")
+            expect(b is not None and weight is not None and tuple(weight.shape) == (b.shape[0], a.shape[1]),
+                   ConfigError, f"adapter {name!r}: module '{module}' needs lora_A, lora_B and its base weight of "
+                                f"shape (out, in) = ({'?' if b is None else b.shape[0]}, {a.shape[1]})")
+            delta = (b.double() @ a.double()) * (alpha / a.shape[0])
+            backbone[f"{module}.weight"] = (weight.double() + delta).to(weight.dtype)
+    routed.adapters = {}

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from ..errors import ConfigError, expect
 from .mapping import PARTS, load_mapping
-from .route import route
+from .internvl_chat import native_config, native_tensors
+from .route import merge_adapters, route
 from .sources import read_source
 from .write import MAX_SHARD_BYTES, check_checkpoint, torch_dtypes, write_checkpoint
 
@@ -40,7 +41,7 @@ class Report:
         return out
 
 
-def _config(source, config_dir: Path | None, overrides: dict) -> dict:
+def _config(source, config_dir: Path | None, mapping) -> dict:
     if config_dir is not None:
         path = Path(config_dir) / "config.json"
         expect(path.is_file(), ConfigError, f"--config '{config_dir}': no config.json (the base model's HF directory)")
@@ -53,7 +54,9 @@ def _config(source, config_dir: Path | None, overrides: dict) -> dict:
                "the backbone needs a config.json: pass --config DIR (the base model's Hugging Face directory, "
                "e.g. Qwen2-0.5B's); only --from internvl_chat brings its own")
         config = dict(source.backbone_config)
-    for key, value in overrides.items():
+    if mapping.backbone_layout == "internvl_chat" and config.get("model_type") == "internvl_chat":
+        config = native_config(config, config_dir)      # the base model's remote-code config.json
+    for key, value in mapping.config_overrides.items():
         config[key] = {**config[key], **value} if isinstance(value, dict) and isinstance(config.get(key), dict) else value
     return config
 
@@ -65,7 +68,11 @@ def convert_checkpoint(fmt: str, src: str | Path, mapping_name: str, out: str | 
     mapping = load_mapping(mapping_name)
     source = read_source(fmt, src, mapping.unwrap)
     routed = route(source.tensors, mapping)
-    config = _config(source, Path(config_dir) if config_dir else None, mapping.config_overrides)
+    if mapping.merge_adapters:
+        merge_adapters(routed, float(mapping.adapters["lora_alpha"]))
+    config = _config(source, Path(config_dir) if config_dir else None, mapping)
+    if mapping.backbone_layout == "internvl_chat":
+        routed.parts["backbone"] = native_tensors(routed.parts["backbone"], config["vision_config"]["hidden_size"])
     out = Path(out)
     side_dir = Path(config_dir) if config_dir else source.config_dir
     shards = write_checkpoint(out, routed, mapping, config, side_dir, max_shard)

@@ -12,8 +12,8 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from ..errors import ConfigError, expect
-from ..model.checkpoint_files import (CONFIG_FILE, HEAD_FILE, HEAD_FORMAT, HEAD_PREFIX, INDEX_FILE, SCENE_FILE, SCENE_FORMAT,
-                                      WEIGHTS_FILE)
+from ..model.checkpoint_files import (CONFIG_FILE, HEAD_FILE, HEAD_FORMAT, HEAD_PREFIX, INDEX_FILE, PROMPT_FILE,
+                                      SCENE_FILE, SCENE_FORMAT, WEIGHTS_FILE)
 from ..model.lora import ADAPTER_CONFIG, ADAPTER_DIR, ADAPTER_WEIGHTS
 from .mapping import Mapping
 from .route import Routed
@@ -84,6 +84,9 @@ def _side_parts(out: Path, routed: Routed, mapping: Mapping) -> None:
         save_file(_plain(scene), str(out / SCENE_FILE),
                   metadata={"format": SCENE_FORMAT, "plugin": mapping.scene_encoder["plugin"],
                             "config": json.dumps(mapping.scene_encoder.get("config", {}))})
+    if routed.parts["prompt_embeddings"]:
+        save_file(_plain(routed.parts["prompt_embeddings"]), str(out / PROMPT_FILE),
+                  metadata={"format": "hybrid_vla_prompt_embeddings/1"})
 
 
 def write_checkpoint(out: Path, routed: Routed, mapping: Mapping, config: dict, side_dir: Path | None,
@@ -92,6 +95,11 @@ def write_checkpoint(out: Path, routed: Routed, mapping: Mapping, config: dict, 
     expect(not out.exists() or (out.is_dir() and not any(out.iterdir())), ConfigError,
            f"output '{out}': exists and is not empty (nothing is overwritten)")
     expect(bool(routed.parts["backbone"]), ConfigError, f"mapping '{mapping.source}': no tensor goes to the backbone")
+    passes = (mapping.action_head or {}).get("passes") or []
+    unnamed = sorted(set(routed.adapters) - {p.get("adapter") for p in passes if isinstance(p, dict)})
+    expect(not unnamed, ConfigError,
+           f"mapping '{mapping.source}': adapter(s) {unnamed} are named by no pass of its action_head metadata, so no "
+           f"pass would apply them: a one-pass model's LoRA is merged into the weights (adapters: {{merge: true}})")
     out.mkdir(parents=True, exist_ok=True)
     for name in SIDE_FILES if side_dir is not None else ():
         if (side_dir / name).is_file() and name != CONFIG_FILE:
@@ -119,7 +127,7 @@ def check_checkpoint(out: Path) -> list[str]:
                f"converted '{path}': tensor '{key}' has shape {shape}, the config implies {tuple(param.shape)}")
         used.add((path, key))
     unread = []
-    for path in [files.head_file, files.scene_file] + [f for f, _ in files.adapters.values()]:
+    for path in [files.head_file, files.scene_file, files.prompt_file] + [f for f, _ in files.adapters.values()]:
         if path is not None:
             with safe_open(str(path), "pt") as handle:
                 unread += [f"{path.relative_to(out)}:{k}" for k in handle.keys() if (path, k) not in used]

@@ -39,11 +39,12 @@ _DRIVING_HEADS = {
                             context=["pose", "history", "navigation"],
                             notes="ReCogDrive's shape: a DiT planner, 5 DDIM steps (eta 1, seeded) over the whole "
                                   "final sequence, command, ego status and 4 history poses"),
-    "tiny-simlingo": dict(family="internvl", **{**_TINY, "image_width": 112}, tile_size=56, head="route_speed",
-                          query_tokens=30, num_waypoints=10, waypoint_dt_s=0.25, query_embeddings=True,
-                          head_config={"route_queries": 20, "route_hidden": [32, 16], "speed_hidden": [16]},
+    "tiny-simlingo": dict(family="internvl", **{**_TINY, "image_width": 112, "num_cameras": 1, "head_hidden": 256},
+                          tile_size=56, head="route_speed",
+                          query_tokens=30, num_waypoints=10, waypoint_dt_s=0.25, query_embeddings=[20, 10],
+                          head_config={"route_queries": 20, "route_hidden": [512, 256], "speed_hidden": [256]},
                           prompt_slots=[{"name": "target_point", "inputs": ["target_point", "goal_point"],
-                                         "hidden": [16, 32]}], context=["navigation"],
+                                         "hidden": [256, 512]}], context=["navigation"],
                           notes="SimLingo's shape: 20 route + 10 speed learned queries, the target points through an "
                                 "MLP into 2 slot tokens of the prompt"),
 }

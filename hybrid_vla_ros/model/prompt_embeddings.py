@@ -2,8 +2,9 @@
 embeddings before block 0 of every pass:
 
 - learned query embeddings (spec.query_embeddings): the last `query_tokens` rows of each pass (the query tokens the
-  head reads) take a learned (query_tokens, H) table instead of the query token's vocabulary row (SimLingo: 20
-  route + 10 speed queries);
+  head reads) take learned tables instead of the query token's vocabulary row: true = one (query_tokens, H) table
+  `queries.0`; a list of group sizes (summing to query_tokens) = one table per group, in order (SimLingo: [20, 10],
+  its route and speed queries, `queries.0` (20, H) and `queries.1` (10, H));
 - numeric slots (spec.prompt_slots): each slot's inputs, fixed-size tensors of the frame context
   (SLOT_INPUT_SIZES), go through the slot's MLP adaptor into one row each, written at the slot tokens the prompt
   holds for them, in slot order then input order (SimLingo's <TARGET_POINT> pair: the target point and the one
@@ -31,7 +32,12 @@ SLOT_INPUT_SIZES = {"target_point": 2, "goal_point": 2, "command": 7, "ego_statu
 def check_prompt_embeddings(spec) -> None:
     """The spec's query_embeddings / prompt_slots, checked at load (ConfigError saying what)."""
     where = f"spec '{spec.name}'"
-    expect(isinstance(spec.query_embeddings, bool), ConfigError, f"{where}: query_embeddings must be true or false")
+    groups = spec.query_embeddings
+    expect(isinstance(groups, bool) or (isinstance(groups, list) and groups and
+                                        all(isinstance(g, int) and g > 0 for g in groups) and
+                                        sum(groups) == spec.query_tokens), ConfigError,
+           f"{where}: query_embeddings={groups!r}, expected true, false or a list of group sizes summing to "
+           f"query_tokens ({spec.query_tokens})")
     expect(not (spec.query_embeddings or spec.prompt_slots) or spec.action_head == "waypoints", ConfigError,
            f"{where}: prompt embeddings are served for waypoint heads; an action-token model's decode steps embed "
            f"vocabulary tokens only")
@@ -66,8 +72,10 @@ class PromptEmbeddings(nn.Module):
         super().__init__()
         self.query_tokens = spec.query_tokens
         self.slots = [dict(slot) for slot in spec.prompt_slots]
-        self.queries = nn.Parameter(torch.randn(spec.query_tokens, hidden_size) * 0.02) \
-            if spec.query_embeddings else None                                          # (q, H)
+        groups = spec.query_embeddings if isinstance(spec.query_embeddings, list) else \
+            [spec.query_tokens] if spec.query_embeddings else []
+        self.queries = nn.ParameterList(nn.Parameter(torch.randn(n, hidden_size) * 0.02) for n in groups) \
+            if groups else None                                                         # (n_i, H) each
         self.adaptors = nn.ModuleDict({slot["name"]: _adaptor(SLOT_INPUT_SIZES[slot["inputs"][0]],
                                                               slot.get("hidden", []), hidden_size)
                                        for slot in self.slots})
@@ -77,10 +85,14 @@ class PromptEmbeddings(nn.Module):
         """input_ids (P, S), embeds (P, S, H) -> embeds with the query and slot rows written (a new tensor)."""
         out = embeds.clone()
         if self.queries is not None:
-            out[:, -self.query_tokens:] = self.queries.to(out.dtype)
+            out[:, -self.query_tokens:] = self.table().to(out.dtype)
         if self.slots:
             out[:, self._slot_positions(input_ids, slot_token_id)] = self.slot_rows(context).to(out.dtype)
         return out
+
+    def table(self) -> torch.Tensor:
+        """The query rows, every group in order: (query_tokens, H)."""
+        return torch.cat(list(self.queries))
 
     def slot_rows(self, context) -> torch.Tensor:
         """-> (slot tokens, H): each slot's inputs through its adaptor, in order."""

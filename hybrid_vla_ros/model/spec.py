@@ -81,10 +81,10 @@ class VLASpec:
     # The frame context pieces (context.py CONTEXT_PIECES: cameras, pose, history, navigation) the model needs: a
     # frame lacking one is refused at the prefix (context_missing_<piece>); pieces not named are filled where known.
     context: list = field(default_factory=list)
-    # Prompt rows that are not vocabulary embeddings (model/prompt_embeddings.py; SimLingo): query_embeddings, a
-    # learned (query_tokens, H) table at the query tokens; prompt_slots, [{"name", "inputs", "hidden"}]: context
-    # values through an MLP adaptor into slot tokens placed after the instruction.
-    query_embeddings: bool = False
+    # Prompt rows that are not vocabulary embeddings (model/prompt_embeddings.py; SimLingo): query_embeddings, learned
+    # tables at the query tokens (true: one; a list of group sizes: one per group); prompt_slots, [{"name", "inputs",
+    # "hidden"}]: context values through an MLP adaptor into slot tokens placed after the instruction.
+    query_embeddings: bool | list = False
     prompt_slots: list = field(default_factory=list)
     notes: str = field(default="", compare=False)
 
