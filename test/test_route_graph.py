@@ -13,16 +13,8 @@ pytest.importorskip("autoware_planning_msgs.msg", reason="the real Autoware mess
 
 def route_msg(route):
     """Route (plain data) -> a real LaneletRoute, as Autoware's mission planner fills it."""
-    from autoware_planning_msgs.msg import LaneletPrimitive, LaneletRoute, LaneletSegment
-    msg = LaneletRoute()
-    msg.header.frame_id = "map"
-    for preferred, primitives in route.segments:
-        segment = LaneletSegment(preferred_primitive=LaneletPrimitive(id=preferred, primitive_type="lane"))
-        segment.primitives = [LaneletPrimitive(id=i, primitive_type="lane") for i in primitives]
-        msg.segments.append(segment)
-    msg.goal_pose.position.x, msg.goal_pose.position.y = route.goal.x, route.goal.y
-    msg.goal_pose.orientation.z, msg.goal_pose.orientation.w = math.sin(route.goal.yaw / 2), math.cos(route.goal.yaw / 2)
-    return msg
+    from hybrid_vla_ros.ros.route_input import route_to_msg
+    return route_to_msg(route)
 
 
 def test_a_lanelet_route_message_becomes_the_route_s_plain_data(tmp_path):

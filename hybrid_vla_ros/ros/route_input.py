@@ -52,6 +52,21 @@ def route_from_msg(msg) -> Route:
     return Route(segments, Pose2D(float(p.x), float(p.y), yaw))
 
 
+def route_to_msg(route: Route):
+    """Route -> autoware_planning_msgs/LaneletRoute, as Autoware's mission planner fills it (frame map)."""
+    from autoware_planning_msgs.msg import LaneletPrimitive, LaneletRoute, LaneletSegment
+    msg = LaneletRoute()
+    msg.header.frame_id = "map"
+    for preferred, primitives in route.segments:
+        segment = LaneletSegment(preferred_primitive=LaneletPrimitive(id=preferred, primitive_type="lane"))
+        segment.primitives = [LaneletPrimitive(id=i, primitive_type="lane") for i in primitives]
+        msg.segments.append(segment)
+    goal = msg.goal_pose
+    goal.position.x, goal.position.y = route.goal.x, route.goal.y
+    goal.orientation.z, goal.orientation.w = math.sin(route.goal.yaw / 2), math.cos(route.goal.yaw / 2)
+    return msg
+
+
 class RouteInput:
     """Made by a node in configure (its subscriptions live until cleanup). params: the node's parameter table
     (map_path, map_origin_lat_deg, map_origin_lon_deg, route_lookahead_m, sync_skew_ms, instruction).

@@ -18,7 +18,7 @@ from ...types import Trajectory
 from .. import convert
 from ...context import camera_info_topic, quaternion_of, sample_rig
 from .storage import BagWriter, latched_qos, reliable_qos, sensor_qos, typestore_with
-from ..topics import KINEMATIC_TOPIC
+from ..topics import KINEMATIC_TOPIC, ROUTE_TOPIC
 
 GROUND_TRUTH_TOPIC = "/ground_truth/trajectory"
 TF_STATIC_TOPIC, TF_TYPE = "/tf_static", "tf2_msgs/msg/TFMessage"
@@ -30,13 +30,15 @@ class DriveStep(NamedTuple):
     speed_mps: float
     yaw_rate_rps: float
     truth: np.ndarray | None        # (N, 5) x, y, heading, speed, time_from_start in base_link, or None
+    pose: tuple | None = None       # (x, y, yaw) in the map frame: the odometry's pose, or None (zero)
 
 
 def write_drive(path: str | Path, camera_topics: list[str], steps: Iterable[DriveStep], rate_hz: float = 10.0,
                 storage: str = "mcap", compressed: bool = True, seed: int = 7,
-                receive_delay_ms: tuple[float, float] = (2.0, 12.0), context: bool = True) -> Path:
+                receive_delay_ms: tuple[float, float] = (2.0, 12.0), context: bool = True, route=None) -> Path:
     """context: with each camera's CameraInfo (on its image_transport sibling `<ns>/camera_info`, sent just
-    before the image) and /tf_static (latched, once, first): context.py's sample rig."""
+    before the image) and /tf_static (latched, once, first): context.py's sample rig. route: a route.Route,
+    recorded once, first, on Autoware's route topic (reliable, transient local, as the mission planner offers it)."""
     from nav_msgs.msg import Odometry, Path as PathMsg
     from rclpy.serialization import serialize_message
     from sensor_msgs.msg import CompressedImage, Image
@@ -45,6 +47,8 @@ def write_drive(path: str | Path, camera_topics: list[str], steps: Iterable[Driv
         writer.declare(topic, [sensor_qos()])
     rig = ContextRecording(writer, camera_topics) if context else None
     writer.declare(KINEMATIC_TOPIC, [reliable_qos()])
+    if route is not None:
+        writer.declare(ROUTE_TOPIC, [latched_qos()])
     writer.declare(GROUND_TRUTH_TOPIC, [reliable_qos()])  # a topic exists in the bag once it has a message
     rng, low, high = np.random.default_rng(seed), int(receive_delay_ms[0] * 1e6), int(receive_delay_ms[1] * 1e6)
     camera_type = "sensor_msgs/msg/CompressedImage" if compressed else "sensor_msgs/msg/Image"
@@ -53,10 +57,18 @@ def write_drive(path: str | Path, camera_topics: list[str], steps: Iterable[Driv
             stamp = START_NS + int(seq * 1e9 / rate_hz)
             if rig is not None and seq == 0:
                 rig.tf_static(step.images, START_NS - 1)
+            if route is not None and seq == 0:
+                from ..route_input import route_to_msg
+                writer.write(ROUTE_TOPIC, "autoware_planning_msgs/msg/LaneletRoute", START_NS - 2,
+                             serialize_message(route_to_msg(route)))
             odom = Odometry()
             convert.ns_to_stamp(stamp, odom.header.stamp)
             odom.header.frame_id, odom.child_frame_id = "map", "base_link"
             odom.twist.twist.linear.x, odom.twist.twist.angular.z = step.speed_mps, step.yaw_rate_rps
+            if step.pose is not None:
+                pose = odom.pose.pose
+                pose.position.x, pose.position.y = float(step.pose[0]), float(step.pose[1])
+                pose.orientation.z, pose.orientation.w = np.sin(step.pose[2] / 2), np.cos(step.pose[2] / 2)
             out = [(stamp + low // 2, KINEMATIC_TOPIC, "nav_msgs/msg/Odometry", serialize_message(odom))]
             if step.truth is not None:
                 truth = convert.trajectory_to_msg(Trajectory(points=step.truth, seq=seq, stamp_ns=stamp, partition=-1),
@@ -75,6 +87,21 @@ def write_drive(path: str | Path, camera_topics: list[str], steps: Iterable[Driv
     finally:
         writer.close()
     return Path(path)
+
+
+def write_route_drive(path: str | Path, preset, camera_topics: list[str], map_path: str | Path, turn: str = "left",
+                      frames: int = 6, rate_hz: float = 10.0, start_x: float = -40.0, **kwargs) -> Path:
+    """A sample drive (the preset's synthetic frames) on our intersection map (route/example_map.py, written to
+    map_path): the ego on the approach lane from `start_x` at 8 m/s, its odometry poses along it, the route through
+    the junction to `turn` recorded first; camera_info and /tf_static as write_drive records them."""
+    from ...model.inputs import synthetic_frame
+    from ...route.example_map import intersection_route, write_intersection_map
+    spec = get_preset(preset) if isinstance(preset, str) else preset
+    route = intersection_route(write_intersection_map(map_path), turn)
+    speed = 8.0
+    steps = (DriveStep(f.images, speed, 0.0, None, (start_x + speed * seq / rate_hz, -1.75, 0.0))
+             for seq, f in ((s, synthetic_frame(spec, s)) for s in range(frames)))
+    return write_drive(path, camera_topics, steps, rate_hz, route=route, **kwargs)
 
 
 class ContextRecording:

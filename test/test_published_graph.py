@@ -1,0 +1,75 @@
+"""Published models' shapes served by the ROS graph from a recorded drive with geometry and a route (issue 38,
+item 5): the drive on our intersection map (ros/bags/drives.py write_route_drive: odometry poses on the approach,
+the LaneletRoute latched on Autoware's route topic, camera_info, /tf_static), replayed into the graph in one
+process and in separate processes. Each model declares the frame context it needs (navigation; the route must
+reach every frame or the frame is refused); every frame is answered, none refused, and the two runs publish the
+same trajectories: the context crosses the shared-memory ring's codec as it crosses in process.
+
+Served: SimLingo converted from its published `.pt` layout (test_published_simlingo.py), and tiny-orion
+(ORION's command-chosen planner modes; its published-layout fixture is not built yet)."""
+
+import numpy as np
+import pytest
+import torch
+
+from ros_harness import TINY_OVERRIDES
+
+pytest.importorskip("autoware_planning_msgs.msg", reason="the real Autoware messages (scripts/setup.sh builds them)")
+pytestmark = pytest.mark.slow
+
+FRAMES = 5
+
+
+def simlingo_checkpoint(tmp_path) -> str:
+    """SimLingo's .pt layout (tiny), converted by the shipped mapping -> the checkpoint directory."""
+    import json
+    from hybrid_vla_ros.convert import convert_checkpoint
+    from hybrid_vla_ros.model.checkpoint import save_checkpoint
+    from hybrid_vla_ros.model.load import load_vla
+    from published_layouts import simlingo_state
+    from test_published_simlingo import mapping_for_tiny
+    model = load_vla(preset="tiny-simlingo")
+    saved = save_checkpoint(model, tmp_path / "saved")
+    state, chat_config, image_token = simlingo_state(saved)
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "config.json").write_text(json.dumps(chat_config))
+    torch.save(state, tmp_path / "pytorch_model.pt")
+    convert_checkpoint("pth", tmp_path / "pytorch_model.pt", str(mapping_for_tiny(tmp_path, image_token, model.spec)),
+                       tmp_path / "simlingo", config_dir=tmp_path / "base")
+    return str(tmp_path / "simlingo")
+
+
+def graph_overrides(model: dict, cameras: list[str], map_path) -> dict:
+    overrides = {node: {**values, **model} for node, values in TINY_OVERRIDES.items()}
+    overrides["hybrid_vla_prefix"].update(camera_topics=cameras, image_transport="raw", input_policy="lossless",
+                                          map_path=str(map_path), route_lookahead_m=10.0)
+    return overrides
+
+
+@pytest.mark.parametrize("model", ["tiny-orion", "simlingo"])
+def test_a_published_shape_is_served_from_a_drive_with_geometry_and_a_route(model, domain, tmp_path):
+    from hybrid_vla_ros.model.load import load_vla
+    from hybrid_vla_ros.ros.bags.drives import write_route_drive
+    from hybrid_vla_ros.ros.bags.storage import bag_info
+    from hybrid_vla_ros.ros.demo import drive_graph
+    from hybrid_vla_ros.ros.launch_support.bringup import graph_params, write_combined_config
+    from hybrid_vla_ros.ros.topics import ROUTE_TOPIC
+    params_model = {"model.checkpoint": simlingo_checkpoint(tmp_path)} if model == "simlingo" else \
+        {"model.preset": model}
+    spec = load_vla(preset=params_model.get("model.preset"), checkpoint=params_model.get("model.checkpoint")).spec
+    assert "navigation" in spec.context
+    cameras = [f"/test/cam{i}/image" for i in range(spec.num_cameras)]
+    bag = write_route_drive(tmp_path / "drive", spec, cameras, tmp_path / "intersection.osm", turn="left",
+                            frames=FRAMES, compressed=False)
+    info = bag_info(bag)
+    assert info.types[ROUTE_TOPIC] == "autoware_planning_msgs/msg/LaneletRoute"
+    assert info.types["/tf_static"] == "tf2_msgs/msg/TFMessage"
+    params = graph_params(overrides=graph_overrides(params_model, cameras, tmp_path / "intersection.osm"))
+    one, traj_one = drive_graph(bag, params, settle_s=30)
+    assert one["frames_published"] == one["trajectories"] == FRAMES and one["rejected"] == {}, one
+    config = write_combined_config(params, tmp_path / "graph.yaml")
+    many, traj_many = drive_graph(bag, params, processes=True, config=str(config), settle_s=60)
+    assert many["trajectories"] == FRAMES and many["transports"] == ["shm"] and many["rejected"] == {}, many
+    assert sorted(traj_one) == sorted(traj_many)
+    for stamp in traj_one:
+        np.testing.assert_allclose(traj_many[stamp], traj_one[stamp], atol=1e-5, err_msg=f"frame {stamp}")
