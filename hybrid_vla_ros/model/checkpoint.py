@@ -10,8 +10,9 @@
                                          plugin, its config and query tokens) as JSON
     scene_encoder.safetensors            scene_* families: the scene encoder plugin's weights; metadata
                                          `plugin` (its name) and `config` (its JSON config)
-    prompt_embeddings.safetensors        a model with learned query embeddings or prompt slots: `queries`
-                                         (q, H), `adaptors.<slot>.<i>.{weight,bias}` (model/prompt_embeddings.py)
+    prompt_embeddings.safetensors        a model with learned query embeddings or prompt slots: `queries.<i>`
+                                         (n_i, H) per group, `adaptors.<slot>.<i>.{weight,bias}`
+                                         (model/prompt_embeddings.py)
 
 `save_checkpoint` writes it with transformers' own `save_pretrained`. `load_checkpoint` builds the model
 with its parameters on the meta device (buffers such as rotary tables are computed as usual) and reads from
