@@ -227,3 +227,36 @@ def test_a_head_returning_no_waypoints_or_a_nonfinite_extra_is_refused():
     with pytest.raises(NonFiniteError, match="head extra 'score'") as info:
         model.run_head(nan_extra, hidden, last, None, 0)
     assert info.value.reason == "nonfinite_output"
+
+
+def test_orion_shaped_patches_carry_their_camera_s_3d_rays(models):
+    """The scene encoder's geometry (PETR's 3D position encoding): each patch centre's ray at each depth bin, taken
+    back through lidar2img into base_link, projects onto that patch centre at that depth; moving a camera changes
+    the scene tokens and the plan; a camera without geometry gets no encoding."""
+    from hybrid_vla_ros.context import CameraGeometry
+    model = models["tiny-orion"]
+    encoder = model.scene_encoder
+    frame = synthetic_frame(model.spec, 1)
+    cameras = frame.context.cameras
+    lidar2img = frame.context.as_tensors((encoder.config["image_width"], encoder.config["image_height"]))["lidar2img"]
+    points = encoder.patch_points(lidar2img)                                            # (N, P, B, 3)
+    step, bins = encoder.config["patch_size"], encoder.config["depth_bins"]
+    cols = encoder.config["image_width"] // step
+    for cam in range(len(cameras)):
+        geometry = cameras[cam]
+        for patch in (0, points.shape[1] // 2, points.shape[1] - 1):
+            uv, depth = geometry.project(points[cam, patch].double().numpy())
+            centre = [(patch % cols) * step + step / 2, (patch // cols) * step + step / 2]
+            assert np.allclose(uv, [centre] * bins, atol=1e-3)
+            assert np.allclose(depth, np.linspace(1.0, encoder.config["depth_max_m"], bins), atol=1e-3)
+    model.reset_memory("test")
+    _, before = reference_forward(model, frame)
+    moved = FrameContext.from_dict(frame.context.to_dict())
+    shifted = moved.cameras[0].cam_from_base.copy()
+    shifted[:3, 3] += [0.0, 0.0, 0.5]
+    moved.cameras[0] = CameraGeometry(cameras[0].frame_id, cameras[0].K, shifted, cameras[0].width, cameras[0].height)
+    model.reset_memory("test")
+    _, after = reference_forward(model, dataclasses.replace(frame, context=moved))
+    assert not np.allclose(before.points, after.points)
+    unknown = encoder._geometry(lidar2img, torch.tensor([1.0, 0.0]))
+    assert unknown[1].abs().sum() == 0 and unknown[0].abs().sum() > 0

@@ -1,6 +1,6 @@
 """A head that needs the route, in the ROS graph (issue 38: "a model whose head needs the route gets a different
 plan when the route's command changes"): tiny-orion (ORION's command-chosen planner modes) behind the real prefix
-and suffix nodes, a real LaneletRoute and odometry in over DDS; the boundary state carries the frame's context
+and suffix nodes, a real LaneletRoute, odometry and the cameras' geometry in over DDS; the boundary state carries the frame's context
 through the codec to the suffix, whose head picks the mode the route's command names."""
 
 import numpy as np
@@ -20,7 +20,11 @@ def test_the_route_s_command_reaches_the_suffix_head_and_picks_its_plan(domain, 
     from hybrid_vla_ros.engine.stages import reference_forward
     from hybrid_vla_ros.ros.route_input import LATCHED
     from hybrid_vla_ros.ros.topics import KINEMATIC_TOPIC, REMAPS
-    from ros_harness import Harness, wait_until
+    from rclpy.qos import DurabilityPolicy, QoSProfile
+    from sensor_msgs.msg import CameraInfo
+    from tf2_msgs.msg import TFMessage
+    from ros_harness import CAMERAS, Harness, wait_until
+    from test_context_graph import rig_messages
     from test_route_graph import odometry, route_msg
     ids = write_intersection_map(tmp_path / "intersection.osm")
     model_params = {"model.preset": PRESET}
@@ -29,6 +33,17 @@ def test_the_route_s_command_reaches_the_suffix_head_and_picks_its_plan(domain, 
                  "hybrid_vla_suffix": model_params, "hybrid_vla_scheduler": model_params})
     try:
         served = h.served_frames()
+        # ORION's shape needs its cameras' geometry too: CameraInfo per camera and the latched /tf_static
+        infos, tf = rig_messages(h.spec.image_width, h.spec.image_height)
+        info_pubs = [h.node.create_publisher(CameraInfo, c.rsplit("/", 1)[0] + "/camera_info", 10) for c in CAMERAS]
+        h.node.create_publisher(TFMessage, "/tf_static",
+                                QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)).publish(tf)
+
+        def geometry_known():
+            for pub, info in zip(info_pubs, infos):
+                pub.publish(info)
+            return all(c is not None for c in h.prefix.context_input.cameras())
+        assert wait_until(geometry_known, h.spin, 20)
         odom = h.node.create_publisher(Odometry, KINEMATIC_TOPIC, 10)
         route_topic = REMAPS["hybrid_vla_prefix"].get("~/input/route", "/hybrid_vla_prefix/input/route")
         routes = h.node.create_publisher(LaneletRoute, route_topic, LATCHED)

@@ -29,7 +29,8 @@ def frame_embeddings(model: VLAModel, frame: Frame, place: Placement = Placement
     if "pixel_values" in pixels:
         pixels["pixel_values"] = pixels["pixel_values"].to(place.prefix_dtype)
     embeds = model.embed_prompt(input_ids, frame.context)                              # (P, S, H)
-    features, additions = model.family.frame_features(model, pixels, encoded.ego, frame.stamp_ns)  # (n_img, H), k x
+    features, additions = model.family.frame_features(model, pixels, encoded.ego, frame.stamp_ns,
+                                                      frame.context)                   # (n_img, H), k x
     image_mask = input_ids == model.prompt.image_token_id                              # (1, S)
     if input_ids.shape[0] > 1:                                                         # the same for every pass
         features = features.repeat(input_ids.shape[0], 1)
@@ -76,7 +77,8 @@ class FrameEmbedder:
     def _encode(self, group: int) -> None:
         model = self.model
         pixels = model.family.camera_pixels(model.spec, self.pixels, group) if self.per_camera else self.pixels
-        features, additions = model.family.frame_features(model, pixels, self.ego, self.frame.stamp_ns)  # (n, H)
+        features, additions = model.family.frame_features(model, pixels, self.ego, self.frame.stamp_ns,
+                                                          self.frame.context)          # (n, H)
         positions = self.groups[group]
         self.embeds[:, positions] = features.to(self.embeds.dtype)                      # every pass the same
         self.additions[group] = torch.stack(additions) if additions else None          # (k, n, H)

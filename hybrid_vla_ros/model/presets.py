@@ -25,13 +25,17 @@ _TINY_SCENE = dict({k: v for k, v in _TINY.items() if not k.startswith("vision_"
 # ORION's command-chosen modes (LLaMA LLM, scene tokens, 6 steps), MindDrive's speed decision over 7 lm_head rows in
 # the decision pass choosing among 7 planned modes, and its path per command (two passes, Qwen2), ReCogDrive's DDIM
 # planner over the whole sequence (InternVL, 8 poses).
+_GEOMETRY_SCENE = {**_TINY_SCENE["scene_config"], "geometry": True, "depth_bins": 4, "depth_max_m": 60.0}
 _DRIVING_HEADS = {
     "tiny-orion": dict(family="scene_llama", **{**_TINY_SCENE, "head": "command_modes", "query_tokens": 1,
-                                                "lora_rank": 0, "passes": [], "num_waypoints": 6}, context=["navigation"],
-                       notes="ORION's planner shape: one plan per route command (6 modes), the frame's command picks"),
-    "tiny-minddrive": dict(family="scene_qwen2", **{**_TINY_SCENE, "head": "meta_decision", "num_waypoints": 6},
+                                                "lora_rank": 0, "passes": [], "num_waypoints": 6,
+                                                "scene_config": _GEOMETRY_SCENE}, context=["cameras", "navigation"],
+                       notes="ORION's shape: patches with a 3D position encoding from lidar2img; one plan per route "
+                             "command (6 modes), the frame's command picks"),
+    "tiny-minddrive": dict(family="scene_qwen2", **{**_TINY_SCENE, "head": "meta_decision", "num_waypoints": 6,
+                                                    "scene_config": _GEOMETRY_SCENE},
                            head_config={"decision_tokens": list(range(MIN_VOCAB, MIN_VOCAB + 7)), "path_points": 20},
-                           context=["navigation"],
+                           context=["cameras", "navigation"],
                            notes="MindDrive's shape: a speed decision over 7 lm_head rows in the decision pass picks one "
                                  "of 7 planned modes; a 20-point path per route command"),
     "tiny-recogdrive": dict(family="internvl", **{**_TINY, "image_width": 112}, tile_size=56, head="ddim_planner",

@@ -13,7 +13,8 @@ from .families import get_family
 from .lora import attach_adapters
 from .prompt_embeddings import PromptEmbeddings
 from .plugins import HEADS, SCENE_ENCODERS, head_config, plugin_class
-from .plugins.head_inputs import check_side_inputs, side_inputs, split_output
+from ..context import CONTEXT_TENSORS
+from .plugins.head_inputs import SIDE_INPUTS, check_side_inputs, side_inputs, split_output
 from .preprocess import ImageProcessing
 from .tokenize.prompt import BytePrompt
 from .seeded import SeededWeights, parameters_on_meta
@@ -38,7 +39,7 @@ def make_action_head(spec: VLASpec) -> nn.Module:
     expect(head.query_tokens == spec.query_tokens * spec.num_passes, ConfigError,
            f"head {spec.head!r} reads {head.query_tokens} query tokens, the prompt of '{spec.name}' has "
            f"{spec.query_tokens} in each of its {spec.num_passes} pass(es)")
-    check_side_inputs(head)
+    check_side_inputs(head, SIDE_INPUTS)
     return head
 
 
@@ -46,7 +47,9 @@ def make_scene_encoder(spec: VLASpec):
     """The spec's scene encoder plugin (scene_* families), freshly initialised; None for a vision tower."""
     if not spec.scene_encoder:
         return None
-    return plugin_class(SCENE_ENCODERS, spec.scene_encoder).from_config(spec.scene_config, spec.hidden_size, spec)
+    encoder = plugin_class(SCENE_ENCODERS, spec.scene_encoder).from_config(spec.scene_config, spec.hidden_size, spec)
+    check_side_inputs(encoder, CONTEXT_TENSORS)
+    return encoder
 
 
 class VLAModel(nn.Module):

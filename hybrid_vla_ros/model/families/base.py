@@ -89,9 +89,9 @@ class Family:
         """Decoder blocks after which image features are added (a backbone config's DeepStack depth k)."""
         return 0
 
-    def frame_features(self, model, pixels: dict, ego: torch.Tensor, stamp_ns: int):
+    def frame_features(self, model, pixels: dict, ego: torch.Tensor, stamp_ns: int, context=None):
         """One frame's image-token features (n_img, H) and DeepStack additions; a scene-encoded family runs
-        its scene encoder here (ego (2,) and the stamp are its inputs too)."""
+        its scene encoder here (ego (2,), the stamp and the frame context are its inputs too)."""
         return self.image_features_and_deepstack(model.backbone, pixels)
 
     def image_features_and_deepstack(self, vlm, pixels: dict) -> tuple[torch.Tensor, list[torch.Tensor]]:

@@ -54,16 +54,16 @@ class SceneLLMFamily(Family):
     def camera_pixels(self, spec, pixels: dict, camera: int) -> None:
         return None                                       # the scene encoder fuses every camera (and its memory)
 
-    def frame_features(self, model, pixels: dict, ego: torch.Tensor, stamp_ns: int):
+    def frame_features(self, model, pixels: dict, ego: torch.Tensor, stamp_ns: int, context=None):
         images = pixels["images"].to(next(model.scene_encoder.parameters()).dtype)
-        return model.scene_encoder.encode(images, ego.to(images), stamp_ns), []       # (n, H)
+        return model.scene_encoder.encode(images, ego.to(images), stamp_ns, context), []   # (n, H)
 
     def reference_inputs(self, model, encoded, frame) -> dict:
         """HF's own LLM forward on the prompt's embeddings with the scene tokens in place (the encoder runs
         once for the frame, as in the split)."""
         ids = encoded.input_ids
         embeds = model.decoder.embed_tokens(ids)                                       # (P, S, H)
-        features, _ = self.frame_features(model, encoded.pixels, encoded.ego, frame.stamp_ns)
+        features, _ = self.frame_features(model, encoded.pixels, encoded.ego, frame.stamp_ns, frame.context)
         features = (features.repeat(ids.shape[0], 1) if ids.shape[0] > 1 else features).to(embeds.dtype)  # per pass
         embeds = embeds.masked_scatter((ids == model.prompt.image_token_id).unsqueeze(-1), features)
         return {"inputs_embeds": embeds}

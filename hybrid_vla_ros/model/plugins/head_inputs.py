@@ -32,12 +32,13 @@ SEQUENCE_INPUTS = ("sequence", "sequence_mean", "noise_seed")
 SIDE_INPUTS = SEQUENCE_INPUTS + CONTEXT_TENSORS
 
 
-def check_side_inputs(head) -> None:
-    names = getattr(head, "side_inputs", ())
-    unknown = [n for n in names if n not in SIDE_INPUTS]
+def check_side_inputs(plugin, known=SIDE_INPUTS) -> None:
+    """A plugin's side_inputs must be names it can be handed (a head: SIDE_INPUTS; a scene encoder: the context's)."""
+    names = getattr(plugin, "side_inputs", ())
+    unknown = [n for n in names if n not in known]
     expect(isinstance(names, (tuple, list)) and not unknown, ConfigError,
-           f"head {getattr(head, 'plugin_name', type(head).__name__)!r}: side_inputs {list(unknown) or names!r} not "
-           f"known; a head may read {list(SIDE_INPUTS)} (model/plugins/head_inputs.py)")
+           f"plugin {getattr(plugin, 'plugin_name', type(plugin).__name__)!r}: side_inputs {list(unknown) or names!r} "
+           f"not known; it may read {list(known)} (model/plugins/head_inputs.py)")
 
 
 def reads_sequence(head) -> bool:

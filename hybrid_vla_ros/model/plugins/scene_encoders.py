@@ -9,14 +9,19 @@ and head", says what each argument holds):
     tokens_for(config)                       (classmethod) scene tokens per frame of that config: the prompt is
                                                 laid out from it before any encoder exists (`num_tokens`, an
                                                 instance attribute, is for the plugin's own use only)
-    forward(images (N, 3, H, W), ego (2,), stamp_ns) -> (tokens_for(config), hidden_size)
+    side_inputs                              (optional) frame context tensors forward also reads, as keyword
+                                                arguments (head_inputs.py's context names, e.g. lidar2img
+                                                (N, 4, 4), intrinsics scaled to the encoder's input size)
+    forward(images (N, 3, H, W), ego (2,), stamp_ns, **side) -> (tokens_for(config), hidden_size)
     reset_memory(), memory_length()          its cross-frame state (none: the defaults)
 `encode()` (not to override) runs forward in frame order: a stamp going back (a bag loop, /clock reset)
 resets the memory first; every reset is counted with its reason.
 
 `QueryScene` is the reference to copy: learnable scene queries cross-attending to a small ViT's patch features
 of every camera, plus history queries attending to a FIFO of past frames' scene queries, each keyed by the
-ego motion since (the ORION / MindDrive shape at toy size).
+ego motion since (the ORION / MindDrive shape at toy size). With `geometry: true` each patch also gets a 3D
+position encoding from its camera's `lidar2img` (PETR's, which ORION's and MindDrive's front ends use): the
+patch centre's ray at `depth_bins` depths up to `depth_max_m`, taken back into base_link, through an MLP.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from .registry import SCENE_ENCODERS, register
 class SceneEncoder(nn.Module):
     plugin_name = ""
     num_tokens = 0
+    side_inputs: tuple[str, ...] = ()   # context.CONTEXT_TENSORS names; none: forward(images, ego, stamp_ns)
 
     def __init__(self, config: dict):
         super().__init__()
@@ -68,16 +74,26 @@ class SceneEncoder(nn.Module):
         self.resets += 1
         self.last_reset = (reason, stamp_ns)
 
-    def encode(self, images: torch.Tensor, ego: torch.Tensor, stamp_ns: int) -> torch.Tensor:
-        """One frame, in order: a stamp before the last one (time went back) resets the memory first."""
+    def encode(self, images: torch.Tensor, ego: torch.Tensor, stamp_ns: int, context=None) -> torch.Tensor:
+        """One frame, in order: a stamp before the last one (time went back) resets the memory first. The side
+        inputs it declares come from `context` (a context.FrameContext; None: every value unknown)."""
         pending, self._pending_reset = self._pending_reset, None
         if pending is not None:
             self.reset(pending, stamp_ns)
         elif self.last_stamp_ns is not None and stamp_ns < self.last_stamp_ns:
             self.reset("time_jump", stamp_ns)
-        tokens = self.forward(images, ego, stamp_ns)
+        tokens = self.forward(images, ego, stamp_ns, **self._side(context, images))
         self.last_stamp_ns = stamp_ns
         return tokens
+
+
+    def _side(self, context, images: torch.Tensor) -> dict:
+        if not self.side_inputs:
+            return {}
+        from ...context import FrameContext
+        size = (images.shape[-1], images.shape[-2])                                    # the encoder's input W, H
+        tensors = (context if context is not None else FrameContext()).as_tensors(size)
+        return {name: tensors[name].to(images.device, images.dtype) for name in self.side_inputs}
 
 
 def attention(q_in: torch.Tensor, kv_in: torch.Tensor, proj: nn.ModuleDict, heads: int) -> torch.Tensor:
@@ -111,6 +127,7 @@ class Block(nn.Module):
 
 QUERY_SCENE_KEYS = ("patch_size", "image_height", "image_width", "cameras", "width", "depth", "heads",
                     "scene_queries", "history_queries", "memory_frames")
+GEOMETRY_DEFAULTS = {"depth_bins": 4, "depth_max_m": 60.0}   # with geometry: true
 
 
 @register(SCENE_ENCODERS, "query_scene")
@@ -132,6 +149,10 @@ class QueryScene(SceneEncoder):
         self.scene, self.history = Block(width, c["heads"]), Block(width, c["heads"])
         self.out = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, hidden_size))
         self.memory: deque = deque(maxlen=c["memory_frames"])   # (scene queries (Q, D), ego (2,), stamp_ns)
+        if c.get("geometry"):
+            self.side_inputs = ("lidar2img", "cameras_known")
+            bins = int(c.get("depth_bins", GEOMETRY_DEFAULTS["depth_bins"]))
+            self.geometry = nn.Sequential(nn.Linear(3 * bins, width), nn.ReLU(), nn.Linear(width, width))
 
     @classmethod
     def from_config(cls, config: dict, hidden_size: int, spec=None) -> "QueryScene":
@@ -140,15 +161,25 @@ class QueryScene(SceneEncoder):
                                          f"(config {config})")
         expect(config["width"] % config["heads"] == 0, ConfigError,
                f"scene encoder 'query_scene': width {config['width']} not divisible by heads {config['heads']}")
+        bins, far = config.get("depth_bins", 4), config.get("depth_max_m", 60.0)
+        expect(isinstance(config.get("geometry", False), bool) and isinstance(bins, int) and bins >= 1 and
+               isinstance(far, (int, float)) and far > 1.0, ConfigError,
+               f"scene encoder 'query_scene': geometry (true/false), depth_bins (>= 1) and depth_max_m (> 1 m) "
+               f"(config {config})")
         return cls(config, hidden_size)
 
     @classmethod
     def tokens_for(cls, config: dict) -> int:
         return int(config.get("scene_queries", 0)) + int(config.get("history_queries", 0))
 
-    def forward(self, images: torch.Tensor, ego: torch.Tensor, stamp_ns: int) -> torch.Tensor:
+    def forward(self, images: torch.Tensor, ego: torch.Tensor, stamp_ns: int, lidar2img=None,
+                cameras_known=None) -> torch.Tensor:
         patches = self.patch(images).flatten(2).transpose(1, 2)                        # (N, P, D)
         patches = patches + self.position + self.camera[: images.shape[0]]
+        if lidar2img is not None:
+            if lidar2img.shape[0] != images.shape[0]:   # no geometry for these cameras (no context): all unknown
+                lidar2img, cameras_known = torch.eye(4).expand(images.shape[0], 4, 4), torch.zeros(images.shape[0])
+            patches = patches + self._geometry(lidar2img, cameras_known).to(patches.dtype)
         x = patches.reshape(-1, patches.shape[-1])                                     # (N P, D) all cameras
         for block in self.vit:
             x = block(x)
@@ -158,6 +189,29 @@ class QueryScene(SceneEncoder):
         history = self.history(self.history_queries, torch.cat(keys))                  # (Hq, D)
         self.memory.append((scene.detach().clone(), ego.clone(), stamp_ns))
         return self.out(torch.cat([scene, history]))                                   # (Q + Hq, hidden)
+
+    def patch_points(self, lidar2img: torch.Tensor) -> torch.Tensor:
+        """lidar2img (N, 4, 4) -> (N, P, B, 3): each patch centre's ray at the B depth bins, in base_link (m)."""
+        c = self.config
+        step, far = c["patch_size"], float(c.get("depth_max_m", GEOMETRY_DEFAULTS["depth_max_m"]))
+        bins = int(c.get("depth_bins", GEOMETRY_DEFAULTS["depth_bins"]))
+        rows = torch.arange(c["image_height"] // step, dtype=torch.float32) * step + step / 2
+        cols = torch.arange(c["image_width"] // step, dtype=torch.float32) * step + step / 2
+        v, u = torch.meshgrid(rows, cols, indexing="ij")
+        depth = torch.linspace(1.0, far, bins).view(1, bins, 1)                          # (1, B, 1)
+        uv = torch.stack([u.flatten(), v.flatten()], dim=-1).unsqueeze(1)                # (P, 1, 2)
+        points = torch.cat([uv * depth, depth.expand(uv.shape[0], bins, 1),
+                            torch.ones(uv.shape[0], bins, 1)], dim=-1)                   # (P, B, 4) [u d, v d, d, 1]
+        return torch.einsum("nij,pbj->npbi", torch.linalg.inv(lidar2img.float().cpu()), points)[..., :3]
+
+    def _geometry(self, lidar2img: torch.Tensor, known: torch.Tensor) -> torch.Tensor:
+        """lidar2img (N, 4, 4), known (N,) -> each patch's 3D position encoding (N, P, D); 0 for a camera whose
+        geometry is unknown."""
+        far = float(self.config.get("depth_max_m", GEOMETRY_DEFAULTS["depth_max_m"]))
+        weight = self.geometry[0].weight
+        base = self.patch_points(lidar2img) / far                                       # (N, P, B, 3), ~[-1, 1]
+        encoding = self.geometry(base.flatten(2).to(weight.device, weight.dtype))         # (N, P, D)
+        return encoding * known.view(-1, 1, 1).to(encoding)
 
     @staticmethod
     def _motion(ego: torch.Tensor, past_ego: torch.Tensor, dt_ns: int) -> torch.Tensor:
