@@ -39,6 +39,12 @@ def simlingo_checkpoint(tmp_path) -> str:
     return str(tmp_path / "simlingo")
 
 
+def refused(summary: dict) -> dict:
+    """Every node's non-zero rejection counts (context_missing_navigation, ...)."""
+    return {f"{node}.{reason}": n for node, counts in summary["rejected"].items() for reason, n in counts.items()
+            if int(n)}
+
+
 def graph_overrides(model: dict, cameras: list[str], map_path) -> dict:
     overrides = {node: {**values, **model} for node, values in TINY_OVERRIDES.items()}
     overrides["hybrid_vla_prefix"].update(camera_topics=cameras, image_transport="raw", input_policy="lossless",
@@ -66,10 +72,10 @@ def test_a_published_shape_is_served_from_a_drive_with_geometry_and_a_route(mode
     assert info.types["/tf_static"] == "tf2_msgs/msg/TFMessage"
     params = graph_params(overrides=graph_overrides(params_model, cameras, tmp_path / "intersection.osm"))
     one, traj_one = drive_graph(bag, params, settle_s=30)
-    assert one["frames_published"] == one["trajectories"] == FRAMES and one["rejected"] == {}, one
+    assert one["frames_published"] == one["trajectories"] == FRAMES and not refused(one), one
     config = write_combined_config(params, tmp_path / "graph.yaml")
     many, traj_many = drive_graph(bag, params, processes=True, config=str(config), settle_s=60)
-    assert many["trajectories"] == FRAMES and many["transports"] == ["shm"] and many["rejected"] == {}, many
+    assert many["trajectories"] == FRAMES and many["transports"] == ["shm"] and not refused(many), many
     assert sorted(traj_one) == sorted(traj_many)
     for stamp in traj_one:
         np.testing.assert_allclose(traj_many[stamp], traj_one[stamp], atol=1e-5, err_msg=f"frame {stamp}")
