@@ -19,9 +19,57 @@ def add_args(parser) -> None:
                             "shipped model never saw one: it measures red-light counting, not the model)")
     group.add_argument("--oracle", action="store_true",
                        help="closed loop: the drives' ground-truth driver as the policy instead of the model")
+    group.add_argument("--graph", action="store_true",
+                       help="closed loop: the real ROS graph in the loop (one process, use_sim_time; the world as a "
+                            "node publishing /clock, camera and odometry); plans take effect as they arrive")
+    group.add_argument("--drive-seconds", type=float, default=None,
+                       help="closed loop --graph: end each drive after this much world time (default: the "
+                            "scenario's own limit, twice its length at its start speed + 20 s)")
+    group.add_argument("--time-scale", type=float, default=1.0,
+                       help="closed loop --graph: world seconds per wall second (< 1 slows the world; default 1)")
+
+
+def run_graph(args) -> int:
+    """--graph: each held-out scenario driven by the graph (ros/closed_loop/run.py); a row per scenario + the mean."""
+    from ..learn.closed_loop.evaluate import HELD_OUT_BELOW
+    from ..learn.closed_loop.metrics import aggregate
+    from ..errors import ConfigError, expect
+    from ..model.load import load_vla
+    from ..report import write_report
+    from ..ros.closed_loop.run import drive_in_loop
+    from ..ros.launch_support.bringup import graph_params
+    seeds = list(range(args.seed, args.seed + args.scenarios))
+    expect(args.scenarios >= 1 and seeds[-1] < HELD_OUT_BELOW and args.time_scale > 0, ConfigError,
+           f"closed loop --graph: held-out seeds 0..{HELD_OUT_BELOW - 1} and --time-scale > 0")
+    checkpoint = args.checkpoint or ("" if args.preset else "builtin:drive")
+    spec = load_vla(preset=args.preset, checkpoint=checkpoint or None).spec
+    model = {"model.checkpoint": checkpoint, "model.preset": args.preset or ""}
+    cameras = [f"/hybrid_vla_world/camera{i}/image" for i in range(spec.num_cameras)]
+    p = spec.num_blocks // 2   # the cut and its zone fitted to the model (the shipped config's are the bench's)
+    cut = {"partition_point": p, "dynamic_zone_min": max(0, p - 1), "dynamic_zone_max": min(spec.num_blocks, p + 1)}
+    overrides = {"hybrid_vla_prefix": {**model, **cut, "camera_topics": cameras, "image_transport": "raw"},
+                 "hybrid_vla_suffix": {**model, **cut, "frame_id": "base_link", "output_retime": False},
+                 "hybrid_vla_scheduler": {**model, "initial_partition": p, "dynamic_zone_min": cut["dynamic_zone_min"],
+                                          "dynamic_zone_max": cut["dynamic_zone_max"]}}
+    params = graph_params(overrides=overrides)
+    routes = []
+    for seed in seeds:
+        routes.append({"seed": seed, **drive_in_loop(params, spec, seed, args.time_scale, args.drive_seconds)})
+        r = routes[-1]
+        print(f"scenario {seed}: {r['end']}, driving score {r['driving_score']:.1f}, {r['plans_received']} plans "
+              f"(mean age {r['mean_plan_age_s'] or 0:.3f} s), {r['wall_s']:.0f} s wall", file=sys.stderr)
+    mean = aggregate(routes)
+    write_report({"mode": "graph", "model": spec.name, "time_scale": args.time_scale, "seeds": seeds, "routes": routes,
+                  "mean": mean}, args.json)
+    print(f"graph in the loop ({spec.name}, time scale {args.time_scale}): {len(seeds)} scenarios, driving score "
+          f"{mean['driving_score']:.1f}, completion {mean['completion']:.3f}, collisions {mean['collisions']}, "
+          f"lane departures {mean['lane_departures']}, mean plan age {mean['mean_plan_age_s'] or 0:.3f} s")
+    return 0
 
 
 def run(args) -> int:
+    if args.graph:
+        return run_graph(args)
     from ..learn.closed_loop.evaluate import evaluate, plot_paths, table_lines
     from ..learn.closed_loop.policy import ModelPolicy, OraclePolicy
     from ..report import progress_printer, write_report

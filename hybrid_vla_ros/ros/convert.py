@@ -197,6 +197,27 @@ def trajectory_to_msg(traj: Trajectory, msg_cls, kind: str, frame_id: str, point
     return msg
 
 
+def msg_to_points(msg) -> np.ndarray:
+    """A trajectory message (Autoware's or nav_msgs/Path) -> (N, 5) x, y, heading, speed, time from its stamp:
+    trajectory_to_msg's inverse (a Path's speed from its poses' spacing and stamps)."""
+    stamp = stamp_to_ns(msg.header.stamp)
+    rows = []
+    for p in getattr(msg, "points", None) or msg.poses:
+        pose, q = p.pose, p.pose.orientation
+        heading = math.atan2(2.0 * (q.w * q.z + q.x * q.y), 1.0 - 2.0 * (q.y * q.y + q.z * q.z))
+        if hasattr(p, "time_from_start"):
+            t, speed = p.time_from_start.sec + p.time_from_start.nanosec * 1e-9, p.longitudinal_velocity_mps
+        else:
+            t, speed = (stamp_to_ns(p.header.stamp) - stamp) * 1e-9, math.nan
+        rows.append([pose.position.x, pose.position.y, heading, speed, t])
+    out = np.array(rows, dtype=np.float64).reshape(-1, 5)
+    if len(out) and np.isnan(out[:, 3]).any():
+        step = np.diff(np.vstack([[0.0, 0.0], out[:, :2]]), axis=0)
+        dt = np.diff(np.concatenate([[0.0], out[:, 4]]))
+        out[:, 3] = np.linalg.norm(step, axis=1) / np.maximum(dt, 1e-6)
+    return out
+
+
 def trajectory_points(points, point_type, z: float = 0.0) -> list:
     """(N, 5) points -> TrajectoryPoint messages (Autoware's layout: time_from_start, pose at height z, velocity
     and the acceleration of the speed profile); shared by Trajectory and CandidateTrajectory."""

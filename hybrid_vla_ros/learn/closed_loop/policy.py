@@ -47,15 +47,20 @@ class ModelPolicy:
         self.prefix, self.suffix = PrefixStage(model, L), SuffixStage(model, L)
 
     def frame(self, view: View):
-        from ...types import EgoState, Frame
-        from ...sim.road import CAMERA_YAWS_RAD
-        rng = np.random.default_rng([view.seed, view.index])
-        spec = self.spec
-        images = [render(view.scene, spec.image_height, spec.image_width, CAMERA_YAWS_RAD[c % len(CAMERA_YAWS_RAD)],
-                         rng=rng) for c in range(spec.num_cameras)]
-        return Frame(images=images, seq=view.index, stamp_ns=int(view.index * 1e8),
-                     ego=EgoState(view.scene.speed_mps, view.yaw_rate_rps))
+        return render_frame(view, self.spec)
 
     def __call__(self, view: View) -> np.ndarray:
         trajectory = self.suffix.run(self.prefix.run(self.frame(view)))
         return np.asarray(trajectory.points, dtype=np.float64)                         # (N, 5)
+
+
+def render_frame(view: View, spec):
+    """The frame a model with `spec`'s cameras sees of `view`: road.render per camera (the sensor noise drawn from
+    the scenario seed and the frame index), stamped at the frame's time (index x 100 ms)."""
+    from ...types import EgoState, Frame
+    from ...sim.road import CAMERA_YAWS_RAD
+    rng = np.random.default_rng([view.seed, view.index])
+    images = [render(view.scene, spec.image_height, spec.image_width, CAMERA_YAWS_RAD[c % len(CAMERA_YAWS_RAD)],
+                     rng=rng) for c in range(spec.num_cameras)]
+    return Frame(images=images, seq=view.index, stamp_ns=int(view.index * 1e8),
+                 ego=EgoState(view.scene.speed_mps, view.yaw_rate_rps))

@@ -1,0 +1,90 @@
+"""hybrid_vla_world: learn/closed_loop's world as a ROS node, for the graph in the loop.
+
+Out: /clock (world time, START_NS + t: the graph's nodes run with use_sim_time), each camera's sensor_msgs/Image
+(rgb8, stamped at its capture), the ego's nav_msgs/Odometry on the kinematic-state topic (map-frame pose = world
+coordinates, speed and yaw rate; stamped with the frame). In: the suffix's trajectories (base_link plans, stamped
+with their camera frame): each takes effect at the next world step (learn/closed_loop/external.py).
+
+World time advances DT_S per wall-clock tick of DT_S / time_scale: time_scale < 1 slows the world, so a model
+slower than real time still drives at its own latency measured in world seconds x time_scale. Before the plan of
+frame 0 arrives the world stands still and re-sends frame 0 every second (warm start).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from nav_msgs.msg import Odometry
+from rclpy.node import Node
+from rclpy.qos import qos_profile_sensor_data
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import Image
+
+from ...learn.closed_loop.external import ExternalDrive
+from ...learn.closed_loop.loop import DT_S
+from ...learn.closed_loop.world import random_scenario
+from .. import convert
+from ..topics import KINEMATIC_TOPIC, TRAJECTORY_TOPIC
+
+NODE_NAME = "hybrid_vla_world"
+RESEND_S = 1.0
+
+
+class WorldNode(Node):
+    def __init__(self, spec, camera_topics: list[str], seed: int = 0, time_scale: float = 1.0,
+                 output_type: str = "auto", max_time_s: float | None = None, context=None):
+        super().__init__(NODE_NAME, context=context)
+        self.drive = ExternalDrive(random_scenario(seed), spec, max_time_s=max_time_s)
+        self.clock = self.create_publisher(Clock, "/clock", 10)
+        self.cameras = [self.create_publisher(Image, topic, qos_profile_sensor_data) for topic in camera_topics]
+        self.odometry = self.create_publisher(Odometry, KINEMATIC_TOPIC, 10)
+        msg_cls, _, _ = convert.resolve_trajectory_type(output_type)
+        self.create_subscription(msg_cls, TRAJECTORY_TOPIC, self._on_plan, 10)
+        self.plans_received = self.plans_refused = 0
+        self._sent_first = 0.0
+        self.timer = self.create_timer(DT_S / time_scale, self._tick)
+
+    @property
+    def done(self) -> bool:
+        return self.drive.ended
+
+    def _tick(self) -> None:
+        if not self.drive.started:
+            if time.monotonic() - self._sent_first >= RESEND_S:   # warm start: frame 0 until its plan comes
+                self._publish_frame(0)
+                self._sent_first = time.monotonic()
+            return
+        index = self.drive.advance()
+        self._publish_clock()
+        if index is not None:
+            self._publish_frame(index)
+
+    def _publish_clock(self) -> None:
+        msg = Clock()
+        convert.ns_to_stamp(self.drive.now_ns(), msg.clock)
+        self.clock.publish(msg)
+
+    def _publish_frame(self, index: int) -> None:
+        frame = self.drive.frame(index)
+        self._publish_clock()
+        odom = Odometry()
+        convert.ns_to_stamp(frame.stamp_ns, odom.header.stamp)
+        odom.header.frame_id, odom.child_frame_id = "map", "base_link"
+        car = self.drive.car
+        odom.pose.pose.position.x, odom.pose.pose.position.y = float(car.x), float(car.y)
+        odom.pose.pose.orientation.z, odom.pose.pose.orientation.w = math.sin(car.yaw / 2), math.cos(car.yaw / 2)
+        odom.twist.twist.linear.x, odom.twist.twist.angular.z = float(car.v), float(car.yaw_rate)
+        self.odometry.publish(odom)
+        for i, pub in enumerate(self.cameras):
+            msg = convert.array_to_image(frame.images[i], Image())
+            convert.ns_to_stamp(frame.stamp_ns, msg.header.stamp)
+            msg.header.frame_id = f"camera{i}/camera_optical_link"
+            pub.publish(msg)
+
+    def _on_plan(self, msg) -> None:
+        index = ExternalDrive.index_of(convert.stamp_to_ns(msg.header.stamp))
+        if self.drive.receive(convert.msg_to_points(msg), index):
+            self.plans_received += 1
+        else:
+            self.plans_refused += 1
