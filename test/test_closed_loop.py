@@ -96,6 +96,9 @@ def test_the_timing_formulas_at_the_papers_orion_figures():
     assert modes["serial"].latency_s == pytest.approx(0.783) and modes["pipelined"].period_s == pytest.approx(0.408)
     assert modes["pipelined"].latency_s == pytest.approx(0.783) and modes["pipelined_retimed"].retimed
     assert modes["chunked"].latency_s == pytest.approx(0.408 + 0.37500 / 4 * 1, abs=1e-3)  # k max(a,s) + min(a,s)
+    retimed = modes["native_retimed"]
+    assert retimed.retimed and (retimed.latency_s, retimed.period_s) == (modes["native"].latency_s, modes["native"].period_s)
+    assert not modes["native"].retimed
 
 
 def test_later_plans_never_help_the_oracle_and_retiming_recovers():
@@ -123,3 +126,19 @@ def test_the_shipped_model_drives_a_few_steps():
     rec = drive.run(max_time_s=1.5)
     assert rec.frames >= 3 and rec.plan_ages_s and min(rec.plan_ages_s) >= 0.783 - 1e-6
     assert rec.progress_m > 10.0 and np.isfinite(np.array(rec.rows)[:, :6]).all()
+
+
+def test_animate_writes_a_gif_of_one_drive_with_the_camera_and_the_plan(tmp_path, capsys):
+    """--animate: the oracle drives scenario 2 under the paper's ORION timing, pipelined and re-timed; the GIF has a
+    frame per camera tick (10 per second of the drive) showing the front camera beside the bird's-eye view."""
+    from PIL import Image
+    from hybrid_vla_ros.cli import main
+    gif = tmp_path / "drive.gif"
+    code = main(["eval", "--closed-loop", "--oracle", "--timing", "orion-paper", "--seed", "2", "--animate", str(gif),
+                 "--drive-seconds", "4"])
+    out = capsys.readouterr().out
+    assert code == 0 and "orion-paper / pipelined_retimed" in out
+    seconds, frames = float(out.split(" after ")[1].split(" s;")[0]), int(out.split("; ")[1].split(" frames")[0])
+    with Image.open(gif) as image:
+        assert image.n_frames == frames and image.size[0] > image.size[1]
+    assert abs(frames - 10 * seconds) <= 2 and seconds <= 4.0 + 1e-6

@@ -19,12 +19,18 @@ def add_args(parser) -> None:
                             "shipped model never saw one: it measures red-light counting, not the model)")
     group.add_argument("--oracle", action="store_true",
                        help="closed loop: the drives' ground-truth driver as the policy instead of the model")
+    group.add_argument("--animate", metavar="GIF", default=None,
+                       help="closed loop: instead of the table, one drive (scenario --seed, mode --mode of the first "
+                            "--timing profile) as a GIF: the front camera beside a bird's-eye view with the plan")
+    group.add_argument("--mode", default="pipelined_retimed",
+                       help="closed loop --animate: the mode driven (instant, native, serial, pipelined, chunked, "
+                            "pipelined_retimed, native_retimed; default pipelined_retimed)")
     group.add_argument("--graph", action="store_true",
                        help="closed loop: the real ROS graph in the loop (one process, use_sim_time; the world as a "
                             "node publishing /clock, camera and odometry); plans take effect as they arrive")
     group.add_argument("--drive-seconds", type=float, default=None,
-                       help="closed loop --graph: end each drive after this much world time (default: the "
-                            "scenario's own limit, twice its length at its start speed + 20 s)")
+                       help="closed loop --graph / --animate: end each drive after this much world time (default: "
+                            "the scenario's own limit, twice its length at its start speed + 20 s)")
     group.add_argument("--time-scale", type=float, default=1.0,
                        help="closed loop --graph: world seconds per wall second (< 1 slows the world; default 1)")
 
@@ -67,6 +73,27 @@ def run_graph(args) -> int:
     return 0
 
 
+def run_animation(args, policy) -> int:
+    from ..errors import ConfigError, expect
+    from ..learn.closed_loop.animate import RecordingDrive, animate
+    from ..learn.closed_loop.evaluate import HELD_OUT_BELOW, timings
+    from ..learn.closed_loop.world import random_scenario
+    from ..model.presets import get_preset
+    expect(0 <= args.seed < HELD_OUT_BELOW, ConfigError, f"--animate: a held-out seed 0..{HELD_OUT_BELOW - 1}")
+    profile = next(p for p in args.timing.split(",") if p)
+    plans, _ = timings([profile], policy, [args.seed])
+    chosen = {mode: timing for (prof, mode), timing in plans.items()}
+    expect(args.mode in chosen, ConfigError, f"--mode {args.mode!r}: one of {sorted(chosen)}")
+    spec = getattr(policy, "spec", None) or get_preset("drive")
+    drive = RecordingDrive(random_scenario(args.seed, lights=args.lights), policy, chosen[args.mode], spec)
+    record = drive.run(args.drive_seconds)
+    frames = animate(drive.stills, drive.sc, f"{policy.name}, {profile} / {args.mode}, scenario {args.seed}",
+                     args.animate)
+    print(f"scenario {args.seed}, {profile} / {args.mode}: {record.end} after {record.rows[-1][0]:.1f} s; "
+          f"{frames} frames -> {args.animate}")
+    return 0
+
+
 def run(args) -> int:
     if args.graph:
         return run_graph(args)
@@ -80,6 +107,8 @@ def run(args) -> int:
         if not args.preset and not args.checkpoint:
             args.checkpoint = "builtin:drive"
         policy = ModelPolicy(model_from_args(args))
+    if args.animate:
+        return run_animation(args, policy)
     profiles = tuple(p for p in args.timing.split(",") if p)
     report = evaluate(policy, args.scenarios, args.seed, profiles, args.lights, progress_printer("closed loop"))
     write_report(report, args.json)
