@@ -178,16 +178,18 @@ class FrameContext:
                 "navigation": self.navigation is not None and self.navigation.source == "route"}
         return [piece for piece in CONTEXT_PIECES if piece in needs and not have[piece]]
 
-    def as_tensors(self, image_size: tuple[int, int] | None = None) -> dict:
+    def as_tensors(self, image_size: tuple[int, int] | None = None, num_cameras: int | None = None) -> dict:
         """Fixed-shape float32 tensors (C cameras, N history poses; unknown entries 0 with their mask 0):
             intrinsics (C, 3, 3), cam_from_base (C, 4, 4), lidar2img (C, 4, 4), image_size (C, 2) width, height,
             cameras_known (C,); ego_pose (4, 4) (identity when unknown), pose_known (1,); ego_status (4,)
             EGO_STATUS, ego_status_known (4,); history (N, 3) x, y, yaw in base_link at the stamp, oldest first,
             history_known (N,), history_dt_s (N,); command (7,) one-hot over NAV_COMMANDS, target_point (2,),
             goal_point (2,) (ego frame, m), command_distance_m (1,), navigation_known (1,).
-        image_size (width, height): the intrinsics of the images scaled to it (the model's input size)."""
+        image_size (width, height): the intrinsics of the images scaled to it (the model's input size);
+        num_cameras: C at least that (cameras the context lacks: unknown), so a model always gets its own C."""
         import torch
         cams = [c.resized(*image_size) if c is not None and image_size else c for c in self.cameras]
+        cams += [None] * max(0, (num_cameras or 0) - len(cams))
         known = np.array([c is not None for c in cams], dtype=np.float32)
         eye = np.eye(4)
         out = {"intrinsics": [c.K if c is not None else np.zeros((3, 3)) for c in cams],

@@ -150,8 +150,9 @@ def test_ddim_noise_is_seeded_by_the_stamp_and_the_steps_follow_ddim(models, mon
     monkeypatch.setattr(head, "clip", False)
     points = reference_forward(model, frame)[1].points
     a_t = head.alpha_bar[head.timesteps()[0]]
-    poses = (1 - (1 - a_t).sqrt()) / a_t.sqrt() * start["z"][0]                        # (N, 3) normalised
-    poses = (poses + 1) / 2 * head.denorm[:, 0] + head.denorm[:, 1]
+    poses = (1 - math.sqrt(1 - a_t)) / math.sqrt(a_t) * start["z"][0]                  # (N, 3) normalised
+    denorm = torch.tensor(head.denorm)
+    poses = (poses + 1) / 2 * denorm[:, 0] + denorm[:, 1]
     assert np.allclose(points[:, :3], poses.double().numpy(), atol=1e-4)                # x, y cumulated; heading
     assert calls == [80, 60, 40, 20, 0] == head.timesteps()
 
@@ -260,3 +261,24 @@ def test_orion_shaped_patches_carry_their_camera_s_3d_rays(models):
     assert not np.allclose(before.points, after.points)
     unknown = encoder._geometry(lidar2img, torch.tensor([1.0, 0.0]))
     assert unknown[1].abs().sum() == 0 and unknown[0].abs().sum() > 0
+
+
+def test_the_ddim_head_samples_finite_plans_in_bf16(models):
+    """In bf16 the schedule's first alpha_bar (0.99937) would round to 1.0 and the last step divide 0 by 0: the
+    schedule stays in float64 and the sampling in float32, so a bf16 head gives finite plans."""
+    import copy
+    model = models["tiny-recogdrive"]
+    frame = synthetic_frame(model.spec, 1)
+    hidden, reference = reference_forward(model, frame)
+    head = copy.deepcopy(model.action_head).to(torch.bfloat16)
+    raw, _ = model.run_head(head, hidden.to(torch.bfloat16), hidden.shape[1] - 1, frame.context, frame.stamp_ns)
+    assert torch.isfinite(raw).all()
+    assert model.action_head.alpha_bar[0] == pytest.approx(0.99937, abs=1e-5)
+
+
+def test_verify_compares_the_heads_extras_too():
+    from hybrid_vla_ros.engine.verify import extras_difference
+    assert extras_difference({"decision": "stop", "logits": [1.0, 2.0]}, {"decision": "stop", "logits": [1.0, 2.5]}) == 0.5
+    assert extras_difference({"decision": "stop"}, {"decision": "speed_up"}) == math.inf
+    assert extras_difference({}, {"mode": 1}) == math.inf
+    assert extras_difference({"route": [[0.0, 1.0]]}, {"route": [[0.0, 1.0]]}) == 0.0

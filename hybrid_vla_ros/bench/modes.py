@@ -205,8 +205,10 @@ def reference_forward_on_cuda(model: VLAModel, frame) -> None:
     if "pixel_values" in kwargs:
         kwargs["pixel_values"] = kwargs["pixel_values"].half()
     ids = encoded.input_ids.cuda()
-    out = model.backbone(input_ids=ids, attention_mask=torch.ones_like(ids), **kwargs)
-    model.action_head(out.last_hidden_state[:, -model.query_tokens:])
+    with model.prompt_embeddings_applied(frame.context):
+        out = model.backbone(input_ids=ids, attention_mask=torch.ones_like(ids), **kwargs)
+    hidden = out.last_hidden_state
+    model.run_head(model.action_head, hidden, hidden.shape[1] - 1, frame.context, frame.stamp_ns)
 
 
 def plot_bench(report: dict, path: str | Path) -> None:

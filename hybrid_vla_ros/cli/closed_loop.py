@@ -49,6 +49,9 @@ def run_graph(args) -> int:
            f"closed loop --graph: held-out seeds 0..{HELD_OUT_BELOW - 1} and --time-scale > 0")
     checkpoint = args.checkpoint or ("" if args.preset else "builtin:drive")
     spec = load_vla(preset=args.preset, checkpoint=checkpoint or None).spec
+    expect(not spec.context, ConfigError,
+           f"closed loop --graph: model '{spec.name}' needs the frame context {spec.context}; the world node "
+           f"publishes cameras and odometry, no CameraInfo, /tf_static or route yet")
     model = {"model.checkpoint": checkpoint, "model.preset": args.preset or ""}
     cameras = [f"/hybrid_vla_world/camera{i}/image" for i in range(spec.num_cameras)]
     p = spec.num_blocks // 2   # the cut and its zone fitted to the model (the shipped config's are the bench's)

@@ -10,7 +10,7 @@
       - ['^module\\.', '']
     drop:                            keys dropped on purpose (regexes, matched after the renames), counted
       - '^pts_bbox_head\\.'
-    squeeze:                         renamed keys whose leading size-1 dims are dropped ((1, n, H) -> (n, H))
+    squeeze:                         renamed keys whose leading size-1 dims are dropped down to 2 dims ((1, n, H) -> (n, H))
       - '^prompt\\.queries\\.'
     parts:                           first matching prefix wins and is removed from the key
       - {prefix: 'llm.', to: backbone}            -> model.safetensors (+ config.json from --config)
@@ -74,7 +74,7 @@ class Mapping:
     def shaped(self, key: str, tensor):
         """A renamed key's tensor with its leading size-1 dims dropped when a squeeze rule names it."""
         if any(p.search(key) for p in self.squeeze):
-            while tensor.dim() > 1 and tensor.shape[0] == 1:
+            while tensor.dim() > 2 and tensor.shape[0] == 1:
                 tensor = tensor[0]
         return tensor
 

@@ -68,6 +68,9 @@ def merge_adapters(routed: Routed, alpha: float) -> None:
            f"apart: leave merge out)")
     backbone = routed.parts["backbone"]
     for name, tensors in routed.adapters.items():
+        unpaired = sorted(k for k in tensors if k.endswith(".lora_B.weight")
+                          and k.replace(".lora_B.", ".lora_A.") not in tensors)
+        expect(not unpaired, ConfigError, f"adapter {name!r}: lora_B without its lora_A: {unpaired[:4]}")
         for key_a in [k for k in tensors if k.endswith(".lora_A.weight")]:
             module = key_a[len("base_model.model."):-len(".lora_A.weight")]
             a, b = tensors[key_a], tensors.get(key_a.replace(".lora_A.", ".lora_B."))

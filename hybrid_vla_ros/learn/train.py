@@ -60,6 +60,10 @@ def batch_forward(model: VLAModel, frames: list[Frame]) -> torch.Tensor:
     expect(model.family.deepstack_blocks(model.backbone.config) == 0 and model.scene_encoder is None, ConfigError,
            f"train: model '{model.spec.name}' has DeepStack or a scene encoder; training covers the single-pass "
            f"vision-tower families (qwen2_vl, qwen2_5_vl, llava, internvl) only")
+    expect(not model.action_head.side_inputs and model.prompt_embeddings is None, ConfigError,
+           f"train: model '{model.spec.name}''s head {model.spec.head!r} reads side inputs "
+           f"{list(model.action_head.side_inputs)} or its prompt has learned rows; training covers heads reading "
+           f"the query tokens alone (the shipped mlp, gru)")
     embedded = [frame_embeddings(model, f)[:2] for f in frames]
     hidden = torch.cat([e for e, _ in embedded])                                     # (B, S, H)
     positions = torch.cat([p for _, p in embedded], dim=embedded[0][1].dim() - 2)     # (3, B, S) or (B, S)

@@ -7,8 +7,9 @@ embeddings before block 0 of every pass:
   its route and speed queries, `queries.0` (20, H) and `queries.1` (10, H));
 - numeric slots (spec.prompt_slots): each slot's inputs, fixed-size tensors of the frame context
   (SLOT_INPUT_SIZES), go through the slot's MLP adaptor into one row each, written at the slot tokens the prompt
-  holds for them, in slot order then input order (SimLingo's <TARGET_POINT> pair: the target point and the one
-  after it through `wp_encoder`). A slot: {"name", "inputs": [context tensor names], "hidden": [widths]}: the
+  holds for them, in slot order then input order (SimLingo's <TARGET_POINT> pair, through its `wp_encoder`:
+  its target point and the one after it; the package's context has the route's target point and goal, which
+  tiny-simlingo and the simlingo mapping feed instead). A slot: {"name", "inputs": [context tensor names], "hidden": [widths]}: the
   adaptor is Linear(in, w1) ReLU ... Linear(wk, H), `in` the inputs' common size.
 
 The prefix applies them in its embedding step (engine/embedding.py, whole and chunked frames: the rows are text,

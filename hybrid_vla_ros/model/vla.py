@@ -127,7 +127,8 @@ class VLAModel(nn.Module):
         """The waypoint head on a frame's final normed rows hidden (P, S', H), its query tokens ending at `last`
         (an index into those rows), with the side inputs it declares (plugins/head_inputs.py; a head reading the
         sequence needs all S rows) -> (raw steps (1, N, 4), extras)."""
-        side = side_inputs(head, hidden, context, stamp_ns, (self.spec.image_width, self.spec.image_height))
+        side = side_inputs(head, hidden, context, stamp_ns, (self.spec.image_width, self.spec.image_height),
+                           self.spec.num_cameras)
         out = head(self.query_rows(hidden, last), **side)
         return split_output(out, self.spec.head, where)
 

@@ -202,7 +202,7 @@ def msg_to_points(msg) -> np.ndarray:
     trajectory_to_msg's inverse (a Path's speed from its poses' spacing and stamps)."""
     stamp = stamp_to_ns(msg.header.stamp)
     rows = []
-    for p in getattr(msg, "points", None) or msg.poses:
+    for p in (msg.points if hasattr(msg, "points") else msg.poses):
         pose, q = p.pose, p.pose.orientation
         heading = math.atan2(2.0 * (q.w * q.z + q.x * q.y), 1.0 - 2.0 * (q.y * q.y + q.z * q.z))
         if hasattr(p, "time_from_start"):

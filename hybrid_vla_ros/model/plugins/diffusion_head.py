@@ -71,8 +71,10 @@ class DdimPlannerHead(WaypointHead):
         self.position = nn.Parameter(torch.randn(self.num_waypoints, width) * 0.02)
         self.blocks = nn.ModuleList(_DenoiserBlock(width, config["heads"]) for _ in range(config["layers"]))
         self.x_out = nn.Linear(width, 3)
-        self.register_buffer("denorm", torch.tensor(config.get("denorm", RECOGDRIVE_DENORM)), persistent=False)
-        self.register_buffer("alpha_bar", torch.cumprod(1 - _cosine_betas(self.train_steps), dim=0), persistent=False)
+        # Plain floats, not buffers: a bf16 head would round alpha_bar's first value (0.99937) to 1.0 (0 / 0 at the
+        # last step); the sampling runs in float32 whatever the head's dtype.
+        self.denorm = [[float(v) for v in row] for row in config.get("denorm", RECOGDRIVE_DENORM)]
+        self.alpha_bar = torch.cumprod(1 - _cosine_betas(self.train_steps).double(), dim=0).tolist()
 
     @classmethod
     def from_config(cls, config: dict, hidden_size: int, spec=None) -> "DdimPlannerHead":
@@ -102,19 +104,21 @@ class DdimPlannerHead(WaypointHead):
         return self.x_out(h)
 
     def sample(self, memory, condition, generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:
-        """DDIM from seeded noise -> normalised poses (B, N, 3)."""
+        """DDIM from seeded noise -> normalised poses (B, N, 3), float32 (the denoiser runs in the head's dtype)."""
+        dtype = self.x_in.weight.dtype
+
         def noise():
-            return torch.randn(like.shape[0], self.num_waypoints, 3, generator=generator).to(like.device, like.dtype)
+            return torch.randn(like.shape[0], self.num_waypoints, 3, generator=generator).to(like.device)
         x, times = noise(), self.timesteps()
         for i, t in enumerate(times):
-            eps = self.denoise(x, t, memory, condition)
-            a_t = self.alpha_bar[t].to(x.dtype)
-            a_prev = self.alpha_bar[times[i + 1]].to(x.dtype) if i + 1 < len(times) else x.new_tensor(1.0)
-            x0 = (x - (1 - a_t).sqrt() * eps) / a_t.sqrt()
+            eps = self.denoise(x.to(dtype), t, memory, condition).float()
+            last = i + 1 == len(times)
+            a_t, a_prev = self.alpha_bar[t], 1.0 if last else self.alpha_bar[times[i + 1]]
+            x0 = (x - math.sqrt(1 - a_t) * eps) / math.sqrt(a_t)
             x0 = x0.clamp(-1, 1) if self.clip else x0
-            sigma = self.eta * ((1 - a_prev) / (1 - a_t) * (1 - a_t / a_prev)).sqrt()
-            x = a_prev.sqrt() * x0 + (1 - a_prev - sigma ** 2).clamp(min=0).sqrt() * eps
-            if i + 1 < len(times) and self.eta > 0:
+            sigma = 0.0 if last else self.eta * math.sqrt((1 - a_prev) / (1 - a_t) * (1 - a_t / a_prev))
+            x = math.sqrt(a_prev) * x0 + math.sqrt(max(0.0, 1 - a_prev - sigma ** 2)) * eps
+            if sigma > 0:
                 x = x + sigma * noise()
             x = x.clamp(-1, 1) if self.clip else x
         return x
@@ -125,7 +129,7 @@ class DdimPlannerHead(WaypointHead):
         condition = self.condition_in(torch.cat([sequence_mean.mean(dim=1), command, ego_status, recent.flatten(1)],
                                                 dim=1))                                 # (B, W)
         poses = self.sample(memory, condition, torch.Generator().manual_seed(noise_seed), query_hidden)
-        denorm = self.denorm.to(poses.dtype)
+        denorm = torch.tensor(self.denorm, device=poses.device)                         # (3, 2) range, minimum
         poses = (poses + 1) / 2 * denorm[:, 0] + denorm[:, 1]                          # (B, N, 3) x, y, heading
         steps = poses[..., :2].diff(dim=1, prepend=poses.new_zeros(poses.shape[0], 1, 2))
         speed = steps.norm(dim=-1, keepdim=True) / self.dt_s

@@ -4,7 +4,8 @@ model's planner reads (head_inputs.py: side inputs) and runs whole on the suffix
 - `command_modes` (ORION): one plan per planner mode from the query token's state; the frame's route command picks
   the one published (reported as the extras `mode`, `mode_command`).
 - `meta_decision` (MindDrive): logits over K meta-action tokens at a named position of the decision pass, read
-  through the LLM's lm_head rows of those tokens (`decision_rows`, (K, H): a subset of lm_head.weight); the chosen
+  through `decision_rows` (K, H): the LLM's lm_head rows of those tokens in a converted MindDrive (a mapping copies
+  lm_head.weight[decision_tokens] there; no MindDrive mapping is shipped yet), random in a fresh model; the chosen
   action picks one of K planned modes (`decision`, `decision_logits`); a path per route command beside it.
 - `route_speed` (SimLingo): route and speed waypoints from learned query embeddings (model/prompt_embeddings.py).
 (ReCogDrive's `ddim_planner`: diffusion_head.py.)

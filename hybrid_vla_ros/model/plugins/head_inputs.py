@@ -13,7 +13,9 @@ A head declares `side_inputs` (heads.py WaypointHead); each is handed to its for
                                  over NAV_COMMANDS, ego_status (B, 4), history (B, N, 3), target_point (B, 2)
 
 A frame without a context (an engine run on synthetic frames, a graph whose model declares no context) hands
-the unknown values: zeros with their `*_known` masks 0. A head returns the raw steps (B, N, 4), or a dict with
+the unknown values: zeros (identity matrices) with their `*_known` masks 0, one per camera of the model; the
+history has the poses the context holds (none without one): a head reading it pads to its own count
+(diffusion_head.py does). A head returns the raw steps (B, N, 4), or a dict with
 `waypoints` (B, N, 4) and named extras (tensors of batch B, or strings) that the trajectory reports
 (types.Trajectory.extras; the suffix's ~/debug/trajectory_info as `head_<name>`).
 
@@ -50,8 +52,10 @@ def noise_seed(head, stamp_ns: int) -> int:
     return (int(getattr(head, "config", {}).get("seed", 0)) * 1_000_003 + int(stamp_ns)) % (2 ** 63)
 
 
-def side_inputs(head, hidden: torch.Tensor, context, stamp_ns: int, image_size: tuple[int, int]) -> dict:
-    """hidden (P, S, H): the frame's final normed rows -> the keyword arguments the head declared."""
+def side_inputs(head, hidden: torch.Tensor, context, stamp_ns: int, image_size: tuple[int, int],
+                num_cameras: int = 0) -> dict:
+    """hidden (P, S, H): the frame's final normed rows -> the keyword arguments the head declared (per-camera
+    tensors for num_cameras cameras at least: those the context lacks are unknown)."""
     names = tuple(getattr(head, "side_inputs", ()))
     out: dict = {}
     if "sequence" in names:
@@ -63,7 +67,7 @@ def side_inputs(head, hidden: torch.Tensor, context, stamp_ns: int, image_size: 
     wanted = [n for n in names if n in CONTEXT_TENSORS]
     if wanted:
         dtype = next((p.dtype for p in head.parameters()), hidden.dtype)
-        tensors = (context if context is not None else FrameContext()).as_tensors(image_size)
+        tensors = (context if context is not None else FrameContext()).as_tensors(image_size, num_cameras)
         out.update({n: tensors[n].unsqueeze(0).to(hidden.device, dtype) for n in wanted})   # (1, ...)
     return out
 

@@ -10,8 +10,9 @@ and head", says what each argument holds):
                                                 laid out from it before any encoder exists (`num_tokens`, an
                                                 instance attribute, is for the plugin's own use only)
     side_inputs                              (optional) frame context tensors forward also reads, as keyword
-                                                arguments (head_inputs.py's context names, e.g. lidar2img
-                                                (N, 4, 4), intrinsics scaled to the encoder's input size)
+                                                arguments, float32 (head_inputs.py's context names, e.g.
+                                                lidar2img (N, 4, 4), intrinsics scaled to the encoder's input
+                                                size; a camera without geometry: unknown)
     forward(images (N, 3, H, W), ego (2,), stamp_ns, **side) -> (tokens_for(config), hidden_size)
     reset_memory(), memory_length()          its cross-frame state (none: the defaults)
 `encode()` (not to override) runs forward in frame order: a stamp going back (a bag loop, /clock reset)
@@ -92,8 +93,8 @@ class SceneEncoder(nn.Module):
             return {}
         from ...context import FrameContext
         size = (images.shape[-1], images.shape[-2])                                    # the encoder's input W, H
-        tensors = (context if context is not None else FrameContext()).as_tensors(size)
-        return {name: tensors[name].to(images.device, images.dtype) for name in self.side_inputs}
+        tensors = (context if context is not None else FrameContext()).as_tensors(size, images.shape[0])
+        return {name: tensors[name].to(images.device) for name in self.side_inputs}   # float32: geometry at full precision
 
 
 def attention(q_in: torch.Tensor, kv_in: torch.Tensor, proj: nn.ModuleDict, heads: int) -> torch.Tensor:
@@ -177,8 +178,6 @@ class QueryScene(SceneEncoder):
         patches = self.patch(images).flatten(2).transpose(1, 2)                        # (N, P, D)
         patches = patches + self.position + self.camera[: images.shape[0]]
         if lidar2img is not None:
-            if lidar2img.shape[0] != images.shape[0]:   # no geometry for these cameras (no context): all unknown
-                lidar2img, cameras_known = torch.eye(4).expand(images.shape[0], 4, 4), torch.zeros(images.shape[0])
             patches = patches + self._geometry(lidar2img, cameras_known).to(patches.dtype)
         x = patches.reshape(-1, patches.shape[-1])                                     # (N P, D) all cameras
         for block in self.vit:

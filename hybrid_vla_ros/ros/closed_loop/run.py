@@ -41,7 +41,8 @@ def drive_in_loop(params: dict, spec, seed: int = 0, time_scale: float = 1.0, ma
                                             f"(world time {world.drive.t:.1f} s, {world.plans_received} plans)")
             out = route_metrics(world.drive.result())
             out.update(plans_received=world.plans_received, plans_refused=world.plans_refused,
-                       wall_s=time.monotonic() - start, time_scale=time_scale)
+                       wall_s=time.monotonic() - start, time_scale=time_scale,
+                       world_lag_s=world.lag_steps * world.drive_step_s)
             graph.executor.remove_node(world)
             world.destroy_node()
             return out

@@ -5,8 +5,9 @@ Out: /clock (world time, START_NS + t: the graph's nodes run with use_sim_time),
 coordinates, speed and yaw rate; stamped with the frame). In: the suffix's trajectories (base_link plans, stamped
 with their camera frame): each takes effect at the next world step (learn/closed_loop/external.py).
 
-World time advances DT_S per wall-clock tick of DT_S / time_scale: time_scale < 1 slows the world, so a model
-slower than real time still drives at its own latency measured in world seconds x time_scale. Before the plan of
+World time follows the wall clock x time_scale: each timer tick (every DT_S / time_scale) advances as many DT_S
+steps as are due since the first plan (a late tick catches up, MAX_CATCH_UP steps at most; the rest is reported as
+lag); time_scale < 1 slows the world, so a model slower than real time drives at its latency x time_scale. Before the plan of
 frame 0 arrives the world stands still and re-sends frame 0 every second (warm start).
 """
 
@@ -29,6 +30,7 @@ from ..topics import KINEMATIC_TOPIC, TRAJECTORY_TOPIC
 
 NODE_NAME = "hybrid_vla_world"
 RESEND_S = 1.0
+MAX_CATCH_UP = 25   # world steps per tick (half a second of world time)
 
 
 class WorldNode(Node):
@@ -43,7 +45,10 @@ class WorldNode(Node):
         self.create_subscription(msg_cls, TRAJECTORY_TOPIC, self._on_plan, 10)
         self.plans_received = self.plans_refused = 0
         self._sent_first = 0.0
+        self.time_scale, self.wall_start, self.lag_steps = time_scale, None, 0
         self.timer = self.create_timer(DT_S / time_scale, self._tick)
+
+    drive_step_s = DT_S
 
     @property
     def done(self) -> bool:
@@ -55,10 +60,15 @@ class WorldNode(Node):
                 self._publish_frame(0)
                 self._sent_first = time.monotonic()
             return
-        index = self.drive.advance()
+        if self.wall_start is None:
+            self.wall_start = time.monotonic()
+        due = int((time.monotonic() - self.wall_start) * self.time_scale / DT_S) - self.drive.k
+        for _ in range(max(0, min(due, MAX_CATCH_UP))):
+            index = self.drive.advance()
+            if index is not None:
+                self._publish_frame(index)
+        self.lag_steps = max(self.lag_steps, due - MAX_CATCH_UP)
         self._publish_clock()
-        if index is not None:
-            self._publish_frame(index)
 
     def _publish_clock(self) -> None:
         msg = Clock()
