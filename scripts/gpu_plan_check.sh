@@ -25,7 +25,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu
 CANDIDATES=$("$PY" - <<'PYEOF'
 import os, torch
 from hybrid_vla_ros.model.load import load_vla
-from hybrid_vla_ros.model.spec import PRESETS
+from hybrid_vla_ros.model.presets import PRESETS
 free = torch.cuda.mem_get_info()[1]
 sizes = []
 for name, spec in PRESETS.items():
@@ -55,7 +55,7 @@ echo "gpu_plan_check: $PRESET_USED, measured plan's cut p = $P_CUT"
 timeout 45 "$PY" - "$PRESET_USED" "$OUT" <<'PYEOF'
 import json, sys, torch
 from hybrid_vla_ros.bench.kernels.roofline import gemm_ceiling_gflops
-from hybrid_vla_ros.model.spec import get_preset
+from hybrid_vla_ros.model.presets import get_preset
 spec, out = get_preset(sys.argv[1]), sys.argv[2]
 free, total = torch.cuda.mem_get_info()
 rows = {str(d).replace("torch.", ""): gemm_ceiling_gflops(2048, spec.hidden_size, spec.intermediate_size, d, "cuda")
