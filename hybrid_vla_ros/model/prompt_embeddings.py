@@ -24,6 +24,7 @@ from torch import nn
 
 from ..context import FrameContext
 from ..errors import ConfigError, expect
+from .plugins.heads import mlp_stack
 
 # The context tensors a slot may read, by their (fixed) number of values
 SLOT_INPUT_SIZES = {"target_point": 2, "goal_point": 2, "command": 7, "ego_status": 4, "command_distance_m": 1,
@@ -60,14 +61,6 @@ def check_prompt_embeddings(spec) -> None:
                f"{where}: prompt slot {slot['name']!r}: hidden={hidden!r}, expected a list of positive widths")
 
 
-def _adaptor(width_in: int, hidden: list[int], width_out: int) -> nn.Sequential:
-    layers, width = [], width_in
-    for w in hidden:
-        layers += [nn.Linear(width, w), nn.ReLU()]
-        width = w
-    return nn.Sequential(*layers, nn.Linear(width, width_out))
-
-
 class PromptEmbeddings(nn.Module):
     def __init__(self, spec, hidden_size: int):
         super().__init__()
@@ -77,7 +70,7 @@ class PromptEmbeddings(nn.Module):
             [spec.query_tokens] if spec.query_embeddings else []
         self.queries = nn.ParameterList(nn.Parameter(torch.randn(n, hidden_size) * 0.02) for n in groups) \
             if groups else None                                                         # (n_i, H) each
-        self.adaptors = nn.ModuleDict({slot["name"]: _adaptor(SLOT_INPUT_SIZES[slot["inputs"][0]],
+        self.adaptors = nn.ModuleDict({slot["name"]: mlp_stack(SLOT_INPUT_SIZES[slot["inputs"][0]],
                                                               slot.get("hidden", []), hidden_size)
                                        for slot in self.slots})
         self.slot_count = sum(len(slot["inputs"]) for slot in self.slots)

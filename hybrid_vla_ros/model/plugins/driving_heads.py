@@ -23,7 +23,7 @@ from torch import nn
 
 from ...errors import ConfigError, expect
 from ...types import NAV_COMMANDS
-from .heads import STEP, WaypointHead, mlp as _mlp
+from .heads import STEP, WaypointHead, mlp as _mlp, mlp_stack
 from .registry import HEADS, register
 
 
@@ -143,8 +143,8 @@ class RouteSpeedHead(WaypointHead):
     def __init__(self, config: dict, hidden_size: int, dt_s: float):
         super().__init__(config)
         self.route_queries, self.dt_s = int(config.get("route_queries", 20)), dt_s
-        self.route = _silu_mlp(hidden_size, config.get("route_hidden", [512, 256]), 2)
-        self.speed = _silu_mlp(hidden_size, config.get("speed_hidden", [256]), 2)
+        self.route = mlp_stack(hidden_size, config.get("route_hidden", [512, 256]), 2, nn.SiLU, last_bias=False)
+        self.speed = mlp_stack(hidden_size, config.get("speed_hidden", [256]), 2, nn.SiLU, last_bias=False)
 
     @classmethod
     def from_config(cls, config: dict, hidden_size: int, spec=None) -> "RouteSpeedHead":
@@ -161,12 +161,3 @@ class RouteSpeedHead(WaypointHead):
         heading = torch.atan2(steps[..., 1], steps[..., 0]).unsqueeze(-1)
         speed = steps.norm(dim=-1, keepdim=True) / self.dt_s
         return {"waypoints": torch.cat([steps, heading, speed], dim=-1), "route": route}
-
-
-def _silu_mlp(width_in: int, hidden: list[int], width_out: int) -> nn.Sequential:
-    """SimLingo's head shape: Linear + SiLU per hidden width, the last Linear without bias."""
-    layers, width = [], width_in
-    for w in hidden:
-        layers += [nn.Linear(width, w), nn.SiLU()]
-        width = w
-    return nn.Sequential(*layers, nn.Linear(width, width_out, bias=False))

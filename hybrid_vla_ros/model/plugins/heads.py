@@ -36,6 +36,16 @@ def mlp(width_in: int, hidden: int, width_out: int) -> nn.Sequential:
     return nn.Sequential(nn.Linear(width_in, hidden), nn.GELU(), nn.Linear(hidden, width_out))
 
 
+def mlp_stack(width_in: int, hidden: list[int], width_out: int, act=nn.ReLU, last_bias: bool = True) -> nn.Sequential:
+    """Linear + act per hidden width, then Linear to width_out (indices 0, 2, 4, ...: the published adaptors' and
+    heads' state-dict names: SimLingo's wp_encoder (ReLU), route / speed heads (SiLU, no last bias))."""
+    layers, width = [], width_in
+    for w in hidden:
+        layers += [nn.Linear(width, w), act()]
+        width = w
+    return nn.Sequential(*layers, nn.Linear(width, width_out, bias=last_bias))
+
+
 class WaypointHead(nn.Module):
     plugin_name = ""
     side_inputs: tuple[str, ...] = ()   # head_inputs.py SIDE_INPUTS; none: forward(query_hidden) alone

@@ -8,6 +8,7 @@ import time
 
 from ... import stop
 from ...errors import ConfigError, expect
+from ...learn.closed_loop.loop import DT_S
 from ...learn.closed_loop.metrics import route_metrics
 from ..launch_support.bringup import InProcessGraph
 from ..launch_support.session import ros_context
@@ -42,7 +43,7 @@ def drive_in_loop(params: dict, spec, seed: int = 0, time_scale: float = 1.0, ma
             out = route_metrics(world.drive.result())
             out.update(plans_received=world.plans_received, plans_refused=world.plans_refused,
                        wall_s=time.monotonic() - start, time_scale=time_scale,
-                       world_lag_s=world.lag_steps * world.drive_step_s)
+                       world_lag_s=world.lag_steps * DT_S)
             graph.executor.remove_node(world)
             world.destroy_node()
             return out

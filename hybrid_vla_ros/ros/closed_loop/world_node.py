@@ -48,8 +48,6 @@ class WorldNode(Node):
         self.time_scale, self.wall_start, self.lag_steps = time_scale, None, 0
         self.timer = self.create_timer(DT_S / time_scale, self._tick)
 
-    drive_step_s = DT_S
-
     @property
     def done(self) -> bool:
         return self.drive.ended
