@@ -26,7 +26,7 @@ def graph_overrides(model: VLAModel, placement: Placement, partition: int, prefi
                               "image_transport": "raw", "input_policy": "lossless", "use_kinematic_state": False,
                               "max_in_flight": max_in_flight, "cores": list(prefix_cores),
                               "dtype": DTYPE_NAMES[placement.prefix_dtype], "device": str(placement.prefix_device.type)},
-        "hybrid_vla_suffix": {**common, "cores": list(suffix_cores), "dtype": DTYPE_NAMES[placement.suffix_dtype],
+        "hybrid_vla_suffix": {**common, "cores": list(suffix_cores), "dtype": placement.suffix_name,
                               "frame_id": "base_link",
                               "boundary_dtype": DTYPE_NAMES[placement.prefix_dtype]},
         "hybrid_vla_scheduler": {"autostart": False, **source, "initial_partition": partition,

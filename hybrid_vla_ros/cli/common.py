@@ -21,8 +21,9 @@ def add_placement_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prefix-device", default="auto", help="auto (cuda if available), cuda, or cpu")
     parser.add_argument("--dtype", default="fp32", help="prefix dtype: fp32, bf16, fp16")
     parser.add_argument("--suffix-dtype", default=None,
-                        help="CPU suffix dtype: fp32, bf16, fp16, or auto (bf16 only where a probe on the suffix's "
-                             "cores measures it faster); default: same as --dtype")
+                        help="CPU suffix dtype: fp32, bf16, fp16, int8 (the blocks' linears; engine/int8.py), or "
+                             "auto (the fastest by a probe on the suffix's cores: bf16 only where native, int8 only "
+                             "with a calibration within bounds); default: same as --dtype")
 
 
 def model_from_args(args, shapes_only: bool = False, dtype=None, lazy: bool | None = None):

@@ -47,6 +47,19 @@ def roofline_lines(report: dict) -> list[str]:
     return lines
 
 
+def dtype_lines(report: dict | None) -> list[str]:
+    if not report:
+        return []
+    names = report["dtypes"]
+    lines = [f"  suffix block per dtype on cores {report['cores']}:",
+             "       N " + "".join(f"{n + ' ms':>11}" for n in names) + "".join(
+                 f"{k:>16}" for k in report["rows"][0] if "_vs_" in k)]
+    for row in report["rows"]:
+        lines.append(f"  {row['tokens']:6d} " + "".join(f"{row[n + '_ms']:11.2f}" for n in names) + "".join(
+            f"{v:15.2f}x" for k, v in row.items() if "_vs_" in k))
+    return lines
+
+
 def cmd_roofline(args) -> int:
     from ..bench.kernels.roofline import plot_roofline, roofline_report
     from ..engine.cpu import core_plan, pinned
@@ -60,10 +73,14 @@ def cmd_roofline(args) -> int:
         with pinned(suffix_cores):
             report["backends"] = [compare_backends(model, int(n), placement.suffix_dtype, len(suffix_cores))
                                   for n in args.backends.split(",")]
+    if args.compare_dtypes:
+        from ..bench.kernels.roofline import suffix_dtypes_report
+        report["suffix_dtypes"] = suffix_dtypes_report(model, placement, tokens, args.compare_dtypes.split(","),
+                                                       args.blocks)
     write_report(report, args.json)
     if args.plot:
         plot_roofline(report, args.plot)
-    print("\n".join(roofline_lines(report)))
+    print("\n".join(roofline_lines(report) + dtype_lines(report.get("suffix_dtypes"))))
     return 0
 
 
@@ -78,6 +95,8 @@ def register(sub) -> None:
     p.add_argument("--blocks", type=int, default=2, help="roofline: consecutive blocks timed")
     p.add_argument("--backends", default="", help="roofline: token counts at which the suffix's block also runs "
                                                   "on torch.compile (inductor, freezing) and OpenVINO, e.g. 256,1024")
+    p.add_argument("--compare-dtypes", default="", help="roofline: also time the suffix's block in each of these "
+                                                        "dtypes on its cores, e.g. fp32,bf16,int8 (speed-ups as ratios)")
     p.add_argument("--json", default=None)
     p.add_argument("--plot", default=None)
     p.set_defaults(func=cmd_profile)

@@ -12,12 +12,14 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import BoundaryDtypeError, ConfigError, expect
+from .cpu import BF16_FLAGS, cpu_flags
 
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
           "fp16": torch.float16, "float16": torch.float16}
 DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 CPU = torch.device("cpu")
 BOUNDARY_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # what a prefix may send (its compute dtype)
+INT8 = "int8"   # a suffix dtype: the blocks' linear layers in int8 (engine/int8.py), the rest: int8_rest_dtype()
 
 
 def parse_dtype(name: str | torch.dtype, where: str = "dtype") -> torch.dtype:
@@ -26,6 +28,23 @@ def parse_dtype(name: str | torch.dtype, where: str = "dtype") -> torch.dtype:
         return name
     expect(name in DTYPES, ConfigError, f"{where}: '{name}' is not one of {sorted(DTYPES)}")
     return DTYPES[name]
+
+
+def int8_rest_dtype(flags: set[str] | None = None) -> torch.dtype:
+    """What an int8 suffix runs besides its linears (norms, attention, activations, head): bf16 where the CPU
+    has native bf16 (half the bytes of fp32 through the elementwise steps), else fp32 (emulated bf16 is
+    slower than fp32). Measured in docs/BENCHMARKS.md (int8 suffix)."""
+    flags = cpu_flags() if flags is None else flags
+    return torch.bfloat16 if any(f in flags for f in BF16_FLAGS) else torch.float32
+
+
+def parse_suffix_dtype(name: str | torch.dtype) -> tuple[torch.dtype, bool]:
+    """A CPU suffix's dtype -> (its float compute dtype, whether its blocks' linears run in int8)."""
+    if name == INT8:
+        return int8_rest_dtype(), True
+    expect(name in DTYPES or isinstance(name, torch.dtype), ConfigError,
+           f"suffix dtype: '{name}' is not one of {sorted([*DTYPES, INT8])}")
+    return parse_dtype(name, "suffix dtype"), False
 
 
 def parse_boundary_dtype(name: str) -> torch.dtype | None:
@@ -65,11 +84,18 @@ class Placement:
     prefix_dtype: torch.dtype = torch.float32
     suffix_dtype: torch.dtype = torch.float32
     suffix_device: torch.device = CPU
+    suffix_int8: bool = False    # the suffix blocks' linears in int8, the rest in suffix_dtype (fp32)
 
     @classmethod
     def create(cls, prefix_device: str = "auto", prefix_dtype: str = "fp32", suffix_dtype: str = "fp32") -> "Placement":
-        return cls(resolve_prefix_device(prefix_device), parse_dtype(prefix_dtype, "prefix dtype"),
-                   parse_dtype(suffix_dtype, "suffix dtype"))
+        dtype, int8 = parse_suffix_dtype(suffix_dtype)
+        return cls(resolve_prefix_device(prefix_device), parse_dtype(prefix_dtype, "prefix dtype"), dtype,
+                   suffix_int8=int8)
+
+    @property
+    def suffix_name(self) -> str:
+        """The suffix dtype as the `dtype` parameter names it: fp32, bf16, fp16 or int8."""
+        return INT8 if self.suffix_int8 else DTYPE_NAMES[self.suffix_dtype]
 
     @property
     def uses_cuda(self) -> bool:
@@ -86,7 +112,7 @@ class Placement:
 
     def describe(self) -> dict:
         return {"prefix_device": str(self.prefix_device), "prefix_dtype": DTYPE_NAMES[self.prefix_dtype],
-                "suffix_device": str(self.suffix_device), "suffix_dtype": DTYPE_NAMES[self.suffix_dtype]}
+                "suffix_device": str(self.suffix_device), "suffix_dtype": self.suffix_name}
 
     # ---- modules -------------------------------------------------------------------------------------
     def to_prefix(self, tensor: torch.Tensor) -> torch.Tensor:

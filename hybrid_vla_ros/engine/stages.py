@@ -15,6 +15,7 @@ from ..model.vla import VLAModel, waypoints_from_head
 from .scheduling.partition import Zone, check_partition, partition_report, prefix_modules, suffix_modules  # noqa: F401
 from .chunked_stages import ChunkedSuffix, prefix_chunks
 from .embedding import Embedded, frame_embeddings  # noqa: F401 (re-exported)
+from .int8_calibration import int8_block
 from .placement import Placement, check_boundary_dtype
 from ..types import BoundaryState, DeepStack, Frame, Trajectory  # noqa: F401
 
@@ -131,6 +132,8 @@ class SuffixStage:
         # block placed for the suffix is not placed for the prefix (which converts its own copy), and vice
         # versa (placed() converts a copy here). On one device in one dtype they are shared.
         self.blocks = {i: placed(layers[i], device, dtype) for i in range(lo, model.num_blocks)}
+        if placement.suffix_int8:   # its own int8 copies (engine/int8.py), smoothed where calibrated
+            self.blocks = {i: int8_block(model, i, block) for i, block in self.blocks.items()}
         self.norm, self.head = placed(model.decoder.norm, device, dtype), placed(model.action_head, device, dtype)
         self.image_tokens, self.seq_len = model.image_tokens, model.sequence_length
         self.deepstack_depth = model.family.deepstack_blocks(model.backbone.config)

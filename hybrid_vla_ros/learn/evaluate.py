@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine.placement import Placement, parse_dtype
+from ..engine.placement import Placement, parse_suffix_dtype
 from ..errors import ConfigError, expect
 from ..engine.stages import PrefixStage, SuffixStage, reference_forward
 from ..model.vla import VLAModel
@@ -57,7 +57,7 @@ def evaluate(model: VLAModel, drives: int = 10, seed: int = 0, frames_per_drive:
     expect(bool(suffix_dtypes) and len(set(suffix_dtypes)) == len(suffix_dtypes), ConfigError,
            f"suffix dtypes {list(suffix_dtypes)}: expected one or more, each once")
     for dtype in suffix_dtypes:
-        parse_dtype(dtype, "suffix dtype")
+        parse_suffix_dtype(dtype)
     seeds = list(range(seed, seed + drives))
     expect(seed >= 0 and max(seeds) < TRAIN_SEED_BASE, ConfigError,
            f"held-out drives {seeds[0]}..{seeds[-1]}: evaluation seeds must lie in 0..{TRAIN_SEED_BASE - 1} "

@@ -72,6 +72,7 @@ class VLAModel(nn.Module):
             self.action_tokenizer = ActionTokenizer(spec)
         self.prompt_embeddings = PromptEmbeddings(spec, spec.hidden_size) \
             if spec.query_embeddings or spec.prompt_slots else None
+        self.int8_calibration = None   # an int8 suffix's smoothing (engine/int8_calibration.py), from a checkpoint
 
     @property
     def decoder(self):

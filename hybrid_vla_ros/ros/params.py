@@ -123,9 +123,11 @@ PREFIX_PARAMS = _common_model() + [
 ]
 
 SUFFIX_PARAMS = _common_model() + [
-    ParamSpec("dtype", "string", "CPU suffix compute dtype (waypoint and action-token models alike); auto: bf16 "
-              "only where a start-up probe on the worker's cores measures it faster (native bf16: AMX or "
-              "avx512_bf16), else fp32", choices=("fp32", "bf16", "fp16", "auto")),
+    ParamSpec("dtype", "string", "CPU suffix compute dtype (waypoint and action-token models alike); int8: the "
+              "blocks' linear layers in int8 (weights per channel, activations per token; smoothed where the "
+              "checkpoint has an int8 calibration), the rest fp32; auto: the fastest of fp32, bf16 (native bf16 "
+              "only) and int8 (only with a calibration within int8_max_deviation_m) by a start-up probe on the "
+              "worker's cores", choices=("fp32", "bf16", "fp16", "int8", "auto")),
     ParamSpec("boundary_dtype", "string", "dtype of incoming boundary states; auto: whatever the prefix sends "
               "(fp32, fp16, bf16); a named one refuses any other (counted as boundary_dtype_mismatch); either is "
               "converted to the suffix dtype", choices=("auto", "fp32", "bf16", "fp16")),

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from ...engine.cpu import core_plan, pinned
 from ...engine.placement import Placement
+from ...engine.int8 import linear_names, quantized_copy
 from ...engine.stages import placed, run_blocks
 from ...model.checkpoint import ensure_loaded
 from ...model.vla import VLAModel
@@ -54,6 +55,19 @@ def gemm_ceiling_gflops(tokens: int, hidden: int, intermediate: int, dtype: torc
     x = torch.randn(tokens, hidden, generator=gen).to(device, dtype)
     w = torch.randn(intermediate, hidden, generator=gen).to(device, dtype)
     ms = _best_ms(lambda: F.linear(x, w), sync=_sync(device))
+    return 2.0 * tokens * hidden * intermediate / ms / 1e6
+
+
+def int8_gemm_ceiling_gops(tokens: int, hidden: int, intermediate: int) -> float:
+    """GOP/s of the int8 GEMM (tokens, hidden) @ (hidden, intermediate) alone: oneDNN's quantized linear (the
+    kernel of engine/int8.py) on uint8 rows and a prepacked int8 weight, fp32 out, no quantize pass."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 256, (tokens, hidden), generator=gen, dtype=torch.uint8)
+    packed = torch.ops.onednn.qlinear_prepack(
+        torch.randint(-127, 128, (intermediate, hidden), generator=gen, dtype=torch.int8), None)
+    scales, zeros = torch.ones(intermediate), torch.zeros(intermediate, dtype=torch.long)
+    ms = _best_ms(lambda: torch.ops.onednn.qlinear_pointwise(x, 1.0, 128, packed, scales, zeros, None, 1.0, 0,
+                                                             torch.float32, "none", [], ""))
     return 2.0 * tokens * hidden * intermediate / ms / 1e6
 
 
@@ -106,10 +120,22 @@ class PartTimes:
         return {f"{name}_ms": seconds * 1e3 for name, seconds in self.best.items()}
 
 
-def block_roofline(model: VLAModel, tokens_list, dtype: torch.dtype, device="cpu", blocks: int = 2) -> dict:
-    """Time `blocks` consecutive real-size blocks at each N of tokens_list (only they are drawn)."""
+def _timed_layers(model: VLAModel, blocks: int, dtype, device, int8: bool) -> list:
+    """The first `blocks` blocks placed in dtype; int8: their linears quantized (engine/int8.py), each with a
+    smoothing vector (ones) so that the calibrated suffix's extra multiply is timed too."""
     ensure_loaded(model, list(model.decoder.layers[:blocks]), dtype, torch.device(device))
     layers = [placed(layer, torch.device(device), dtype) for layer in model.decoder.layers[:blocks]]
+    if int8:
+        layers = [quantized_copy(layer, {name: torch.ones(layer.get_submodule(name).in_features)
+                                         for name in linear_names(layer)}) for layer in layers]
+    return layers
+
+
+def block_roofline(model: VLAModel, tokens_list, dtype: torch.dtype, device="cpu", blocks: int = 2,
+                   int8: bool = False) -> dict:
+    """Time `blocks` consecutive real-size blocks at each N of tokens_list (only they are drawn). int8: the
+    int8 suffix's blocks, against the int8 GEMM ceiling (GOP/s)."""
+    layers = _timed_layers(model, blocks, dtype, device, int8)
     decoder, spec, sync = model.decoder, model.spec, _sync(device)
     rows = []
     for tokens in tokens_list:
@@ -118,7 +144,8 @@ def block_roofline(model: VLAModel, tokens_list, dtype: torch.dtype, device="cpu
         with torch.inference_mode(), PartTimes(layers[0]) as parts:   # the same runs: no extra ones
             ms = _best_ms(run, sync=sync) / blocks
         flops = {k: v * model.num_passes for k, v in block_flops(spec, tokens).items()}   # P rows
-        ceiling = gemm_ceiling_gflops(tokens * model.num_passes, spec.hidden_size, spec.intermediate_size, dtype, device)
+        ceiling = (int8_gemm_ceiling_gops(tokens * model.num_passes, spec.hidden_size, spec.intermediate_size) if int8
+                   else gemm_ceiling_gflops(tokens * model.num_passes, spec.hidden_size, spec.intermediate_size, dtype, device))
         achieved = flops["total"] / ms / 1e6
         rows.append({"tokens": tokens, "block_ms": ms, "gflops": achieved, "ceiling_gflops": ceiling,
                      "of_ceiling": achieved / ceiling, **parts.ms(),
@@ -131,7 +158,7 @@ def _decode_row(model: VLAModel, layers, dtype, device) -> dict:
     hidden, positions, mask = _block_inputs(model, 1, dtype, device)
     with torch.inference_mode():
         ms = _best_ms(lambda: run_blocks(model.decoder, layers, hidden, positions, mask), sync=_sync(device)) / len(layers)
-    weight_bytes = sum(p.numel() * p.element_size() for p in layers[0].parameters())
+    weight_bytes = sum(t.numel() * t.element_size() for t in [*layers[0].parameters(), *layers[0].buffers()])
     bandwidth = read_bandwidth_gbs(device)
     achieved = weight_bytes / ms / 1e6
     return {"block_ms": ms, "weight_bytes": weight_bytes, "weight_gbs": achieved, "bandwidth_gbs": bandwidth,
@@ -142,14 +169,35 @@ def roofline_report(model: VLAModel, placement: Placement, tokens_list, blocks: 
     """block_roofline per side: the prefix on its device and cores in its dtype, the suffix on its cores in
     its dtype (this machine without a GPU: both are CPU core sets, the prefix's a stand-in)."""
     prefix_cores, suffix_cores, devices = core_plan(placement)
-    sides = {"prefix": (prefix_cores, placement.prefix_device, placement.prefix_dtype),
-             "suffix": (suffix_cores, placement.suffix_device, placement.suffix_dtype)}
+    sides = {"prefix": (prefix_cores, placement.prefix_device, placement.prefix_dtype, False),
+             "suffix": (suffix_cores, placement.suffix_device, placement.suffix_dtype, placement.suffix_int8)}
     report = {"preset": model.spec.name, "family": model.spec.family, "devices": devices, "blocks_timed": blocks}
-    for side, (cores, device, dtype) in sides.items():
+    for side, (cores, device, dtype, int8) in sides.items():
         with pinned(cores):
-            report[side] = {"cores": cores, "dtype": str(dtype).replace("torch.", ""), "threads": torch.get_num_threads(),
-                            **block_roofline(model, tokens_list, dtype, device, blocks)}
+            name = "int8" if int8 else str(dtype).replace("torch.", "")
+            report[side] = {"cores": cores, "dtype": name, "threads": torch.get_num_threads(),
+                            **block_roofline(model, tokens_list, dtype, device, blocks, int8)}
     return report
+
+
+def suffix_dtypes_report(model: VLAModel, placement: Placement, tokens_list, names, blocks: int = 1) -> dict:
+    """The suffix's real-size block time at each N in each dtype of `names` (fp32, bf16, int8) on the suffix's
+    cores, and each one's speed-up over fp32 and over bf16 where both were timed."""
+    from ...engine.placement import parse_suffix_dtype
+    _, cores, _ = core_plan(placement)
+    times = {}
+    with pinned(cores):
+        for name in names:
+            dtype, int8 = parse_suffix_dtype(name)
+            times[name] = [r["block_ms"] for r in block_roofline(model, tokens_list, dtype, "cpu", blocks, int8)["rows"]]
+    rows = []
+    for i, tokens in enumerate(tokens_list):
+        row = {"tokens": tokens, **{f"{n}_ms": times[n][i] for n in names}}
+        for base in ("fp32", "bf16"):
+            if base in times:
+                row.update({f"{n}_vs_{base}": times[base][i] / times[n][i] for n in names if n != base})
+        rows.append(row)
+    return {"cores": cores, "threads": len(cores), "dtypes": list(names), "rows": rows}
 
 
 

@@ -15,6 +15,7 @@ from ...types import DeepStack
 from .kv_ring import KVRing
 from ..placement import CPU
 from ..scheduling.partition import prefix_modules
+from ..int8_calibration import int8_block
 from ..stages import placed
 
 
@@ -113,9 +114,12 @@ class SideWeights:
     (a partition move, a larger ring): the model's own module where it is already in `dtype`, else a converted
     copy (engine/stages.py placed), so a model shared with an fp32 prefix in this process is never mutated."""
 
-    def __init__(self, model: VLAModel, dtype: torch.dtype = torch.float32):
-        self.model, self.dtype = model, dtype
+    def __init__(self, model: VLAModel, dtype: torch.dtype = torch.float32, int8: bool = False):
+        """int8: the blocks' linears in int8 (engine/int8.py; the packed decode steps' few rows go to the
+        fbgemm kernel), norm and head in `dtype`."""
+        self.model, self.dtype, self.int8 = model, dtype, int8
         self._placed: dict[int, torch.nn.Module] = {}
+        self._blocks = {id(block): i for i, block in enumerate(model.decoder.layers)}
 
     def load(self, lo: int, hi: int) -> None:
         """A checkpoint's modules of the side read now: blocks [lo, hi) and the suffix end's norm and head in
@@ -128,7 +132,10 @@ class SideWeights:
 
     def __call__(self, module: torch.nn.Module) -> torch.nn.Module:
         if id(module) not in self._placed:
-            self._placed[id(module)] = placed(module, CPU, self.dtype)
+            side = placed(module, CPU, self.dtype)
+            if self.int8 and id(module) in self._blocks:
+                side = int8_block(self.model, self._blocks[id(module)], side)
+            self._placed[id(module)] = side
         return self._placed[id(module)]
 
 

@@ -51,19 +51,20 @@ class Decoding:
 
 class PackedSuffixServer:
     def __init__(self, model: VLAModel, zone: tuple[int, int] | None = None, dtype: torch.dtype = torch.float32,
-                 boundary_dtype: torch.dtype | None = torch.float32, max_slots: int = MAX_SLOTS):
+                 boundary_dtype: torch.dtype | None = torch.float32, max_slots: int = MAX_SLOTS, int8: bool = False):
         """zone: the partitions this suffix accepts; their blocks are read and placed now (a checkpoint model),
         not at the first step. dtype: the suffix's blocks, norm, token head and KV ring (its own copies where
         the model's modules are in another dtype). boundary_dtype: the hidden rows' dtype taken (None: any a
         prefix computes in, fp32/fp16/bf16), converted to `dtype`. max_slots: the most KV ring slots a step may
-        claim, the prefix's pack x pack_groups (default: the most any prefix may configure)."""
+        claim, the prefix's pack x pack_groups (default: the most any prefix may configure). int8: the blocks'
+        linears in int8 (engine/int8.py)."""
         expect(model.spec.action_head == "tokens", ConfigError,
                f"model '{model.spec.name}' has a waypoint head: it is served by the suffix stage, not ActionFlow")
         expect(isinstance(max_slots, int) and 1 <= max_slots <= MAX_SLOTS, ConfigError,
                f"max_slots={max_slots!r}: expected 1..{MAX_SLOTS} (pack x pack_groups of the prefix)")
         self.zone, self.boundary_dtype, self.max_slots = zone, boundary_dtype, max_slots
         self.used: deque[int] = deque(maxlen=RECENT_STEPS)   # each recent step's highest slot + 1
-        self.weights = SideWeights(model, dtype)
+        self.weights = SideWeights(model, dtype, int8)
         if zone is not None:
             self.weights.load(zone[0], model.num_blocks)
             for module in [*model.decoder.layers[zone[0]:], model.decoder.norm, model.action_head]:

@@ -118,7 +118,7 @@ class PackedSuffixSteps:
         self.node = node
         p = node.params   # the KV ring a step may claim: the prefix's pack x pack_groups (both in the graph's YAML)
         self.server = PackedSuffixServer(node.model, tuple(node.zone), node.suffix_dtype, node.boundary_dtype,
-                                         max_slots=p["pack"] * p["pack_groups"])
+                                         max_slots=p["pack"] * p["pack_groups"], int8=node.suffix_int8)
         self.tokens_pub = node.configured_publisher(UInt8MultiArray, "~/output/action_tokens", TOKENS_QOS)
         self.step_pub = node.configured_publisher(DiagnosticStatus, "~/debug/step_info", 100)
 

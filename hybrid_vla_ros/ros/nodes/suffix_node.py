@@ -13,7 +13,7 @@ from ...engine.cpu import (DtypeChoice, bind_memory_to_node, choose_suffix_dtype
                            cpu_backend_report, default_stage_cores)
 from ...engine.handover.endpoints import HOST_ID, HandoverDecoder, envelope_stamp
 from ...engine.actionflow.codec import is_packed_state
-from ...engine.placement import CPU, Placement, parse_boundary_dtype, parse_dtype
+from ...engine.placement import CPU, Placement, parse_boundary_dtype, parse_suffix_dtype
 from ...engine.pipeline.camera_sync import StampedHistory
 from ...engine.stages import SuffixStage
 from ...engine.pipeline.worker import StageWorker
@@ -53,9 +53,9 @@ class SuffixNode(StageNode):
         self.dtype_choice = self._choose_dtype()
         # boundary_dtype auto (None): whatever float dtype the prefix sends; either way converted to the suffix's
         self.boundary_dtype = parse_boundary_dtype(p["boundary_dtype"])
-        self.suffix_dtype = parse_dtype(self.dtype_choice.dtype, "dtype")
+        self.suffix_dtype, self.suffix_int8 = parse_suffix_dtype(self.dtype_choice.dtype)
         placement = Placement(prefix_device=CPU, prefix_dtype=self.boundary_dtype or self.suffix_dtype,
-                              suffix_dtype=self.suffix_dtype)
+                              suffix_dtype=self.suffix_dtype, suffix_int8=self.suffix_int8)
         packed = self.model.spec.action_head == "tokens"
         self.stage = None if packed else SuffixStage(self.model, p["partition_point"], placement, self.zone,
                                                      any_boundary_dtype=self.boundary_dtype is None)
