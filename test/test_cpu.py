@@ -145,7 +145,7 @@ def test_pinned_gives_the_thread_back_its_own_cores_and_threads():
 
 def test_auto_dtype_is_fp32_without_native_bf16_and_does_not_probe():
     """This machine's CPU may have AMX; a CPU with only AVX2 is given as its flags (the probe must not run)."""
-    from hybrid_vla_ros.engine.cpu import choose_suffix_dtype
+    from hybrid_vla_ros.engine.dtype_choice import choose_suffix_dtype
 
     def must_not_run(*_):
         raise AssertionError("probed without native bf16")
@@ -155,7 +155,7 @@ def test_auto_dtype_is_fp32_without_native_bf16_and_does_not_probe():
 
 @pytest.mark.parametrize("bf16_ms,expected", [(0.4, "bf16"), (0.95, "fp32"), (1.5, "fp32")])
 def test_auto_dtype_takes_bf16_only_when_the_probe_measures_it_clearly_faster(bf16_ms, expected):
-    from hybrid_vla_ros.engine.cpu import choose_suffix_dtype
+    from hybrid_vla_ros.engine.dtype_choice import choose_suffix_dtype
     timings = {torch.float32: 1.0, torch.bfloat16: bf16_ms}
     choice = choose_suffix_dtype(576, 1536, flags={"avx512_bf16"}, timer=lambda dtype, *_: timings[dtype])
     assert (choice.dtype, choice.fp32_ms, choice.bf16_ms) == (expected, 1.0, bf16_ms)
@@ -164,7 +164,8 @@ def test_auto_dtype_takes_bf16_only_when_the_probe_measures_it_clearly_faster(bf
 
 def test_auto_dtype_probe_on_this_cpu_is_short_and_consistent_with_its_timings():
     import time
-    from hybrid_vla_ros.engine.cpu import BF16_MUST_BE_FASTER, choose_suffix_dtype, cpu_flags
+    from hybrid_vla_ros.engine.cpu import cpu_flags
+    from hybrid_vla_ros.engine.dtype_choice import BF16_MUST_BE_FASTER, choose_suffix_dtype
     t0 = time.perf_counter()
     choice = choose_suffix_dtype(576, 1536, cores=sorted(os.sched_getaffinity(0))[-1:])
     assert time.perf_counter() - t0 < 5.0

@@ -43,11 +43,13 @@ def model_from_args(args, shapes_only: bool = False, dtype=None, lazy: bool | No
 
 def placement_from_args(args, model):
     import sys
-    from ..engine.cpu import choose_suffix_dtype, default_stage_cores
+    from ..engine.cpu import default_stage_cores
+    from ..engine.dtype_choice import Int8Gate, choose_suffix_dtype
     from ..engine.placement import Placement
     suffix_dtype = args.suffix_dtype or args.dtype
     if suffix_dtype == "auto":
-        choice = choose_suffix_dtype(model.spec.hidden_size, model.spec.intermediate_size, default_stage_cores(1))
+        choice = choose_suffix_dtype(model.spec.hidden_size, model.spec.intermediate_size, default_stage_cores(1),
+                                     int8=Int8Gate.of(model))
         print(f"suffix dtype auto: {choice.reason}", file=sys.stderr)
         suffix_dtype = choice.dtype
     return Placement.create(args.prefix_device, args.dtype, suffix_dtype)

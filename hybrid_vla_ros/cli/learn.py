@@ -1,4 +1,5 @@
-"""Learning commands: train (a small driving VLA on synthetic road drives), eval (its driving quality)."""
+"""Learning commands: train (a small driving VLA on synthetic road drives), eval (its driving quality),
+calibrate (an int8 suffix's smoothing and measured deviation, from recorded frames)."""
 
 from __future__ import annotations
 
@@ -60,7 +61,59 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def calibration_frames(args, model) -> tuple[list, str]:
+    """The frames to calibrate on: a recorded drive (--bag), or the synthetic road's training drives (seeds from
+    1000 on: evaluation's held-out drives stay unseen). -> (frames, their source in words)."""
+    from ..errors import ConfigError, expect
+    if args.bag:
+        from ..ros.bags.frames import drive_frames
+        frames, skipped = drive_frames(args.bag, model.spec.num_cameras, args.frames)
+        expect(bool(frames), ConfigError, f"bag {args.bag}: no complete frame with odometry ({skipped})")
+        return frames, f"bag {args.bag}: {len(frames)} frames (skipped {skipped})"
+    from ..learn.train import TRAIN_SEED_BASE, road_samples
+    seeds = list(range(TRAIN_SEED_BASE, TRAIN_SEED_BASE + args.drives))
+    frames = [s.frame for s in road_samples(model.spec, seeds, args.frames_per_drive)][:args.frames]
+    return frames, f"synthetic road training drives {seeds[0]}..{seeds[-1]}: {len(frames)} frames"
+
+
+def cmd_calibrate(args) -> int:
+    from ..errors import ConfigError, expect
+    from ..learn.calibrate import calibrate
+    from ..report import key_value_table, write_report
+    expect(args.out or args.checkpoint, ConfigError, "calibrate: a preset has no directory: give --out DIR")
+    model = model_from_args(args)
+    expect(not model.spec.context, ConfigError,
+           f"calibrate: model '{model.spec.name}' needs frame context {list(model.spec.context)}; calibrating it "
+           f"from a bag's context is not built yet")
+    frames, source = calibration_frames(args, model)
+    calibration = calibrate(model, frames, source)
+    out = Path(args.out) if args.out else model.checkpoint_files.directory
+    path = calibration.save(out)
+    report = {"preset": model.spec.name, "file": str(path), **calibration.describe()}
+    write_report(report, args.json)
+    print(key_value_table([("frames", source), ("int8 as run here", calibration.flavour),
+                           ("mean / max deviation from fp32", f"{calibration.deviation_m:.4f} / "
+                                                              f"{calibration.max_deviation_m:.4f} m"),
+                           ("without smoothing", f"{calibration.unsmoothed_deviation_m:.4f} m"),
+                           ("smoothing kept", "yes" if calibration.smoothing else "no (it did not help)"),
+                           ("written", str(path))]))
+    return 0
+
+
 def register(sub) -> None:
+    p = sub.add_parser("calibrate", help="an int8 suffix's SmoothQuant smoothing and its measured trajectory "
+                                         "deviation from fp32, from a recorded drive; written next to the checkpoint")
+    add_model_args(p, default_preset="drive")
+    p.add_argument("--bag", default=None, help="a recorded drive (rosbag2 folder) to calibrate on; default: the "
+                                               "synthetic road's training drives")
+    p.add_argument("--drives", type=int, default=4, help="without --bag: training drives (seeds 1000, 1001, ...)")
+    p.add_argument("--frames-per-drive", type=int, default=20)
+    p.add_argument("--frames", type=int, default=None, help="at most this many frames")
+    p.add_argument("--out", default=None, help="directory to write int8_calibration.safetensors to "
+                                               "(default: the checkpoint's)")
+    p.add_argument("--json", default=None)
+    p.set_defaults(func=cmd_calibrate)
+
     p = sub.add_parser("train", help="train a small driving VLA on synthetic road drives (CPU), save a checkpoint")
     add_model_args(p, default_preset="drive")
     p.add_argument("--out", required=True, help="checkpoint directory to write")
@@ -85,7 +138,8 @@ def register(sub) -> None:
                    help="the hybrid settings' prefix device: cpu (default; fp32 then equals native exactly), cuda, auto")
     p.add_argument("--prefix-dtype", default="fp32", help="the hybrid settings' prefix dtype: fp32, bf16, fp16")
     p.add_argument("--suffix-dtypes", default="fp32,bf16",
-                   help="comma-separated CPU suffix dtypes scored at each p: fp32, bf16, fp16 (default fp32,bf16)")
+                   help="comma-separated CPU suffix dtypes scored at each p: fp32, bf16, fp16, int8 (the checkpoint's "
+                        "int8 calibration applies where it has one) (default fp32,bf16)")
     p.add_argument("--json", default=None)
     p.add_argument("--plot", default=None)
     from .closed_loop import add_args as add_closed_loop_args

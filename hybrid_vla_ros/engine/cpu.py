@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -148,50 +146,6 @@ def cpu_backend_report(dtype: torch.dtype) -> dict:
     isa = cpu_isa(cpu_flags())
     return {"backend": f"stock torch {torch.__version__} (oneDNN)", "dtype": str(dtype).replace("torch.", ""),
             "isa": isa, "onednn": torch.backends.mkldnn.is_available(), "bf16_native": isa in BF16_FLAGS}
-
-
-BF16_MUST_BE_FASTER = 0.9   # bf16 chosen only when it takes under 90% of fp32's time (rounding costs accuracy)
-PROBE_TOKENS = 128          # rows of the probe's matmul: a frame's sequence is this order of size
-PROBE_REPEATS = 5
-
-
-@dataclass(frozen=True)
-class DtypeChoice:
-    dtype: str                     # "fp32" or "bf16"
-    reason: str
-    fp32_ms: float | None = None   # the probe's time per block-sized MLP matmul (best of PROBE_REPEATS)
-    bf16_ms: float | None = None
-
-
-def _matmul_ms(dtype: torch.dtype, hidden: int, intermediate: int) -> float:
-    """Best time of (PROBE_TOKENS, hidden) @ (hidden, intermediate) in `dtype`, the bulk of a block's work."""
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(PROBE_TOKENS, hidden, generator=gen).to(dtype)
-    w = torch.randn(hidden, intermediate, generator=gen).to(dtype)
-    torch.matmul(x, w)  # warm-up: oneDNN picks and caches its kernel
-    best = float("inf")
-    for _ in range(PROBE_REPEATS):
-        t0 = time.perf_counter()
-        torch.matmul(x, w)
-        best = min(best, time.perf_counter() - t0)
-    return best * 1e3
-
-
-def choose_suffix_dtype(hidden: int, intermediate: int, cores: list[int] | None = None,
-                        flags: set[str] | None = None, timer=_matmul_ms) -> DtypeChoice:
-    """`dtype: auto` for the CPU suffix: bf16 only where the CPU has native bf16 (AMX or avx512_bf16) and a
-    short probe on the suffix's own cores measures it faster; fp32 otherwise (without native bf16, bf16 is
-    emulated and slower; measured 3.7x faster with avx512_bf16 on an earlier machine, DESIGN.md)."""
-    flags = cpu_flags() if flags is None else flags
-    native = [f for f in BF16_FLAGS if f in flags]
-    if not native:
-        return DtypeChoice("fp32", "no native bf16 on this CPU (neither amx_bf16 nor avx512_bf16): fp32")
-    with pinned(cores):
-        fp32_ms, bf16_ms = timer(torch.float32, hidden, intermediate), timer(torch.bfloat16, hidden, intermediate)
-    faster = bf16_ms < BF16_MUST_BE_FASTER * fp32_ms
-    verdict = "bf16" if faster else "fp32"
-    return DtypeChoice(verdict, f"{native[0]}: probe {hidden}x{intermediate} on cores {cores or 'unpinned'}: bf16 "
-                                f"{bf16_ms:.2f} ms vs fp32 {fp32_ms:.2f} ms -> {verdict}", fp32_ms, bf16_ms)
 
 
 MPOL_BIND = 2

@@ -38,6 +38,14 @@ def int8_rest_dtype(flags: set[str] | None = None) -> torch.dtype:
     return torch.bfloat16 if any(f in flags for f in BF16_FLAGS) else torch.float32
 
 
+def int8_flavour() -> str:
+    """How the int8 suffix runs on this CPU, in words: its activation bits and the rest's dtype (what a
+    calibration's measured deviation holds for)."""
+    from .int8 import activation_range
+    bits = 8 if activation_range()[0] > 63 else 7
+    return f"{bits}-bit activations, the rest in {DTYPE_NAMES[int8_rest_dtype()]}"
+
+
 def parse_suffix_dtype(name: str | torch.dtype) -> tuple[torch.dtype, bool]:
     """A CPU suffix's dtype -> (its float compute dtype, whether its blocks' linears run in int8)."""
     if name == INT8:

@@ -128,6 +128,9 @@ SUFFIX_PARAMS = _common_model() + [
               "checkpoint has an int8 calibration), the rest fp32; auto: the fastest of fp32, bf16 (native bf16 "
               "only) and int8 (only with a calibration within int8_max_deviation_m) by a start-up probe on the "
               "worker's cores", choices=("fp32", "bf16", "fp16", "int8", "auto")),
+    ParamSpec("int8_max_deviation_m", "double", "dtype auto takes int8 only where the checkpoint's int8 "
+              "calibration (hybrid-vla calibrate) measured a mean trajectory deviation from fp32 of at most this "
+              "(metres; every block on the CPU, the worst cut)", 0.0, 10.0),
     ParamSpec("boundary_dtype", "string", "dtype of incoming boundary states; auto: whatever the prefix sends "
               "(fp32, fp16, bf16); a named one refuses any other (counted as boundary_dtype_mismatch); either is "
               "converted to the suffix dtype", choices=("auto", "fp32", "bf16", "fp16")),

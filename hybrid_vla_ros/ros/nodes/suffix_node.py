@@ -9,8 +9,8 @@ from nav_msgs.msg import Odometry
 from std_msgs.msg import UInt8MultiArray
 
 from ...engine.pipeline.stamp_order import stamp_order
-from ...engine.cpu import (DtypeChoice, bind_memory_to_node, choose_suffix_dtype, cores_of_numa_node,
-                           cpu_backend_report, default_stage_cores)
+from ...engine.cpu import bind_memory_to_node, cores_of_numa_node, cpu_backend_report, default_stage_cores
+from ...engine.dtype_choice import DtypeChoice, Int8Gate, choose_suffix_dtype
 from ...engine.handover.endpoints import HOST_ID, HandoverDecoder, envelope_stamp
 from ...engine.actionflow.codec import is_packed_state
 from ...engine.placement import CPU, Placement, parse_boundary_dtype, parse_suffix_dtype
@@ -101,12 +101,13 @@ class SuffixNode(StageNode):
         return SuffixRole(self, self.get_name() == STANDBY_NODE, take_over, SUFFIX_QUEUE, self.chunk_flow.count)
 
     def _choose_dtype(self) -> DtypeChoice:
-        """dtype: auto -> measured on this CPU and the worker's cores (engine/cpu.py); else the parameter. The
+        """dtype: auto -> measured on this CPU and the worker's cores (engine/dtype_choice.py); else the parameter. The
         same for both heads: a waypoint model's SuffixStage, an action-token model's packed suffix."""
         if self.params["dtype"] != "auto":
             return DtypeChoice(self.params["dtype"], "set by the dtype parameter")
         spec = self.model.spec
-        return choose_suffix_dtype(spec.hidden_size, spec.intermediate_size, self.cores)
+        return choose_suffix_dtype(spec.hidden_size, spec.intermediate_size, self.cores,
+                                   int8=Int8Gate.of(self.model, self.params["int8_max_deviation_m"]))
 
     def _log_configuration(self, reason: str, placement) -> None:
         p = self.params
