@@ -251,3 +251,29 @@ def test_the_shipped_drive_checkpoint_has_a_calibration(drive):
     calibration = calibration_of(drive)
     assert calibration is not None and calibration.frames >= 100 and calibration.deviation_m < 0.05
     assert "training drives" in calibration.source and calibration.smoothing
+
+
+# ---- the planner knows int8 --------------------------------------------------------------------------------
+
+def test_the_planner_has_int8_peaks_per_instruction_path_and_never_carries_more_than_the_peak():
+    from hybrid_vla_ros.plan.efficiency import BlockMeasure, cpu_rate
+    from hybrid_vla_ros.plan.hardware import XEON_8470Q, parse_cpu
+    assert XEON_8470Q.path("int8") == "amx_int8" and XEON_8470Q.peak_gflops("int8") == pytest.approx(52 * 2048 * 2.1)
+    assert parse_cpu("cores=4,isa=avx2,ghz=2,bw=50").path("int8") == "avx2_int8"
+    assert parse_cpu("cores=4,isa=avx512_bf16,ghz=2,bw=50").peak_gflops("int8") == pytest.approx(4 * 256 * 2)
+    # a CPU that beats its nominal peak here (a clock above the nominal) does not carry that to AMX
+    fast_here = BlockMeasure("2048 x 11008", 512, "int8", "avx512_vnni_int8", block_gflops=500.0, gemm_gflops=730.0,
+                             peak_gflops=665.0, block_ms=1.0)
+    rate = cpu_rate(XEON_8470Q, "int8", fast_here)
+    assert rate.gflops == pytest.approx(XEON_8470Q.peak_gflops("int8") * 1.0 * (500 / 730))
+    assert "taken as 1.0" in rate.factors["gemm_of_peak"][1]
+
+
+def test_plan_for_this_machine_times_an_int8_suffix(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "hybrid_vla_ros.cli", "plan", "--preset", "tiny", "--suffix-dtype",
+                          "int8", "--json", str(tmp_path / "p.json")], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads((tmp_path / "p.json").read_text())
+    assert report["placement"]["suffix_dtype"] == "int8" and 0 <= report["best_p"] <= 4
+    suffix = [m for m in report["measured"] if m["cores"] == report["suffix_cores"]]
+    assert [m["dtype"] for m in suffix] == ["int8"] and suffix[0]["path"].endswith("_int8")

@@ -9,8 +9,9 @@ from .common import add_model_args, model_from_args
 
 
 def _dtype(name: str):
-    from ..engine.placement import parse_dtype
-    return parse_dtype(name, "dtype")
+    """A side's arithmetic: a torch dtype, or INT8 (the CPU suffix's int8 linears: --suffix-dtype int8)."""
+    from ..engine.placement import INT8, parse_dtype
+    return INT8 if name == INT8 else parse_dtype(name, "dtype")
 
 
 def cmd_plan(args) -> int:
@@ -58,7 +59,7 @@ def _plan_model(args, calibration, progress, chunks) -> dict:
             raise ConfigError("--cpu: a described CPU needs a described GPU (--gpu PART or a description); "
                               "with --gpu this|none both sides are this machine's, measured")
         device = "cpu" if args.gpu == "none" or not torch.cuda.is_available() else "cuda"
-        placement = Placement(torch.device(device), gpu_dtype, cpu_dtype)
+        placement = Placement.create(device, args.dtype, args.suffix_dtype or args.dtype)
         return plan_here(model, placement, budget, args.tokens, calibration, progress, chunks)
     gpu = parse_gpu(args.gpu)
     key = args.gpu.lower() if args.gpu.lower() in PARTS_GPU else "described"

@@ -101,6 +101,11 @@ class Placement:
                    suffix_int8=int8)
 
     @property
+    def suffix_kind(self):
+        """The suffix's arithmetic as the planner names it: its torch dtype, or INT8 for int8 linears."""
+        return INT8 if self.suffix_int8 else self.suffix_dtype
+
+    @property
     def suffix_name(self) -> str:
         """The suffix dtype as the `dtype` parameter names it: fp32, bf16, fp16 or int8."""
         return INT8 if self.suffix_int8 else DTYPE_NAMES[self.suffix_dtype]

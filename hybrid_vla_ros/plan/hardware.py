@@ -4,11 +4,14 @@ Peaks are datasheet figures (dense, no sparsity). A CPU's peak is cores x FLOPs 
 path its BLAS takes for the dtype x the sustained all-core clock; the FLOPs per cycle come from the ISA (a
 fused multiply-add counts 2):
 
-    path          fp32   bf16   (per core per cycle)
-    avx2            32     32   2 x 256-bit FMA; bf16 converted to fp32 (no native bf16)
-    avx512          64     64   2 x 512-bit FMA (Xeon Gold/Platinum); bf16 converted
-    avx512_bf16     64    128   VDPBF16PS: 32 bf16 products + 32 adds per instruction, 2 ports
-    amx             64   1024   AMX-BF16 tiles (Intel: 1024 bf16 ops per cycle per core)
+    path          fp32   bf16   int8   (per core per cycle)
+    avx2            32     32     64   2 x 256-bit FMA; bf16 converted to fp32; int8: VPMADDUBSW pairs (2x fp32)
+    avx512          64     64    128   2 x 512-bit FMA (Xeon Gold/Platinum); bf16 converted; int8 as AVX2, wider
+    avx512_bf16     64    128    256   VDPBF16PS: 32 bf16 products + 32 adds per instruction, 2 ports; int8:
+                                       VPDPBUSD (VNNI, which every avx512_bf16 CPU has): 64 MACs per instruction
+    amx             64   1024   2048   AMX-BF16 / AMX-INT8 tiles (Intel: 1024 bf16 and 2048 int8 ops per cycle per core)
+
+int8 means the CPU suffix's int8 linears (engine/int8.py); an "op" is a multiply or an add, as a FLOP.
 
 A 256-bit datapath (AMD Zen 4 runs AVX-512 double-pumped) halves the vector paths. No ROS, no torch.
 """
@@ -22,17 +25,17 @@ from pathlib import Path
 
 from ..errors import ConfigError, expect
 
-VECTOR_FLOPS = {"avx2": {"fp32": 32, "bf16": 32}, "avx512": {"fp32": 64, "bf16": 64},
-                "avx512_bf16": {"fp32": 64, "bf16": 128}, "amx": {"fp32": 64, "bf16": 1024}}
+VECTOR_FLOPS = {"avx2": {"fp32": 32, "bf16": 32, "int8": 64}, "avx512": {"fp32": 64, "bf16": 64, "int8": 128},
+                "avx512_bf16": {"fp32": 64, "bf16": 128, "int8": 256}, "amx": {"fp32": 64, "bf16": 1024, "int8": 2048}}
 ISA_ORDER = ("avx2", "avx512", "avx512_bf16", "amx")
 DTYPE_KEYS = {"fp32": "fp32", "float32": "fp32", "bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16",
-              "float16": "fp16"}
+              "float16": "fp16", "int8": "int8"}
 
 
 def dtype_key(dtype) -> str:
-    """'fp32', 'bf16' or 'fp16' from a name or a torch dtype."""
+    """'fp32', 'bf16', 'fp16' or 'int8' (the CPU suffix's int8 linears) from a name or a torch dtype."""
     name = str(dtype).replace("torch.", "")
-    expect(name in DTYPE_KEYS, ConfigError, f"dtype '{dtype}': expected one of fp32, bf16, fp16")
+    expect(name in DTYPE_KEYS, ConfigError, f"dtype '{dtype}': expected one of fp32, bf16, fp16, int8")
     return DTYPE_KEYS[name]
 
 
@@ -56,14 +59,18 @@ class CpuSpec:
         """The instruction path a BLAS takes for dtype: amx_bf16, avx512_bf16, avx512_fp32 or avx2_fp32 (fp16 and
         a bf16 without native support run at the fp32 rate)."""
         vector = "avx2" if self.isa == "avx2" else "avx512"
-        if dtype_key(dtype) == "bf16" and self.isa in ("amx", "avx512_bf16"):
+        key = dtype_key(dtype)
+        if key == "int8":
+            return {"amx": "amx_int8", "avx512_bf16": "avx512_vnni_int8"}.get(self.isa, f"{vector}_int8")
+        if key == "bf16" and self.isa in ("amx", "avx512_bf16"):
             return f"{self.isa}_bf16" if self.isa == "amx" else "avx512_bf16"
         return f"{vector}_fp32"
 
     def flops_per_cycle(self, dtype) -> float:
-        key = "bf16" if dtype_key(dtype) == "bf16" else "fp32"   # fp16: the fp32 rate (see path)
+        key = dtype_key(dtype)
+        key = key if key in ("bf16", "int8") else "fp32"   # fp16: the fp32 rate (see path)
         flops = VECTOR_FLOPS[self.isa][key]
-        matrix = self.isa == "amx" and key == "bf16"
+        matrix = self.isa == "amx" and key in ("bf16", "int8")
         return flops if matrix or self.datapath_bits == 512 else flops / 2
 
     def peak_gflops(self, dtype) -> float:

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from ..engine.cpu import core_plan
-from ..engine.placement import Placement
+from ..engine.placement import INT8, Placement, int8_rest_dtype
 from .efficiency import (CUDA_CONTEXT_BYTES, LINK_LATENCY_MS, LINK_OF_PEAK, BlockMeasure, Rate, cpu_rate, gpu_rate,
                          measured_rate)
 from .hardware import PARTS_GPU, CpuSpec, GpuSpec, dtype_key
@@ -77,6 +77,9 @@ class Calibration:
 
 
 def itemsize(dtype) -> int:
+    """Bytes per element of the activations a side holds; an int8 suffix's are in its float rest dtype."""
+    if dtype == INT8:
+        dtype = int8_rest_dtype()
     return torch.empty((), dtype=dtype).element_size()
 
 
@@ -90,7 +93,7 @@ def rates_here(model, rows: int, placement: Placement, calibration: Calibration,
     pre = calibration.block(model, prefix_rows or rows, placement.prefix_dtype,
                             None if placement.uses_cuda else prefix_cores,
                             pdev, progress, beside=suffix_cores if on_cpu else None, streamed=True)
-    suf = calibration.block(model, rows, placement.suffix_dtype, suffix_cores, "cpu", progress,
+    suf = calibration.block(model, rows, placement.suffix_kind, suffix_cores, "cpu", progress,
                             beside=prefix_cores if on_cpu else None, streamed=True)
     pre_bw = calibration.bandwidth(None if placement.uses_cuda else prefix_cores, str(pdev))
     return (measured_rate(devices["prefix"], pre, pre_bw),
@@ -114,7 +117,7 @@ def sides_here(model, work: Workload, placement: Placement, calibration: Calibra
     if progress:
         progress("timing the front end and the head as the stages run them")
     sides = Sides(prefix=prefix_rate, suffix=suffix_rate,
-                  prefix_itemsize=itemsize(placement.prefix_dtype), suffix_itemsize=itemsize(placement.suffix_dtype),
+                  prefix_itemsize=itemsize(placement.prefix_dtype), suffix_itemsize=itemsize(placement.suffix_kind),
                   link_gbs=link, link_latency_ms=latency, context_bytes=context,
                   front_ms=measure_front_ms(model, placement, prefix_cores),
                   head_ms=measure_head_ms(model, placement, suffix_cores))

@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from ..engine.cpu import pin_current_thread, pinned
-from ..engine.placement import DTYPE_NAMES, Placement
+from ..engine.int8 import Int8Linear, quantized_copy
+from ..engine.placement import DTYPE_NAMES, INT8, Placement, int8_rest_dtype
 from ..engine.stages import frame_embeddings, placed, run_blocks
 from ..model.checkpoint import ensure_loaded
 from ..model.inputs import synthetic_frame
@@ -154,34 +155,51 @@ def measure_block(model, rows: int, dtype: torch.dtype, cores=None, device="cpu"
     block in turn, the time per block (resident_blocks), on both the timed and the beside side."""
     spec, dev = model.spec, torch.device(device)
     blocks = resident_blocks(model, streamed)
+    int8, kind = dtype == INT8, dtype
+    dtype = int8_rest_dtype() if int8 else dtype                 # int8: the linears; the rest in this dtype
     ensure_loaded(model, blocks, dtype, dev)
     layers = [placed(block, dev, dtype) for block in blocks]
+    params = sum(p.numel() for p in layers[0].parameters())
+    layers = [quantized_copy(layer) for layer in layers] if int8 else layers
     work = Workload(spec.name, 1, spec.hidden_size, spec.num_heads, spec.num_kv_heads, spec.intermediate_size,
-                    rows, front=FrontEnd("none", 0.0, 0, 0.0),
-                    block_params=sum(p.numel() for p in layers[0].parameters()))
+                    rows, front=FrontEnd("none", 0.0, 0, 0.0), block_params=params)
     gemm_flops = 2.0 * rows * spec.hidden_size * spec.intermediate_size
-    gen = torch.Generator().manual_seed(rows)
-    x = torch.randn(rows, spec.hidden_size, generator=gen).to(dev, dtype)
-    w = torch.randn(spec.intermediate_size, spec.hidden_size, generator=gen).to(dev, dtype)
+    x, gemm = _largest_gemm(spec, rows, dtype, dev, int8)
     with pinned(cores if dev.type == "cpu" else None), torch.inference_mode():
         hidden, positions, mask = block_inputs(model, rows, dtype, device)
         run = lambda: run_blocks(model.decoder, layers, hidden, positions, mask)  # noqa: E731
-        with busy_beside(_beside_run(model, blocks, rows, dtype) if beside else None, beside):
-            pairs = paired_times(run, lambda: [F.linear(x, w) for _ in layers], device_sync(device), repeats)
-        peak, path = device_peak_gflops(device, dtype, cores)
+        with busy_beside(_beside_run(model, blocks, rows, dtype, int8) if beside else None, beside):
+            pairs = paired_times(run, lambda: [gemm(x) for _ in layers], device_sync(device), repeats)
+        peak, path = device_peak_gflops(device, kind, cores)
     block_s = statistics.median(b for b, _ in pairs) / len(layers)
     ratio = statistics.median((work.block_flops / b) / (gemm_flops / g) for b, g in pairs)
     return BlockMeasure(shape=f"{spec.hidden_size} x {spec.intermediate_size}, {spec.num_heads}/{spec.num_kv_heads} heads",
-                        rows=rows, dtype=dtype_key(dtype), path=path, block_gflops=work.block_flops / block_s / 1e9,
+                        rows=rows, dtype=dtype_key(kind), path=path, block_gflops=work.block_flops / block_s / 1e9,
                         gemm_gflops=gemm_flops * len(layers) / min(g for _, g in pairs) / 1e9, peak_gflops=peak,
                         block_ms=block_s * 1e3, block_of_gemm=ratio, device=str(device), cores=tuple(cores or ()),
                         beside=tuple(beside or ()), blocks=len(layers),
                         loadavg=os.getloadavg()[0], pairs=len(pairs))
 
 
-def _beside_run(model, blocks, rows: int, dtype):
+def _largest_gemm(spec, rows: int, dtype, dev, int8: bool):
+    """(x, gemm) of the block's largest GEMM, (rows, hidden) @ (hidden, intermediate), as the block runs it:
+    F.linear in dtype, or the int8 suffix's linear (engine/int8.py, its quantize pass included)."""
+    gen = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, spec.hidden_size, generator=gen).to(dev, dtype)
+    w = torch.randn(spec.intermediate_size, spec.hidden_size, generator=gen)
+    if not int8:
+        w = w.to(dev, dtype)
+        return x, lambda rows_: F.linear(rows_, w)
+    linear = torch.nn.Linear(spec.hidden_size, spec.intermediate_size, bias=False)
+    with torch.no_grad():
+        linear.weight.copy_(w)
+    return x, Int8Linear(linear)
+
+
+def _beside_run(model, blocks, rows: int, dtype, int8: bool = False):
     """The other stage's work for busy_beside: the same blocks on the CPU (placed copies only where needed)."""
     others = [placed(block, torch.device("cpu"), dtype) for block in blocks]
+    others = [quantized_copy(block) for block in others] if int8 else others
     inputs = block_inputs(model, rows, dtype, "cpu")
     return lambda: run_blocks(model.decoder, others, *inputs)
 
