@@ -277,3 +277,15 @@ def test_plan_for_this_machine_times_an_int8_suffix(tmp_path):
     assert report["placement"]["suffix_dtype"] == "int8" and 0 <= report["best_p"] <= 4
     suffix = [m for m in report["measured"] if m["cores"] == report["suffix_cores"]]
     assert [m["dtype"] for m in suffix] == ["int8"] and suffix[0]["path"].endswith("_int8")
+
+
+def test_profile_int8_kernels_lists_each_kernel_with_its_error(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "hybrid_vla_ros.cli", "profile", "--int8-kernels", "--preset", "tiny",
+                          "--tokens", "40,1", "--json", str(tmp_path / "k.json")], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads((tmp_path / "k.json").read_text())
+    assert [r["rows"] for r in report["rows"]] == [40, 1]
+    for row in report["rows"]:
+        ours = row["kernels"]["onednn_per_token (engine/int8.py)"]
+        assert row["kernels"]["fp32"]["error"] == 0.0 and 0 < ours["error"] < 0.03 and ours["ms"] > 0

@@ -25,6 +25,8 @@ def cmd_bench(args) -> int:
         return bench_preprocess(args, model)
     if args.scenario == "chunk-curve":
         return bench_chunk_curve(args, model)
+    if args.scenario == "suffix-dtypes":
+        return bench_suffix_dtypes(args, model)
     transports = tuple(t for t in args.transports.split(",") if t)
     modes = tuple(m for m in args.modes.split(",") if m)
     unknown = sorted(set(modes) - set(DEFAULT_MODES))
@@ -41,6 +43,17 @@ def cmd_bench(args) -> int:
           f"{report['frames']} frames; {report['devices']['prefix']} | {report['devices']['suffix']}")
     print(modes_table(report))
     print(f"full report: {args.json}" if args.json else "(--json FILE writes the full report)")
+    return 0
+
+
+def bench_suffix_dtypes(args, model) -> int:
+    from ..bench.dtypes import run_suffix_dtypes, suffix_dtypes_lines
+    from ..report import progress_printer
+    names = tuple(n for n in args.suffix_dtypes.split(",") if n)
+    report = run_suffix_dtypes(model, args.prefix_device, args.dtype, names, args.frames or MODES_FRAMES,
+                               args.warmup, progress_printer("bench"))
+    write_report(report, args.json)
+    print("\n".join(suffix_dtypes_lines(report)))
     return 0
 
 
@@ -218,11 +231,15 @@ def register(sub) -> None:
     p.add_argument("--no-peer", action="store_true", help="with CUDA: skip the accelerate device_map peer")
     p.add_argument("--json", default=None, help="write the full report (with per-frame timelines) here")
     p.add_argument("--plot", default=None, help="write the timeline/period PNG here")
-    p.add_argument("--scenario", default="modes", choices=("modes", "load-step", "preprocess", "faults", "chunk-curve"),
+    p.add_argument("--suffix-dtypes", default="fp32,bf16,int8",
+                   help="suffix-dtypes: the CPU suffix's dtypes, each at its planned cut")
+    p.add_argument("--scenario", default="modes",
+                   choices=("modes", "load-step", "preprocess", "faults", "chunk-curve", "suffix-dtypes"),
                    help="modes: native/serial/pipelined side by side; load-step: scheduler under a competing load; "
                         "preprocess: decoding and resize/normalise of camera frames of --camera size; faults: "
                         "SIGKILL each node of a supervised graph mid-drive, then a soak (tiny preset unless "
-                        "--preset names another)")
+                        "--preset names another); suffix-dtypes: serial and pipelined with the suffix in each "
+                        "--suffix-dtypes at its planned cut")
     p.add_argument("--head", default="waypoints", choices=("waypoints", "action-tokens"),
                    help="action-tokens: ActionFlow packed decoding vs sequential (default preset bench-act)")
     p.add_argument("--pack", default="1,2,4,8", help="action-tokens: frames in flight K to compare")

@@ -7,9 +7,14 @@ from ..report import key_value_table, progress_printer, write_report
 from .common import add_model_args, add_placement_args, model_from_args, placement_from_args
 
 
+TOKENS_DEFAULT = "64,256,1024,2048"
+
+
 def cmd_profile(args) -> int:
     if args.roofline:
         return cmd_roofline(args)
+    if args.int8_kernels:
+        return cmd_int8_kernels(args)
     from ..bench.kernels.profile import profile_report
     model = model_from_args(args, lazy=True)
     report = profile_report(model, placement_from_args(args, model), frames=args.frames,
@@ -24,6 +29,21 @@ def cmd_profile(args) -> int:
         ("bf16 trajectory max diff", f"{report['bf16_trajectory_max_abs_diff']:.2e}"),
         ("balanced partition", report["balanced_partition"]),
         ("full report", args.json or "(--json FILE)")]))
+    return 0
+
+
+def cmd_int8_kernels(args) -> int:
+    from ..bench.kernels.int8_kernels import compare_int8_kernels, int8_kernel_lines
+    from ..engine.cpu import core_plan, pinned
+    from ..engine.placement import Placement
+    model = model_from_args(args, shapes_only=True)
+    _, suffix_cores, _ = core_plan(Placement())
+    rows = [int(t) for t in args.tokens.split(",")] if args.tokens != TOKENS_DEFAULT else [600, 1]
+    with pinned(suffix_cores):
+        report = compare_int8_kernels(model.spec.hidden_size, model.spec.intermediate_size, rows)
+    report["cores"] = suffix_cores
+    write_report(report, args.json)
+    print("\n".join(int8_kernel_lines(report)))
     return 0
 
 
@@ -91,7 +111,11 @@ def register(sub) -> None:
     p.add_argument("--frames", type=int, default=3)
     p.add_argument("--roofline", action="store_true", help="time a few blocks (only they are drawn or read) at "
                                                            "each --tokens against the GEMM ceiling and bandwidth")
-    p.add_argument("--tokens", default="64,256,1024,2048", help="roofline: token counts N")
+    p.add_argument("--tokens", default=TOKENS_DEFAULT, help="roofline: token counts N (--int8-kernels: rows, "
+                                                            "default 600,1)")
+    p.add_argument("--int8-kernels", action="store_true", help="the CPU's int8 linears (engine/int8.py's and the "
+                                                               "others this torch offers) vs fp32/bf16 on one "
+                                                               "block-sized linear of the model, on the suffix's cores")
     p.add_argument("--blocks", type=int, default=2, help="roofline: consecutive blocks timed")
     p.add_argument("--backends", default="", help="roofline: token counts at which the suffix's block also runs "
                                                   "on torch.compile (inductor, freezing) and OpenVINO, e.g. 256,1024")

@@ -13,6 +13,8 @@
     prompt_embeddings.safetensors        a model with learned query embeddings or prompt slots: `queries.<i>`
                                          (n_i, H) per group, `adaptors.<slot>.<i>.{weight,bias}`
                                          (model/prompt_embeddings.py)
+    int8_calibration.safetensors         optional: an int8 suffix's smoothing and measured deviation, read by
+                                         engine/int8_calibration.py (written by `hybrid-vla calibrate`)
 
 `save_checkpoint` writes it with transformers' own `save_pretrained`. `load_checkpoint` builds the model
 with its parameters on the meta device (buffers such as rotary tables are computed as usual) and reads from
