@@ -123,6 +123,20 @@ def test_int8_split_tracks_fp32_at_every_cut_and_leaves_the_fp32_split_exact(dri
     assert not any(isinstance(m, Int8Linear) for m in drive.modules())
 
 
+def test_an_int8_suffix_rematerialised_after_a_numa_binding_gives_the_same_trajectory(drive, drive_frames):
+    """rematerialise (the NUMA-bound worker's first act) allocates the int8 weights and oneDNN's packed copy
+    anew: same numbers, new pages."""
+    prefix = PrefixStage(drive, 1)
+    suffix = SuffixStage(drive, 1, Placement.create("cpu", "fp32", "int8"))
+    state = prefix.run(drive_frames[0])
+    before = suffix.run(state).points
+    layer = suffix.blocks[2].mlp.up_proj
+    pointer = layer.weight_q.data_ptr()
+    suffix.rematerialise()
+    assert suffix.blocks[2].mlp.up_proj.weight_q.data_ptr() != pointer
+    assert np.array_equal(suffix.run(prefix.run(drive_frames[0])).points, before)
+
+
 def test_an_int8_packed_suffix_answering_the_prefix_completes_every_frame():
     """ActionFlow's packed decode steps (a few rows each) through int8 blocks: every frame completes once, its
     tokens in the action vocabulary; the suffix's blocks are int8 copies, its norm and head the model's own."""

@@ -56,6 +56,12 @@ class Int8Linear(nn.Module):
         self.act_max, self.act_zero = act_range or activation_range()
         self._prepack()
 
+    def repack(self) -> None:
+        """The int8 weight and oneDNN's packed copy allocated anew from the calling thread (a NUMA-bound suffix
+        worker: their pages then live on its node)."""
+        self.weight_q = self.weight_q.clone()
+        self._prepack()
+
     def _prepack(self) -> None:
         self._packed = torch.ops.onednn.qlinear_prepack(self.weight_q, None)           # oneDNN's blocked layout
         self._zero_points = torch.zeros(self.out_features, dtype=torch.long)

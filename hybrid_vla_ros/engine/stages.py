@@ -152,6 +152,9 @@ class SuffixStage:
             if i >= self.zone[1] or block is not layers[i]:  # values unchanged: only where the pages live
                 for param in block.parameters():
                     param.data = param.data.clone()
+                for module in block.modules():   # an int8 block: its int8 weights and oneDNN's packed copy
+                    if hasattr(module, "repack"):
+                        module.repack()
 
     def expected_hidden_shape(self) -> tuple[int, int, int]:
         return (self.model.num_passes, self.seq_len, self.model.spec.hidden_size)
