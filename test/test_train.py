@@ -48,8 +48,8 @@ def test_eval_reports_every_setting_and_fp32_hybrid_equals_native(tmp_path):
     from hybrid_vla_ros.errors import ConfigError
     with pytest.raises(ConfigError, match="training drives"):
         evaluate(load_vla(preset="drive"), drives=2, seed=999)
-    with pytest.raises(ConfigError, match="'int8' is not one of"):
-        evaluate(load_vla(preset="drive"), drives=1, seed=7, suffix_dtypes=("fp32", "int8"))
+    with pytest.raises(ConfigError, match="'int4' is not one of"):   # int8 is one (test_int8.py)
+        evaluate(load_vla(preset="drive"), drives=1, seed=7, suffix_dtypes=("fp32", "int4"))
     plot_evaluation(report, tmp_path / "eval.png")
     assert (tmp_path / "eval.png").stat().st_size > 1000
 
