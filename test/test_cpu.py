@@ -1,6 +1,7 @@
 """CPU topology, pinning and the suffix backend: NUMA nodes from sysfs, disjoint core sets, memory binding."""
 
 import os
+import time
 import threading
 
 import pytest
@@ -173,3 +174,21 @@ def test_auto_dtype_probe_on_this_cpu_is_short_and_consistent_with_its_timings()
         assert choice.dtype == ("bf16" if choice.bf16_ms < BF16_MUST_BE_FASTER * choice.fp32_ms else "fp32")
     else:
         assert choice.dtype == "fp32" and choice.bf16_ms is None
+
+
+def test_thread_cpu_seconds_names_this_process_threads_and_counts_their_work():
+    import threading
+    from hybrid_vla_ros.engine.cpu import thread_cpu_delta, thread_cpu_seconds
+
+    def busy():
+        end = time.thread_time() + 0.5
+        while time.thread_time() < end:
+            sum(range(1000))
+    before = thread_cpu_seconds()
+    worker = threading.Thread(target=busy, name="hvla-test-busy")
+    worker.start()
+    time.sleep(0.25)
+    during = thread_cpu_seconds()
+    worker.join()
+    assert "MainThread" in before and "hvla-test-busy" in during
+    assert thread_cpu_delta(before, during)["hvla-test-busy"] > 0.02   # ~0.25 s of it busy, 10 ms ticks

@@ -682,6 +682,29 @@ def test_int8_suffix_node_serves_close_to_fp32_over_dds(domain):
         h.close()
 
 
+def test_the_events_executor_serves_the_graph_in_one_process_when_asked(domain, monkeypatch):
+    """HYBRID_VLA_EXECUTOR=events (opt-in; ros/launch_support/session.py): the in-process graph on rclpy's
+    EventsExecutor where this rclpy has one (Kilted), a SingleThreadedExecutor elsewhere; the plan is the
+    unsplit model's either way. Made while pytest captures stderr (no file descriptor), which the
+    EventsExecutor's faulthandler needs."""
+    from hybrid_vla_ros.ros.launch_support.session import EXECUTOR_ENV
+    monkeypatch.setenv(EXECUTOR_ENV, "events")
+    try:
+        from rclpy.experimental import EventsExecutor  # noqa: F401
+        expected = "EventsExecutor"
+    except ImportError:
+        expected = "SingleThreadedExecutor"
+    h = Harness()
+    try:
+        assert expected in type(h.graph.executor).__name__
+        h.send_frame(0)
+        assert wait_until(lambda: len(h.paths) == 1, h.spin)
+        xy = np.array([[p.pose.position.x, p.pose.position.y] for p in h.paths[0].poses])
+        assert np.abs(xy - reference_points(0)[:, :2]).max() < 1e-5
+    finally:
+        h.close()
+
+
 def test_suffix_dtype_auto_runs_what_its_probe_chose_and_reports_why(domain):
     h = Harness({"hybrid_vla_suffix": {"dtype": "auto"}})
     try:

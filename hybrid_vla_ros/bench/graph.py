@@ -64,6 +64,9 @@ def run_graph_mode(model: VLAModel, placement: Placement, partition: int, frames
             "period_ms": summary["period_ms"], "latency_ms": summary["latency_ms"],
             "suffix_compute_ms": summary["suffix_compute_ms"], "suffix_queue_ms": summary["suffix_queue_ms"],
             "transport": ",".join(summary["transports"]),
+            # one process: CPU ms per answered frame of each thread of it (executor, stage workers, output, ...)
+            "thread_cpu_ms_per_frame": {name: s * 1e3 / max(1, summary["trajectories"])
+                                        for name, s in summary.get("thread_cpu_s", {}).items()} if not processes else {},
             "note": "raw images over DDS into the prefix node, trajectories out of the suffix node; period from "
                     "the arrival times of the suffix's per-frame info, latency from publish to that arrival"}
 

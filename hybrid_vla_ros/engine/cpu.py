@@ -117,6 +117,28 @@ def thread_affinity() -> list[int]:
     return sorted(os.sched_getaffinity(0))
 
 
+def thread_cpu_seconds() -> dict[str, float]:
+    """CPU seconds (user + system) each live thread of this process has used, by thread name (names shared by
+    several threads are summed), from /proc/self/task/*/stat; {} where there is no /proc."""
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    out: dict[str, float] = {}
+    for task in Path("/proc/self/task").glob("*") if Path("/proc/self/task").is_dir() else []:
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:   # the thread ended meanwhile
+            continue
+        name = names.get(int(task.name), f"native thread {int(task.name)}")
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / ticks   # utime + stime
+    return out
+
+
+def thread_cpu_delta(before: dict, after: dict) -> dict:
+    """thread_cpu_seconds() of a span: the threads that used CPU between the two readings."""
+    return {name: round(after[name] - before.get(name, 0.0), 3) for name in after
+            if after[name] - before.get(name, 0.0) > 0}
+
+
 # ---- CPU suffix backend -----------------------------------------------------------------------------------
 
 def cpu_flags() -> set[str]:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..engine.cpu import thread_cpu_delta, thread_cpu_seconds
 from ..errors import ConfigError, expect
 from ..model.inputs import synthetic_frame
 from ..model.presets import get_preset
@@ -208,7 +209,7 @@ def _drive(context, bag, params, record_to, processes, rate, window, storage, co
         driver.start_recording()
         first_stamp = driver.replayer.first_stamp()
         answered = lambda: sum(int(i["stamp_ns"]) >= first_stamp for i in driver.infos)  # noqa: E731 (bag frames only)
-        start = time.perf_counter()
+        start, cpu_before = time.perf_counter(), thread_cpu_seconds()
         published = driver.replayer.run(spin, answered, rate=rate, window=window)
         wait_for_answers(spin, answered, published, max(3.0, 10 * driver.replayer._period_s(), 3 * frame_s),
                          max(settle_s, 3 * window * frame_s))
@@ -217,6 +218,7 @@ def _drive(context, bag, params, record_to, processes, rate, window, storage, co
         while time.monotonic() < end:
             spin(0.02)
         summary = summarise(driver, published, time.perf_counter() - start)
+        summary["thread_cpu_s"] = thread_cpu_delta(cpu_before, thread_cpu_seconds())
         executor.remove_node(driver.node)
         executor.shutdown()  # before the driver destroys its entities (session.RELEASE_NOTE); not spun again
         summary["recorded"] = driver.close()

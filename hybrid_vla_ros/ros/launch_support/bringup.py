@@ -13,7 +13,7 @@ from ... import stop
 from ...engine.cpu import allowed_cores, check_allowed, default_stage_cores
 from ...errors import ConfigError, expect
 from ..params import NODE_PARAMS, chosen_cores, load_node_params
-from .session import executor_with, ros_context, spin_until_stopped
+from .session import executor_with, graph_executor, ros_context, spin_until_stopped
 from .supervise import Supervisor, stop_processes  # noqa: F401 (stop_processes: the demo's)
 from ..topics import NODES, REMAPS, STANDBY_NODE, STANDBY_REMAPS
 
@@ -122,7 +122,6 @@ class InProcessGraph:
 
     def __init__(self, params: dict[str, dict], context=None, activate_scheduler: bool = True,
                  remaps: dict[str, dict] | None = None, nodes: tuple[str, ...] = NODES):
-        from rclpy.executors import SingleThreadedExecutor
         from ..nodes.lifecycle import bring_up_all
         tune_interpreter()
         if not activate_scheduler:
@@ -130,7 +129,7 @@ class InProcessGraph:
         self.context, self.wanted = context, [n for n in NODES if n in nodes]
         self.nodes = {}
         self.failed: dict[str, str] = {}   # node -> why it did not come up (bring_up_all)
-        self.executor = SingleThreadedExecutor(context=context)
+        self.executor = graph_executor(context)
         for node in self.wanted:  # prefix first: it places shared blocks before the suffix decides on copies
             if stop.requested():
                 return

@@ -80,3 +80,37 @@ def spin_until_stopped(executor, done=None, step_s: float = SPIN_STEP_S, on_erro
 def _report(exc: Exception) -> None:
     import sys
     print(f"hybrid_vla_ros: a callback failed and was skipped: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+
+EXECUTOR_ENV = "HYBRID_VLA_EXECUTOR"
+
+
+def graph_executor(context):
+    """The executor the graph's nodes share in a process: a SingleThreadedExecutor, or with
+    HYBRID_VLA_EXECUTOR=events rclpy's EventsExecutor where this rclpy has it (Kilted: `rclpy.experimental`;
+    its wait set lives in C++, where the SingleThreadedExecutor rebuilds its own in Python at every wake-up,
+    holding the GIL the stage workers need between torch ops). Opt-in: measured faster on the one-process
+    graph (docs/BENCHMARKS.md), but a warm-standby graph's test does not pass on it yet."""
+    import os
+    from rclpy.executors import SingleThreadedExecutor
+    if os.environ.get(EXECUTOR_ENV, "single") != "events":
+        return SingleThreadedExecutor(context=context)
+    try:
+        from rclpy.experimental import EventsExecutor
+    except ImportError:   # Jazzy, Humble
+        return SingleThreadedExecutor(context=context)
+    import sys
+    stderr = sys.stderr
+    try:   # it enables faulthandler on sys.stderr, which needs a file descriptor (not a capture buffer)
+        sys.stderr = stderr if hasattr(stderr, "fileno") and _has_fileno(stderr) else sys.__stderr__
+        return EventsExecutor(context=context)
+    finally:
+        sys.stderr = stderr
+
+
+def _has_fileno(stream) -> bool:
+    try:
+        stream.fileno()
+    except (OSError, ValueError, AttributeError):   # io.UnsupportedOperation is an OSError and a ValueError
+        return False
+    return True
