@@ -80,13 +80,10 @@ def _matmul_ms(dtype: torch.dtype, hidden: int, intermediate: int) -> float:
 def _int8_ms(hidden: int, intermediate: int) -> float:
     """Best time of the int8 suffix's linear (engine/int8.py) on PROBE_TOKENS rows of hidden -> intermediate,
     its rows in the dtype the int8 suffix runs the rest of a block in."""
-    from .int8 import Int8Linear
+    from .int8 import int8_linear
     from .placement import int8_rest_dtype
     gen = torch.Generator().manual_seed(0)
-    linear = torch.nn.Linear(hidden, intermediate, bias=False)
-    with torch.no_grad():
-        linear.weight.copy_(torch.randn(intermediate, hidden, generator=gen))
-    layer = Int8Linear(linear, torch.ones(hidden))
+    layer = int8_linear(torch.randn(intermediate, hidden, generator=gen), torch.ones(hidden))
     x = torch.randn(PROBE_TOKENS, hidden, generator=gen).to(int8_rest_dtype())
     with torch.inference_mode():
         layer(x)

@@ -109,6 +109,14 @@ class Int8Linear(nn.Module):
                 f"smoothed={self.inv_smooth is not None}, activation_bits={8 if self.act_max > 63 else 7}")
 
 
+def int8_linear(weight: torch.Tensor, smooth: torch.Tensor | None = None) -> Int8Linear:
+    """The Int8Linear of a (N, K) float weight, no bias: the block-sized linears probes and benchmarks time."""
+    linear = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+    with torch.no_grad():
+        linear.weight.copy_(weight)
+    return Int8Linear(linear, smooth)
+
+
 def linear_names(module: nn.Module) -> list[str]:
     """The dotted names of every nn.Linear inside `module` (a decoder block: q/k/v/o, gate/up/down)."""
     return [name for name, sub in module.named_modules() if isinstance(sub, nn.Linear)]

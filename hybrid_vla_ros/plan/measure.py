@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from ..engine.cpu import pin_current_thread, pinned
-from ..engine.int8 import Int8Linear, quantized_copy
+from ..engine.int8 import int8_linear, quantized_copy
 from ..engine.placement import DTYPE_NAMES, INT8, Placement, int8_rest_dtype
 from ..engine.stages import frame_embeddings, placed, run_blocks
 from ..model.checkpoint import ensure_loaded
@@ -190,10 +190,7 @@ def _largest_gemm(spec, rows: int, dtype, dev, int8: bool):
     if not int8:
         w = w.to(dev, dtype)
         return x, lambda rows_: F.linear(rows_, w)
-    linear = torch.nn.Linear(spec.hidden_size, spec.intermediate_size, bias=False)
-    with torch.no_grad():
-        linear.weight.copy_(w)
-    return x, Int8Linear(linear)
+    return x, int8_linear(w)
 
 
 def _beside_run(model, blocks, rows: int, dtype, int8: bool = False):
