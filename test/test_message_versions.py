@@ -64,8 +64,8 @@ def test_the_older_candidate_has_no_turn_indicators_and_the_command_goes_out_on_
 def test_the_newer_candidate_carries_the_published_turn_indicators_command(domain, tmp_path, route):
     """Without a route: DISABLE (never NO_COMMAND on a topic). With a route turning left 20 m ahead of the
     ego (within Autoware's 30 m search distance whatever the speed): ENABLE_LEFT, in both places."""
+    need_overlay()     # before the import: a venv set up without ../shared has no autoware_vehicle_msgs
     from autoware_vehicle_msgs.msg import TurnIndicatorsCommand
-    need_overlay()
     header, candidates, signals = probe(overlay_env(), tmp_path if route else None)
     assert header["fields"]["turn_indicators_command"] == "autoware_vehicle_msgs/TurnIndicatorsCommand", header
     by_stamp = {s["stamp_ns"]: s["command"] for s in signals}
