@@ -1,11 +1,13 @@
 """Tiny checkpoints laid out as published releases lay them out (key names, nesting, file container, config
 fields: read from the public code, written here at toy sizes; no code of theirs): OpenGVLab's remote-code InternVL
-directory and SimLingo's `pytorch_model.pt`. Each is written from a package model saved in its own layout, so a
-conversion back must reproduce that model."""
+directory, SimLingo's `pytorch_model.pt` and ReCogDrive's planner `.ckpt` (recogdrive_ckpt). Each is written from a
+package model saved in its own layout, so a conversion back must reproduce that model."""
 
 import json
+import math
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 _TO_CHAT = [("vision_tower.", "vision_model."), (".encoder.layer.", ".encoder.layers."),
@@ -17,7 +19,7 @@ _TO_CHAT = [("vision_tower.", "vision_model."), (".encoder.layer.", ".encoder.la
             ("multi_modal_projector.linear_1.", "mlp1.1."), ("multi_modal_projector.linear_2.", "mlp1.3.")]
 
 
-def internvl_chat_state(saved):
+def internvl_chat_state(saved, **chat_fields):
     """A saved InternVL checkpoint (native names) as OpenGVLab's remote-code repository lays it out (InternVL2-1B's
     names and config fields, at tiny sizes): fused ViT qkv, mlp1.*, language_model.model.* (as save_pretrained also
     writes it), llm_config / vision_config. -> (tensors, config.json, the image token id)."""
@@ -44,13 +46,13 @@ def internvl_chat_state(saved):
         "model_type": "internvl_chat", "architectures": ["InternVLChatModel"], "auto_map": {},
         "llm_config": llm, "vision_config": vit, "downsample_ratio": 0.5, "select_layer": -1, "ps_version": "v2",
         "template": "internvl2_5", "force_image_size": vit["image_size"], "dynamic_image_size": True,
-        "use_thumbnail": True, "max_dynamic_patch": 6}
+        "use_thumbnail": True, "max_dynamic_patch": 6, **chat_fields}
     return chat, chat_config, config["image_token_id"]
 
 
-def internvl_chat_dir(saved, directory):
+def internvl_chat_dir(saved, directory, **chat_fields):
     """internvl_chat_state written as a remote-code directory (config.json + model.safetensors) -> image token id."""
-    chat, chat_config, image_token = internvl_chat_state(saved)
+    chat, chat_config, image_token = internvl_chat_state(saved, **chat_fields)
     directory.mkdir()
     (directory / "config.json").write_text(json.dumps(chat_config))
     save_file({k: v.contiguous() for k, v in chat.items()}, str(directory / "model.safetensors"))
@@ -103,3 +105,54 @@ def simlingo_state(saved, lora_rank=4, lora_alpha=64.0, seed=0):
     state.update({"wp_encoder.mlp." + k[len("adaptors.target_point."):]: v for k, v in prompt.items()
                   if k.startswith("adaptors.target_point.")})
     return state, chat_config, image_token
+
+
+RECOGDRIVE_PREFIX = "agent.action_head."   # AgentLightningModule.agent -> ReCogDriveAgent.action_head
+# InternVL3's remote-code config fields where they differ from InternVL2-1B's (ReCogDrive's VLM is fine-tuned
+# from InternVL3-2B / 8B: 448 px tiles, up to 12 of them with a thumbnail, as its agent tiles the front camera)
+INTERNVL3_FIELDS = {"max_dynamic_patch": 12}
+
+
+def recogdrive_buffers(train_steps=100, steps=5, head_dim=16):
+    """The planner's persistent buffers as its state dict holds them (ReCogDriveDiffusionPlanner's DDPM / DDIM
+    tables on the cosine schedule, DDIM's eta 0 table, the RoPE frequencies, EtaFixed's logit atanh(1) = inf):
+    values the package recomputes, so the conversion drops them."""
+    s = torch.linspace(0, train_steps + 1, train_steps + 1, dtype=torch.float64) / (train_steps + 1)
+    f = torch.cos((s + 0.008) / 1.008 * math.pi / 2) ** 2
+    betas = (1 - f[1:] / f[:-1]).clamp(0, 0.999).float()
+    bar = torch.cumprod(1 - betas, dim=0)
+    prev = torch.cat([torch.ones(1), bar[:-1]])
+    var = betas * (1 - prev) / (1 - bar)
+    out = {"ddpm_betas": betas, "ddpm_alphas": 1 - betas, "ddpm_alphas_cumprod": bar, "ddpm_alphas_cumprod_prev": prev,
+           "ddpm_sqrt_alphas_cumprod": bar.sqrt(), "ddpm_sqrt_one_minus_alphas_cumprod": (1 - bar).sqrt(),
+           "ddpm_sqrt_recip_alphas_cumprod": (1 / bar).sqrt(), "ddpm_sqrt_recipm1_alphas_cumprod": (1 / bar - 1).sqrt(),
+           "ddpm_var": var, "ddpm_logvar_clipped": var.clamp(min=1e-20).log(),
+           "ddpm_mu_coef1": betas * prev.sqrt() / (1 - bar), "ddpm_mu_coef2": (1 - prev) * (1 - betas).sqrt() / (1 - bar)}
+    t = torch.arange(steps) * (train_steps // steps)                                     # 0, 20, 40, 60, 80
+    a, a_prev = bar[t], torch.cat([torch.ones(1), bar[t[:-1]]])
+    out.update({"ddim_t_schedule": t, "ddim_t": t.flip(0), "ddim_alphas": a.flip(0), "ddim_alphas_sqrt": a.sqrt().flip(0),
+                "ddim_alphas_prev": a_prev.flip(0), "ddim_sqrt_one_minus_alphas": (1 - a).sqrt().flip(0),
+                "ddim_sigmas": torch.zeros(steps),
+                "model.rotary_embedder.inv_freq": 1.0 / 10000 ** (torch.arange(0, head_dim, 2).float() / head_dim),
+                "eta.eta_logit": torch.full((1,), math.inf)})
+    return out
+
+
+def recogdrive_ckpt(saved, path, epoch=9):
+    """A saved tiny-recogdrive checkpoint's planner -> ReCogDrive's Lightning `.ckpt` at `path` (as its
+    ModelCheckpoint writes it: the planner under `agent.action_head.`, its buffers beside the weights, no VLM
+    (hidden states cached in training), Lightning's payload around it). -> the state dict."""
+    head = load_file(str(saved / "action_head.safetensors"))
+    with safe_open(str(saved / "action_head.safetensors"), "pt") as handle:
+        config = json.loads(handle.metadata()["hybrid_vla"])["head_config"]
+    state = {RECOGDRIVE_PREFIX + k: v for k, v in head.items()}
+    state.update({RECOGDRIVE_PREFIX + k: v for k, v in recogdrive_buffers(
+        config["train_steps"], config["steps"], config["head_dim"]).items()})
+    torch.save({"epoch": epoch, "global_step": 1664 * (epoch + 1), "pytorch-lightning_version": "2.3.3",
+                "state_dict": state, "loops": {"fit_loop": {"state_dict": {}, "epoch_progress": {"current": {
+                    "completed": epoch}}}},
+                "callbacks": {"ModelCheckpoint{'monitor': None, 'mode': 'min', 'every_n_train_steps': 0, "
+                              "'every_n_epochs': 1, 'train_time_interval': None}": {
+                                  "best_model_path": "", "last_model_path": str(path), "dirpath": str(path.parent)}},
+                "optimizer_states": [], "lr_schedulers": []}, path)
+    return state

@@ -140,7 +140,7 @@ def test_ddim_noise_is_seeded_by_the_stamp_and_the_steps_follow_ddim(models, mon
     head: DdimPlannerHead = model.action_head
     calls, start = [], {}
 
-    def constant_noise(x, t, memory, condition):
+    def constant_noise(x, t, encoded):
         calls.append(t)
         start.setdefault("z", x.clone())
         return start["z"]
@@ -158,11 +158,26 @@ def test_ddim_noise_is_seeded_by_the_stamp_and_the_steps_follow_ddim(models, mon
 
 
 def test_ddim_history_of_any_length_is_padded_as_unknown():
-    from hybrid_vla_ros.model.plugins.diffusion_head import _last_rows
+    from hybrid_vla_ros.model.plugins.diffusion_head import _last_rows, recogdrive_history
     history = torch.arange(6.0).view(1, 2, 3)
     padded = _last_rows(history, 4)
     assert padded.shape == (1, 4, 3) and padded[0, :2].abs().sum() == 0 and torch.equal(padded[0, 2:], history[0])
     assert torch.equal(_last_rows(torch.arange(18.0).view(1, 6, 3), 4)[0], torch.arange(6.0, 18.0).view(4, 3))
+    # ReCogDrive's 4 poses are NAVSIM's t-3 ... t0: the 3 newest before the frame, then the current pose at 0
+    poses = recogdrive_history(torch.arange(18.0).view(1, 6, 3), 4)[0]
+    assert torch.equal(poses[:3], torch.arange(9.0, 18.0).view(3, 3)) and poses[3].abs().sum() == 0
+
+
+def test_ddim_status_is_navsim_s_8_values(models):
+    """command one-hot (left, straight, right, unknown) || vx, vy || ax, ay in the ego frame."""
+    head: DdimPlannerHead = models["tiny-recogdrive"].action_head
+    ego = torch.tensor([[10.0, 1.0, 0.1, 0.0]])                                     # speed, accel, yaw rate, steering
+    expected = {"turn left": [1, 0, 0, 0], "change lane right": [0, 0, 1, 0], "follow lane": [0, 1, 0, 0],
+                "arrive": [0, 1, 0, 0]}
+    for command, one_hot in expected.items():
+        row = torch.tensor([[float(c == command) for c in NAV_COMMANDS]])
+        assert head.status(row, ego)[0].tolist() == pytest.approx(one_hot + [10.0, 0.0, 1.0, 1.0])
+    assert head.status(torch.zeros(1, len(NAV_COMMANDS)), ego)[0, :4].tolist() == [0, 0, 0, 1]   # no command
 
 
 @pytest.mark.parametrize("name", DRIVING)

@@ -5,8 +5,11 @@ process and in separate processes. Each model declares the frame context it need
 reach every frame or the frame is refused); every frame is answered, none refused, and the two runs publish the
 same trajectories: the context crosses the shared-memory ring's codec as it crosses in process.
 
-Served: SimLingo converted from its published `.pt` layout (test_published_simlingo.py), and tiny-orion
-(ORION's command-chosen planner modes; its published-layout fixture is not built yet)."""
+Served: SimLingo converted from its published `.pt` layout (test_published_simlingo.py), ReCogDrive converted from
+its published VLM directory + planner `.ckpt` (test_published_recogdrive.py; served declaring navigation only:
+the drive's readiness probe is stamped before any odometry, so a model that needs the pose and its history, as
+the shipped mapping declares, would refuse it; here they reach the head where known, zeros where not), and
+tiny-orion (ORION's command-chosen planner modes; its published-layout fixture is not built yet)."""
 
 import numpy as np
 import pytest
@@ -39,6 +42,26 @@ def simlingo_checkpoint(tmp_path) -> str:
     return str(tmp_path / "simlingo")
 
 
+def recogdrive_checkpoint(tmp_path) -> str:
+    """ReCogDrive's VLM directory and planner .ckpt (tiny), converted by the shipped mapping -> the directory."""
+    from hybrid_vla_ros.convert import convert_checkpoint
+    from hybrid_vla_ros.model.checkpoint import save_checkpoint
+    from hybrid_vla_ros.model.load import load_vla
+    from published_layouts import INTERNVL3_FIELDS, internvl_chat_dir, recogdrive_ckpt
+    from test_published_recogdrive import mapping_for_tiny
+    model = load_vla(preset="tiny-recogdrive")
+    saved = save_checkpoint(model, tmp_path / "saved")
+    image_token = internvl_chat_dir(saved, tmp_path / "vlm", **INTERNVL3_FIELDS)
+    recogdrive_ckpt(saved, tmp_path / "planner.ckpt")
+    mapping = mapping_for_tiny(tmp_path, image_token, model.spec, context=["navigation"])   # the probe: above
+    convert_checkpoint("internvl_chat", tmp_path / "vlm", str(mapping), tmp_path / "recogdrive",
+                       also=[("ckpt", tmp_path / "planner.ckpt")])
+    return str(tmp_path / "recogdrive")
+
+
+CONVERTED = {"simlingo": simlingo_checkpoint, "recogdrive": recogdrive_checkpoint}
+
+
 def refused(summary: dict) -> dict:
     """Every node's non-zero rejection counts (context_missing_navigation, ...)."""
     return {f"{node}.{reason}": n for node, counts in summary["rejected"].items() for reason, n in counts.items()
@@ -52,7 +75,7 @@ def graph_overrides(model: dict, cameras: list[str], map_path) -> dict:
     return overrides
 
 
-@pytest.mark.parametrize("model", ["tiny-orion", "simlingo"])
+@pytest.mark.parametrize("model", ["tiny-orion", "simlingo", "recogdrive"])
 def test_a_published_shape_is_served_from_a_drive_with_geometry_and_a_route(model, domain, tmp_path):
     from hybrid_vla_ros.model.load import load_vla
     from hybrid_vla_ros.ros.bags.drives import write_route_drive
@@ -60,8 +83,7 @@ def test_a_published_shape_is_served_from_a_drive_with_geometry_and_a_route(mode
     from hybrid_vla_ros.ros.demo import drive_graph
     from hybrid_vla_ros.ros.launch_support.bringup import graph_params, write_combined_config
     from hybrid_vla_ros.ros.topics import ROUTE_TOPIC
-    params_model = {"model.checkpoint": simlingo_checkpoint(tmp_path)} if model == "simlingo" else \
-        {"model.preset": model}
+    params_model = {"model.checkpoint": CONVERTED[model](tmp_path)} if model in CONVERTED else {"model.preset": model}
     spec = load_vla(preset=params_model.get("model.preset"), checkpoint=params_model.get("model.checkpoint")).spec
     assert "navigation" in spec.context
     cameras = [f"/test/cam{i}/image" for i in range(spec.num_cameras)]

@@ -7,9 +7,20 @@ from __future__ import annotations
 def cmd_convert(args) -> int:
     from ..convert import convert_checkpoint
     report = convert_checkpoint(args.source_format, args.src, args.mapping, args.out, config_dir=args.config,
-                                max_shard=int(args.max_shard_gb * (1 << 30)), check=not args.no_check)
+                                max_shard=int(args.max_shard_gb * (1 << 30)), check=not args.no_check,
+                                also=[_input(text) for text in args.also])
     print("\n".join(report.lines()))
     return 0
+
+
+def _input(text: str) -> tuple[str, str]:
+    """--also FORMAT:PATH -> (FORMAT, PATH)."""
+    from ..convert.mapping import FORMATS
+    from ..errors import ConfigError, expect
+    fmt, _, path = text.partition(":")
+    expect(fmt in FORMATS and bool(path), ConfigError,
+           f"--also {text!r}: expected FORMAT:PATH with FORMAT one of {list(FORMATS)} (e.g. ckpt:planner.ckpt)")
+    return fmt, path
 
 
 def register(sub) -> None:
@@ -24,6 +35,10 @@ def register(sub) -> None:
     p.add_argument("--config", default=None,
                    help="the base model's Hugging Face directory: its config.json (and tokenizer / processor files) "
                         "become the backbone's (not needed for --from internvl_chat)")
+    p.add_argument("--also", action="append", default=[], metavar="FORMAT:PATH",
+                   help="a further file of the same model (repeatable), read like SRC and routed by the same "
+                        "mapping: e.g. ReCogDrive's planner, --also ckpt:ReCogDrive_2B_IL.ckpt beside its VLM "
+                        "directory (--from internvl_chat)")
     p.add_argument("--max-shard-gb", type=float, default=4.0, help="backbone safetensors shard size (default 4)")
     p.add_argument("--no-check", action="store_true",
                    help="skip building the model on the meta device to check every tensor's name and shape")

@@ -10,8 +10,8 @@ from ..errors import ConfigError, expect
 from .mapping import PARTS, load_mapping
 from .internvl_chat import native_config, native_tensors
 from .route import merge_adapters, route
-from .sources import read_source
-from .write import MAX_SHARD_BYTES, check_checkpoint, torch_dtypes, write_checkpoint
+from .sources import read_sources
+from .write import MAX_SHARD_BYTES, torch_dtypes, write_checked
 
 
 @dataclass
@@ -63,10 +63,11 @@ def _config(source, config_dir: Path | None, mapping) -> dict:
 
 def convert_checkpoint(fmt: str, src: str | Path, mapping_name: str, out: str | Path,
                        config_dir: str | Path | None = None, max_shard: int = MAX_SHARD_BYTES,
-                       check: bool = True) -> Report:
-    """Read SRC (never running its code), route every tensor by the mapping, write OUT, check it loads."""
+                       check: bool = True, also: list | tuple = ()) -> Report:
+    """Read SRC (never running its code), and the further (FORMAT, PATH) inputs `also` of a model released as
+    several files, route every tensor by the mapping, write OUT once it is checked to load."""
     mapping = load_mapping(mapping_name)
-    source = read_source(fmt, src, mapping.unwrap)
+    source = read_sources([(fmt, src), *also], mapping.unwrap)
     routed = route(source.tensors, mapping)
     if mapping.merge_adapters:
         merge_adapters(routed, float(mapping.adapters["lora_alpha"]))
@@ -75,8 +76,7 @@ def convert_checkpoint(fmt: str, src: str | Path, mapping_name: str, out: str | 
         routed.parts["backbone"] = native_tensors(routed.parts["backbone"], config["vision_config"]["hidden_size"])
     out = Path(out)
     side_dir = Path(config_dir) if config_dir else source.config_dir
-    shards = write_checkpoint(out, routed, mapping, config, side_dir, max_shard)
-    unread = check_checkpoint(out) if check else []
+    shards, unread = write_checked(out, routed, mapping, config, side_dir, max_shard, check)
     return Report(out=out, mapping=mapping.source, counts={p: len(t) for p, t in routed.parts.items()},
                   adapters={n: len(t) for n, t in routed.adapters.items()}, dropped=routed.dropped,
                   shards=shards, dtypes=torch_dtypes(source.tensors), notes=source.notes, unread=unread)

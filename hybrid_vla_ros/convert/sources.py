@@ -6,6 +6,9 @@
     internvl_chat  an OpenGVLab remote-code directory (config.json model_type internvl_chat + safetensors or
                    pytorch_model.bin shards) -> transformers' native InternVL names and config
 
+A model released as several files (ReCogDrive: its VLM as an internvl_chat directory, its planner as a Lightning
+.ckpt) is read as one source: `read_sources` joins them, refusing a key two of them hold.
+
 Pickle files are read by safe_load.py only: tensors and plain containers, never code."""
 
 from __future__ import annotations
@@ -80,3 +83,23 @@ def read_source(fmt: str, path: str | Path, unwrap_keys=None) -> Source:
     if fmt == "safetensors":
         return Source(load_safetensors(_safetensors_files(path)))
     return _internvl_chat(path, unwrap_keys)
+
+
+def read_sources(inputs: list[tuple[str, str | Path]], unwrap_keys=None) -> Source:
+    """[(FORMAT, SRC), ...] -> one Source: every input's tensors (a key in two inputs is refused, naming both),
+    the first backbone config and side-file directory any input brings, the notes prefixed by the input's
+    format when there are several."""
+    read = [(fmt, Path(path), read_source(fmt, path, unwrap_keys)) for fmt, path in inputs]
+    if len(read) == 1:
+        return read[0][2]
+    tensors, where, notes = {}, {}, {}
+    for fmt, path, source in read:
+        for key in sorted(set(source.tensors) & set(tensors))[:1]:
+            raise ConfigError(f"source key '{key}' is in both '{where[key]}' and '{path}': each tensor must come "
+                              f"from one input")
+        tensors.update(source.tensors)
+        where.update(dict.fromkeys(source.tensors, path))
+        notes.update({f"{fmt} {k}": v for k, v in source.notes.items()})
+    config = next((s.backbone_config for _, _, s in read if s.backbone_config is not None), None)
+    config_dir = next((s.config_dir for _, _, s in read if s.config_dir is not None), None)
+    return Source(tensors, backbone_config=config, config_dir=config_dir, notes=notes)

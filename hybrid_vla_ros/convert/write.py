@@ -1,10 +1,12 @@
 """The routed tensors -> a checkpoint directory in the package's layout (docs/CHECKPOINTS.md, Layout), then
-checked the way `load_checkpoint` reads it: every parameter the model needs is there in its shape."""
+checked the way `load_checkpoint` reads it: every parameter the model needs is there in its shape. Written into a
+staging folder beside OUT and moved to OUT only once checked: a refused conversion leaves nothing at OUT."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 from pathlib import Path
 
 import torch
@@ -111,9 +113,35 @@ def write_checkpoint(out: Path, routed: Routed, mapping: Mapping, config: dict, 
     return shards
 
 
-def check_checkpoint(out: Path) -> list[str]:
+def write_checked(out: Path, routed: Routed, mapping: Mapping, config: dict, side_dir: Path | None,
+                  max_shard: int = MAX_SHARD_BYTES, check: bool = True) -> tuple[int, list[str]]:
+    """write_checkpoint into a staging folder beside OUT, check_checkpoint there, then move it to OUT; refused
+    (ConfigError) with nothing left at OUT. -> (backbone shards, tensors nothing reads)."""
+    expect(not out.exists() or (out.is_dir() and not any(out.iterdir())), ConfigError,
+           f"output '{out}': exists and is not empty (nothing is overwritten)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+    files = {"action_head": HEAD_FILE, "scene_encoder": SCENE_FILE, "prompt_embeddings": PROMPT_FILE}
+    origin = {(files[place[0]], name): key for (place, name), key in routed.origin.items() if place[0] in files}
+    try:
+        shards = write_checkpoint(staging, routed, mapping, config, side_dir, max_shard)
+        unread = check_checkpoint(staging, origin) if check else []
+        if out.exists():
+            out.rmdir()
+        staging.rename(out)
+    except ConfigError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise ConfigError(f"{exc}; nothing was written to '{out}'") from exc
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return shards, unread
+
+
+def check_checkpoint(out: Path, origin: dict | None = None) -> list[str]:
     """Build OUT's model on the meta device and look up every parameter's tensor and shape without reading it
-    (missing or misshapen: ConfigError). Returns the head / scene / adapter tensors nothing reads."""
+    (missing or misshapen: ConfigError, naming the source key when `origin` ((file name, key) -> source key)
+    knows it). Returns the head / scene / adapter tensors nothing reads."""
     from ..model.checkpoint import _source, load_checkpoint
     model = load_checkpoint(out, keep=lambda m: [], fresh_head=not (out / HEAD_FILE).is_file())
     files, used = model.checkpoint_files, set()
@@ -122,9 +150,14 @@ def check_checkpoint(out: Path) -> list[str]:
             continue   # no head converted: a fresh one on request (load_checkpoint's fresh_head)
         path, key = _source(files, name, model.family.key_prefixes)
         with safe_open(str(path), "pt") as handle:
+            expect(key in handle.keys(), ConfigError,
+                   f"converted {path.name}: no tensor '{key}', which the model ({name}) needs: the source holds no key "
+                   f"the mapping renames to it")
             shape = tuple(handle.get_slice(key).get_shape())
+        source = (origin or {}).get((path.name, key))
         expect(shape == tuple(param.shape), ConfigError,
-               f"converted '{path}': tensor '{key}' has shape {shape}, the config implies {tuple(param.shape)}")
+               f"converted {path.name}: tensor '{key}'{f' (source key {source!r})' if source else ''} has shape "
+               f"{shape}, the config implies {tuple(param.shape)}")
         used.add((path, key))
     unread = []
     for path in [files.head_file, files.scene_file, files.prompt_file] + [f for f, _ in files.adapters.values()]:

@@ -38,11 +38,14 @@ _DRIVING_HEADS = {
                            context=["cameras", "navigation"],
                            notes="MindDrive's shape: a speed decision over 7 lm_head rows in the decision pass picks one "
                                  "of 7 planned modes; a 20-point path per route command"),
-    "tiny-recogdrive": dict(family="internvl", **{**_TINY, "image_width": 112}, tile_size=56, head="ddim_planner",
-                            head_config={"steps": 5, "train_steps": 100, "history_poses": 4, "seed": 7},
+    "tiny-recogdrive": dict(family="internvl", **{**_TINY, "image_width": 112, "num_cameras": 1}, tile_size=56,
+                            head="ddim_planner",
+                            head_config={"layers": 2, "heads": 2, "head_dim": 16, "output_dim": 48, "mlp_hidden": 64,
+                                         "steps": 5, "train_steps": 100, "history_poses": 4, "seed": 7},
                             context=["pose", "history", "navigation"],
-                            notes="ReCogDrive's shape: a DiT planner, 5 DDIM steps (eta 1, seeded) over the whole "
-                                  "final sequence, command, ego status and 4 history poses"),
+                            notes="ReCogDrive's planner at toy size (2 of its 16 DiT blocks, D 32), its front camera: 5 "
+                                  "DDIM steps (eta 1, seeded) over the whole final sequence, command, ego status and "
+                                  "4 poses"),
     "tiny-simlingo": dict(family="internvl", **{**_TINY, "image_width": 112, "num_cameras": 1, "head_hidden": 256},
                           tile_size=56, head="route_speed",
                           query_tokens=30, num_waypoints=10, waypoint_dt_s=0.25, query_embeddings=[20, 10],
