@@ -116,10 +116,10 @@ def test_images_the_camera_synchroniser_drops_are_never_decoded(domain):
         for seq in range(3):                                     # camera 0 alone: no set forms
             h.image_pubs[0].publish(message(seq, 0, 720, 1280, "rgb8"))
         h.settle(0.5)
-        assert h.prefix.images_decoded == 0
+        assert h.prefix.camera_counts.decoded == 0
         for cam, pub in enumerate(h.image_pubs):                 # one complete set
             pub.publish(message(5, cam, 720, 1280, "rgb8"))
         assert wait_until(lambda: len(h.infos) == 1, h.spin, 20)
-        assert h.prefix.images_decoded == 2 and h.prefix.sync.discarded >= 3
+        assert h.prefix.camera_counts.decoded == 2 and h.prefix.sync.discarded >= 3
     finally:
         h.close()

@@ -169,14 +169,15 @@ def test_each_node_killed_mid_drive_comes_back_and_every_frame_is_accounted_for(
     """bench --scenario faults in small: supervised processes, a 20 Hz camera, SIGKILL suffix, prefix and
     scheduler in turn."""
     from hybrid_vla_ros.bench.drive import graph_config
-    from hybrid_vla_ros.bench.faults import run_kills
+    from hybrid_vla_ros.bench.faults.kills import run_kills
     result = run_kills("tiny", graph_config("tiny", tmp_path), rate_hz=20.0, before_s=2.0, timeout_s=90.0,
                        progress=lambda text: None)
     for kill in result["kills"]:
         assert kill["recovered"], kill
         shown = {k: kill.get(k) for k in ("node", "published", "delivered", "dropped_counted", "dropped_reasons",
-                                          "lost_in_killed_process", "frames_unaccounted", "unaccounted_published_s",
-                                          "t_back_s", "max_latency_s")}
+                                          "lost_in_killed_process", "frames_shed_by_dds", "frames_unaccounted",
+                                          "unaccounted_published_s", "unaccounted_handed_s", "t_back_s",
+                                          "max_latency_s")}
         assert kill["frames_unaccounted"] == 0, json.dumps(shown, default=str)   # whole: pytest elides a dict
         assert kill["delivered"] > 0, kill
         assert kill["partitions_after"] == result["partitions_before"] == [2], kill
@@ -191,7 +192,7 @@ def test_a_killed_suffix_with_a_warm_standby_is_replaced_within_a_second_and_not
     """SIGKILL the active suffix of a supervised graph with warm_standby: the standby process takes over
     (respawn alone took 4-7 s here); every frame is delivered or accounted for; the respawned primary stands
     by (no stamp published twice while both are up)."""
-    from hybrid_vla_ros.bench.faults import run_standby_kill
+    from hybrid_vla_ros.bench.faults.kills import run_standby_kill
     result = run_standby_kill("tiny", tmp_path, rate_hz=20.0, before_s=2.0, timeout_s=90.0, progress=lambda m: None)
     summary = {k: v for k, v in result.items() if not k.startswith("t_") and k != "unaccounted_published_s"}
     assert result["recovered"] and result["seconds_to_first_trajectory"] < 1.0, summary
@@ -203,7 +204,7 @@ def test_loss_in_the_killed_process_is_exactly_what_it_held_not_a_latency_window
     """Issue 27, item 9: the window 'published within the run's longest latency before the kill' absorbed a
     frame the suffix had silently lost before the kill (here: frame 6, older than frame 7 it delivered)."""
     from hybrid_vla_ros.bench.drive import Ledger
-    from hybrid_vla_ros.bench.faults import account
+    from hybrid_vla_ros.bench.faults.accounting import account
     ledger = Ledger()
     for stamp in range(1, 11):
         ledger.published[stamp] = float(stamp)
@@ -223,3 +224,33 @@ def test_loss_in_the_killed_process_is_exactly_what_it_held_not_a_latency_window
     del ledger.handed[8], ledger.handed[9]                     # the prefix held 8 and never took 9
     account(ledger, [prefix], end=20.0)
     assert prefix["lost_in_killed_process"] == 2 and prefix["frames_unaccounted"] == 2
+
+
+def test_a_frame_counts_as_shed_by_dds_only_when_the_prefix_counts_prove_every_image_of_it_shed():
+    """A frame DDS shed at the cameras' best-effort QoS before the prefix took any image of it (its executor
+    lagging on a loaded machine) is one no node could report: counted as shed when the prefix's per-camera
+    image counts between two of its diagnostics show that many images of that stamp range missing on every
+    camera; a frame the prefix handed on, or one a camera's counts cannot cover, stays unaccounted."""
+    from hybrid_vla_ros.bench.drive import Ledger
+    from hybrid_vla_ros.bench.faults.accounting import account
+
+    def ledger_with(camera1_taken: int) -> Ledger:
+        ledger = Ledger()
+        for stamp in range(1, 13):
+            ledger.published[stamp] = float(stamp)
+            if stamp not in (5, 6):                  # 5 and 6 never reached the prefix
+                ledger.handed[stamp] = stamp + 0.05
+            if stamp not in (5, 6, 9):               # 9: handed on, then lost silently
+                ledger.delivered[stamp] = stamp + 0.5
+        # prefix diagnostics (pid, per camera (images taken, last stamp)): stamps 3..8, six frames, four taken
+        ledger.prefix_cameras = [(7, ((2, 2), (2, 2))), (7, ((6, 8), (camera1_taken, 8))), (7, ((10, 12), (10, 12)))]
+        return ledger
+
+    kill = {"node": "hybrid_vla_suffix", "t_kill": 11.5, "t_back": 12.5}
+    account(ledger_with(camera1_taken=6), [kill], end=20.0)
+    assert kill["frames_shed_by_dds"] == 2 and kill["frames_unaccounted"] == 1
+    assert kill["unaccounted_published_s"] == [-2.5] and kill["unaccounted_handed_s"] == [-2.45]
+    kill = {"node": "hybrid_vla_suffix", "t_kill": 11.5, "t_back": 12.5}
+    account(ledger_with(camera1_taken=7), [kill], end=20.0)   # camera 1 shed one image: not both frames
+    assert kill["frames_shed_by_dds"] == 0 and kill["frames_unaccounted"] == 3
+    assert kill["unaccounted_handed_s"] == [None, None, -2.45]

@@ -94,6 +94,9 @@ class Ledger:
     lost: dict = field(default_factory=dict)        # stamp -> "node: kind reason" (first report)
     published_twice: int = 0                        # trajectories of a stamp already delivered
     partitions: list = field(default_factory=list)  # (time, partition) from the prefix's frame infos
+    # the prefix's diagnostics, in arrival order: (pid, ((images its callback took, stamp of the last), ...) per
+    # camera); what DDS shed before the prefix saw it (bench/faults/accounting.py shed_by_dds)
+    prefix_cameras: list = field(default_factory=list)
 
 
 class Camera:
@@ -149,6 +152,10 @@ class Camera:
             values = {kv.key: kv.value for kv in status.values}
             if status.name.startswith("hybrid_vla_prefix") and "images_received" in values:
                 self.prefix_images = int(values["images_received"])
+                if "pid" in values and "images_taken.0" in values:
+                    self.ledger.prefix_cameras.append((int(values["pid"]), tuple(
+                        (int(values[f"images_taken.{c}"]), int(values[f"last_image_stamp_ns.{c}"]))
+                        for c in range(self.spec.num_cameras))))
 
     def spin(self, seconds: float) -> None:
         end = time.monotonic() + seconds

@@ -64,3 +64,17 @@ def publish_trajectory_info(pub, node_name: str, trajectory, values: dict) -> No
         KeyValue(key=k, value=str(v)) for k, v in {
             "stamp_ns": trajectory.stamp_ns, "seq": trajectory.seq, "partition": trajectory.partition,
             **{f"head_{k}": v for k, v in getattr(trajectory, "extras", {}).items()}, **values}.items()]))
+
+
+def reported_shm_domains(msg: DiagnosticArray) -> dict[str, int]:
+    """The suffix nodes' handover reports in a /diagnostics message ("<node>: handover", receives_shm_domain,
+    suffix_node.py): node name -> the shared-memory domain it can reach (a value no hex number: left out)."""
+    reported = {}
+    for status in msg.status:
+        values = {kv.key: kv.value for kv in status.values}
+        if status.name.endswith(": handover") and "receives_shm_domain" in values:
+            try:
+                reported[status.name.rsplit(": ", 1)[0]] = int(values["receives_shm_domain"], 16)
+            except ValueError:
+                continue
+    return reported

@@ -12,6 +12,7 @@ from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Int32, UInt8MultiArray
 
 from ...engine.cpu import default_stage_cores
+from ...engine.pipeline.camera_counts import CameraCounts
 from ...engine.pipeline.flight import FlightControl
 from ...engine.handover.endpoints import HOST_ID, PROCESS_REGISTRY, HandoverEncoder
 from ...engine.placement import Placement
@@ -25,7 +26,7 @@ from ...model.load import model_id
 from ...types import EgoState, Frame
 from .. import acceleration_input, convert, route_input
 from ..chunk_flow import PrefixChunks
-from .diagnostics import DiagnosticsPublisher
+from .diagnostics import DiagnosticsPublisher, reported_shm_domains
 from .stage_node import StageNode, graph_scope
 from .suffix_node import SuffixNode
 from .packed_stage import PackedPrefixLoop
@@ -49,8 +50,6 @@ class PrefixNode(StageNode):
                                           p["dtype"], p["dtype"])
         # cores [-1]: the prefix's share of a default split (bringup, launch and ros2 run alike)
         self.cores = chosen_cores(p["cores"]) or default_stage_cores(0)
-        self.images_decoded = 0  # camera images decoded: only those of sets the worker took
-        self.images_received = 0  # camera images the callbacks got (while active)
         self.seq, self.last_stamp_ns, self.time_jumps = 0, -1, 0
         self.ego_history = StampedHistory(between=EgoState.between)  # EgoState by stamp, matched to frames
         self.ego_freshness = StateFreshness(self.ego_history, "kinematic state")  # too old or missing: refused
@@ -124,6 +123,7 @@ class PrefixNode(StageNode):
         expect(len(topics) == self.model.spec.num_cameras, ConfigError,
                f"camera_topics: {len(topics)} topics, model '{self.model.spec.name}' takes "
                f"{self.model.spec.num_cameras} cameras")
+        self.camera_counts = CameraCounts(len(topics))   # images taken, received, decoded: diagnostics
         self.sync = CameraSync(len(topics), int(self.params["sync_skew_ms"] * 1e6),
                                on_discard=lambda stamp: self.health.drop("camera_set_incomplete", stamp))
         compressed = self.params["image_transport"] == "compressed"
@@ -136,15 +136,16 @@ class PrefixNode(StageNode):
         """Headers are checked here; pixels are decoded only for a complete camera set the worker takes
         (a set the synchroniser or the input policy drops is never decoded). Inactive: a complete set is one
         drop ('inactive', with its stamp), however many cameras it has."""
+        image_ns = convert.stamp_to_ns(msg.header.stamp)
+        self.camera_counts.took(camera, image_ns, self.active)
         if self.active:
-            self.images_received += 1
             where = f"camera {camera} ({self.camera_topics[camera]})"
             try:
                 (convert.check_compressed_msg if compressed else convert.check_image_msg)(msg, where)
             except HybridVLAError as exc:
                 self._reject("invalid_image", exc)
                 return
-        ready = self.sync.add(camera, convert.stamp_to_ns(msg.header.stamp), msg)
+        ready = self.sync.add(camera, image_ns, msg)
         if ready is not None and self.accepting(stamp_ns=ready[1]):
             messages, stamp_ns = ready
             frame = Frame(images=messages, seq=self.seq, stamp_ns=stamp_ns, ego=None,
@@ -157,7 +158,7 @@ class PrefixNode(StageNode):
         compressed = self.params["image_transport"] == "compressed"
         limit = int(self.params["max_image_megapixels"] * 1e6)
         decode = convert.compressed_to_array if compressed else convert.image_to_array
-        self.images_decoded += len(frame.images)
+        self.camera_counts.decoded += len(frame.images)
         try:
             frame.images = [decode(msg, f"camera {i} ({self.camera_topics[i]})", limit)
                             for i, msg in enumerate(frame.images)]
@@ -194,14 +195,7 @@ class PrefixNode(StageNode):
         """Suffix nodes report the shared-memory domain they can reach ("<node>: handover", receives_shm_domain):
         with boundary_transport auto, a receiver on another host or /dev/shm makes the handover inline. The
         graph is asked who reads the boundary topic only until a receiver is known, and when a report changes."""
-        reported = {}
-        for status in msg.status:
-            values = {kv.key: kv.value for kv in status.values}
-            if status.name.endswith(": handover") and "receives_shm_domain" in values:
-                try:
-                    reported[status.name.rsplit(": ", 1)[0]] = int(values["receives_shm_domain"], 16)
-                except ValueError:
-                    continue
+        reported = reported_shm_domains(msg)
         if self.handover is None or not reported or (
                 reported.items() <= self.receiver_domains.items() and self.handover.receivers is not None):
             return
@@ -283,12 +277,12 @@ class PrefixNode(StageNode):
         partition = [("partition", 0, f"p={self.stage.partition}",
                       {"partition": str(self.stage.partition), "zone_min": str(self.zone[0]),
                        "zone_max": str(self.zone[1]), "num_blocks": str(self.model.num_blocks),
-                       "camera_sync_discarded": str(self.sync.discarded), "images_decoded": str(self.images_decoded),
-                       "images_received": str(self.images_received), "time_jumps": str(self.time_jumps),
-                       "inproc_handles_evicted": str(PROCESS_REGISTRY.evicted)})] + self.scene_memory.checks()
+                       "camera_sync_discarded": str(self.sync.discarded), **self.camera_counts.values(),
+                       "time_jumps": str(self.time_jumps), "inproc_handles_evicted": str(PROCESS_REGISTRY.evicted)})]
         freshness = self.params["stale_kinematic_state"] if self.params["use_kinematic_state"] else None
-        partition += [self.limits.check(), self.chunk_flow.check(), self.route.check(), self.accel.check(),
-                      self.ego_freshness.check(freshness), self.context_input.check()]
+        partition += self.scene_memory.checks() + [
+            self.limits.check(), self.chunk_flow.check(), self.route.check(), self.accel.check(),
+            self.ego_freshness.check(freshness), self.context_input.check()]
         if self.packed is not None:
             return partition + self.packed.checks()
         return partition + [
