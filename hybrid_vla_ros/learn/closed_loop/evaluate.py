@@ -14,7 +14,7 @@ from ... import stop
 from ...errors import ConfigError, expect
 from .loop import CAMERA_PERIOD_S, Drive
 from .metrics import aggregate, route_metrics
-from .timing import MODES, PROFILES, StageMs, instant, measured, mode_timings, orion_paper
+from .timing import MODES, PROFILES, StageMs, instant, measured, mode_timings, orion_paper, orion_planned
 from .world import random_scenario
 
 HELD_OUT_BELOW = 1000   # learn/train.py TRAIN_SEED_BASE: training drives use seeds from 1000 on
@@ -27,6 +27,8 @@ NOTE = ("world in simulated time: each plan takes effect at its mode's latency a
 def stage_times(profile: str, policy, seeds: list[int]) -> StageMs:
     if profile == "orion-paper":
         return orion_paper()
+    if profile == "orion-planned":
+        return orion_planned()
     expect(hasattr(policy, "frame"), ConfigError, "timing 'measured' needs the model (a ModelPolicy)")
     drive = Drive(random_scenario(seeds[0]), policy, instant(CAMERA_PERIOD_S))
     drive.snapshot(0)

@@ -21,7 +21,9 @@ period) is the reference no real system reaches.
 Profiles: `measured`: this machine's per-frame stage times of the engine on the model that drives (timed
 here, PrefixStage / SuffixStage, in-process handover); `orion-paper`: the paper's ORION figures (arXiv
 2608.14586: native 521 ms, serial 783 ms, pipelined period 408 ms at p = 16, handover 0.41 ms), split as
-plan/paper.implied_by_paper's prefix-bound reading: P = 408 ms, S = 783 - 408 - 0.41 ms. The world runs in
+plan/paper.implied_by_paper's prefix-bound reading: P = 408 ms, S = 783 - 408 - 0.41 ms; `orion-planned`: the
+planner's prediction for ORION on the paper's hardware (plan/run.plan_described: L20 fp32 + Xeon 8470Q bf16, its
+block rates from this machine's measured GEMM efficiency), at the planner's best cut. The world runs in
 simulated time; the model's own compute is off the clock, so a profile's latency is what the world sees
 (a time scale of profile latency / measured latency for the small model).
 """
@@ -79,6 +81,24 @@ def orion_paper() -> StageMs:
                           "handover 0.41 ms; prefix-bound split)")
 
 
+def orion_planned(progress=None) -> StageMs:
+    """The planner's ORION on L20 (fp32) + Xeon 8470Q (bf16) at its best cut (measures one real-size block here)."""
+    import torch
+
+    from ...model.load import load_vla
+    from ...plan.hardware import PARTS_GPU, XEON_8470Q
+    from ...plan.run import plan_described
+    paper = PAPER_MODELS["orion"]
+    blocks = load_vla(preset=paper.block_preset, lazy=True)
+    result = plan_described(blocks, PARTS_GPU["l20"], "l20", XEON_8470Q, torch.float32, torch.bfloat16,
+                            work=paper.workload, progress=progress)
+    row = result["rows"][result["best_p"]]
+    return StageMs(native=result["native"]["period_ms"], prefix=row["prefix_ms"], transfer=row["transfer_ms"],
+                   suffix=row["suffix_ms"],
+                   source=f"the planner's ORION on L20 fp32 + Xeon 8470Q bf16 at its best cut p = {row['p']} "
+                          f"(hybrid-vla plan --paper's model; block rates from this machine's measured GEMM share)")
+
+
 def measured(model, frames: list, partition: int | None = None, repeats: int = 5) -> StageMs:
     """Per-frame stage times (ms) of the engine on `model` here, the fastest of the repeats (the least disturbed
     by other load): native = PrefixStage(L) + SuffixStage(L) (norm + head), hybrid = PrefixStage(p) +
@@ -107,4 +127,4 @@ def measured(model, frames: list, partition: int | None = None, repeats: int = 5
                           f"{repeats * len(frames)} frames, in-process handover")
 
 
-PROFILES = ("measured", "orion-paper")
+PROFILES = ("measured", "orion-paper", "orion-planned")
