@@ -24,7 +24,7 @@ from hybrid_vla_ros.model.presets import get_preset
 from hybrid_vla_ros.model.vla import build_model
 from hybrid_vla_ros.types import NAV_COMMANDS, Navigation
 
-DRIVING = ["tiny-orion", "tiny-minddrive", "tiny-recogdrive", "tiny-simlingo"]
+DRIVING = ["tiny-orion", "tiny-minddrive", "tiny-recogdrive", "tiny-simlingo", "tiny-orion-vae", "tiny-minddrive-vae"]
 CHUNKED_TOLERANCE_M = 1e-4   # chunked prefill's matmul shapes differ from a whole frame's (test_chunked.py's bound)
 
 

@@ -124,7 +124,8 @@ def test_a_checkpoint_carries_the_encoder_and_the_head_plugin_and_each_stage_rea
 def test_unknown_plugins_and_mismatched_shapes_are_refused_with_the_reason():
     spec = get_preset(PRESET).to_dict()
     from hybrid_vla_ros.model.vla import build_model
-    with pytest.raises(ConfigError, match=r"hybrid_vla_ros.scene_encoders: no plugin 'orion_qt'.*shipped: \['query_scene'\]"):
+    with pytest.raises(ConfigError, match=r"hybrid_vla_ros.scene_encoders: no plugin 'orion_qt'.*"
+                                         r"shipped: \['orion_front', 'query_scene'\]"):
         build_model(VLASpec.from_dict({**spec, "scene_encoder": "orion_qt"}, "test"))
     with pytest.raises(ConfigError, match=r"hybrid_vla_ros.heads: no plugin 'vae'"):
         build_model(VLASpec.from_dict({**spec, "head": "vae"}, "test"))

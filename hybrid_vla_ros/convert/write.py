@@ -15,7 +15,7 @@ from safetensors.torch import save_file
 
 from ..errors import ConfigError, expect
 from ..model.checkpoint_files import (CONFIG_FILE, HEAD_FILE, HEAD_FORMAT, HEAD_PREFIX, INDEX_FILE, PROMPT_FILE,
-                                      SCENE_FILE, SCENE_FORMAT, WEIGHTS_FILE)
+                                      SCENE_FILE, SCENE_FORMAT, WEIGHTS_FILE, plain_tensors)
 from ..model.lora import ADAPTER_CONFIG, ADAPTER_DIR, ADAPTER_WEIGHTS
 from .mapping import Mapping
 from .route import Routed
@@ -28,7 +28,7 @@ MAX_SHARD_BYTES = 4 << 30
 
 
 def _plain(tensors: dict) -> dict:
-    return {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
+    return plain_tensors(tensors)   # a .pth of a model with shared modules holds shared storage
 
 
 def _backbone(out: Path, tensors: dict, config: dict, max_shard: int) -> int:

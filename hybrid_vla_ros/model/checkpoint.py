@@ -36,7 +36,7 @@ from ..errors import ConfigError, expect
 from .checkpoint_files import (CONFIG_FILE, HEAD_FILE, HEAD_FORMAT, HEAD_PREFIX, INDEX_FILE, OPTIONAL_FIELDS,
                                PROCESSOR_FILE, PROMPT_FILE, PROMPT_PREFIX, SCENE_FILE, SCENE_FORMAT, SCENE_PREFIX,
                                TOKEN_FIELDS, VLA_FIELDS, WEIGHTS_FILE, CheckpointFiles, _opened, checkpoint_spec,
-                               inspect_checkpoint)
+                               inspect_checkpoint, plain_tensors)
 from .lora import adapter_source, is_adapter_parameter, save_adapters
 from .preprocess import ImageProcessing
 from .tokenize.prompt import has_tokenizer, load_prompt
@@ -61,7 +61,7 @@ def save_checkpoint(model: VLAModel, directory: str | Path, max_shard_size: str 
     vla.update(model.prompt.save(directory))  # a checkpoint's own tokenizer goes along, with its query token
     save_file(head, str(directory / HEAD_FILE), metadata={"format": HEAD_FORMAT, "hybrid_vla": json.dumps(vla)})
     if model.scene_encoder is not None:
-        tensors = {k: v.detach().contiguous().cpu() for k, v in model.scene_encoder.state_dict().items()}
+        tensors = plain_tensors(model.scene_encoder.state_dict())   # shared modules: one copy per name
         save_file(tensors, str(directory / SCENE_FILE),
                   metadata={"format": SCENE_FORMAT, "plugin": model.spec.scene_encoder,
                             "config": json.dumps(model.spec.scene_config)})

@@ -39,6 +39,18 @@ PROMPT_PREFIX = "prompt_embeddings."
 PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt", "model.pth", "model.ckpt")
 HEAD_PREFIX = "action_head."
 
+
+def plain_tensors(tensors: dict) -> dict:
+    """Contiguous CPU tensors for safetensors, which refuses tensors sharing storage: a module registered under
+    several names (ORION's query_pos in both heads, its per-layer branches: one module) is copied per name."""
+    seen, out = set(), {}
+    for key, value in tensors.items():
+        value = value.detach().contiguous().cpu()
+        storage = value.untyped_storage().data_ptr()
+        out[key] = value.clone() if storage in seen else value
+        seen.add(storage)
+    return out
+
 @dataclass
 class CheckpointFiles:
     """What a checkpoint directory holds, checked; `read_keys` records every tensor read (tests)."""

@@ -26,6 +26,17 @@ _TINY_SCENE = dict({k: v for k, v in _TINY.items() if not k.startswith("vision_"
 # the decision pass choosing among 7 planned modes, and its path per command (two passes, Qwen2), ReCogDrive's DDIM
 # planner over the whole sequence (InternVL, 8 poses).
 _GEOMETRY_SCENE = {**_TINY_SCENE["scene_config"], "geometry": True, "depth_bins": 4, "depth_max_m": 60.0}
+_MINDDRIVE_PASSES = [{"name": "decision", "instruction": "What actions should the car be taking?",
+                      "adapter": "decision_expert"}, {"name": "action", "adapter": "action_expert"}]
+# ORION's perception front end as published, at toy size (model/plugins/orion_front/): EVA ViT (a window block and a
+# global one; 14-px patches of 56 px images: 4 x 4 per camera) + PETR detection (8 scene, 12 + 6 propagated queries,
+# 2 history) and map (8 scene, 18 lanes) heads, 6 decoder layers each: 8 + 2 + 1 + 8 = 19 tokens.
+_ORION_FRONT = dict(image_height=56, image_width=56, cameras=2, embed_dims=32, num_heads=2, ffn_dims=64, num_layers=6,
+                    depth_num=8, backbone=dict(embed_dim=32, depth=2, num_heads=2, patch_size=14, window_size=3,
+                                               window_blocks=[0], pretrain_img_size=48),
+                    det=dict(num_query=12, num_propagated=6, memory_len=12, topk_proposals=6, num_extra=8,
+                             num_memory=2, scene_memory_len=8),
+                    map=dict(num_lane=18, num_lanes_one2one=6, num_extra=8, memory_len=12, topk_proposals=6))
 _DRIVING_HEADS = {
     "tiny-orion": dict(family="scene_llama", **{**_TINY_SCENE, "head": "command_modes", "query_tokens": 1,
                                                 "lora_rank": 0, "passes": [], "num_waypoints": 6,
@@ -38,6 +49,30 @@ _DRIVING_HEADS = {
                            context=["cameras", "navigation"],
                            notes="MindDrive's shape: a speed decision over 7 lm_head rows in the decision pass picks one "
                                  "of 7 planned modes; a 20-point path per route command"),
+    # Their planners as published (model/plugins/vae_planners.py), keyed as their checkpoints: the VAE + GRU at
+    # <waypoint_ego> (ORION: 32000 + 1 added token; its LoRA merged on conversion); MindDrive's speed decision, speed
+    # and path branches, its two peft adapters (r 16, alpha 16, q/k/v/o) and 15 added tokens (7 speeds first).
+    "tiny-orion-vae": dict(family="scene_llama", **{**_TINY_SCENE, "head": "orion_vae", "query_tokens": 1,
+                                                    "lora_rank": 0, "passes": [], "num_waypoints": 6,
+                                                    "scene_config": _GEOMETRY_SCENE}, vocab_size=MIN_VOCAB + 1,
+                           waypoint_dt_s=0.5, head_config={"seed": 3}, context=["cameras", "navigation"],
+                           notes="ORION's VAE planner as published: 6 modes x 6 steps from <waypoint_ego>, the "
+                                 "route command picks; a seeded latent"),
+    "tiny-minddrive-vae": dict(family="scene_qwen2", **{**_TINY_SCENE, "head": "minddrive_vae", "num_waypoints": 6,
+                                                        "lora_rank": 16, "scene_config": _GEOMETRY_SCENE,
+                                                        "passes": _MINDDRIVE_PASSES},
+                               lora_alpha=16.0, lora_targets=["q_proj", "k_proj", "v_proj", "o_proj"],
+                               vocab_size=MIN_VOCAB + 15, waypoint_dt_s=0.5,
+                               head_config={"decision_tokens": list(range(MIN_VOCAB, MIN_VOCAB + 7)), "seed": 5},
+                               context=["cameras", "navigation"],
+                               notes="MindDrive's heads as published: a speed decision over 7 lm_head rows, 7 speed "
+                                     "x 6 steps and 6 path x 20 points VAE branches, two peft adapters"),
+    "tiny-orion-published": dict(family="scene_llama", **{**_TINY_SCENE, "head": "command_modes", "query_tokens": 1,
+                                                          "lora_rank": 0, "passes": [], "num_waypoints": 6,
+                                                          "scene_encoder": "orion_front", "scene_config": _ORION_FRONT},
+                                 context=["cameras", "pose", "navigation"],
+                                 notes="ORION's front end under its published keys (EVA ViT, PETR det + map heads, "
+                                       "QT-Former history, can-bus token, streaming memory) at toy size"),
     "tiny-recogdrive": dict(family="internvl", **{**_TINY, "image_width": 112, "num_cameras": 1}, tile_size=56,
                             head="ddim_planner",
                             head_config={"layers": 2, "heads": 2, "head_dim": 16, "output_dim": 48, "mlp_hidden": 64,

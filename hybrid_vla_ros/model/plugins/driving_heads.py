@@ -4,8 +4,8 @@ model's planner reads (head_inputs.py: side inputs) and runs whole on the suffix
 - `command_modes` (ORION): one plan per planner mode from the query token's state; the frame's route command picks
   the one published (reported as the extras `mode`, `mode_command`).
 - `meta_decision` (MindDrive): logits over K meta-action tokens at a named position of the decision pass, read
-  through `decision_rows` (K, H): the LLM's lm_head rows of those tokens in a converted MindDrive (a mapping copies
-  lm_head.weight[decision_tokens] there; no MindDrive mapping is shipped yet), random in a fresh model; the chosen
+  through `decision_rows` (K, H): the LLM's lm_head rows of those tokens (random in a fresh model; the shipped
+  `minddrive` mapping converts to `minddrive_vae`, vae_planners.py, which holds the whole lm_head); the chosen
   action picks one of K planned modes (`decision`, `decision_logits`); a path per route command beside it.
 - `route_speed` (SimLingo): route and speed waypoints from learned query embeddings (model/prompt_embeddings.py).
 (ReCogDrive's `ddim_planner`: diffusion_head.py.)
@@ -13,7 +13,7 @@ model's planner reads (head_inputs.py: side inputs) and runs whole on the suffix
 What each reads was taken from the published inference code (ORION `orion.py` / `orion_head.py`, MindDrive
 `minddrive.py`, SimLingo `driving.py` / `adaptors.py`); the module trees here are written to that shape at any
 width, not copied. Where this differs: ORION's planner is a VAE latent + GRU (a sampled latent), here an MLP per
-mode.
+mode; their planners as published, under their checkpoints' names: vae_planners.py (`orion_vae`, `minddrive_vae`).
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ The interface a plugin implements (subclass WaypointHead):
 Shipped: `mlp` (one MLP over the query tokens' states; the round-1 head, same weights for one token) and
 `gru` (a GRU unrolled over the waypoints from the query tokens' states: ORION's planner family at toy size);
 driving_heads.py: `command_modes` (ORION), `meta_decision` (MindDrive), `route_speed` (SimLingo);
-diffusion_head.py: `ddim_planner` (ReCogDrive).
+diffusion_head.py: `ddim_planner` (ReCogDrive); vae_planners.py: `orion_vae`, `minddrive_vae` (ORION's and MindDrive's
+planners as published).
 """
 
 from __future__ import annotations
