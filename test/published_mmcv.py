@@ -1,12 +1,13 @@
 """Tiny ORION and MindDrive checkpoints in their published mmcv `.pth` layout
-(docs/sources/published_orion_minddrive.md, sections a and d: `{'meta', 'state_dict', 'optimizer'}`; the LLM under peft's `lm_head.base_model.model.`, the
-planner's keys at the top level; key names read from the public code, written here at toy sizes, no code of
-theirs). Each is written from a package model saved in its own layout (tiny-orion-vae, tiny-minddrive-vae), so a
-conversion back must give that model. The perception front end (img_backbone., pts_bbox_head., map_head., ...) is
-not in these files: the package's reference scene encoder travels beside them as a safetensors file (`front.*`)."""
+(docs/sources/published_orion_minddrive.md, sections a and d: `{'meta', 'state_dict', 'optimizer'}`; the LLM under
+peft's `lm_head.base_model.model.`, the perception front end (img_backbone., pts_bbox_head., map_head., query_pos.,
+..., position_range, coords_d) and the planner's keys at the top level; key names read from the public code, written
+here at toy sizes, no code of theirs). Each is written from a package model saved in its own layout
+(tiny-orion-release, tiny-minddrive-release: `orion_front` + LLM + planner), so a conversion back must give that
+model."""
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 LLM = "lm_head.base_model.model."               # Orion / Minddrive .lm_head: a PeftModel over the causal LM
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -48,12 +49,6 @@ def _mmcv(path, state: dict) -> None:
                               "param_groups": [{"lr": 2e-4, "weight_decay": 0.01, "params": [0]}]}}, path)
 
 
-def front_file(saved, path) -> None:
-    """The package's scene encoder weights beside the .pth, as `front.<name>` (the published front end is another
-    engineer's conversion)."""
-    save_file({f"front.{k}": v for k, v in load_file(str(saved / "scene_encoder.safetensors")).items()}, str(path))
-
-
 def rotary_buffers(layers: int, head_dim: int, positions: int = 64) -> dict:
     """transformers 4.31's stale `rotary_emb.{cos,sin}_cached` (1, 1, positions, head_dim) per layer (the released
     Orion.pth holds them: the notes' loading report)."""
@@ -64,12 +59,13 @@ def rotary_buffers(layers: int, head_dim: int, positions: int = 64) -> dict:
     return out
 
 
-def orion_pth(saved, path, spec, lora_rank: int = 16, lora_alpha: float = 16.0, seed: int = 0) -> dict:
-    """tiny-orion-vae saved at `saved` -> ORION's Orion.pth layout at `path`: the LLM wrapped by peft with a random
+def orion_pth(saved, path, spec, front: dict, lora_rank: int = 16, lora_alpha: float = 16.0, seed: int = 0) -> dict:
+    """tiny-orion-release saved at `saved` -> ORION's Orion.pth layout at `path`: the LLM wrapped by peft with a random
     `default` LoRA (r 16, alpha 16) on q/k/v/o whose base weights are W - alpha / r * B @ A (so the merged model is
     the saved one up to float rounding), `lm_head.weight` and the `weighted_mask` buffer (V), the stale rotary
     buffers, the planner (present_distribution, predict_model, ego_fut_decoder) and the training-only
-    future_distribution (H + 12). -> the state dict."""
+    future_distribution (H + 12), and `front`, the front end's state_dict (a shared module's tensors sharing storage,
+    as mmcv's save_checkpoint pickles them). -> the state dict."""
     backbone = load_file(str(saved / "model.safetensors"))
     generator, pairs = torch.Generator().manual_seed(seed), {}
     for key in [k for k in backbone if k.rsplit(".", 2)[-2] in TARGETS and k.endswith(".weight")]:
@@ -85,16 +81,17 @@ def orion_pth(saved, path, spec, lora_rank: int = 16, lora_alpha: float = 16.0, 
     state.update(rotary_buffers(spec.num_blocks, spec.hidden_size // spec.num_heads))
     state.update(load_file(str(saved / "action_head.safetensors")))
     state.update(_training_only(width, 12, "", seed))
+    state.update(front)
     _mmcv(path, state)
     return state
 
 
-def minddrive_pth(saved, path, spec, seed: int = 0) -> dict:
-    """tiny-minddrive-vae saved at `saved` -> MindDrive's minddrive_rltrain.pth layout at `path`: the Qwen2 LLM
+def minddrive_pth(saved, path, spec, front: dict, seed: int = 0) -> dict:
+    """tiny-minddrive-release saved at `saved` -> MindDrive's minddrive_rltrain.pth layout at `path`: the Qwen2 LLM
     wrapped by peft with its two adapters `action_expert` and `decision_expert` (the saved ones), `lm_head.weight`
     (the head's table), `weighted_mask`, both planner branches (present / predict / ego_fut_decoder and pw_*), the
-    training-only future distributions (H + 12, H + 40) and an RL run's `value_net` / `value_net_pro`. -> the state
-    dict."""
+    training-only future distributions (H + 12, H + 40), an RL run's `value_net` / `value_net_pro` and `front` (as
+    orion_pth's). -> the state dict."""
     backbone = load_file(str(saved / "model.safetensors"))
     pairs = {}
     for adapter in ("action_expert", "decision_expert"):
@@ -114,5 +111,6 @@ def minddrive_pth(saved, path, spec, seed: int = 0) -> dict:
     state["value_net.base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight"] = a.clone()
     state["value_net.base_model.model.model.layers.0.self_attn.q_proj.lora_B.default.weight"] = b.clone()
     state["value_net_pro.weight"], state["value_net_pro.bias"] = torch.zeros(1, width), torch.zeros(1)
+    state.update(front)
     _mmcv(path, state)
     return state

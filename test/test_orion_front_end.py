@@ -1,5 +1,5 @@
 """ORION's / MindDrive's perception front end as published (issue 38), the `orion_front` scene encoder at toy size
-(`tiny-orion-published`): its state-dict keys are the published prefixes and shapes (docs/sources/
+(`tiny-orion-release`): its state-dict keys are the published prefixes and shapes (docs/sources/
 published_orion_minddrive.md), shared modules repeated under every name; E + H + 1 detection tokens then E map
 tokens at the LLM width; deterministic, reading each camera's lidar2img; a streaming memory in frame order;
 exact at every cut; a tiny mmcv `.pth` of those keys converts and plans as the model it was written from."""
@@ -21,7 +21,7 @@ from hybrid_vla_ros.model.checkpoint import load_checkpoint, save_checkpoint
 from hybrid_vla_ros.model.inputs import synthetic_frame
 from hybrid_vla_ros.model.load import load_vla
 
-PRESET = "tiny-orion-published"
+PRESET = "tiny-orion-release"
 PUBLISHED_PREFIXES = ("img_backbone.", "query_pos.", "time_embedding.", "ego_pose_pe.", "pts_bbox_head.", "map_head.",
                       "position_encoder.", "position_range", "coords_d")
 D, VIT, HIDDEN = 32, 32, 64   # PETR width (published 256), ViT width (1024), the LLM's (4096 / 896)
@@ -232,7 +232,8 @@ FRONT = r"^(img_backbone|pts_bbox_head|map_head|query_pos|time_embedding|ego_pos
 def orion_pth(model, saved, path):
     """The tiny model as an mmcv checkpoint of ORION's layout: the front end's keys at the top level, from its
     state_dict as mmcv's save_checkpoint takes it (a shared module's tensors share storage in the pickle), the LLM
-    under peft's wrap (no LoRA here); the head (not published: this package's command_modes) under `head.`."""
+    under peft's wrap (no LoRA here); the head under `head.` (a test-local mapping: the shipped one,
+    test_published_orion_minddrive.py)."""
     state = dict(model.scene_encoder.state_dict())
     state.update({LLM + k: v for k, v in load_file(str(saved / "model.safetensors")).items()})
     state.update({"head." + k: v for k, v in load_file(str(saved / "action_head.safetensors")).items()})

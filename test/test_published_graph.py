@@ -8,8 +8,10 @@ same trajectories: the context crosses the shared-memory ring's codec as it cros
 Served: SimLingo converted from its published `.pt` layout (test_published_simlingo.py), ReCogDrive converted from
 its published VLM directory + planner `.ckpt` (test_published_recogdrive.py; served declaring navigation only:
 the drive's readiness probe is stamped before any odometry, so a model that needs the pose and its history, as
-the shipped mapping declares, would refuse it; here they reach the head where known, zeros where not), and
-tiny-orion (ORION's command-chosen planner modes; its published-layout fixture is not built yet)."""
+the shipped mapping declares, would refuse it; here they reach the head where known, zeros where not), and ORION
+and MindDrive converted from their whole mmcv `.pth` (front end + LLM + planner; test_published_orion_minddrive.py:
+their shipped mappings declare cameras and navigation). ORION's converted plan through the graph follows the
+route's turn: the same drive with the route to the left and to the right gives other trajectories."""
 
 import numpy as np
 import pytest
@@ -59,7 +61,23 @@ def recogdrive_checkpoint(tmp_path) -> str:
     return str(tmp_path / "recogdrive")
 
 
-CONVERTED = {"simlingo": simlingo_checkpoint, "recogdrive": recogdrive_checkpoint}
+def mmcv_checkpoint(name: str, tmp_path) -> str:
+    """ORION's / MindDrive's whole mmcv .pth (tiny), converted by the shipped mapping -> the checkpoint directory."""
+    from hybrid_vla_ros.convert import convert_checkpoint
+    from hybrid_vla_ros.model.checkpoint import save_checkpoint
+    from hybrid_vla_ros.model.load import load_vla
+    from test_published_orion_minddrive import PRESETS, WRITERS, mapping_for_tiny
+    model = load_vla(preset=PRESETS[name])
+    saved = save_checkpoint(model, tmp_path / "saved")
+    WRITERS[name](saved, tmp_path / f"{name}.pth", model.spec, model.scene_encoder.state_dict())
+    convert_checkpoint("pth", tmp_path / f"{name}.pth", str(mapping_for_tiny(tmp_path, name, model.spec)),
+                       tmp_path / name, config_dir=saved)
+    return str(tmp_path / name)
+
+
+CONVERTED = {"simlingo": simlingo_checkpoint, "recogdrive": recogdrive_checkpoint,
+             "orion": lambda tmp_path: mmcv_checkpoint("orion", tmp_path),
+             "minddrive": lambda tmp_path: mmcv_checkpoint("minddrive", tmp_path)}
 
 
 def refused(summary: dict) -> dict:
@@ -75,7 +93,7 @@ def graph_overrides(model: dict, cameras: list[str], map_path) -> dict:
     return overrides
 
 
-@pytest.mark.parametrize("model", ["tiny-orion", "simlingo", "recogdrive"])
+@pytest.mark.parametrize("model", ["orion", "minddrive", "simlingo", "recogdrive"])
 def test_a_published_shape_is_served_from_a_drive_with_geometry_and_a_route(model, domain, tmp_path):
     from hybrid_vla_ros.model.load import load_vla
     from hybrid_vla_ros.ros.bags.drives import write_route_drive
@@ -101,3 +119,23 @@ def test_a_published_shape_is_served_from_a_drive_with_geometry_and_a_route(mode
     assert sorted(traj_one) == sorted(traj_many)
     for stamp in traj_one:
         np.testing.assert_allclose(traj_many[stamp], traj_one[stamp], atol=1e-5, err_msg=f"frame {stamp}")
+
+
+def test_the_route_s_turn_changes_converted_orion_s_plan_in_the_graph(domain, tmp_path):
+    from hybrid_vla_ros.model.load import load_vla
+    from hybrid_vla_ros.ros.bags.drives import write_route_drive
+    from hybrid_vla_ros.ros.demo import drive_graph
+    from hybrid_vla_ros.ros.launch_support.bringup import graph_params
+    params_model = {"model.checkpoint": mmcv_checkpoint("orion", tmp_path)}
+    spec = load_vla(checkpoint=params_model["model.checkpoint"]).spec
+    cameras = [f"/test/cam{i}/image" for i in range(spec.num_cameras)]
+    params = graph_params(overrides=graph_overrides(params_model, cameras, tmp_path / "intersection.osm"))
+    plans = {}
+    for turn in ("left", "right"):   # the same frames and poses, the route through the junction to either side
+        bag = write_route_drive(tmp_path / f"drive_{turn}", spec, cameras, tmp_path / "intersection.osm", turn=turn,
+                                frames=FRAMES, compressed=False)
+        summary, plans[turn] = drive_graph(bag, params, settle_s=30)
+        assert summary["trajectories"] == FRAMES and not refused(summary), summary
+    assert sorted(plans["left"]) == sorted(plans["right"])
+    for stamp in plans["left"]:   # ORION's mode: turn left's (0) against turn right's (1), every frame
+        assert not np.allclose(plans["left"][stamp], plans["right"][stamp]), f"frame {stamp}"

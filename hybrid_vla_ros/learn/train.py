@@ -100,6 +100,7 @@ def train(model: VLAModel, config: TrainConfig, samples: list[Sample] | None = N
         model.spec, range(TRAIN_SEED_BASE, TRAIN_SEED_BASE + config.drives), config.frames_per_drive, config.rate_hz)
     truths = torch.tensor(np.stack([s.truth for s in samples]), dtype=torch.float32)  # (n, N, 4)
     model.train()
+    model.requires_grad_(True)   # a loaded checkpoint comes frozen for inference: fine-tuning it learns all of it
     optimiser = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimiser, warmup_cosine(config.steps))
     history, start = [], time.perf_counter()

@@ -37,6 +37,11 @@ _ORION_FRONT = dict(image_height=56, image_width=56, cameras=2, embed_dims=32, n
                     det=dict(num_query=12, num_propagated=6, memory_len=12, topk_proposals=6, num_extra=8,
                              num_memory=2, scene_memory_len=8),
                     map=dict(num_lane=18, num_lanes_one2one=6, num_extra=8, memory_len=12, topk_proposals=6))
+_MINDDRIVE_FRONT = {**_ORION_FRONT, "det": {**_ORION_FRONT["det"], "fut_mode": 1, "use_pe": True,
+                                           "motion_map_decoder": True}}
+_MINDDRIVE_RELEASE_PASSES = [_MINDDRIVE_PASSES[0], {**_MINDDRIVE_PASSES[1], "instruction": (
+    "Based on the above information, please provide a safe, executable, and reasonable planning trajectory for the "
+    "ego car.")}]
 _DRIVING_HEADS = {
     "tiny-orion": dict(family="scene_llama", **{**_TINY_SCENE, "head": "command_modes", "query_tokens": 1,
                                                 "lora_rank": 0, "passes": [], "num_waypoints": 6,
@@ -67,12 +72,28 @@ _DRIVING_HEADS = {
                                context=["cameras", "navigation"],
                                notes="MindDrive's heads as published: a speed decision over 7 lm_head rows, 7 speed "
                                      "x 6 steps and 6 path x 20 points VAE branches, two peft adapters"),
-    "tiny-orion-published": dict(family="scene_llama", **{**_TINY_SCENE, "head": "command_modes", "query_tokens": 1,
-                                                          "lora_rank": 0, "passes": [], "num_waypoints": 6,
-                                                          "scene_encoder": "orion_front", "scene_config": _ORION_FRONT},
-                                 context=["cameras", "pose", "navigation"],
-                                 notes="ORION's front end under its published keys (EVA ViT, PETR det + map heads, "
-                                       "QT-Former history, can-bus token, streaming memory) at toy size"),
+    # A whole release at toy size, as orion.yaml / minddrive.yaml convert it (test/test_published_orion_minddrive.py):
+    # ORION's front end (orion_front; MindDrive's det options, its 0.5B's) + LLM + published planner, the mappings'
+    # head_config, passes and context at toy sizes.
+    "tiny-orion-release": dict(family="scene_llama", **{**_TINY_SCENE, "head": "orion_vae", "query_tokens": 1,
+                                                        "lora_rank": 0, "passes": [], "num_waypoints": 6,
+                                                        "scene_encoder": "orion_front", "scene_config": _ORION_FRONT},
+                               vocab_size=MIN_VOCAB + 1, waypoint_dt_s=0.5, head_config={"seed": 0},
+                               context=["cameras", "navigation"],
+                               notes="ORION as released at toy size: its front end under its published keys (EVA "
+                                     "ViT, PETR det + map heads, QT-Former history, can-bus token, streaming "
+                                     "memory), the LLM and its VAE planner"),
+    "tiny-minddrive-release": dict(family="scene_qwen2", **{**_TINY_SCENE, "head": "minddrive_vae",
+                                                            "num_waypoints": 6, "lora_rank": 16,
+                                                            "scene_encoder": "orion_front",
+                                                            "scene_config": _MINDDRIVE_FRONT,
+                                                            "passes": _MINDDRIVE_RELEASE_PASSES},
+                                   lora_alpha=16.0, lora_targets=["q_proj", "k_proj", "v_proj", "o_proj"],
+                                   vocab_size=MIN_VOCAB + 15, waypoint_dt_s=0.5,
+                                   head_config={"decision_tokens": list(range(MIN_VOCAB, MIN_VOCAB + 7)), "seed": 0},
+                                   context=["cameras", "navigation"],
+                                   notes="MindDrive-0.5B as released at toy size: ORION's front end with its det "
+                                         "options, the LLM with two peft adapters and its speed / path heads"),
     "tiny-recogdrive": dict(family="internvl", **{**_TINY, "image_width": 112, "num_cameras": 1}, tile_size=56,
                             head="ddim_planner",
                             head_config={"layers": 2, "heads": 2, "head_dim": 16, "output_dim": 48, "mlp_hidden": 64,
