@@ -42,6 +42,13 @@ _MINDDRIVE_FRONT = {**_ORION_FRONT, "det": {**_ORION_FRONT["det"], "fut_mode": 1
 _MINDDRIVE_RELEASE_PASSES = [_MINDDRIVE_PASSES[0], {**_MINDDRIVE_PASSES[1], "instruction": (
     "Based on the above information, please provide a safe, executable, and reasonable planning trajectory for the "
     "ego car.")}]
+# The published planners' settings, shared by the planner-only and the whole-release presets below.
+_ORION_LLM = {"head": "orion_vae", "query_tokens": 1, "lora_rank": 0, "passes": [], "num_waypoints": 6}
+_ORION_PLANNER = dict(family="scene_llama", vocab_size=MIN_VOCAB + 1, waypoint_dt_s=0.5, context=["cameras", "navigation"])
+_MINDDRIVE_LLM = {"head": "minddrive_vae", "num_waypoints": 6, "lora_rank": 16}
+_MINDDRIVE_PLANNER = dict(family="scene_qwen2", lora_alpha=16.0, lora_targets=["q_proj", "k_proj", "v_proj", "o_proj"],
+                          vocab_size=MIN_VOCAB + 15, waypoint_dt_s=0.5, context=["cameras", "navigation"])
+_MINDDRIVE_DECISION = {"decision_tokens": list(range(MIN_VOCAB, MIN_VOCAB + 7))}
 _DRIVING_HEADS = {
     "tiny-orion": dict(family="scene_llama", **{**_TINY_SCENE, "head": "command_modes", "query_tokens": 1,
                                                 "lora_rank": 0, "passes": [], "num_waypoints": 6,
@@ -57,41 +64,29 @@ _DRIVING_HEADS = {
     # Their planners as published (model/plugins/vae_planners.py), keyed as their checkpoints: the VAE + GRU at
     # <waypoint_ego> (ORION: 32000 + 1 added token; its LoRA merged on conversion); MindDrive's speed decision, speed
     # and path branches, its two peft adapters (r 16, alpha 16, q/k/v/o) and 15 added tokens (7 speeds first).
-    "tiny-orion-vae": dict(family="scene_llama", **{**_TINY_SCENE, "head": "orion_vae", "query_tokens": 1,
-                                                    "lora_rank": 0, "passes": [], "num_waypoints": 6,
-                                                    "scene_config": _GEOMETRY_SCENE}, vocab_size=MIN_VOCAB + 1,
-                           waypoint_dt_s=0.5, head_config={"seed": 3}, context=["cameras", "navigation"],
+    "tiny-orion-vae": dict(**_ORION_PLANNER, **{**_TINY_SCENE, **_ORION_LLM, "scene_config": _GEOMETRY_SCENE},
+                           head_config={"seed": 3},
                            notes="ORION's VAE planner as published: 6 modes x 6 steps from <waypoint_ego>, the "
                                  "route command picks; a seeded latent"),
-    "tiny-minddrive-vae": dict(family="scene_qwen2", **{**_TINY_SCENE, "head": "minddrive_vae", "num_waypoints": 6,
-                                                        "lora_rank": 16, "scene_config": _GEOMETRY_SCENE,
-                                                        "passes": _MINDDRIVE_PASSES},
-                               lora_alpha=16.0, lora_targets=["q_proj", "k_proj", "v_proj", "o_proj"],
-                               vocab_size=MIN_VOCAB + 15, waypoint_dt_s=0.5,
-                               head_config={"decision_tokens": list(range(MIN_VOCAB, MIN_VOCAB + 7)), "seed": 5},
-                               context=["cameras", "navigation"],
+    "tiny-minddrive-vae": dict(**_MINDDRIVE_PLANNER, **{**_TINY_SCENE, **_MINDDRIVE_LLM,
+                                                        "scene_config": _GEOMETRY_SCENE, "passes": _MINDDRIVE_PASSES},
+                               head_config={**_MINDDRIVE_DECISION, "seed": 5},
                                notes="MindDrive's heads as published: a speed decision over 7 lm_head rows, 7 speed "
                                      "x 6 steps and 6 path x 20 points VAE branches, two peft adapters"),
     # A whole release at toy size, as orion.yaml / minddrive.yaml convert it (test/test_published_orion_minddrive.py):
     # ORION's front end (orion_front; MindDrive's det options, its 0.5B's) + LLM + published planner, the mappings'
     # head_config, passes and context at toy sizes.
-    "tiny-orion-release": dict(family="scene_llama", **{**_TINY_SCENE, "head": "orion_vae", "query_tokens": 1,
-                                                        "lora_rank": 0, "passes": [], "num_waypoints": 6,
-                                                        "scene_encoder": "orion_front", "scene_config": _ORION_FRONT},
-                               vocab_size=MIN_VOCAB + 1, waypoint_dt_s=0.5, head_config={"seed": 0},
-                               context=["cameras", "navigation"],
+    "tiny-orion-release": dict(**_ORION_PLANNER, **{**_TINY_SCENE, **_ORION_LLM, "scene_encoder": "orion_front",
+                                                    "scene_config": _ORION_FRONT},
+                               head_config={"seed": 0},
                                notes="ORION as released at toy size: its front end under its published keys (EVA "
                                      "ViT, PETR det + map heads, QT-Former history, can-bus token, streaming "
                                      "memory), the LLM and its VAE planner"),
-    "tiny-minddrive-release": dict(family="scene_qwen2", **{**_TINY_SCENE, "head": "minddrive_vae",
-                                                            "num_waypoints": 6, "lora_rank": 16,
+    "tiny-minddrive-release": dict(**_MINDDRIVE_PLANNER, **{**_TINY_SCENE, **_MINDDRIVE_LLM,
                                                             "scene_encoder": "orion_front",
                                                             "scene_config": _MINDDRIVE_FRONT,
                                                             "passes": _MINDDRIVE_RELEASE_PASSES},
-                                   lora_alpha=16.0, lora_targets=["q_proj", "k_proj", "v_proj", "o_proj"],
-                                   vocab_size=MIN_VOCAB + 15, waypoint_dt_s=0.5,
-                                   head_config={"decision_tokens": list(range(MIN_VOCAB, MIN_VOCAB + 7)), "seed": 0},
-                                   context=["cameras", "navigation"],
+                                   head_config={**_MINDDRIVE_DECISION, "seed": 0},
                                    notes="MindDrive-0.5B as released at toy size: ORION's front end with its det "
                                          "options, the LLM with two peft adapters and its speed / path heads"),
     "tiny-recogdrive": dict(family="internvl", **{**_TINY, "image_width": 112, "num_cameras": 1}, tile_size=56,
