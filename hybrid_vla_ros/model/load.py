@@ -9,6 +9,7 @@ import torch
 
 from ..errors import ConfigError, expect
 from .checkpoint import ensure_loaded, load_checkpoint
+from .plugins import alpamayo
 from .presets import get_preset
 from .vla import VLAModel, build_model
 
@@ -40,6 +41,9 @@ def load_vla(preset: str | None = None, checkpoint: str | None = None, dtype: to
     expect((preset is None) != (checkpoint is None), ConfigError,
            f"give exactly one of a preset or a checkpoint directory (got preset={preset!r}, checkpoint={checkpoint!r})")
     if checkpoint is not None:
+        if alpamayo.is_release(resolve_checkpoint(checkpoint)):   # a published Alpamayo directory, as released:
+            return alpamayo.load_release(resolve_checkpoint(checkpoint), dtype=dtype,   # its own model (unsplit
+                                         shapes_only=shapes_only or lazy)               # for now, issue 39)
         return load_checkpoint(resolve_checkpoint(checkpoint), dtype=dtype,
                                keep=(lambda m: []) if shapes_only or lazy else keep, fresh_head=fresh_head)
     spec = get_preset(preset)

@@ -115,6 +115,11 @@ _BENCH = dict(num_blocks=16, hidden_size=576, num_heads=9, num_kv_heads=3, inter
 _REAL_SCENE = dict(width=1024, depth=24, heads=16, patch_size=16, history_queries=16, memory_frames=16,
                    image_height=640, image_width=640, cameras=6)
 
+# Alpamayo's expert_cfg (over the VLM's text config; KV heads and head_dim must stay the VLM's) and its
+# action_in_proj_cfg (PerWaypointActionInProjV2), model/plugins/alpamayo/.
+_ALPAMAYO_EXPERT = {"hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 16}
+_ALPAMAYO_IN_PROJ = {"num_enc_layers": 4, "hidden_size": 1024, "max_freq": 100.0, "num_fourier_feats": 20}
+
 _QWEN3_TINY = dict(patch_size=16, image_height=64, image_width=64, vision_depth=3, deepstack_blocks=2)
 
 PRESETS: dict[str, VLASpec] = {
@@ -188,6 +193,19 @@ PRESETS: dict[str, VLASpec] = {
                              head_hidden=1024, num_waypoints=6, real_size=True,
                              notes="Qwen3-VL-8B shapes, 4 cameras x 4 frames of 320 x 576 (2880 image tokens), "
                                    "like Alpamayo 1"),
+    # Alpamayo 1 as released: the VLM above (vocab: Qwen's 151669 + 4000 <iN> + 29 special tokens) and its
+    # flow-matching expert as the head (model/plugins/alpamayo/head.py): expert_cfg over the VLM's text config,
+    # 64 (acceleration, curvature) steps of 0.1 s. Expert sizes: hidden 2048 as third-party ports read it, the rest
+    # fitted to the model card's 2.3B (the released config.json is gated); docs/CHECKPOINTS.md.
+    "alpamayo-r1-like": VLASpec(name="alpamayo-r1-like", family="qwen3_vl", num_blocks=36, hidden_size=4096,
+                                num_heads=32, num_kv_heads=8, intermediate_size=12288, vocab_size=155698,
+                                vision_depth=27, vision_hidden=1152, vision_heads=16, vision_intermediate=4304,
+                                patch_size=16, deepstack_blocks=3, image_height=320, image_width=576,
+                                num_cameras=16, text_tokens=128, head="alpamayo_expert",
+                                head_config={"expert": _ALPAMAYO_EXPERT, "in_proj": _ALPAMAYO_IN_PROJ},
+                                num_waypoints=64, waypoint_dt_s=0.1, real_size=True,
+                                notes="Alpamayo 1 shapes: Qwen3-VL-8B (4 cameras x 4 frames, 48 history tokens) "
+                                      "+ a 2.3B flow-matching expert over its per-layer KV"),
     "minddrive-like": VLASpec(name="minddrive-like", family="qwen2_5_vl", num_blocks=36, hidden_size=2048,
                               num_heads=16, num_kv_heads=2, intermediate_size=11008, vocab_size=151936,
                               vision_depth=32, vision_hidden=1280, vision_heads=16, vision_intermediate=3420,

@@ -1,0 +1,52 @@
+"""An Alpamayo release as one module, its parameters named as the released safetensors name them:
+`vlm.*` (Qwen3VLForConditionalGeneration: `vlm.model.visual.*`, `vlm.model.language_model.*`, `vlm.lm_head.*`),
+`expert.*`, `action_in_proj.*`, `action_out_proj.*`, and the action space's statistics `action_space.*`."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ....errors import ConfigError
+from .action_proj import in_proj_from
+from .action_space import UnicycleActionSpace
+from .config import AlpamayoConfig
+from .expert import build_expert
+
+ACTION_CHANNELS = 2   # acceleration, curvature
+
+
+class AlpamayoModel(nn.Module):
+
+    def __init__(self, config: AlpamayoConfig):
+        super().__init__()
+        from transformers.models.qwen3_vl import Qwen3VLForConditionalGeneration
+        self.config = config
+        self.vlm = Qwen3VLForConditionalGeneration(config.vlm)
+        self.expert = build_expert(config.expert)
+        hidden = config.expert.hidden_size
+        # Alpamayo 1 saves the Fourier frequencies; 1.5 registers them non-persistent
+        self.action_in_proj = in_proj_from(config.in_proj, ACTION_CHANNELS, hidden,
+                                           persistent_freqs=config.model_type == "alpamayo_r1")
+        self.action_out_proj = nn.Linear(hidden, ACTION_CHANNELS)
+        self.action_space = UnicycleActionSpace(config.action_space)
+
+    @property
+    def spec(self):
+        """Not a VLAModel: the engine's stages and the `hybrid-vla` commands built on them ask for a spec."""
+        raise ConfigError(f"an {self.config.release} release loads as its own model and runs unsplit "
+                          f"(hybrid_vla_ros.model.plugins.alpamayo.run_reference); the split engine and the "
+                          f"hybrid-vla commands built on it do not take it yet (issue 39). For its shapes: "
+                          f"hybrid-vla info --preset alpamayo-r1-like")
+
+    @property
+    def expert_dtype(self) -> torch.dtype:
+        return self.action_out_proj.weight.dtype
+
+    @property
+    def image_token_id(self) -> int:
+        return int(self.config.vlm.image_token_id)
+
+    def published_keys(self) -> set[str]:
+        """The tensors a release's safetensors hold for this config."""
+        return set(self.state_dict().keys())
