@@ -1,10 +1,12 @@
 """One parameter of a node's table (ros/params.py): its type, bounds and description, the check of a value
-(a ConfigError naming the parameter, the value and what is allowed) and its JSON schema. ROS-free."""
+(a ConfigError naming the parameter, the value and what is allowed) and its JSON schema; and the decode policy's
+parameters, which the prefix's and the suffix's tables share. ROS-free."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..engine.decode.policy import MAX_STOP_IDS, MAX_TEMPERATURE, MAX_TOKENS
 from ..engine.pipeline.limits import AUTO
 from ..errors import ConfigError, expect
 
@@ -83,3 +85,32 @@ class ParamSpec:
             target["anyOf"] = [{"enum": [AUTO]}, bounds]
         schema["description"] = self.description
         return schema
+
+
+# ---- the decode policy's parameters (engine/decode/policy.py), in the prefix's and the suffix's table -----------
+# The suffix picks each token by them, the prefix ends frames (and frees their KV slots) by the same rule, so both
+# YAMLs carry the same values. Read-only: a change mid-stream would split the sides. Checked here for type and
+# bounds, then by DecodePolicy at configure (a ConfigError saying what and why).
+
+SAME = "; the same value on the prefix and the suffix"
+
+
+def decode_params() -> list[ParamSpec]:
+    return [
+        ParamSpec("decode.vocabulary", "string", "action-token models: actions = decode over the action-token bins "
+                  "(a trajectory); full = over every token id (text reasoning: tokens only, in ~/debug/trajectory_info)"
+                  + SAME, choices=("actions", "full")),
+        ParamSpec("decode.sample", "bool", "action-token models: false = greedy; true = one seeded draw per token "
+                  "(temperature, top_p; seeded by decode.seed and the frame's stamp: reproducible)" + SAME),
+        ParamSpec("decode.temperature", "double", "sampled decoding: logits divided by this before the softmax"
+                  + SAME, 0.01, MAX_TEMPERATURE),
+        ParamSpec("decode.top_p", "double", "sampled decoding: draw among the most likely tokens whose mass reaches "
+                  "this (1 = all)" + SAME, 0.01, 1.0),
+        ParamSpec("decode.seed", "int", "sampled decoding: seeds each frame's draws with the frame's stamp" + SAME,
+                  0, 2 ** 31 - 1),
+        ParamSpec("decode.stop_ids", "int_array", f"token ids that end a frame's decode (kept as its last token; at "
+                  f"most {MAX_STOP_IDS}, inside the decoded vocabulary); [-1] = none (ROS parameter files cannot "
+                  f"carry an empty typed array)" + SAME, -1, 2 ** 31 - 1),
+        ParamSpec("decode.max_tokens", "int", "tokens a frame decodes at most; 0 = the model's action length "
+                  "(each KV ring slot holds the prompt + this)" + SAME, 0, MAX_TOKENS),
+    ]

@@ -14,7 +14,7 @@ import yaml
 
 from ..engine.pipeline.limits import AUTO
 from ..errors import ConfigError, expect
-from .param_spec import ParamSpec
+from .param_spec import ParamSpec, decode_params
 
 
 AUTOSTART = ParamSpec("autostart", "bool", "configure and activate at start-up; false: stay unconfigured until "
@@ -120,7 +120,7 @@ PREFIX_PARAMS = _common_model() + [
               "from the suffix after this fails its frames (counted as token_feedback_timeout); -1 = auto: 5 x the "
               "longest recent token round trip, at least 2 s (60 s until one is measured); a value below the "
               "measured round trip is kept, and warned about (docs/RELIABILITY.md)", 0.01, 600.0, auto=True),
-]
+] + decode_params()
 
 SUFFIX_PARAMS = _common_model() + [
     ParamSpec("dtype", "string", "CPU suffix compute dtype (waypoint and action-token models alike); int8: the "
@@ -142,6 +142,7 @@ SUFFIX_PARAMS = _common_model() + [
     *_packing("action-token models: the prefix's pack; with pack_groups it bounds the KV ring a packed step "
               "may claim here (pack x pack_groups slots: a step claiming more is refused before anything is "
               "allocated, counted as invalid_boundary)", "action-token models: the prefix's pack_groups (see pack)"),
+    *decode_params(),
     ParamSpec("max_output_age_ms", "double", "drop (and count as stale_output) a trajectory whose frame arrived at "
               "the prefix longer ago than this at publish time; 0 = never; -1 = auto: 5 x the measured frame time, "
               "at least 500 ms; a value below the measured frame time is kept, and warned about "

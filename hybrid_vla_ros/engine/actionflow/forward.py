@@ -13,6 +13,7 @@ from ...model.checkpoint import ensure_loaded
 from ...model.vla import VLAModel
 from ...types import DeepStack
 from .kv_ring import KVRing
+from ..decode.decoder import TokenDecoder
 from ..placement import CPU
 from ..scheduling.partition import prefix_modules
 from ..int8_calibration import int8_block
@@ -121,11 +122,12 @@ class SideWeights:
         self._placed: dict[int, torch.nn.Module] = {}
         self._blocks = {id(block): i for i, block in enumerate(model.decoder.layers)}
 
-    def load(self, lo: int, hi: int) -> None:
-        """A checkpoint's modules of the side read now: blocks [lo, hi) and the suffix end's norm and head in
-        this dtype; the prefix end's embeddings and vision in fp32 (ActionFlow embeds the rows in fp32)."""
+    def load(self, lo: int, hi: int, head: torch.nn.Module | None = None) -> None:
+        """A checkpoint's modules of the side read now: blocks [lo, hi) and the suffix end's norm and head (the
+        action head, or `head`: the decode vocabulary's) in this dtype; the prefix end's embeddings and vision in
+        fp32 (ActionFlow embeds the rows in fp32)."""
         model = self.model
-        ends = [model.decoder.norm, model.action_head] if hi == model.num_blocks else []
+        ends = [model.decoder.norm, model.action_head if head is None else head] if hi == model.num_blocks else []
         if lo == 0:
             ensure_loaded(model, prefix_modules(model, 0), torch.float32)
         ensure_loaded(model, [*model.decoder.layers[lo:hi], *ends], self.dtype)
@@ -142,17 +144,20 @@ class SideWeights:
 class PackedSide:
     """Blocks [lo, hi) of the packed forward with the KV ring of those layers, in the dtype of `weights`
     (default: fp32, the model's own modules). The prefix side (lo == 0) also embeds the rows; the suffix side
-    (hi == L) also applies the final norm and the token head. Rows coming in are converted to its dtype."""
+    (hi == L) also applies the final norm and the head of `tokens`' vocabulary and picks each frame's next token
+    by its policy (engine/decode/; default: greedy over the action tokens). Rows coming in are converted to its
+    dtype."""
 
     def __init__(self, model: VLAModel, lo: int, hi: int, slots: int, slot_tokens: int,
-                 weights: SideWeights | None = None):
+                 weights: SideWeights | None = None, tokens: TokenDecoder | None = None):
         spec, decoder = model.spec, model.decoder
         weights = weights or SideWeights(model)
-        weights.load(lo, hi)  # a checkpoint's side: read now
+        self.tokens = tokens or TokenDecoder(model)
+        ends = hi == model.num_blocks
+        weights.load(lo, hi, self.tokens.head(model) if ends else None)  # a checkpoint's side: read now
         self.model, self.lo, self.hi, self.dtype = model, lo, hi, weights.dtype
         self.blocks = [weights(block) for block in decoder.layers[lo:hi]]
-        ends = hi == model.num_blocks
-        self.norm, self.head = (weights(decoder.norm), weights(model.action_head)) if ends else (None, None)
+        self.norm, self.head = (weights(decoder.norm), weights(self.tokens.head(model))) if ends else (None, None)
         head_dim = spec.hidden_size // spec.num_heads
         self.ring = KVRing(range(lo, hi), slots, slot_tokens, spec.num_kv_heads, head_dim, weights.dtype)
 
@@ -173,13 +178,16 @@ class PackedSide:
 
     @torch.inference_mode()
     def logits(self, state: PackedState) -> torch.Tensor:
-        """Suffix end: the last row of each segment -> its frame's action-token logits (frames, bins), fp32."""
+        """Suffix end: the last row of each segment -> its frame's logits over the decode vocabulary (frames, V),
+        fp32."""
         last = torch.tensor([seg.row + seg.count - 1 for seg in state.segments])
-        logits = self.head(self.norm(state.hidden[last].to(self.dtype))).float()        # (frames, bins)
-        expect_finite(logits, "nonfinite_output", "packed step: action-token logits")  # argmax would pick a token
+        normed = self.norm(state.hidden[last].to(self.dtype))                            # (frames, H)
+        logits = self.tokens.logits(self.head, normed).float()                           # (frames, V)
+        expect_finite(logits, "nonfinite_output", "packed step: token logits")  # argmax would pick a token
         return logits
 
     def next_tokens(self, state: PackedState) -> dict[int, int]:
-        """Suffix end: each frame's next action token (greedy)."""
-        base = self.model.action_tokenizer.base
-        return {seg.seq: base + int(b) for seg, b in zip(state.segments, self.logits(state).argmax(dim=-1))}
+        """Suffix end: each frame's next token by the decode policy (greedy, or its seeded draw for this step)."""
+        choose, index_at = self.tokens.choose, self.tokens.index_at
+        return {seg.seq: choose(row, seg.stamp_ns, index_at(seg.start, seg.count))
+                for seg, row in zip(state.segments, self.logits(state))}

@@ -1,6 +1,7 @@
-"""ActionFlow: cross-frame packed prefill + decode for VLAs that emit their action as tokens.
+"""ActionFlow: cross-frame packed prefill + decode for VLAs that emit their action (or reasoning) as tokens.
 
-A frame needs one prefill (S prompt tokens) and T - 1 decode steps (T action tokens). Decoded one frame at a
+A frame needs one prefill (S prompt tokens) and up to T - 1 decode steps (T = the decode policy's max_tokens;
+engine/decode/: greedy or seeded sampling, action bins or the full vocabulary, stop ids). Decoded one frame at a
 time, each decode step is a batch-1, weight-bound forward. With up to K frames in flight, one packed forward
 carries the prefill of the next waiting frame together with one decode row of every older in-flight frame:
 
@@ -8,13 +9,15 @@ carries the prefill of the next waiting frame together with one decode row of ev
 
 Each frame attends only to its own keys (per-frame causal attention over its slot of the KV ring,
 engine/actionflow/kv_ring.py), at its own positions (M-RoPE rows for Qwen-VL). A frame's action is complete after its
-T-th token, so outputs lag inputs by T - 1 steps; nothing is emitted for a frame before it is complete
-(cold start included). The packed forward is cut at p like the single-frame one: `PackedSide` runs blocks
-[lo, hi) with a KV ring of its own layers; the boundary is the packed hidden state plus its layout
-(`PackedState`). The dense projections and MLPs see all R rows at once: that is where packing wins.
+last token (a stop id or its T-th), so outputs lag inputs by up to T - 1 steps, and frames of one pack end at
+different steps: a finished frame leaves the pack at once and frees its ring slot for the next prefill.
+Nothing is emitted for a frame before it is complete (cold start included). The packed forward is cut at p
+like the single-frame one: `PackedSide` runs blocks [lo, hi) with a KV ring of its own layers; the boundary
+is the packed hidden state plus its layout (`PackedState`). The dense projections and MLPs see all R rows at
+once: that is where packing wins.
 
-The baseline and exactness reference (plain prefill then greedy decode, one frame at a time, through the
-transformers decoder layers with their own DynamicCache) is reference.py.
+The baseline and exactness reference (plain prefill then the same policy's decode, one frame at a time, through
+the transformers decoder layers with their own DynamicCache) is reference.py.
 """
 
 from __future__ import annotations
@@ -28,18 +31,16 @@ import torch
 
 from ...errors import ConfigError, HybridVLAError, InputError, expect
 from ...model.vla import VLAModel
-from ...types import DeepStack, Frame, Trajectory
+from ...types import DeepStack, Frame
 from .kv_ring import check_ring
 from .forward import PackedSide, PackedState, Segment, SideWeights
 from .codec import check_fits, decode_state, encode_tokens
+from ..decode.decoder import TokenDecoder
+from ..decode.policy import DecodePolicy
+from ..decode.result import ActionResult
 from ..placement import check_boundary_dtype
 from ..scheduling.partition import check_partition
 from ..stages import frame_embeddings
-
-
-def slot_tokens_of(model: VLAModel) -> int:
-    """KV positions one frame needs: its prompt + its action tokens but the last (never fed back)."""
-    return model.sequence_length + model.action_tokenizer.tokens_per_frame - 1
 
 
 def stamps(frame: Frame) -> tuple[int, int]:
@@ -77,17 +78,6 @@ class InFlight:
     started: float = 0.0          # when its prefill was packed (latency = started -> its last token)
 
 
-@dataclass
-class ActionResult:
-    seq: int
-    stamp_ns: int
-    tokens: list[int] | None      # None: the frame failed (see error)
-    trajectory: Trajectory | None
-    latency_s: float
-    error: str = ""
-    reason: str = ""              # with error: the diagnostics reason (invalid_input, step_failed)
-
-
 class ActionFlow:
     """Frames in, complete actions out, with up to `pack` frames in flight in one packed forward, cut at
     `partition` (None: unsplit). step() = plan -> prefix side -> suffix side -> finish; the split runner
@@ -95,27 +85,34 @@ class ActionFlow:
 
     def __init__(self, model: VLAModel, pack: int, partition: int | None = None, ring_tokens: int | None = None,
                  prefix_side: PackedSide | None = None, with_suffix: bool = True, prepare=None,
-                 suffix_dtype: torch.dtype = torch.float32):
+                 suffix_dtype: torch.dtype = torch.float32, decode: DecodePolicy | None = None):
         """prefix_side: a prefix side shared with other groups (its ring hands out the slots of all of them;
         partition is then its cut); with_suffix=False: the suffix side lives elsewhere (another process);
         suffix_dtype: the suffix side's (its own copies of its modules when the model's differ).
         prepare(frame) -> bool: runs before a frame's prefill (the ROS node decodes its images there); False
-        skips the frame (the caller counted why), a HybridVLAError fails it; the other frames go on."""
+        skips the frame (the caller counted why), a HybridVLAError fails it; the other frames go on.
+        decode: how each frame's tokens are decoded and when it ends (engine/decode/policy.py; default: greedy,
+        the model's action tokens)."""
         spec = model.spec
         expect(spec.action_head == "tokens", ConfigError,
                f"model '{spec.name}' has a waypoint head; ActionFlow needs an action-token model (e.g. tiny-act)")
         self.model, self.pack, self.prepare = model, pack, prepare
-        self.tokens_per_frame = model.action_tokenizer.tokens_per_frame
+        self.tokens = TokenDecoder(model, decode)
+        self.tokens_per_frame = self.tokens.max_tokens    # the most a frame decodes
         if prefix_side is not None:
             check_ring(pack, prefix_side.ring.slot_tokens, None)
+            expect(prefix_side.ring.slot_tokens >= self.tokens.slot_tokens, ConfigError,
+                   f"shared KV ring slots of {prefix_side.ring.slot_tokens} tokens, a frame decoding up to "
+                   f"{self.tokens.max_tokens} tokens needs {self.tokens.slot_tokens}")
             self.prefix, self.partition = prefix_side, prefix_side.hi
         else:
-            slots = check_ring(pack, slot_tokens_of(model), ring_tokens)
+            slots = check_ring(pack, self.tokens.slot_tokens, ring_tokens)
             self.partition = spec.num_blocks if partition is None else \
                 check_partition(partition, spec.num_blocks, "ActionFlow partition")
-            self.prefix = PackedSide(model, 0, self.partition, slots, slot_tokens_of(model))
+            self.prefix = PackedSide(model, 0, self.partition, slots, self.tokens.slot_tokens, tokens=self.tokens)
         self.suffix = PackedSide(model, self.partition, spec.num_blocks, self.prefix.ring.slots,
-                                 self.prefix.ring.slot_tokens, SideWeights(model, suffix_dtype)) if with_suffix else None
+                                 self.prefix.ring.slot_tokens, SideWeights(model, suffix_dtype),
+                                 self.tokens) if with_suffix else None
         self.waiting: deque[Frame] = deque()
         self.flight: dict[int, InFlight] = {}        # seq -> frame being decoded
         self.failed: list[ActionResult] = []
@@ -213,7 +210,8 @@ class ActionFlow:
         return encode_tokens(self.suffix_step(state), step)
 
     def finish(self, state: PackedState, tokens: dict[int, int]) -> list[ActionResult]:
-        """Append each frame's new token; frames with all their tokens are complete: slot freed, result out."""
+        """Append each frame's new token (fed back at its next step); a frame that decoded a stop id or its
+        max_tokens-th token is complete: it leaves the pack, its slot is freed, its result goes out."""
         self.steps += 1
         done = []
         for seg in state.segments:
@@ -224,18 +222,15 @@ class ActionFlow:
                 entry.next_position += 1
             entry.length = seg.start + seg.count
             entry.tokens.append(tokens[seg.seq])
-            if len(entry.tokens) == self.tokens_per_frame:
+            if self.tokens.ended(entry.tokens):
                 done.append(self._complete(entry))
         return done
 
     def _complete(self, entry: InFlight) -> ActionResult:
         self.flight.pop(entry.frame.seq)
         self.prefix.ring.release(entry.slot)
-        points = self.model.action_tokenizer.waypoints(entry.tokens)
-        trajectory = Trajectory(points=points, seq=entry.frame.seq, stamp_ns=entry.frame.stamp_ns,
-                                partition=self.partition)
-        return ActionResult(entry.frame.seq, entry.frame.stamp_ns, list(entry.tokens), trajectory,
-                            time.perf_counter() - entry.started)
+        return self.tokens.result(entry.tokens, entry.frame.seq, entry.frame.stamp_ns, self.partition,
+                                  time.perf_counter() - entry.started)
 
     def step(self) -> list[ActionResult]:
         state = self.prefix_step()

@@ -27,9 +27,11 @@ import torch
 from ...errors import ConfigError, expect
 from ...model.vla import VLAModel
 from ...types import Frame
-from .packing import ActionFlow, ActionResult, slot_tokens_of
+from .packing import ActionFlow, ActionResult
 from .forward import PackedSide, PackedState, SideWeights
 from .codec import decode_tokens, encode_state
+from ..decode.decoder import TokenDecoder
+from ..decode.policy import DecodePolicy
 from ..pipeline.limits import AUTO, TOKEN_FIRST_S, TOKEN_TIMEOUT, Limit, Recent, resolve
 from ..scheduling.partition import check_partition
 
@@ -68,11 +70,12 @@ class Lost:
 class PackedPrefixServer:
     def __init__(self, model: VLAModel, pack: int, groups: int, partition: int, policy: str = "latest",
                  capacity: int = 1, token_timeout_s: float = AUTO, prepare=None, zone: tuple[int, int] | None = None,
-                 dtype: torch.dtype = torch.float32):
+                 dtype: torch.dtype = torch.float32, decode: DecodePolicy | None = None):
         """zone: the partitions a move may choose; their blocks are read now (a checkpoint model). dtype: the
         prefix side's blocks and KV ring, hence the boundary's (embeddings and vision stay the model's).
         token_timeout_s: AUTO, the node's shipped default (a fixed 1 s failed tiny models' steps on a loaded 2-core
-        machine; a real-size step takes seconds)."""
+        machine; a real-size step takes seconds). decode: when a frame ends (a stop id, max_tokens), so its slot is
+        freed; the suffix picks the tokens by the same policy (engine/decode/)."""
         expect(isinstance(groups, int) and 1 <= groups <= MAX_GROUPS, ConfigError,
                f"pack_groups={groups!r}: expected 1..{MAX_GROUPS} independent groups of frames")
         expect(pack * groups <= MAX_SLOTS, ConfigError,
@@ -80,6 +83,7 @@ class PackedPrefixServer:
         expect(token_timeout_s > 0 or token_timeout_s == AUTO, ConfigError,
                f"token_timeout_s={token_timeout_s!r}: expected > 0 (seconds) or {AUTO:g} (auto)")
         self.model, self.pack, self.slots = model, pack, pack * groups
+        self.tokens = TokenDecoder(model, decode)
         self.policy, self.capacity = policy, (1 if policy == "latest" else capacity)
         self.token_timeout_s = token_timeout_s
         self.round_trips = Recent()   # seconds from a step sent to its tokens back
@@ -87,7 +91,7 @@ class PackedPrefixServer:
         self.weights = SideWeights(model, dtype)   # placed once, kept across partition moves
         self.weights.load(0, self.zone[1])
         side = self._side(check_partition(partition, model.num_blocks, "packed prefix partition"))
-        self.groups = [ActionFlow(model, pack, prefix_side=side, with_suffix=False, prepare=prepare)
+        self.groups = [ActionFlow(model, pack, prefix_side=side, with_suffix=False, prepare=prepare, decode=decode)
                        for _ in range(groups)]
         self.cond = threading.Condition()
         self.inbox: deque[Frame] = deque()
@@ -104,7 +108,7 @@ class PackedPrefixServer:
         self.stale_tokens = 0   # token messages for steps no longer awaited (timed out, repeated)
 
     def _side(self, partition: int) -> PackedSide:
-        return PackedSide(self.model, 0, partition, self.slots, slot_tokens_of(self.model), self.weights)
+        return PackedSide(self.model, 0, partition, self.slots, self.tokens.slot_tokens, self.weights, self.tokens)
 
     def timeout(self) -> Limit:
         """The token timeout a step sent now gets: token_timeout_s, or auto: max(2 s, 5 x the longest recent round
@@ -259,10 +263,10 @@ class PackedPrefixServer:
         expected = {s.seq for s in state.segments}
         if set(tokens) != expected:
             return f"tokens for frames {sorted(tokens)}, the step carried {sorted(expected)}"
-        tokenizer = self.model.action_tokenizer
-        bad = {seq: t for seq, t in tokens.items() if not tokenizer.base <= t < tokenizer.base + tokenizer.bins}
-        return f"tokens {bad} outside the action vocabulary [{tokenizer.base}, " \
-               f"{tokenizer.base + tokenizer.bins})" if bad else ""
+        vocab = self.tokens
+        bad = {seq: t for seq, t in tokens.items() if not vocab.in_vocabulary(t)}
+        return f"tokens {bad} outside the {vocab.label} [{vocab.base}, " \
+               f"{vocab.base + vocab.size})" if bad else ""
 
     def _expire(self, now: float) -> None:
         for step, (index, state, deadline, _, limit_s) in list(self.awaiting.items()):

@@ -1,6 +1,7 @@
-"""ActionFlow's baseline and exactness reference: one frame at a time, plain prefill then T - 1 greedy decode
-steps of batch 1, through transformers' own decoder layers and DynamicCache (what a user without ActionFlow
-runs). Every packed arrangement must give exactly these tokens."""
+"""ActionFlow's baseline and exactness reference: one frame at a time, plain prefill then decode steps of batch 1
+by the same decode policy (engine/decode/: greedy or the frame's seeded draws, stop ids, max_tokens), through
+transformers' own decoder layers and DynamicCache (what a user without ActionFlow runs). Every packed
+arrangement, unsplit or cut at any p, must give exactly these tokens."""
 
 from __future__ import annotations
 
@@ -9,17 +10,21 @@ import time
 import torch
 
 from ...model.vla import VLAModel
-from ...types import Frame, Trajectory
+from ...types import Frame
 from ...model.inputs import encode_frame
+from ..decode.decoder import TokenDecoder
+from ..decode.policy import DecodePolicy
 from .packing import ActionResult
 
+
 @torch.inference_mode()
-def sequential_tokens(model: VLAModel, frame: Frame) -> list[int]:
-    """Plain prefill through the backbone's own HF forward (its vision encoder, DeepStack, M-RoPE), then T - 1
-    greedy decode steps of batch 1 through the HF decoder with a transformers DynamicCache (what a user
-    without ActionFlow runs)."""
+def sequential_tokens(model: VLAModel, frame: Frame, decode: DecodePolicy | TokenDecoder | None = None) -> list[int]:
+    """Plain prefill through the backbone's own HF forward (its vision encoder, DeepStack, M-RoPE), then one
+    decode step of batch 1 per token through the HF decoder with a transformers DynamicCache, each token fed
+    back, until the policy ends the frame (default: greedy over the action tokens, the model's action length)."""
     from transformers import DynamicCache
-    tokenizer = model.action_tokenizer
+    tokens_of = decode if isinstance(decode, TokenDecoder) else TokenDecoder(model, decode)
+    head = tokens_of.head(model)
     encoded = encode_frame(frame, model)
     ids = encoded.input_ids                                                             # (1, S)
     cache = DynamicCache(config=model.decoder.config)
@@ -29,9 +34,9 @@ def sequential_tokens(model: VLAModel, frame: Frame) -> list[int]:
     hidden, position = out.last_hidden_state, int(positions.max()) + 1                  # normed (1, S, H)
     tokens: list[int] = []
     while True:
-        logits = model.action_head(hidden[:, -1])                                        # (1, bins)
-        tokens.append(tokenizer.base + int(logits.argmax(dim=-1)))
-        if len(tokens) == tokenizer.tokens_per_frame:
+        logits = tokens_of.logits(head, hidden[:, -1])                                   # (1, V)
+        tokens.append(tokens_of.choose(logits[0].float(), frame.stamp_ns, len(tokens)))
+        if tokens_of.ended(tokens):
             return tokens
         step = torch.full(model.family.position_ids_shape(1), position, dtype=torch.long)  # (3, 1, 1) or (1, 1)
         hidden = model.decoder(inputs_embeds=model.decoder.embed_tokens(torch.tensor([[tokens[-1]]])),
@@ -39,13 +44,11 @@ def sequential_tokens(model: VLAModel, frame: Frame) -> list[int]:
         position += 1
 
 
-def sequential_results(model: VLAModel, frames) -> list[ActionResult]:
+def sequential_results(model: VLAModel, frames, decode: DecodePolicy | None = None) -> list[ActionResult]:
+    tokens_of = TokenDecoder(model, decode)
     out = []
     for frame in frames:
         t0 = time.perf_counter()
-        tokens = sequential_tokens(model, frame)
-        points = model.action_tokenizer.waypoints(tokens)
-        out.append(ActionResult(frame.seq, frame.stamp_ns, tokens,
-                                Trajectory(points=points, seq=frame.seq, stamp_ns=frame.stamp_ns,
-                                           partition=model.num_blocks), time.perf_counter() - t0))
+        tokens = sequential_tokens(model, frame, tokens_of)
+        out.append(tokens_of.result(tokens, frame.seq, frame.stamp_ns, model.num_blocks, time.perf_counter() - t0))
     return out

@@ -17,11 +17,12 @@ import torch
 
 from ...errors import ConfigError, InputError, expect, expect_finite
 from ...model.vla import VLAModel
-from ...types import Trajectory
-from .packing import ActionResult, check_rows_fit_model, slot_tokens_of
+from .packing import ActionResult, check_rows_fit_model
 from .forward import PackedSide, PackedState, SideWeights
 from .codec import check_fits, decode_state, encode_tokens
 from .prefix_server import MAX_SLOTS
+from ..decode.decoder import TokenDecoder
+from ..decode.policy import DecodePolicy
 
 RECENT_STEPS = 64  # the ring holds the highest slot used by this many recent steps: a frame in flight is in every
                    # step of its group (at most MAX_GROUPS groups alternate), so its slot is seen well within them
@@ -51,26 +52,29 @@ class Decoding:
 
 class PackedSuffixServer:
     def __init__(self, model: VLAModel, zone: tuple[int, int] | None = None, dtype: torch.dtype = torch.float32,
-                 boundary_dtype: torch.dtype | None = torch.float32, max_slots: int = MAX_SLOTS, int8: bool = False):
+                 boundary_dtype: torch.dtype | None = torch.float32, max_slots: int = MAX_SLOTS, int8: bool = False,
+                 decode: DecodePolicy | None = None):
         """zone: the partitions this suffix accepts; their blocks are read and placed now (a checkpoint model),
         not at the first step. dtype: the suffix's blocks, norm, token head and KV ring (its own copies where
         the model's modules are in another dtype). boundary_dtype: the hidden rows' dtype taken (None: any a
         prefix computes in, fp32/fp16/bf16), converted to `dtype`. max_slots: the most KV ring slots a step may
         claim, the prefix's pack x pack_groups (default: the most any prefix may configure). int8: the blocks'
-        linears in int8 (engine/int8.py)."""
+        linears in int8 (engine/int8.py). decode: how tokens are picked and when a frame ends (engine/decode/;
+        the prefix's must be the same: it frees a frame's slot by the same rule)."""
         expect(model.spec.action_head == "tokens", ConfigError,
                f"model '{model.spec.name}' has a waypoint head: it is served by the suffix stage, not ActionFlow")
         expect(isinstance(max_slots, int) and 1 <= max_slots <= MAX_SLOTS, ConfigError,
                f"max_slots={max_slots!r}: expected 1..{MAX_SLOTS} (pack x pack_groups of the prefix)")
         self.zone, self.boundary_dtype, self.max_slots = zone, boundary_dtype, max_slots
         self.used: deque[int] = deque(maxlen=RECENT_STEPS)   # each recent step's highest slot + 1
+        self.tokens = TokenDecoder(model, decode)
         self.weights = SideWeights(model, dtype, int8)
         if zone is not None:
-            self.weights.load(zone[0], model.num_blocks)
-            for module in [*model.decoder.layers[zone[0]:], model.decoder.norm, model.action_head]:
+            self.weights.load(zone[0], model.num_blocks, self.tokens.head(model))
+            for module in [*model.decoder.layers[zone[0]:], model.decoder.norm, self.tokens.head(model)]:
                 self.weights(module)
-        self.model, self.slot_tokens = model, slot_tokens_of(model)
-        self.tokens_per_frame = model.action_tokenizer.tokens_per_frame
+        self.model, self.slot_tokens = model, self.tokens.slot_tokens
+        self.tokens_per_frame = self.tokens.max_tokens
         self.side: PackedSide | None = None
         self.decoding: dict[int, Decoding] = {}    # slot -> the frame whose tokens this suffix has decoded
         self.expired_steps = 0                     # steps done after their deadline (dropped unanswered)
@@ -102,7 +106,7 @@ class PackedSuffixServer:
                 entry = self.decoding[seg.slot] = Decoding(seg.seq, seg.stamp_ns, seg.arrival_ns,
                                                            time.perf_counter(), [], seg.count > 1)
             entry.tokens.append(tokens[seg.seq])
-            if len(entry.tokens) == self.tokens_per_frame:
+            if self.tokens.ended(entry.tokens):
                 completed.append(self._complete(self.decoding.pop(seg.slot)))
                 arrivals[seg.seq] = seg.arrival_ns
         return SuffixStep(encode_tokens(tokens, header.step), header.step, state.hidden.shape[0], header.partition,
@@ -136,7 +140,8 @@ class PackedSuffixServer:
         self.used.append(max(seg.slot for seg in segments) + 1)
         slots = min(self.max_slots, 1 << (max(self.used) - 1).bit_length())
         if self.side is None or self.side.lo != partition:
-            self.side = PackedSide(self.model, partition, self.model.num_blocks, slots, self.slot_tokens, self.weights)
+            self.side = PackedSide(self.model, partition, self.model.num_blocks, slots, self.slot_tokens, self.weights,
+                                   self.tokens)
             return self._forget(lambda slot: True)
         if slots != self.side.ring.slots:
             self.side.ring.resize(slots)
@@ -152,7 +157,5 @@ class PackedSuffixServer:
 
     @torch.inference_mode()
     def _complete(self, entry: Decoding) -> ActionResult:
-        points = self.model.action_tokenizer.waypoints(entry.tokens)
-        trajectory = Trajectory(points=points, seq=entry.seq, stamp_ns=entry.stamp_ns, partition=self.side.lo)
-        return ActionResult(entry.seq, entry.stamp_ns, list(entry.tokens), trajectory,
-                            time.perf_counter() - entry.started)
+        return self.tokens.result(entry.tokens, entry.seq, entry.stamp_ns, self.side.lo,
+                                  time.perf_counter() - entry.started)

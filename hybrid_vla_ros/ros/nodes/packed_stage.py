@@ -4,10 +4,12 @@ with packed steps instead of one boundary state per frame.
 prefix: camera frames -> PackedPrefixServer; its worker runs one group's packed step at a time and
 publishes the step's bytes on ~/output/boundary_state (inline: a packed step is small and answered within
 milliseconds); ~/input/action_tokens brings each step's next tokens back. Parameters: pack (K frames in
-flight per group), pack_groups, token_timeout_s; partition_point moves at the next drain.
+flight per group), pack_groups, token_timeout_s, decode.* (the decode policy, engine/decode/policy.py: the
+same on both nodes); partition_point moves at the next drain.
 suffix: a packed step in (recognised by its magic on the same boundary topic) -> the next tokens out on
 ~/output/action_tokens at once, then the trajectories of the frames this step completed, stamped with
-their own frame's stamp.
+their own frame's stamp; a frame whose tokens make no trajectory (decode.vocabulary full, or stopped early)
+has its tokens in ~/debug/trajectory_info only.
 
 Infos: both stages publish ~/debug/step_info per packed step (step, rows, partition, the stage's time: the
 scheduler joins them by step). Per frame, as for waypoint models, the prefix publishes ~/debug/frame_info
@@ -23,6 +25,7 @@ from std_msgs.msg import UInt8MultiArray
 
 from ...engine.actionflow.prefix_server import PackedPrefixServer, SentStep
 from ...engine.actionflow.suffix_server import PackedSuffixServer
+from ...engine.decode.policy import DecodePolicy
 from ...engine.placement import CPU
 from ...engine.pipeline.worker import StageWorker
 from ...errors import ConfigError, HybridVLAError, expect
@@ -49,7 +52,8 @@ class PackedPrefixLoop:
         self.server = PackedPrefixServer(node.model, p["pack"], p["pack_groups"], p["partition_point"],
                                          policy=p["input_policy"], capacity=LOSSLESS_FRAMES,
                                          token_timeout_s=p["token_timeout_s"], prepare=prepare,
-                                         zone=tuple(node.zone), dtype=node.placement.prefix_dtype)
+                                         zone=tuple(node.zone), dtype=node.placement.prefix_dtype,
+                                         decode=DecodePolicy.from_params(p))
         self.lossy_reason = "displaced" if p["input_policy"] == "latest" else "queue_full"
         self.step_pub = node.configured_publisher(DiagnosticStatus, "~/debug/step_info", 100)
         self.worker = StageWorker("prefix", self._step, source=self.server.next_group, cores=node.cores,
@@ -118,7 +122,8 @@ class PackedSuffixSteps:
         self.node = node
         p = node.params   # the KV ring a step may claim: the prefix's pack x pack_groups (both in the graph's YAML)
         self.server = PackedSuffixServer(node.model, tuple(node.zone), node.suffix_dtype, node.boundary_dtype,
-                                         max_slots=p["pack"] * p["pack_groups"], int8=node.suffix_int8)
+                                         max_slots=p["pack"] * p["pack_groups"], int8=node.suffix_int8,
+                                         decode=DecodePolicy.from_params(p))
         self.tokens_pub = node.configured_publisher(UInt8MultiArray, "~/output/action_tokens", TOKENS_QOS)
         self.step_pub = node.configured_publisher(DiagnosticStatus, "~/debug/step_info", 100)
 
@@ -143,8 +148,12 @@ class PackedSuffixSteps:
         self.tokens_pub.publish(UInt8MultiArray(data=out.tokens_payload))   # first: the prefix waits for it
         ms = (time.perf_counter() - t0) * 1e3   # the step's compute (the scheduler's sample), not the publishing
         for result in out.completed:
-            node.publish_trajectory(result.trajectory, out.arrivals.get(result.seq, 0), {
-                "latency_ms": f"{result.latency_s * 1e3:.3f}", "tokens": len(result.tokens), "transport": "packed"})
+            values = {"latency_ms": f"{result.latency_s * 1e3:.3f}", **result.diagnostics(), "transport": "packed"}
+            if result.trajectory is None:   # tokens only (reasoning, or stopped before a whole action)
+                node.info_pub.publish(info(f"{node.get_name()}: tokens", {
+                    "stamp_ns": result.stamp_ns, "seq": result.seq, "partition": out.partition, **values}))
+            else:
+                node.publish_trajectory(result.trajectory, out.arrivals.get(result.seq, 0), values)
         self.step_pub.publish(info(f"{node.get_name()}: step", {
             "step": out.step, "rows": out.rows, "partition": out.partition, "completed": len(out.completed),
             "suffix_ms": f"{ms:.3f}", "queue_ms": f"{(t0 - received) * 1e3:.3f}", "transport": "packed"}))
