@@ -36,9 +36,11 @@ FAMILIES = ("tiny-act", "tiny-qwen3vl-act")
 FRAMES = 6
 EPS = torch.finfo(torch.float32).eps
 # Sampled steps: 8 ulps (measured packed vs sequential: at most 3, greedy_reference.py) with the 6 d geometry on top.
-# A draw's margin is a matter of its seed: seed 5 clears it at every step of these frames in both families.
+# A draw's margin is a matter of its seed and of the reference's logits, which another CPU's kernels round
+# differently: the seed is searched from SEED on, on this machine (clearing_seed; about one seed in eight clears).
 SAMPLED_ULPS = 8
 SEED = 5
+SEED_TRIES = 64
 POLICIES = {
     "greedy-actions": dict(),
     "sampled-actions": dict(sample=True, temperature=0.7, top_p=0.9, seed=SEED),
@@ -82,6 +84,19 @@ def reference(model, frame, policy):
     return sequential_tokens(model, frame, CheckedDecoder(model, policy))
 
 
+def clearing_seed(model, frames, base):
+    """(the policy, each frame's reference tokens) for the first seed from base.seed on whose draws clear the
+    rounding margins at every step of `frames` here (greedy: base as it is)."""
+    for seed in range(base.seed, base.seed + (SEED_TRIES if base.sample else 1)):
+        policy = replace(base, seed=seed)
+        try:
+            return policy, [reference(model, f, policy) for f in frames]
+        except AssertionError:
+            if not base.sample:
+                raise
+    pytest.fail(f"no seed in {base.seed}..{base.seed + SEED_TRIES - 1} clears the rounding margins of these frames")
+
+
 def truncated(tokens, stops):
     """Tokens up to and including the first stop id."""
     hits = [i for i, t in enumerate(tokens) if t in stops]
@@ -113,8 +128,8 @@ def cases(models):
     def case(name, kind):
         if (name, kind) not in made:
             model = models[name]
-            frames, base = frames_of(model), DecodePolicy(**POLICIES[kind])
-            free = [reference(model, f, base) for f in frames]
+            frames = frames_of(model)
+            base, free = clearing_seed(model, frames, DecodePolicy(**POLICIES[kind]))
             policy = replace(base, stop_ids=pick_stops(free, TokenDecoder(model, base).max_tokens))
             expected = {f.seq: reference(model, f, policy) for f in frames}
             assert expected == {f.seq: truncated(t, policy.stop_ids) for f, t in zip(frames, free)}
@@ -266,10 +281,9 @@ def test_the_graph_decodes_sampled_reasoning_tokens_with_stops_as_the_reference(
     from ros_harness import Harness, wait_until
     from hybrid_vla_ros.types import EgoState
     model = models["tiny-act"]
-    base = DecodePolicy(**{**POLICIES["sampled-full"], "seed": 1})   # seed 1 clears the margins of these frames
     graph_frames = [replace(synthetic_frame(model.spec, i, stamp_ns=(i + 1) * 100_000_000), ego=EgoState())
                     for i in range(FRAMES)]   # as the graph sees them (no kinematic state: a still ego)
-    free = [reference(model, f, base) for f in graph_frames]
+    base, free = clearing_seed(model, graph_frames, DecodePolicy(**{**POLICIES["sampled-full"], "seed": 1}))
     policy = replace(base, stop_ids=pick_stops(free, base.max_tokens))
     expected = {f.seq: truncated(t, policy.stop_ids) for f, t in zip(graph_frames, free)}
     params = {"decode.vocabulary": "full", "decode.sample": True, "decode.temperature": policy.temperature,

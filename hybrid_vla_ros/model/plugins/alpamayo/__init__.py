@@ -1,7 +1,7 @@
 """NVIDIA's Alpamayo 1 (R1) and 1.5, ROS-free: a Qwen3-VL VLM that decodes its reasoning, then a flow-matching
 action expert whose layer i attends to the VLM's layer-i keys/values (docs in each module, cited to the published
-code). Read the released layout (release.py), run it unsplit (reference.py); `alpamayo_expert` (head.py) sizes
-the expert as a head for the `alpamayo-r1-like` preset.
+code). Read the released layout (release.py), run it unsplit (reference.py; engine/expert_split runs it split
+at a cut); `alpamayo_expert` (head.py) sizes the expert as a head for the `alpamayo-r1-like` preset.
 
 config.py        config.json -> the VLM's, the expert's, the action space's and the sampler's settings
 model.py         the module tree under the released tensor names

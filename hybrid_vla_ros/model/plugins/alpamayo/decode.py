@@ -64,21 +64,39 @@ def mm_token_types(input_ids: torch.Tensor, image_token_id: int) -> torch.Tensor
     return (input_ids == image_token_id).int()                                          # (1, S): 1 = image
 
 
-def prefill(vlm, prompt: Prompt, image_token_id: int, cache) -> tuple[torch.Tensor, int]:
-    """-> the last position's logits (V,) and the prompt's M-RoPE delta (max position + 1 - S)."""
+def prompt_positions(vlm, prompt: Prompt, image_token_id: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """-> the token types (1, S), the M-RoPE ids (3, 1, S) and the prompt's delta (max position + 1 - S)."""
     types = mm_token_types(prompt.input_ids, image_token_id)
     positions, deltas = vlm.model.get_rope_index(prompt.input_ids, types, prompt.image_grid_thw)   # (3, 1, S)
+    return types, positions, int(deltas.view(-1)[0])
+
+
+def text_positions(start: int, count: int, rope_delta: int) -> torch.Tensor:
+    """Text tokens at sequence indices start .. start + count - 1 -> (3, 1, count), all rows equal."""
+    return (torch.arange(count) + start + rope_delta).view(1, 1, -1).expand(3, 1, -1)
+
+
+def prefill(vlm, prompt: Prompt, image_token_id: int, cache) -> tuple[torch.Tensor, int]:
+    """-> the last position's logits (V,) and the prompt's M-RoPE delta (max position + 1 - S)."""
+    types, positions, delta = prompt_positions(vlm, prompt, image_token_id)
     out = vlm(input_ids=prompt.input_ids, attention_mask=torch.ones_like(prompt.input_ids), position_ids=positions,
               pixel_values=prompt.pixel_values, image_grid_thw=prompt.image_grid_thw, mm_token_type_ids=types,
               cache=cache, use_cache=True, logits_to_keep=1)
-    return out.logits[0, -1], int(deltas.view(-1)[0])
+    return out.logits[0, -1], delta
 
 
 def feed(vlm, tokens: list[int], start: int, rope_delta: int, cache) -> torch.Tensor:
     """Text tokens at sequence indices start .. into the cache -> the last one's logits (V,)."""
     ids = torch.tensor([tokens], dtype=torch.long)                                       # (1, T)
-    positions = (torch.arange(len(tokens)) + start + rope_delta).view(1, 1, -1).expand(3, 1, -1)   # (3, 1, T)
+    positions = text_positions(start, len(tokens), rope_delta)                            # (3, 1, T)
     return vlm(input_ids=ids, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1).logits[0, -1]
+
+
+def verdict(tokens: list[int], stop_id: int, max_new_tokens: int) -> tuple[bool, bool]:
+    """After sampling tokens[-1]: (feed it into the cache, the decode ends). The stop token is fed, then the
+    decode ends; at max_new_tokens without it the last token is not fed (as `generate` leaves it)."""
+    stopped = tokens[-1] == stop_id
+    return stopped or len(tokens) < max_new_tokens, stopped or len(tokens) >= max_new_tokens
 
 
 def new_cache(vlm):
@@ -96,9 +114,8 @@ def decode(vlm, prompt: Prompt, image_token_id: int, stop_id: int, banned: tuple
     length, tokens = prompt.input_ids.shape[1], []
     while True:
         tokens.append(sample(logits, banned, sampling, generator))
-        stopped = tokens[-1] == stop_id
-        if not stopped and len(tokens) == sampling.max_new_tokens:
-            return Decoded(tokens, False, cache, delta)
-        logits = feed(vlm, tokens[-1:], length + len(tokens) - 1, delta, cache)
-        if stopped:
-            return Decoded(tokens, True, cache, delta)
+        fed, done = verdict(tokens, stop_id, sampling.max_new_tokens)
+        if fed:
+            logits = feed(vlm, tokens[-1:], length + len(tokens) - 1, delta, cache)
+        if done:
+            return Decoded(tokens, tokens[-1] == stop_id, cache, delta)

@@ -32,23 +32,47 @@ class FlowSettings:
                f"flow matching: noise temperature {self.noise_temperature}, expected > 0")
 
 
-def guided(velocity: Velocity, unguided: Velocity | None, weight: float) -> Velocity:
-    """The velocity the sampler follows: the guided one, or the guidance mix of both."""
+def mix(velocity: torch.Tensor, unguided: torch.Tensor | None, weight: float) -> torch.Tensor:
+    """The velocity the sampler follows (B, N, C): the guided one, or (1 - w) v_unguided + w v_guided."""
     if unguided is None:
         return velocity
-    return lambda x, t: (1.0 - weight) * unguided(x, t) + weight * velocity(x, t)
+    return (1.0 - weight) * unguided + weight * velocity
+
+
+def guided(velocity: Velocity, unguided: Velocity | None, weight: float) -> Velocity:
+    """`mix` as a velocity function of (x, t)."""
+    if unguided is None:
+        return velocity
+    return lambda x, t: mix(velocity(x, t), unguided(x, t), weight)
+
+
+def initial_noise(shape: tuple[int, ...], settings: FlowSettings, generator: torch.Generator,
+                  dtype=torch.float32) -> torch.Tensor:
+    """x at t = 0 (B, N, C): Gaussian noise drawn on the CPU from `generator` (reproducible across devices)."""
+    settings.check()
+    x = torch.randn(shape, generator=generator, dtype=torch.float32) * settings.noise_temperature
+    return x.to(dtype)
+
+
+def euler_times(settings: FlowSettings) -> torch.Tensor:
+    return torch.linspace(0.0, 1.0, settings.steps + 1)                                   # (steps+1,)
+
+
+def step_time(times: torch.Tensor, i: int, batch: int, dtype) -> torch.Tensor:
+    return times[i].expand(batch, 1, 1).to(dtype)                                          # (B, 1, 1)
+
+
+def euler_step(x: torch.Tensor, times: torch.Tensor, i: int, velocity: torch.Tensor, dtype) -> torch.Tensor:
+    """x_{i+1} = x_i + (t_{i+1} - t_i) v; `dtype` is the expert's (x itself turns fp32 after the first step)."""
+    return x + (times[i + 1] - times[i]).to(dtype) * velocity
 
 
 def sample(velocity: Velocity, shape: tuple[int, ...], settings: FlowSettings, generator: torch.Generator,
            unguided: Velocity | None = None, dtype=torch.float32) -> torch.Tensor:
-    """-> x at t = 1, shape `shape` (B, N, C). The noise is drawn on the CPU from `generator` (reproducible
-    across devices)."""
-    settings.check()
+    """-> x at t = 1, shape `shape` (B, N, C), after settings.steps Euler steps from `initial_noise`."""
     step = guided(velocity, unguided, settings.guidance_weight)
-    x = torch.randn(shape, generator=generator, dtype=torch.float32) * settings.noise_temperature
-    x = x.to(dtype)
-    times = torch.linspace(0.0, 1.0, settings.steps + 1)                                  # (N+1,)
+    x = initial_noise(shape, settings, generator, dtype)
+    times = euler_times(settings)
     for i in range(settings.steps):
-        t = times[i].expand(shape[0], 1, 1).to(dtype)                                      # (B, 1, 1)
-        x = x + (times[i + 1] - times[i]).to(dtype) * step(x, t)
+        x = euler_step(x, times, i, step(x, step_time(times, i, shape[0], dtype)), dtype)
     return x

@@ -1,8 +1,8 @@
 """The Alpamayo expert as a waypoint-head plugin (`alpamayo_expert`), so a preset carries its parameters on the
 suffix side and `hybrid-vla info` counts them (the `alpamayo-r1-like` preset). head_config: `expert` (the
 release's expert_cfg overrides of the VLM's text config) and `in_proj` (action_in_proj_cfg). It cannot run as a
-head: it reads every layer's keys/values, not the query tokens' final states; the split engine does not run it
-yet (reference.py runs a release unsplit)."""
+head: it reads every layer's keys/values, not the query tokens' final states (reference.py runs a release
+unsplit, engine/expert_split splits it at a cut with the expert's layers on both sides)."""
 
 from __future__ import annotations
 
@@ -37,5 +37,5 @@ class AlpamayoExpertHead(WaypointHead):
 
     def forward(self, query_hidden: torch.Tensor) -> torch.Tensor:
         raise ConfigError("head 'alpamayo_expert' reads the VLM's per-layer keys/values, not the query tokens' "
-                          "states: the split engine does not run Alpamayo yet; run a release unsplit with "
-                          "hybrid_vla_ros.model.plugins.alpamayo.run_reference")
+                          "states: run a release unsplit with hybrid_vla_ros.model.plugins.alpamayo.run_reference "
+                          "or split at a cut with hybrid_vla_ros.engine.expert_split.run_split")

@@ -35,8 +35,9 @@ class AlpamayoModel(nn.Module):
     def spec(self):
         """Not a VLAModel: the engine's stages and the `hybrid-vla` commands built on them ask for a spec."""
         raise ConfigError(f"an {self.config.release} release loads as its own model and runs unsplit "
-                          f"(hybrid_vla_ros.model.plugins.alpamayo.run_reference); the split engine and the "
-                          f"hybrid-vla commands built on it do not take it yet (issue 39). For its shapes: "
+                          f"(hybrid_vla_ros.model.plugins.alpamayo.run_reference) or split at a cut "
+                          f"(hybrid_vla_ros.engine.expert_split.run_split); the block-split stages and the "
+                          f"hybrid-vla commands built on them do not take it yet (issue 39). For its shapes: "
                           f"hybrid-vla info --preset alpamayo-r1-like")
 
     @property
