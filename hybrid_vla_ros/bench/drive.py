@@ -158,9 +158,10 @@ class Camera:
                         for c in range(self.spec.num_cameras))))
 
     def spin(self, seconds: float) -> None:
+        from ..ros.launch_support.session import spin_ready
         end = time.monotonic() + seconds
         while time.monotonic() < end:
-            self.executor.spin_once(timeout_sec=max(0.0, min(0.01, end - time.monotonic())))
+            spin_ready(self.executor, max(0.0, min(0.01, end - time.monotonic())))
 
     def publish(self) -> int:
         """One frame: every camera with the same stamp (now, wall clock). -> the stamp."""

@@ -19,7 +19,7 @@ from . import convert
 from .bags.drives import DriveStep, write_drive
 from .bags.record import Recorder
 from .bags.replay import Replayer, wait_for_answers
-from .launch_support.session import ros_context
+from .launch_support.session import ros_context, spin_ready
 from .nodes.scene_memory import has_scene_memory, reset_scene_memory
 from .topics import BOUNDARY_TOPIC, CANDIDATES_TOPIC, TRAJECTORY_INFO_TOPIC as INFO_TOPIC, TRAJECTORY_TOPIC
 from .launch_support.bringup import (InProcessGraph, graph_params, spawn_processes, stop_processes,
@@ -187,7 +187,7 @@ def _drive(context, bag, params, record_to, processes, rate, window, storage, co
 
         def spin(timeout_s: float) -> None:
             stop.check()  # a Ctrl-C ends the drive at the next spin (the CLI exits 0)
-            executor.spin_once(timeout_sec=timeout_s)
+            spin_ready(executor, timeout_s)
         expect(driver.replayer.wait_for_subscribers(120.0 if processes else 10.0, spin), ConfigError,
                f"nobody subscribes to the bag's topics {sorted(driver.replayer.topics())}")
         connected = lambda: (driver.node.count_subscribers(BOUNDARY_TOPIC) > 0 and  # noqa: E731

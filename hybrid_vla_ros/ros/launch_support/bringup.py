@@ -13,7 +13,7 @@ from ... import stop
 from ...engine.cpu import allowed_cores, check_allowed, default_stage_cores
 from ...errors import ConfigError, expect
 from ..params import NODE_PARAMS, chosen_cores, load_node_params
-from .session import executor_with, graph_executor, ros_context, spin_until_stopped
+from .session import executor_with, graph_executor, ros_context, spin_ready, spin_until_stopped
 from .supervise import Supervisor, stop_processes  # noqa: F401 (stop_processes: the demo's)
 from ..topics import NODES, REMAPS, STANDBY_NODE, STANDBY_REMAPS
 
@@ -143,7 +143,7 @@ class InProcessGraph:
         return len(self.nodes) == len(self.wanted)
 
     def spin_once(self, timeout_sec: float = 0.05) -> None:
-        self.executor.spin_once(timeout_sec=timeout_sec)
+        spin_ready(self.executor, timeout_sec)
 
     def shutdown(self) -> None:
         for n in self.nodes.values():

@@ -70,7 +70,7 @@ def spin_until_stopped(executor, done=None, step_s: float = SPIN_STEP_S, on_erro
     to on_error(exc) (default: printed) and spinning goes on."""
     while not stop.requested() and (done is None or not done()) and executor.context.ok():
         try:
-            executor.spin_once(timeout_sec=step_s)
+            spin_ready(executor, step_s)
         except Exception as exc:  # noqa: BLE001 - one bad callback must not stop the graph
             if not executor.context.ok():
                 break
@@ -83,6 +83,23 @@ def _report(exc: Exception) -> None:
 
 
 EXECUTOR_ENV = "HYBRID_VLA_EXECUTOR"
+EVENTS_DRAIN = 256   # events one spin_ready runs at most after the first, on an EventsExecutor
+
+
+def spin_ready(executor, timeout_sec: float) -> None:
+    """One spin that runs what is ready. The SingleThreadedExecutor's spin_once takes every ready entity into its
+    wait; rclpy's EventsExecutor runs ONE event per spin_once, so a loop that publishes between spins (a bag's
+    messages, odometry at 50 Hz) outruns it and the graph's own events wait behind a growing queue (a warm-standby
+    test's three frames were not answered in 15 s): after the first, what is queued is run (spin_once(0) up to
+    EVENTS_DRAIN times; each returns at once when nothing is)."""
+    executor.spin_once(timeout_sec=timeout_sec)
+    if is_events_executor(executor):
+        for _ in range(EVENTS_DRAIN):
+            executor.spin_once(timeout_sec=0.0)
+
+
+def is_events_executor(executor) -> bool:
+    return type(executor).__name__ == "EventsExecutor"
 
 
 def graph_executor(context):
@@ -90,7 +107,7 @@ def graph_executor(context):
     HYBRID_VLA_EXECUTOR=events rclpy's EventsExecutor where this rclpy has it (Kilted: `rclpy.experimental`;
     its wait set lives in C++, where the SingleThreadedExecutor rebuilds its own in Python at every wake-up,
     holding the GIL the stage workers need between torch ops). Opt-in: measured faster on the one-process
-    graph (docs/BENCHMARKS.md), but a warm-standby graph's test does not pass on it yet."""
+    graph (docs/BENCHMARKS.md); it runs one event per spin_once, so loops spin it with spin_ready."""
     import os
     from rclpy.executors import SingleThreadedExecutor
     if os.environ.get(EXECUTOR_ENV, "single") != "events":
