@@ -42,8 +42,8 @@ def load_vla(preset: str | None = None, checkpoint: str | None = None, dtype: to
            f"give exactly one of a preset or a checkpoint directory (got preset={preset!r}, checkpoint={checkpoint!r})")
     if checkpoint is not None:
         if alpamayo.is_release(resolve_checkpoint(checkpoint)):   # a published Alpamayo directory, as released:
-            return alpamayo.load_release(resolve_checkpoint(checkpoint), dtype=dtype,   # its own model (unsplit
-                                         shapes_only=shapes_only or lazy)               # for now, issue 39)
+            return alpamayo.load_release(resolve_checkpoint(checkpoint), dtype=dtype,   # its own model (the nodes
+                                         shapes_only=shapes_only or lazy)               # serve it: ros/nodes/alpamayo)
         return load_checkpoint(resolve_checkpoint(checkpoint), dtype=dtype,
                                keep=(lambda m: []) if shapes_only or lazy else keep, fresh_head=fresh_head)
     spec = get_preset(preset)

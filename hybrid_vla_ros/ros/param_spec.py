@@ -114,3 +114,19 @@ def decode_params() -> list[ParamSpec]:
         ParamSpec("decode.max_tokens", "int", "tokens a frame decodes at most; 0 = the model's action length "
                   "(each KV ring slot holds the prompt + this)" + SAME, 0, MAX_TOKENS),
     ]
+
+
+# ---- an Alpamayo release's flow matching (model/plugins/alpamayo/flow.py), in the prefix's table ---------------
+# The prefix decides what a frame runs by and sends it with the frame's first message (engine/expert_serve/); the
+# suffix follows it. Read-only, as decode.* (a frame's settings are fixed when it starts).
+
+def flow_params() -> list[ParamSpec]:
+    return [
+        ParamSpec("flow.steps", "int", "Alpamayo releases: Euler steps of the action expert's flow matching; 0 = the "
+                  "release's diffusion_cfg num_inference_steps (10 released)", 0, 1000),
+        ParamSpec("flow.guidance_weight", "double", "Alpamayo 1.5: classifier-free guidance weight w (the velocity "
+                  "(1 - w) v_route-free + w v_route: a second prefill without the route span, fed the same "
+                  "reasoning, every Euler step on both caches); 1.0 = no guidance (nothing extra runs). Needs the "
+                  "release's route tokens and route ids in its prompt_ids.json", 0.0, 100.0),
+    ]
+

@@ -14,7 +14,7 @@ import yaml
 
 from ..engine.pipeline.limits import AUTO
 from ..errors import ConfigError, expect
-from .param_spec import ParamSpec, decode_params
+from .param_spec import ParamSpec, decode_params, flow_params
 
 
 AUTOSTART = ParamSpec("autostart", "bool", "configure and activate at start-up; false: stay unconfigured until "
@@ -120,7 +120,7 @@ PREFIX_PARAMS = _common_model() + [
               "from the suffix after this fails its frames (counted as token_feedback_timeout); -1 = auto: 5 x the "
               "longest recent token round trip, at least 2 s (60 s until one is measured); a value below the "
               "measured round trip is kept, and warned about (docs/RELIABILITY.md)", 0.01, 600.0, auto=True),
-] + decode_params()
+] + decode_params() + flow_params()
 
 SUFFIX_PARAMS = _common_model() + [
     ParamSpec("dtype", "string", "CPU suffix compute dtype (waypoint and action-token models alike); int8: the "

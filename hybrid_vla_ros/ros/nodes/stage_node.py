@@ -12,6 +12,7 @@ from ...engine.cpu import check_allowed
 from ...engine.pipeline.worker import StageHealth
 from ...engine.scheduling.partition import Zone
 from ...errors import HybridVLAError
+from .alpamayo import expert_stage
 from .lifecycle import ManagedNode
 from .model_cache import shared_model
 from .parameters import ParameterTable
@@ -28,8 +29,8 @@ class StageNode(ManagedNode):
 
     def __init__(self, node_name: str, table: str, **kwargs):
         self.health = StageHealth()
-        self.model = self.zone = self.stage = self.lost_pub = None
-        self.active = False
+        self.model = self.zone = self.stage = self.lost_pub = self.expert = None
+        self.active, self.table = False, table
         self._entities: list = []  # publishers, subscriptions, timers made by on_configure
         super().__init__(node_name, **kwargs)
         self.params = p = ParameterTable(self, table, self._check_param, self._on_param, self.health)
@@ -45,7 +46,9 @@ class StageNode(ManagedNode):
             self.model = shared_model(p["model.preset"], p["model.checkpoint"])
             self.zone = Zone.from_parameters(p["dynamic_zone_min"], p["dynamic_zone_max"], p["partition_point"],
                                              self.model.num_blocks)
-            self.configure_stage()
+            self.expert = expert_stage(self, self.table)   # an Alpamayo release: its own stage (alpamayo/)
+            if self.expert is None:
+                self.configure_stage()
         except HybridVLAError as exc:   # a worker that could not start (WorkerStartError) too
             self._release()
             return self.configure_failed(exc)
@@ -69,6 +72,9 @@ class StageNode(ManagedNode):
 
     def _release(self) -> None:
         self.active = False
+        if self.expert is not None:
+            self.expert.close()
+            self.expert = None
         self.release_stage()
         for entity in self._entities:
             {"publisher": self.destroy_publisher, "subscription": self.destroy_subscription,

@@ -163,6 +163,8 @@ class SuffixNode(StageNode):
         self.present.add_odometry(msg)
 
     def activated(self) -> None:
+        if self.expert is not None:   # an Alpamayo release (ros/nodes/alpamayo/)
+            return self.expert.activated()
         self.limits.started_ns = time.time_ns()   # states that arrived long before this are replayed history
         self.diagnostics.publish()  # at once: the prefix learns where this receiver is before the first frame
 

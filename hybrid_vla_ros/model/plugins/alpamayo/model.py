@@ -36,9 +36,15 @@ class AlpamayoModel(nn.Module):
         """Not a VLAModel: the engine's stages and the `hybrid-vla` commands built on them ask for a spec."""
         raise ConfigError(f"an {self.config.release} release loads as its own model and runs unsplit "
                           f"(hybrid_vla_ros.model.plugins.alpamayo.run_reference) or split at a cut "
-                          f"(hybrid_vla_ros.engine.expert_split.run_split); the block-split stages and the "
-                          f"hybrid-vla commands built on them do not take it yet (issue 39). For its shapes: "
+                          f"(hybrid_vla_ros.engine.expert_split.run_split), and the prefix and suffix nodes serve it "
+                          f"with their own stage (ros/nodes/alpamayo/); the block-split stages and the hybrid-vla "
+                          f"commands built on them do not take it (issue 39). For its shapes: "
                           f"hybrid-vla info --preset alpamayo-r1-like")
+
+    @property
+    def num_blocks(self) -> int:
+        """The VLM's blocks: the cuts of a split (engine/expert_split) are 0 .. num_blocks."""
+        return self.config.vlm.text_config.num_hidden_layers
 
     @property
     def expert_dtype(self) -> torch.dtype:

@@ -1,0 +1,158 @@
+"""A driving frame -> an Alpamayo release's inputs (model/plugins/alpamayo/reference.py AlpamayoInputs), ROS-free:
+the last 4 frames of 4 cameras, the ego history from the poses kept, the prompt's token ids.
+
+Images: as Qwen3-VL's image processor lays them out (transformers Qwen2VLImageProcessor: rescaled to [0, 1],
+normalised with mean = std = 0.5 as Qwen3-VL's preprocessor_config.json has them, each image repeated to
+temporal_patch_size frames, patches in merge-window order), camera-major, oldest frame first (the releases'
+image_frames (cameras, frames, 3, H, W) flattened). Not resized: each image's height and width must be multiples
+of patch_size x spatial_merge_size (the releases' processor resizes to 163840..196608 pixels; a camera driver or
+image_proc does that here). Until 4 frames came, the oldest is repeated (counted in `padded`).
+Ego history: 16 poses 0.1 s apart ending at the frame's stamp (the releases': 1.6 s at 10 Hz), in the t0 ego frame.
+Prompt: [system ids] then per image <|vision_start|> <|image_pad|> x tokens <|vision_end|>, then
+<|traj_history_start|> 48 x <|traj_history|> <|traj_history_end|>, with guidance a route span
+<|route_start|> [route ids] <|route_end|>, then [user ids] and <|cot_start|>. The text ids come from
+`prompt_ids.json` beside the release's config.json ({"system": [...], "user": [...], "route": [...]}): this
+package does not tokenize Qwen3-VL text; without the file the text parts are empty.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ...errors import ConfigError, InputError, expect
+from ...model.plugins.alpamayo.reference import AlpamayoInputs
+
+CAMERAS, FRAMES_PER_CAMERA = 4, 4
+HISTORY_POSES, HISTORY_STEP_NS = 16, 100_000_000
+HISTORY_TOKENS = 48
+IMAGE_MEAN = IMAGE_STD = 0.5
+PROMPT_FILE = "prompt_ids.json"
+
+
+@dataclass(frozen=True)
+class PromptText:
+    system: tuple[int, ...] = ()
+    user: tuple[int, ...] = ()
+    route: tuple[int, ...] = ()
+
+    @classmethod
+    def from_release(cls, directory) -> "PromptText":
+        path = Path(directory) / PROMPT_FILE if directory is not None else None
+        if path is None or not path.is_file():
+            return cls()
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"'{path}': not a readable JSON file ({exc})") from None
+        expect(isinstance(data, dict), ConfigError, f"'{path}': expected an object of token id lists")
+        parts = {}
+        for key in ("system", "user", "route"):
+            ids = data.get(key, [])
+            expect(isinstance(ids, list) and all(isinstance(i, int) and i >= 0 for i in ids), ConfigError,
+                   f"'{path}': '{key}' must be a list of token ids >= 0")
+            parts[key] = tuple(ids)
+        return cls(**parts)
+
+
+def patchify(image: np.ndarray, vision) -> tuple[torch.Tensor, list[int]]:
+    """(H, W, 3) uint8 RGB -> its patch rows (P, 3 * temporal_patch * patch^2) fp32 and grid [1, H/ps, W/ps]."""
+    expect(isinstance(image, np.ndarray) and image.ndim == 3 and image.shape[2] == 3 and image.dtype == np.uint8,
+           InputError, f"Alpamayo camera image: expected (H, W, 3) uint8, got {getattr(image, 'shape', None)}")
+    ps, merge, tps = vision.patch_size, vision.spatial_merge_size, vision.temporal_patch_size
+    height, width = image.shape[:2]
+    side = ps * merge
+    expect(height % side == 0 and width % side == 0 and height > 0 and width > 0, InputError,
+           f"Alpamayo camera image {width} x {height}: each side must be a multiple of {side} px (patch {ps} x "
+           f"merge {merge}); images are not resized here")
+    pixels = (image.astype(np.float32) / 255.0 - IMAGE_MEAN) / IMAGE_STD                   # (H, W, 3)
+    chw = np.repeat(pixels.transpose(2, 0, 1)[None], tps, axis=0)                           # (tps, 3, H, W)
+    gh, gw = height // ps, width // ps
+    rows = chw.reshape(1, tps, 3, gh // merge, merge, ps, gw // merge, merge, ps)
+    rows = rows.transpose(0, 3, 6, 4, 7, 2, 1, 5, 8).reshape(gh * gw, 3 * tps * ps * ps)    # (P, C*tps*ps*ps)
+    return torch.from_numpy(np.ascontiguousarray(rows)), [1, gh, gw]
+
+
+def prompt_ids(config, image_tokens: list[int], text: PromptText, route: bool) -> torch.Tensor:
+    """The prompt's ids (1, S) for images of these token counts (layout: the module's docstring)."""
+    vlm, special, traj = config.vlm, config.special_ids, config.traj_token_ids
+    expect(not route or "route_start" in special, ConfigError,
+           f"guidance: the {config.release} config has no route tokens (add_special_tokens is off)")
+    ids = list(text.system)
+    for count in image_tokens:
+        ids += [vlm.vision_start_token_id] + [vlm.image_token_id] * count + [vlm.vision_end_token_id]
+    ids += [traj["history_start"]] + [traj["history"]] * HISTORY_TOKENS + [traj["history_end"]]
+    if route:
+        ids += [special["route_start"], *text.route, special["route_end"]]
+    ids += list(text.user)
+    if "cot_start" in special:
+        ids.append(special["cot_start"])
+    return torch.tensor([ids], dtype=torch.long)
+
+
+def ego_history(poses: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """(T, 3) map-frame x, y, yaw, oldest first, the last at the frame's stamp -> xyz (1, 1, T, 3) and rotations
+    (1, 1, T, 3, 3) in the t0 ego frame (z = 0)."""
+    poses = np.asarray(poses, dtype=np.float64)
+    x0, y0, yaw0 = poses[-1]
+    c, s = np.cos(yaw0), np.sin(yaw0)
+    dx, dy = poses[:, 0] - x0, poses[:, 1] - y0
+    xyz = np.stack([c * dx + s * dy, -s * dx + c * dy, np.zeros(len(poses))], -1)          # (T, 3)
+    yaw = poses[:, 2] - yaw0
+    rot = np.zeros((len(poses), 3, 3))
+    rot[:, 0, 0], rot[:, 0, 1], rot[:, 1, 0], rot[:, 1, 1] = np.cos(yaw), -np.sin(yaw), np.sin(yaw), np.cos(yaw)
+    rot[:, 2, 2] = 1.0
+    return (torch.from_numpy(xyz).float().view(1, 1, -1, 3), torch.from_numpy(rot).float().view(1, 1, -1, 3, 3))
+
+
+def still_history() -> np.ndarray:
+    """No odometry: standing at the origin for the whole history (T, 3)."""
+    return np.zeros((HISTORY_POSES, 3))
+
+
+def history_poses(history, stamp_ns: int, skew_ns: int, wait_s: float = 0.0) -> np.ndarray | None:
+    """The 16 poses 0.1 s apart ending at stamp_ns from a StampedHistory of Pose2D (interpolated within the
+    skew; the newest waited for up to wait_s) -> (16, 3) x, y, yaw, or None when one is missing."""
+    if not history.match(stamp_ns, skew_ns, wait_s)[1]:   # the newest first: it may still be on its way
+        return None
+    rows = []
+    for k in range(HISTORY_POSES - 1, -1, -1):
+        pose, matched = history.match(stamp_ns - k * HISTORY_STEP_NS, skew_ns)
+        if not matched:
+            return None
+        rows.append((pose.x, pose.y, pose.yaw))
+    return np.array(rows)
+
+
+def frame_inputs(model, images: list[np.ndarray], poses: np.ndarray, text: PromptText,
+                 route: bool = False) -> AlpamayoInputs:
+    """Images camera-major (cameras x frames, oldest first), the history's poses (T, 3) -> the model's inputs."""
+    vision = model.config.vlm.vision_config
+    rows, grids = zip(*(patchify(image, vision) for image in images))
+    merged = vision.spatial_merge_size ** 2
+    tokens = [g[1] * g[2] // merged for g in grids]
+    xyz, rot = ego_history(poses)
+    return AlpamayoInputs(prompt_ids(model.config, tokens, text, route), torch.cat(rows),
+                          torch.tensor(grids, dtype=torch.long), xyz, rot)
+
+
+class ImageHistory:
+    """The last `frames` camera sets; `add` -> the images camera-major, oldest first, and how many of the
+    frames are repeats of the oldest (fewer than `frames` came since the start)."""
+
+    def __init__(self, frames: int = FRAMES_PER_CAMERA):
+        self.sets: deque = deque(maxlen=frames)
+
+    def add(self, images: list[np.ndarray]) -> tuple[list[np.ndarray], int]:
+        self.sets.append(list(images))
+        padded = self.sets.maxlen - len(self.sets)
+        sets = [self.sets[0]] * padded + list(self.sets)
+        return [s[camera] for camera in range(len(images)) for s in sets], padded
+
+    def clear(self) -> None:
+        self.sets.clear()

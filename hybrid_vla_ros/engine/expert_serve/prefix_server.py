@@ -1,0 +1,216 @@
+"""The prefix side of a split Alpamayo frame served across processes (ROS-free): a frame in (its AlpamayoInputs),
+the prefill's boundary out as bytes, then each answer of the suffix (a sampled token, an Euler step's action
+state: envelope.py + wire.py bytes) taken in and answered with the next crossing, until the frame's last expert
+state is out. The prefix node's engine for an Alpamayo release; its counterpart is suffix_server.py.
+
+One frame at a time: `serve` runs a whole frame on the caller's thread (the node's worker) and waits for each
+answer, which another thread hands in through `answer`. The prefix decides what the frame runs by (the cut, the
+frame's seed, the sampling, the flow and the guidance: envelope.FrameSettings) and sends it with the frame's first
+message; the suffix follows it. Once its last expert state is out the prefix is done with the frame (the suffix
+finishes the last step and the trajectory while the prefix may already prefill the next frame).
+A frame fails, and `serve` says why, when an answer does not come within `timeout_s` (suffix_timeout), is not
+what the frame expects next (invalid_answer), carries a token outside the vocabulary (invalid_tokens) or a
+non-finite action state (nonfinite_boundary): counted here, the suffix told to drop the frame (ABORT). A frame
+the suffix refuses (its answer REFUSED) is counted there, not here.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from ...errors import ConfigError, HybridVLAError, InputError, expect
+from ...model.plugins.alpamayo.decode import Sampling
+from ...model.plugins.alpamayo.flow import FlowSettings
+from ...model.plugins.alpamayo.reference import AlpamayoInputs, check_inputs, fused_prompt
+from ..decode.sampling import step_seed
+from ..scheduling.partition import check_partition
+from ..expert_split.crossings import GUIDED, ActionState, TokenChoice
+from .envelope import (ABORT, CROSSING, REFUSED, Back, FrameSettings, Forward, Tag, decode_back, encode_forward)
+from ..expert_split.prefix import PrefixSide
+
+DEFAULT_TIMEOUT_S = 60.0
+MAX_STEPS = 1000
+
+
+@dataclass
+class PrefixJob:
+    """One frame for the prefix: the model's inputs and where the frame stands."""
+    inputs: AlpamayoInputs
+    seq: int
+    stamp_ns: int
+    arrival_ns: int = 0
+    pose: tuple[float, float, float] | None = None   # the frame's map pose (x, y, yaw), when known
+
+
+@dataclass
+class PrefixOutcome:
+    tag: Tag
+    sent: bool                       # every crossing of the frame went out
+    reason: str = ""                 # not sent: why (a diagnostics reason)
+    message: str = ""
+    counted_here: bool = False       # the prefix counts this loss (else the suffix refused it and counts it)
+    times: dict = field(default_factory=dict)   # phase -> the prefix's ms
+    settings: FrameSettings | None = None
+
+
+class FrameLost(HybridVLAError):
+    def __init__(self, reason: str, message: str, counted_here: bool = True):
+        super().__init__(message)
+        self.reason, self.counted_here = reason, counted_here
+
+
+def check_settings(model, sampling: Sampling, flow: FlowSettings, guidance: bool) -> None:
+    sampling.check()
+    flow.check()
+    expect(flow.steps <= MAX_STEPS, ConfigError, f"flow matching: steps={flow.steps}, at most {MAX_STEPS}")
+    cfg = model.config
+    expect(not guidance or "route_start" in cfg.special_ids, ConfigError,
+           f"guidance: the {cfg.release} config has no route tokens (add_special_tokens is off)")
+
+
+class _Frame:
+    """One frame's messages out: numbered, stamped with the prefix's time so far, the first with the settings."""
+
+    def __init__(self, tag: Tag, settings: FrameSettings, pose, send):
+        self.tag, self.settings, self.pose, self.send_bytes = tag, settings, pose, send
+        self.index, self.answers = 0, 0
+        self.times = {"prefill": 0.0, "decode": 0.0, "unguided": 0.0, "expert": 0.0}
+
+    def timed(self, phase: str, fn, *args):
+        start = time.perf_counter()
+        out = fn(*args)
+        self.times[phase] += (time.perf_counter() - start) * 1e3
+        return out
+
+    def send(self, state, kind: int = CROSSING) -> None:
+        first = self.index == 0
+        self.send_bytes(encode_forward(Forward(self.tag, self.index, kind, state, dict(self.times),
+                                               self.settings if first else None, self.pose if first else None)))
+        self.index += 1
+
+
+class AlpamayoPrefixServer:
+    def __init__(self, model, partition: int, sampling: Sampling, flow: FlowSettings, guidance: bool = False,
+                 seed: int = 0, timeout_s: float = DEFAULT_TIMEOUT_S):
+        """seed: each frame's sampler seed is drawn from it and the frame's stamp (engine/decode/sampling.py
+        step_seed): reproducible on any process. timeout_s: the longest wait for one answer of the suffix."""
+        check_settings(model, sampling, flow, guidance)
+        expect(timeout_s > 0, ConfigError, f"timeout_s={timeout_s!r}: expected > 0 seconds")
+        self.model, self.sampling, self.flow, self.guidance = model, sampling, flow, guidance
+        self.seed, self.timeout_s = seed, timeout_s
+        self.partition = partition
+        self.run = secrets.randbits(63)
+        self.cond = threading.Condition()
+        self.answers: deque[Back] = deque()
+        self.current: Tag | None = None
+        self.stale_answers = 0           # answers for no frame in flight (late, or of an earlier run)
+        self.closed = False
+
+    @property
+    def num_blocks(self) -> int:
+        return self.model.config.vlm.text_config.num_hidden_layers
+
+    @property
+    def partition(self) -> int:
+        return self._partition
+
+    @partition.setter
+    def partition(self, value: int) -> None:
+        self._partition = check_partition(value, self.num_blocks, "Alpamayo prefix partition")
+
+    def set_partition(self, value: int) -> None:
+        """Taken at the next frame (a frame runs at the cut it started with, on both sides)."""
+        self.partition = value
+
+    def settings_for(self, stamp_ns: int) -> FrameSettings:
+        return FrameSettings(self.partition, step_seed(self.seed, stamp_ns, 0), self.sampling, self.flow,
+                             self.guidance)
+
+    # ---- other threads ---------------------------------------------------------------------------------
+    def answer(self, payload) -> None:
+        """One answer of the suffix (bytes): kept for the frame in flight, else counted stale. InputError when
+        damaged (the caller counts it)."""
+        back = decode_back(payload)
+        with self.cond:
+            if self.current is None or (back.tag.run, back.tag.seq) != (self.current.run, self.current.seq):
+                self.stale_answers += 1
+                return
+            self.answers.append(back)
+            self.cond.notify_all()
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+
+    # ---- the worker's thread -----------------------------------------------------------------------------
+    def serve(self, job: PrefixJob, send) -> PrefixOutcome:
+        """The whole frame: every crossing out through send(bytes), every answer awaited. Never raises for a
+        frame's own failure: the outcome says why."""
+        tag = Tag(self.run, job.seq, job.stamp_ns, job.arrival_ns)
+        settings = self.settings_for(job.stamp_ns)
+        frame = _Frame(tag, settings, job.pose, send)
+        with self.cond:
+            self.current, self.answers = tag, deque()
+        try:
+            check_inputs(self.model, job.inputs)
+            self._run(frame, job.inputs)
+            return PrefixOutcome(tag, True, times=frame.times, settings=settings)
+        except FrameLost as lost:
+            return self._lost(frame, lost.reason, str(lost), lost.counted_here)
+        except HybridVLAError as exc:   # bad inputs, a token outside the vocabulary, a non-finite action state
+            reason = getattr(exc, "reason", None) or ("invalid_input" if frame.index == 0 else "invalid_answer")
+            return self._lost(frame, reason, str(exc), True)
+        finally:
+            with self.cond:
+                self.current = None
+
+    def _lost(self, frame: _Frame, reason: str, message: str, counted_here: bool) -> PrefixOutcome:
+        if counted_here and frame.index > 0:   # the suffix holds the frame: let it go
+            frame.send(None, ABORT)
+        return PrefixOutcome(frame.tag, False, reason, message, counted_here, frame.times, frame.settings)
+
+    def _run(self, frame: _Frame, inputs: AlpamayoInputs) -> None:
+        side = PrefixSide(self.model, frame.settings.partition)
+        prompt = fused_prompt(self.model, inputs)
+        history = (inputs.ego_history_xyz[:, 0], inputs.ego_history_rot[:, 0])   # (1, T, 3), (1, T, 3, 3)
+        frame.send(frame.timed("prefill", side.prompt, prompt, GUIDED, history))
+        while True:
+            choice = self._wait(frame, TokenChoice)
+            if side.take(choice):   # InputError: a token outside the vocabulary
+                frame.send(frame.timed("decode", side.feed_token))
+            if choice.done:
+                break
+        if frame.settings.guidance:
+            frame.send(frame.timed("unguided", side.unguided_prompt, prompt, history))
+            if side.held:
+                frame.send(frame.timed("unguided", side.unguided_feed))
+        for _ in range(frame.settings.flow.steps):
+            action = self._wait(frame, ActionState)
+            frame.send(frame.timed("expert", side.expert_step, action))   # NonFiniteError: a bad action state
+
+    def _wait(self, frame: _Frame, kind: type):
+        """The frame's next answer, of `kind`; FrameLost when none comes in time, the suffix refused the frame,
+        or it is something else."""
+        end = time.monotonic() + self.timeout_s
+        with self.cond:
+            while not self.answers:
+                left = end - time.monotonic()
+                if self.closed:
+                    raise FrameLost("shutdown", f"frame {frame.tag.seq}: the Alpamayo prefix closed")
+                if left <= 0:
+                    raise FrameLost("suffix_timeout", f"frame {frame.tag.seq}: no answer from the suffix within "
+                                                      f"{self.timeout_s:g} s (is it running?)")
+                self.cond.wait(min(left, 0.05))
+            back = self.answers.popleft()
+        if back.kind == REFUSED:
+            raise FrameLost(back.reason, f"the suffix refused frame {frame.tag.seq}: {back.message}", False)
+        index, frame.answers = frame.answers, frame.answers + 1
+        expect(back.index == index and isinstance(back.state, kind), InputError,
+               f"frame {frame.tag.seq}: answer {back.index} a {type(back.state).__name__}, expected answer {index} "
+               f"a {kind.__name__}")
+        return back.state

@@ -1,0 +1,185 @@
+"""The prefix node's stage for an Alpamayo release: 4 camera topics synchronised by stamp, the odometry's poses
+kept, each frame's inputs built (engine/expert_serve/frame_inputs.py: the last 4 frames per camera, 16 poses of
+ego history, the prompt ids) and served by AlpamayoPrefixServer on the worker's thread: its messages out on
+~/output/boundary_state, the suffix's answers in on ~/input/action_tokens (both reliable, volatile: TOKENS_QOS).
+
+One frame at a time (input_policy latest: the newest waiting frame wins, the one displaced counted; lossless:
+queued). A frame is refused, and counted, when its images do not fit (invalid_image), its stamp is not newer
+(out_of_order), its ego history is incomplete (kinematic_state_missing; use_kinematic_state false: standing
+still), or its exchange fails here (suffix_timeout: token_timeout_s, -1 = 60 s; invalid_answer;
+nonfinite_boundary). A frame the suffix refuses is counted there. ~/debug/frame_info per frame sent: the prefix's
+ms per phase, the seed, the cut.
+"""
+
+from __future__ import annotations
+
+import time
+
+from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
+from nav_msgs.msg import Odometry
+from rclpy.qos import qos_profile_sensor_data
+from sensor_msgs.msg import CompressedImage, Image
+from std_msgs.msg import UInt8MultiArray
+
+from ....engine.expert_serve.frame_inputs import (CAMERAS, ImageHistory, PromptText, frame_inputs, history_poses,
+                                                  still_history)
+from ....engine.expert_serve.prefix_server import DEFAULT_TIMEOUT_S, AlpamayoPrefixServer, PrefixJob
+from ....engine.pipeline.camera_sync import CameraSync, StampedHistory
+from ....engine.pipeline.worker import StageWorker
+from ....errors import ConfigError, HybridVLAError, expect
+from ....types import Pose2D
+from ... import convert
+from ...params import chosen_cores
+from ...topics import TOKENS_QOS
+from ..diagnostics import DiagnosticsPublisher
+from .settings import stage_settings
+
+LOSSLESS_FRAMES = 64
+POSE_WAIT_S = 0.5            # the frame's newest pose may come this much after its images
+MIN_POSE_SKEW_NS = 50_000_000
+
+
+class _Taken:
+    """A complete camera set and the frames before it (messages, decoded on the worker's thread)."""
+
+    def __init__(self, messages: list, padded: int, seq: int, stamp_ns: int):
+        self.messages, self.padded, self.seq, self.stamp_ns = messages, padded, seq, stamp_ns
+        self.arrival_ns = time.time_ns()
+
+
+class AlpamayoPrefixStage:
+    def __init__(self, node, model):
+        p = node.params
+        self.node, self.model = node, model
+        s = stage_settings(p, model)
+        self.text, self.guidance = PromptText.from_release(model.checkpoint_directory), s.guidance
+        expect(not s.guidance or bool(self.text.route), ConfigError,
+               "flow.guidance_weight: guidance needs the route's ids in the release's prompt_ids.json ('route')")
+        timeout = p["token_timeout_s"] if p["token_timeout_s"] > 0 else DEFAULT_TIMEOUT_S
+        self.server = node.stage = AlpamayoPrefixServer(model, p["partition_point"], s.sampling, s.flow,
+                                                        s.guidance, s.seed, timeout)
+        self.skew_ns = int(p["sync_skew_ms"] * 1e6)
+        self.seq, self.last_stamp_ns, self.padded_frames = 0, -1, 0
+        self.images = ImageHistory()
+        self.poses = StampedHistory(between=Pose2D.between) if p["use_kinematic_state"] else None
+        self.pub = node.configured_publisher(UInt8MultiArray, "~/output/boundary_state", TOKENS_QOS)
+        self.info_pub = node.configured_publisher(DiagnosticStatus, "~/debug/frame_info", 10)
+        node.configured_subscription(UInt8MultiArray, "~/input/action_tokens", self._on_answer, TOKENS_QOS)
+        self._subscribe_cameras(p["camera_topics"], p["image_transport"] == "compressed")
+        if self.poses is not None:
+            node.configured_subscription(Odometry, "~/input/kinematic_state", self._on_odometry, 50)
+        lossless = p["input_policy"] == "lossless"
+        self.worker = StageWorker("prefix", self._serve, policy=p["input_policy"],
+                                  capacity=LOSSLESS_FRAMES if lossless else 1, cores=chosen_cores(p["cores"]) or None,
+                                  threads=p["threads"] or None, health=node.health, on_error=node._on_worker_error,
+                                  stamp_of=lambda item: item.stamp_ns).start()
+        self.diagnostics = node.diagnostics = DiagnosticsPublisher(node, node.health, self.worker, self.checks)
+        node.configured_timer(p["diagnostics_period_s"], self.diagnostics.publish)
+        node.get_logger().info(
+            f"prefix: {model.config.release} ({model.num_blocks} blocks), partition {self.server.partition}, "
+            f"cameras {p['camera_topics']}, sampling {s.sampling}, flow {s.flow}, guidance {s.guidance}")
+
+    def _subscribe_cameras(self, topics: list[str], compressed: bool) -> None:
+        expect(len(topics) == CAMERAS, ConfigError,
+               f"camera_topics: {len(topics)} topics, an Alpamayo release takes {CAMERAS} cameras")
+        self.topics, self.compressed = topics, compressed
+        self.sync = CameraSync(CAMERAS, self.skew_ns,
+                               on_discard=lambda stamp: self.node.health.drop("camera_set_incomplete", stamp))
+        msg_type = CompressedImage if compressed else Image
+        for index, topic in enumerate(topics):
+            self.node.configured_subscription(msg_type, topic, lambda msg, i=index: self._on_image(i, msg),
+                                              qos_profile_sensor_data)
+
+    # ---- the executor's thread ---------------------------------------------------------------------------
+    def _on_image(self, camera: int, msg) -> None:
+        try:
+            (convert.check_compressed_msg if self.compressed else convert.check_image_msg)(
+                msg, f"camera {camera} ({self.topics[camera]})")
+        except HybridVLAError as exc:
+            self.node._reject("invalid_image", exc)
+            return
+        ready = self.sync.add(camera, convert.stamp_to_ns(msg.header.stamp), msg)
+        if ready is None or not self.node.accepting(stamp_ns=ready[1]):
+            return
+        messages, padded = self.images.add(ready[0])   # the history keeps every complete set, served or not
+        self.worker.submit(_Taken(messages, padded, self.seq, ready[1]))   # a drop is counted there
+        self.seq += 1
+
+    def _on_odometry(self, msg: Odometry) -> None:
+        self.poses.add(convert.stamp_to_ns(msg.header.stamp), convert.odometry_to_pose(msg))
+
+    def _on_answer(self, msg) -> None:
+        try:
+            self.server.answer(bytes(msg.data))
+        except HybridVLAError as exc:
+            self.node._reject("invalid_answer", exc)
+
+    # ---- the worker's thread -----------------------------------------------------------------------------
+    def _serve(self, taken: _Taken) -> None:
+        job = self._job(taken)
+        if job is None:
+            return
+        t0 = time.perf_counter()
+        outcome = self.server.serve(job, lambda data: self.pub.publish(UInt8MultiArray(data=data)))
+        ms = (time.perf_counter() - t0) * 1e3
+        if outcome.sent:
+            self.padded_frames += int(taken.padded > 0)
+            self._publish_info(outcome, taken, ms)
+            self.node.health.record(sum(outcome.times.values()))
+            self.diagnostics.publish_time(sum(outcome.times.values()))
+        elif outcome.counted_here:
+            self.node._reject(outcome.reason, ConfigError(outcome.message), taken.stamp_ns)
+        else:
+            self.node.get_logger().warning(outcome.message, throttle_duration_sec=1.0)
+
+    def _job(self, taken: _Taken) -> PrefixJob | None:
+        """The frame's inputs (None: refused, counted)."""
+        if taken.stamp_ns <= self.last_stamp_ns:
+            self.node._reject("out_of_order", ConfigError(f"frame stamp {taken.stamp_ns} is not newer than the last "
+                                                          f"served {self.last_stamp_ns}"), taken.stamp_ns)
+            return None
+        poses = self._poses(taken.stamp_ns)
+        if poses is None:
+            return None
+        try:
+            limit = int(self.node.params["max_image_megapixels"] * 1e6)
+            decode = convert.compressed_to_array if self.compressed else convert.image_to_array
+            images = [decode(m, f"camera image {i}", limit) for i, m in enumerate(taken.messages)]
+            inputs = frame_inputs(self.model, images, poses, self.text, route=self.guidance)
+        except HybridVLAError as exc:
+            self.node._reject("invalid_image", exc, taken.stamp_ns)
+            return None
+        self.last_stamp_ns = taken.stamp_ns
+        pose = tuple(float(v) for v in poses[-1]) if self.poses is not None else None
+        return PrefixJob(inputs, taken.seq, taken.stamp_ns, taken.arrival_ns, pose)
+
+    def _poses(self, stamp_ns: int):
+        if self.poses is None:
+            return still_history()
+        poses = history_poses(self.poses, stamp_ns, max(self.skew_ns, MIN_POSE_SKEW_NS), POSE_WAIT_S)
+        if poses is None:
+            self.node._reject("kinematic_state_missing", ConfigError(
+                f"frame stamped {stamp_ns}: no odometry for one of its 16 history poses (0.1 s apart)"), stamp_ns)
+        return poses
+
+    def _publish_info(self, outcome, taken: _Taken, ms: float) -> None:
+        s = outcome.settings
+        values = {"stamp_ns": taken.stamp_ns, "seq": taken.seq, "partition": s.partition, "seed": s.seed,
+                  "frame_ms": f"{ms:.3f}", "images_padded": taken.padded,
+                  **{f"prefix_{k}_ms": f"{v:.3f}" for k, v in outcome.times.items()}}
+        self.info_pub.publish(DiagnosticStatus(name=f"{self.node.get_name()}: frame", values=[
+            KeyValue(key=k, value=str(v)) for k, v in values.items()]))
+
+    def checks(self) -> list:
+        s = self.server
+        return [("alpamayo", 0, f"{self.model.config.release} at p={s.partition}",
+                 {"partition": str(s.partition), "num_blocks": str(self.model.num_blocks),
+                  "stale_answers": str(s.stale_answers), "camera_sync_discarded": str(self.sync.discarded),
+                  "frames_with_repeated_images": str(self.padded_frames)})]
+
+    def activated(self) -> None:
+        self.diagnostics.publish()
+
+    def close(self) -> None:
+        self.server.close()
+        self.worker.close()

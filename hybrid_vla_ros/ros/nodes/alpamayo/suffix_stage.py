@@ -1,0 +1,125 @@
+"""The suffix node's stage for an Alpamayo release: each message of the prefix (~/input/boundary_state) answered by
+AlpamayoSuffixServer on the worker's thread (answers on ~/output/action_tokens, reliable and volatile:
+TOKENS_QOS); per finished frame one trajectory on ~/output/trajectory (the node's output_type; frame_id base_link:
+the t0 ego frame as predicted; any other: moved with the frame's map pose from the prefix's odometry) and
+~/debug/trajectory_info: the decoded token ids and their count, why the decode ended (stop_token / max_tokens),
+the seed, the expert's Euler steps and each side's ms per phase (expert time per side included).
+A frame the server refuses (non-finite boundary, damaged or out-of-turn message) is counted here with its reason;
+the prefix hears it and moves on.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticStatus
+from std_msgs.msg import UInt8MultiArray
+
+from ....engine.expert_serve.suffix_server import AlpamayoSuffixServer, SuffixFrame
+from ....engine.pipeline.worker import StageWorker
+from ....errors import ConfigError, HybridVLAError, NonFiniteError, expect_finite
+from ....types import Pose2D, Trajectory
+from ... import convert
+from ...params import chosen_cores
+from ...topics import TOKENS_QOS
+from ..diagnostics import DiagnosticsPublisher, publish_trajectory_info
+
+QUEUE = 256          # messages waiting for the worker (a frame sends 1 + tokens + steps of them)
+EGO_FRAME = "base_link"
+
+
+def trajectory_points(xyz: np.ndarray, heading: np.ndarray, dt: float) -> np.ndarray:
+    """(N, 3) positions 0.1 s apart after t0 and their heading -> (N, 5) x, y, heading, speed, time_from_start
+    (speed: each step's distance / dt, the first from the origin)."""
+    xy = xyz[:, :2]
+    steps = np.diff(np.vstack([np.zeros((1, 2)), xy]), axis=0)
+    speed = np.hypot(steps[:, 0], steps[:, 1]) / dt
+    times = dt * np.arange(1, len(xy) + 1)
+    return np.column_stack([xy, heading, speed, times])
+
+
+class AlpamayoSuffixStage:
+    def __init__(self, node, model):
+        p = node.params
+        self.node, self.model = node, model
+        self.server = AlpamayoSuffixServer(model)
+        self.msg_cls, self.kind, reason = convert.resolve_trajectory_type(p["output_type"])
+        self.frame_id = p["frame_id"]
+        self.pub = node.configured_publisher(self.msg_cls, "~/output/trajectory", 10)
+        self.info_pub = node.configured_publisher(DiagnosticStatus, "~/debug/trajectory_info", 10)
+        self.answer_pub = node.configured_publisher(UInt8MultiArray, "~/output/action_tokens", TOKENS_QOS)
+        node.configured_subscription(UInt8MultiArray, "~/input/boundary_state", self._on_message, TOKENS_QOS)
+        self.worker = StageWorker("suffix", self._handle, policy="lossless", capacity=QUEUE,
+                                  cores=chosen_cores(p["cores"]) or None, threads=p["threads"] or None,
+                                  health=node.health, on_error=node._on_worker_error).start()
+        self.diagnostics = node.diagnostics = DiagnosticsPublisher(node, node.health, self.worker, self.checks)
+        node.configured_timer(p["diagnostics_period_s"], self.diagnostics.publish)
+        self.frames = 0
+        node.get_logger().info(f"suffix: {model.config.release} ({model.num_blocks} blocks), publishing "
+                               f"{self.msg_cls.__name__} in {self.frame_id} ({reason})")
+
+    def _on_message(self, msg) -> None:
+        """Taken in any state: a frame started before a deactivate finishes (its prefix waits for the answers)."""
+        self.worker.submit((bytes(msg.data), time.perf_counter()), timeout_s=1.0)
+
+    def _handle(self, item) -> None:
+        data, received = item
+        t0 = time.perf_counter()
+        try:
+            reply = self.server.handle(data)
+        except HybridVLAError as exc:   # not even a frame's head: nothing to answer
+            self.node._reject("invalid_boundary", exc)
+            return
+        for answer in reply.answers:
+            self.answer_pub.publish(UInt8MultiArray(data=answer))
+        if reply.refused is not None:
+            tag, reason, message = reply.refused
+            self.node._reject(reason, ConfigError(message), tag.stamp_ns)
+        if reply.finished is not None:
+            self._publish(reply.finished, (t0 - received) * 1e3)
+
+    def _publish(self, frame: SuffixFrame, queue_ms: float) -> None:
+        result, tag = frame.result, frame.tag
+        points = trajectory_points(result.xyz.double().numpy(), result.heading.double().numpy(),
+                                   self.model.action_space.dt)
+        trajectory = Trajectory(points, tag.seq, tag.stamp_ns, frame.settings.partition)
+        if self.frame_id != EGO_FRAME:
+            if frame.pose is None:   # the prefix had no odometry (use_kinematic_state false)
+                self.node._reject("pose_missing", ConfigError(f"frame {tag.seq}: no map pose from the prefix for "
+                                                              f"frame_id {self.frame_id}"), tag.stamp_ns)
+                return
+            points = trajectory.in_map(Pose2D(*frame.pose))
+        try:
+            expect_finite(points, "nonfinite_output", f"trajectory of frame {tag.seq}")
+        except NonFiniteError as exc:
+            self.node._reject(exc.reason, exc, tag.stamp_ns)
+            return
+        self.pub.publish(convert.trajectory_to_msg(trajectory, self.msg_cls, self.kind, self.frame_id, points))
+        publish_trajectory_info(self.info_pub, self.node.get_name(), trajectory, self._values(frame, queue_ms))
+        suffix_ms = sum(frame.times["suffix"].values())
+        self.frames += 1
+        self.node.health.record(suffix_ms)
+        self.diagnostics.publish_time(suffix_ms)
+
+    def _values(self, frame: SuffixFrame, queue_ms: float) -> dict:
+        result, s = frame.result, frame.settings
+        latency = (time.time_ns() - frame.tag.arrival_ns) / 1e6 if frame.tag.arrival_ns else 0.0
+        times = {f"{side}_{phase}_ms": f"{ms:.3f}" for side, phases in frame.times.items()
+                 for phase, ms in phases.items()}
+        return {"tokens": ",".join(map(str, result.tokens)), "token_count": len(result.tokens),
+                "decode_end": frame.end, "seed": s.seed, "expert_steps": s.flow.steps,
+                "guidance_weight": f"{s.flow.guidance_weight:g}" if s.guidance else "none",
+                "suffix_ms": f"{sum(frame.times['suffix'].values()):.3f}", "queue_ms": f"{queue_ms:.3f}",
+                "latency_ms": f"{latency:.3f}", "transport": "alpamayo", **times}
+
+    def checks(self) -> list:
+        s = self.server
+        return [("alpamayo", 0, f"{self.model.config.release}: {self.frames} frames out",
+                 {"frames": str(self.frames), "frames_replaced": str(s.replaced), "frames_aborted": str(s.aborted)})]
+
+    def activated(self) -> None:
+        self.diagnostics.publish()
+
+    def close(self) -> None:
+        self.worker.close()

@@ -1,0 +1,292 @@
+"""The tiny released-layout Alpamayo 1 and 1.5 checkpoints (test/published_alpamayo.py) served by the prefix and
+suffix nodes over real DDS on loopback (issue 39): the prefix builds each frame's inputs from 4 camera topics (the
+last 4 frames each) and the odometry (16 poses of ego history), sends the prefill's boundary, each decode feed,
+1.5's route-free prompt and each expert step's boundary; the suffix samples, runs the flow's Euler steps and
+publishes one trajectory per frame and ~/debug/trajectory_info (the decoded tokens, why the decode ended, expert
+steps and each side's time). Every trajectory equals run_reference on the same inputs and seed exactly (fp32),
+in separate processes and in one process. The byte servers alone: exact, and a bad crossing is refused, counted,
+and the next frame served."""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from published_alpamayo import write_release
+from ros_harness import wait_until
+from hybrid_vla_ros.engine.decode.sampling import step_seed
+from hybrid_vla_ros.engine.expert_serve import envelope
+from hybrid_vla_ros.engine.expert_serve.frame_inputs import ImageHistory, PromptText, frame_inputs, still_history
+from hybrid_vla_ros.engine.expert_serve.prefix_server import AlpamayoPrefixServer, PrefixJob
+from hybrid_vla_ros.engine.expert_serve.suffix_server import AlpamayoSuffixServer
+from hybrid_vla_ros.engine.expert_split.crossings import TokensState
+from hybrid_vla_ros.model.plugins import alpamayo
+
+CAMERAS = [f"/test/alpamayo/cam{i}/image" for i in range(4)]
+FRAMES, SEED, STEPS, MAX_TOKENS, GUIDANCE = 4, 7, 4, 6, 2.0
+BASE_NS = 3_000_000_000                           # frames at 3.0 s, 3.1 s, ... (odometry from 0 s, every 0.1 s)
+PROMPT = {"system": list(range(10, 22)), "user": list(range(50, 60)), "route": [40, 41, 42]}
+SAMPLING = alpamayo.Sampling(0.6, 0.98, MAX_TOKENS)
+
+
+@pytest.fixture(scope="module")
+def releases(tmp_path_factory):
+    root = tmp_path_factory.mktemp("alpamayo_graph")
+    r15 = write_release(root / "r15", "alpamayo1_5", seed=3)
+    (r15 / "prompt_ids.json").write_text(json.dumps(PROMPT))     # the chat template's text ids (no tokenizer here)
+    return {"r1": write_release(root / "r1", "alpamayo_r1"), "1.5": r15}
+
+
+def camera_sets(n=FRAMES):
+    rng = np.random.default_rng(0)
+    return [[rng.integers(0, 256, (32, 32, 3), dtype=np.uint8) for _ in CAMERAS] for _ in range(n)]
+
+
+def odometry(stamp_ns):
+    from nav_msgs.msg import Odometry
+    from hybrid_vla_ros.ros import convert
+    t = stamp_ns / 1e9
+    msg = Odometry()
+    msg.header.frame_id = "map"
+    convert.ns_to_stamp(stamp_ns, msg.header.stamp)
+    yaw = 0.05 * t                                # a gentle left turn at 5 m/s
+    msg.pose.pose.position.x, msg.pose.pose.position.y = 5.0 * t * np.cos(yaw), 5.0 * t * np.sin(yaw)
+    msg.pose.pose.orientation.z, msg.pose.pose.orientation.w = np.sin(yaw / 2), np.cos(yaw / 2)
+    msg.twist.twist.linear.x = 5.0
+    return msg
+
+
+def expected(model, sets, guidance, kinematic=True):
+    """run_reference per frame on the inputs the prefix builds (frame_inputs: its own test below)."""
+    from hybrid_vla_ros.ros import convert
+    text, history, out = PromptText.from_release(model.checkpoint_directory), ImageHistory(), []
+    flow = alpamayo.FlowSettings(STEPS, GUIDANCE if guidance else 1.0)
+    for k, cameras in enumerate(sets):
+        stamp = BASE_NS + k * 100_000_000
+        poses = np.array([[p.x, p.y, p.yaw] for p in (convert.odometry_to_pose(odometry(stamp - j * 100_000_000))
+                                                        for j in range(15, -1, -1))]) if kinematic else still_history()
+        inputs = frame_inputs(model, history.add(cameras)[0], poses, text, route=guidance)
+        seed = step_seed(SEED, stamp, 0)
+        out.append(alpamayo.run_reference(model, inputs, seed, SAMPLING, flow, guidance))
+    return out
+
+
+def graph_params(checkpoint, guidance):
+    from hybrid_vla_ros.ros.launch_support.bringup import graph_params as params
+    model = {"model.checkpoint": str(checkpoint), "partition_point": 2, "dynamic_zone_min": -1,
+             "dynamic_zone_max": -1, "diagnostics_period_s": 0.5}
+    decode = {"decode.sample": True, "decode.temperature": 0.6, "decode.top_p": 0.98, "decode.seed": SEED,
+              "decode.max_tokens": MAX_TOKENS}
+    return params(overrides={
+        "hybrid_vla_prefix": {**model, **decode, "camera_topics": CAMERAS, "image_transport": "raw",
+                              "input_policy": "lossless", "use_kinematic_state": True, "token_timeout_s": 30.0,
+                              "flow.steps": STEPS, "flow.guidance_weight": GUIDANCE if guidance else 1.0},
+        "hybrid_vla_suffix": {**model, **decode, "frame_id": "base_link", "output_type": "path", "dtype": "fp32",
+                              "output_retime": False, "max_output_age_ms": 0.0},
+        "hybrid_vla_scheduler": {"autostart": False}})
+
+
+class Driver:
+    """Cameras and odometry out, trajectories and their infos in, on this test's domain."""
+
+    def __init__(self, context, executor=None, spin=None):
+        from diagnostic_msgs.msg import DiagnosticStatus
+        from nav_msgs.msg import Odometry, Path
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.node import Node
+        from sensor_msgs.msg import Image
+        from hybrid_vla_ros.ros.topics import KINEMATIC_TOPIC, TRAJECTORY_INFO_TOPIC, TRAJECTORY_TOPIC
+        self.node = Node("alpamayo_driver", context=context)
+        self.cams = [self.node.create_publisher(Image, t, 10) for t in CAMERAS]
+        self.odom = self.node.create_publisher(Odometry, KINEMATIC_TOPIC, 200)
+        self.paths, self.infos = [], []
+        self.node.create_subscription(Path, TRAJECTORY_TOPIC, self.paths.append, 50)
+        self.node.create_subscription(DiagnosticStatus, TRAJECTORY_INFO_TOPIC,
+                                      lambda m: self.infos.append({kv.key: kv.value for kv in m.values}), 50)
+        self.own = executor is None
+        self.executor = SingleThreadedExecutor(context=context) if self.own else executor
+        self.executor.add_node(self.node)
+        self.spin = spin or (lambda timeout=0.02: self.executor.spin_once(timeout_sec=timeout))
+
+    def drive(self, sets, timeout_s):
+        """Odometry up to the last frame, then each frame's images; one trajectory awaited per frame."""
+        from sensor_msgs.msg import Image
+        from hybrid_vla_ros.ros import convert
+        assert wait_until(lambda: all(p.get_subscription_count() for p in self.cams + [self.odom]), self.spin,
+                          timeout_s), "the prefix did not come up"
+        for stamp in range(0, BASE_NS + len(sets) * 100_000_000, 100_000_000):
+            self.odom.publish(odometry(stamp))
+        self.spin(0.2)
+        for k, cameras in enumerate(sets):
+            for pub, image in zip(self.cams, cameras):
+                msg = convert.array_to_image(image, Image())
+                convert.ns_to_stamp(BASE_NS + k * 100_000_000, msg.header.stamp)
+                pub.publish(msg)
+            assert wait_until(lambda: len(self.paths) > k and len(self.infos) > k, self.spin, timeout_s), \
+                f"no trajectory for frame {k}"
+        return self.paths, self.infos
+
+    def close(self):
+        self.executor.remove_node(self.node)
+        if self.own:
+            self.executor.shutdown()
+        self.node.destroy_node()
+
+
+def check(paths, infos, refs):
+    for k, (path, info, ref) in enumerate(zip(paths, infos, refs)):
+        assert path.header.stamp.sec * 10**9 + path.header.stamp.nanosec == BASE_NS + k * 100_000_000
+        xy = np.array([[p.pose.position.x, p.pose.position.y] for p in path.poses])
+        assert np.array_equal(xy, ref.xyz[:, :2].double().numpy()), f"frame {k}"      # exact, fp32 -> float64
+        assert info["tokens"] == ",".join(map(str, ref.tokens)) and int(info["token_count"]) == len(ref.tokens)
+        assert info["decode_end"] == ("stop_token" if ref.stopped else "max_tokens")
+        assert int(info["seed"]) == step_seed(SEED, BASE_NS + k * 100_000_000, 0)
+        assert int(info["expert_steps"]) == STEPS
+        assert float(info["prefix_expert_ms"]) > 0 and float(info["suffix_expert_ms"]) > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, guidance", [("r1", False), ("1.5", True)])
+def test_a_release_is_served_by_the_graph_in_processes_exactly(name, guidance, releases, domain, tmp_path):
+    from hybrid_vla_ros.ros.launch_support.bringup import write_combined_config
+    from hybrid_vla_ros.ros.launch_support.supervise import stop_processes
+    import rclpy
+    config = write_combined_config(graph_params(releases[name], guidance), tmp_path / "graph.yaml")
+    procs = [subprocess.Popen([sys.executable, "-m", "hybrid_vla_ros.ros.launch_support.bringup", "--node", node,
+                               "--config", str(config)], env={**os.environ, "OMP_NUM_THREADS": "1"},
+                              start_new_session=True) for node in ("hybrid_vla_suffix", "hybrid_vla_prefix")]
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    driver = Driver(context)
+    try:
+        sets = camera_sets()
+        refs = expected(alpamayo.load_release(releases[name]), sets, guidance)
+        paths, infos = driver.drive(sets, timeout_s=60)
+        check(paths, infos, refs)
+        assert all(p.poll() is None for p in procs)
+    finally:
+        driver.close()
+        rclpy.shutdown(context=context)
+        stop_processes(procs)
+
+
+@pytest.mark.slow
+def test_1_5_is_served_in_one_process_exactly(releases, domain):
+    import rclpy
+    from hybrid_vla_ros.ros.launch_support.bringup import InProcessGraph
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    graph = InProcessGraph(graph_params(releases["1.5"], True), context=context,
+                           nodes=("hybrid_vla_prefix", "hybrid_vla_suffix"))
+    driver = Driver(context, graph.executor, graph.spin_once)
+    try:
+        assert not graph.failed, graph.failed
+        prefix, suffix = graph.nodes["hybrid_vla_prefix"], graph.nodes["hybrid_vla_suffix"]
+        damage(driver, prefix, suffix)
+        sets = camera_sets(3)
+        paths, infos = driver.drive(sets, timeout_s=60)
+        check(paths, infos, expected(suffix.expert.model, sets, True))
+        assert dict(prefix.health.rejected) == {"invalid_answer": 1}
+        assert dict(suffix.health.rejected) == {"invalid_boundary": 1}
+    finally:
+        driver.close()
+        graph.shutdown()
+        rclpy.shutdown(context=context)
+
+
+def damage(driver, prefix, suffix):
+    """A damaged message each way: refused, counted with its reason; the frames after it are served."""
+    from std_msgs.msg import UInt8MultiArray
+    from hybrid_vla_ros.ros.topics import ACTION_TOKENS_TOPIC, BOUNDARY_TOPIC, TOKENS_QOS
+    forward = driver.node.create_publisher(UInt8MultiArray, BOUNDARY_TOPIC, TOKENS_QOS)
+    back = driver.node.create_publisher(UInt8MultiArray, ACTION_TOKENS_TOPIC, TOKENS_QOS)
+    assert wait_until(lambda: forward.get_subscription_count() and back.get_subscription_count(), driver.spin, 10)
+    forward.publish(UInt8MultiArray(data=envelope.FORWARD_HEAD.pack(b"HVAF", 1, 1, 1, 9, 1, 5, 0) + b"HVLX"))
+    back.publish(UInt8MultiArray(data=b"HVAB" + bytes(3)))
+    assert wait_until(lambda: suffix.health.rejected["invalid_boundary"] == 1
+                      and prefix.health.rejected["invalid_answer"] == 1, driver.spin, 10)
+
+
+# ---- the byte servers alone (no ROS) ----------------------------------------------------------------------------
+
+def serve(prefix, suffix, job, poison=None):
+    """One frame through both servers, every message as bytes; -> (prefix outcome, suffix replies)."""
+    replies = []
+
+    def send(data):
+        message = envelope.decode_forward(data)
+        if poison is not None and isinstance(message.state, poison):
+            message.state = dataclasses.replace(message.state, hidden=message.state.hidden.clone().fill_(float("nan")))
+            data = envelope.encode_forward(message)
+        reply = suffix.handle(data)
+        replies.append(reply)
+        for answer in reply.answers:
+            prefix.answer(answer)
+    return prefix.serve(job, send), replies
+
+
+def test_the_servers_share_only_bytes_and_equal_the_reference(releases):
+    model = alpamayo.load_release(releases["1.5"])
+    text, flow = PromptText.from_release(releases["1.5"]), alpamayo.FlowSettings(3, 2.5)
+    inputs = frame_inputs(model, [im for s in camera_sets(4) for im in s], still_history(), text, route=True)
+    suffix = AlpamayoSuffixServer(model)
+    for p in (0, 2, 4):
+        prefix = AlpamayoPrefixServer(model, p, SAMPLING, flow, guidance=True, seed=SEED)
+        outcome, replies = serve(prefix, suffix, PrefixJob(inputs, p, 1000 + p))
+        done = [r.finished for r in replies if r.finished]
+        ref = alpamayo.run_reference(model, inputs, outcome.settings.seed, SAMPLING, flow, True)
+        assert outcome.sent and len(done) == 1 and done[0].settings.partition == p
+        assert done[0].result.tokens == ref.tokens and torch.equal(done[0].result.xyz, ref.xyz)
+
+
+def test_a_bad_crossing_refuses_its_frame_with_the_reason_and_the_next_is_served(releases):
+    model = alpamayo.load_release(releases["r1"])
+    inputs = frame_inputs(model, [im for s in camera_sets(4) for im in s], still_history(), PromptText())
+    prefix, suffix = AlpamayoPrefixServer(model, 2, SAMPLING, alpamayo.FlowSettings(2), seed=SEED, timeout_s=5), \
+        AlpamayoSuffixServer(model)
+    outcome, replies = serve(prefix, suffix, PrefixJob(inputs, 0, 1000), poison=TokensState)
+    refused = [r.refused for r in replies if r.refused]
+    assert not outcome.sent and not outcome.counted_here and outcome.reason == "nonfinite_boundary"
+    assert [(tag.seq, reason) for tag, reason, _ in refused] == [(0, "nonfinite_boundary")]
+    damaged = envelope.FORWARD_HEAD.pack(b"HVAF", 1, 1, 1, 9, 1, 5, 0) + envelope.TIMES.pack(0, 0, 0, 0) + b"HVLX"
+    assert suffix.handle(damaged).refused[:2] == (envelope.Tag(1, 9, 5), "invalid_boundary")   # refused, named
+    outcome, replies = serve(prefix, suffix, PrefixJob(inputs, 1, 2000))
+    ref = alpamayo.run_reference(model, inputs, outcome.settings.seed, SAMPLING, alpamayo.FlowSettings(2))
+    assert outcome.sent and torch.equal(replies[-1].finished.result.xyz, ref.xyz)
+
+
+def test_frame_inputs_follow_the_processor_layout(releases):
+    model = alpamayo.load_release(releases["r1"])
+    sets = camera_sets(2)
+    history = ImageHistory()
+    history.add(sets[0])
+    images, padded = history.add(sets[1])
+    assert padded == 2 and images[:4] == [sets[0][0]] * 3 + [sets[1][0]]           # camera-major, oldest first
+    inputs = frame_inputs(model, images, still_history(), PromptText())
+    alpamayo.check_inputs(model, inputs)
+    assert inputs.pixel_values.shape == (16 * 4, 3 * 2 * 16 * 16) and inputs.image_grid_thw.tolist() == [[1, 2, 2]] * 16
+    assert float(inputs.pixel_values.abs().max()) <= 1.0
+    with pytest.raises(Exception, match="multiple of 32"):
+        frame_inputs(model, [np.zeros((30, 32, 3), np.uint8)] * 16, still_history(), PromptText())
+
+
+def test_the_prefix_parameters_are_checked_against_the_release(releases):
+    from hybrid_vla_ros.errors import ConfigError
+    from hybrid_vla_ros.ros.nodes.alpamayo.settings import stage_settings
+    r1 = alpamayo.load_release(releases["r1"], shapes_only=True)
+    shipped = graph_params(releases["r1"], False)["hybrid_vla_prefix"]
+    settings = stage_settings({**shipped, "flow.steps": 0, "decode.max_tokens": 0}, r1)
+    assert (settings.flow.steps, settings.sampling.max_new_tokens, settings.guidance) == (10, 256, False)
+    with pytest.raises(ConfigError, match="decode.sample true"):
+        stage_settings({**shipped, "decode.sample": False}, r1)
+    bare = json.loads((releases["r1"] / "config.json").read_text())
+    bare["add_special_tokens"] = False
+    from hybrid_vla_ros.model.plugins.alpamayo.config import parse
+    no_route = alpamayo.build(parse(bare, releases["r1"]))
+    with pytest.raises(ConfigError, match="route tokens"):
+        stage_settings({**shipped, "flow.guidance_weight": 2.0}, no_route)
