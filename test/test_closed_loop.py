@@ -128,6 +128,19 @@ def test_the_shipped_model_drives_a_few_steps():
     assert rec.progress_m > 10.0 and np.isfinite(np.array(rec.rows)[:, :6]).all()
 
 
+def test_the_shipped_model_completes_held_out_routes_at_its_own_latency():
+    """The shipped model drives (docs/DRIVING.md: 16 of 20 held-out routes with no infraction at this machine's
+    latency): two of them, end to end, with the plan of every frame taking effect at once (instant timing)."""
+    from hybrid_vla_ros.model.load import load_vla
+    from hybrid_vla_ros.learn.closed_loop.loop import CAMERA_PERIOD_S
+    from hybrid_vla_ros.learn.closed_loop.policy import ModelPolicy
+    from hybrid_vla_ros.learn.closed_loop.world import random_scenario
+    policy = ModelPolicy(load_vla(checkpoint="builtin:drive"))
+    for seed in (0, 1):
+        metrics = route_metrics(Drive(random_scenario(seed), policy, instant(CAMERA_PERIOD_S)).run())
+        assert metrics["end"] == "completed" and metrics["success"], (seed, metrics)
+
+
 def test_animate_writes_a_gif_of_one_drive_with_the_camera_and_the_plan(tmp_path, capsys):
     """--animate: the oracle drives scenario 2 under the paper's ORION timing, pipelined and re-timed; the GIF has a
     frame per camera tick (10 per second of the drive) showing the front camera beside the bird's-eye view."""

@@ -25,7 +25,9 @@ def test_the_demo_drive_is_held_out_from_training():
     assert ROAD_DRIVE_SEED < TRAIN_SEED_BASE
     info = bag_info(ROAD_DRIVE)
     assert info.types["/ground_truth/trajectory"] == "nav_msgs/msg/Path"
-    assert info.message_count == 3 * ROAD_DRIVE_FRAMES  # odometry, ground truth, front camera
+    # per frame: odometry, ground truth, front camera, its camera_info; once: /tf_static (the camera's mount)
+    assert info.message_count == 4 * ROAD_DRIVE_FRAMES + 1
+    assert info.types["/tf_static"] == "tf2_msgs/msg/TFMessage"
 
 
 @pytest.mark.slow

@@ -73,3 +73,29 @@ def test_train_and_eval_commands_write_a_checkpoint_a_loss_curve_and_a_report(tm
     report = json.loads((tmp_path / "eval.json").read_text())
     assert {"constant_velocity", "native", "hybrid_bf16_p2"} == set(report["settings"])   # the dtype asked only
     assert set(report["ade_change"]) == {"bf16"} and "fp32_identical_to_native" not in report
+
+
+def test_closed_loop_frames_are_the_model_s_own_views_labelled_by_the_ground_truth_driver():
+    """DAgger's frames (learn/closed_loop/dagger.py): one per frame the model saw while driving a training scenario,
+    as rendered for it, with the ground-truth driver's waypoints from that scene."""
+    from hybrid_vla_ros.cli.learn import training_samples
+    from hybrid_vla_ros.learn.closed_loop.dagger import RecordingPolicy
+    from hybrid_vla_ros.learn.closed_loop.loop import CAMERA_PERIOD_S, Drive
+    from hybrid_vla_ros.learn.closed_loop.timing import instant
+    from hybrid_vla_ros.learn.closed_loop.world import random_scenario
+    from hybrid_vla_ros.learn.train import TRAIN_SEED_BASE
+    from hybrid_vla_ros.sim.road import ground_truth
+    model = load_vla(preset="drive")   # seeded weights: it leaves the lane soon, which is what makes it short
+    assert training_samples(model, TrainConfig(), 0) is None   # train's own road drives
+    samples = training_samples(model, TrainConfig(drives=1, frames_per_drive=2), 1)
+    road, samples = samples[:2], samples[2:]                     # the road drive's frames, then the driven ones
+    spec = model.spec
+    assert all(np.array_equal(r.truth, t.truth) for r, t in zip(road, road_samples(spec, [TRAIN_SEED_BASE], 2)))
+    policy = RecordingPolicy(model)
+    Drive(random_scenario(TRAIN_SEED_BASE), policy, instant(CAMERA_PERIOD_S)).run()
+    assert len(samples) == len(policy.views) > 1
+    for sample, view in zip(samples, policy.views):
+        assert sample.frame.seq == view.index and sample.frame.ego.speed_mps == view.scene.speed_mps
+        assert np.array_equal(sample.truth, ground_truth(view.scene, spec.num_waypoints, spec.waypoint_dt_s))
+        assert sample.truth.shape == (spec.num_waypoints, 4)
+    assert len({s.frame.ego.speed_mps for s in samples}) > 1   # the car moved: the views are of a drive

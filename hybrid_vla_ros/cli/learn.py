@@ -23,15 +23,34 @@ def cmd_train(args) -> int:
         stop.check()  # Ctrl-C: stop cleanly (nothing written)
         bar.update(1)
         bar.set_postfix(loss=f"{loss:.3f}")
-    history = train(model, config, progress=progress)
+    history = train(model, config, samples=training_samples(model, config, args.closed_loop_scenarios),
+                    progress=progress)
     bar.close()
     out = Path(args.out)
     save_checkpoint(model, out)
-    (out / "training.json").write_text(json.dumps({"config": vars(config), "history": history}, indent=1))
+    (out / "training.json").write_text(json.dumps({"config": {**vars(config), "closed_loop_scenarios":
+                                                              args.closed_loop_scenarios,
+                                                              "from_checkpoint": args.checkpoint},
+                                                   "history": history}, indent=1))
     plot_loss(history, config, model.spec.name, args.plot or out / "loss.png")
     print(f"trained '{model.spec.name}' for {config.steps} steps (final loss {history[-1]['loss']:.3f}); "
           f"checkpoint in {out}, loss curve {args.plot or out / 'loss.png'}")
     return 0
+
+
+def training_samples(model, config, closed_loop_scenarios: int):
+    """The road drives' frames (None: train's own), plus with closed_loop_scenarios > 0 the frames of the model's
+    own drives of that many training scenarios, labelled by the ground-truth driver (learn/closed_loop/dagger.py)."""
+    if not closed_loop_scenarios:
+        return None
+    from ..learn.closed_loop.dagger import closed_loop_samples
+    from ..learn.train import TRAIN_SEED_BASE, road_samples
+    road = road_samples(model.spec, range(TRAIN_SEED_BASE, TRAIN_SEED_BASE + config.drives), config.frames_per_drive,
+                        config.rate_hz)
+    driven = closed_loop_samples(model, closed_loop_scenarios, progress=lambda seed, end, n: print(
+        f"closed-loop scenario {seed}: {end}, {n} frames", flush=True))
+    print(f"training on {len(road)} road-drive frames + {len(driven)} closed-loop frames", flush=True)
+    return road + driven
 
 
 def cmd_eval(args) -> int:
@@ -118,12 +137,16 @@ def register(sub) -> None:
     add_model_args(p, default_preset="drive")
     p.add_argument("--out", required=True, help="checkpoint directory to write")
     # defaults (None here): learn/train.py TrainConfig, the settings of the shipped data/models/drive
-    p.add_argument("--steps", type=int, default=None, help="optimiser steps (default 3000)")
+    p.add_argument("--steps", type=int, default=None, help="optimiser steps (default 9000)")
     p.add_argument("--batch", type=int, default=None, help="frames per step (default 16)")
     p.add_argument("--lr", type=float, default=None, help="peak learning rate (default 1e-3)")
     p.add_argument("--drives", type=int, default=None, help="training drives, seeds 1000, 1001, ... (default 80)")
     p.add_argument("--frames-per-drive", type=int, default=None, help="(default 60)")
     p.add_argument("--seed", type=int, default=None, help="initialisation and batch order (default 0)")
+    p.add_argument("--closed-loop-scenarios", type=int, default=0,
+                   help="also train on the frames of the model's own closed-loop drives of this many training "
+                        "scenarios (seeds 1000 ..), labelled by the ground-truth driver (DAgger; with --checkpoint: "
+                        "the model that drives them) (default 0)")
     p.add_argument("--plot", default=None, help="loss curve PNG (default OUT/loss.png)")
     p.set_defaults(func=cmd_train)
 

@@ -27,7 +27,7 @@ TRAIN_SEED_BASE = 1000   # training drives: seeds 1000, 1001, ...; held-out driv
 
 @dataclass
 class TrainConfig:
-    steps: int = 3000
+    steps: int = 9000
     batch: int = 16
     lr: float = 1e-3
     weight_decay: float = 0.01
@@ -73,10 +73,19 @@ def batch_forward(model: VLAModel, frames: list[Frame]) -> torch.Tensor:
     return model.action_head(hidden[:, -model.query_tokens:])                         # (B, N, 4), one pass each
 
 
+def horizon_weights(n: int) -> torch.Tensor:
+    """(n,) 2 / (k + 2) for waypoint k, scaled to mean 1: a far point's metres (a curve's tens) must not drown
+    the near ones, which are what a tracking controller steers by."""
+    w = 2.0 / (torch.arange(n, dtype=torch.float32) + 2.0)
+    return w / w.mean()
+
+
 def waypoint_loss(raw: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
-    """Smooth L1 of the cumulated positions (m) + 0.5 x that of the speeds (m/s) + 2 x that of the headings."""
-    xy = raw[..., :2].cumsum(dim=1)
-    return (F.smooth_l1_loss(xy, truth[..., :2]) + 0.5 * F.smooth_l1_loss(raw[..., 3], truth[..., 3])
+    """Smooth L1 of the cumulated positions (m), each waypoint weighted by horizon_weights, + 0.5 x that of the
+    speeds (m/s) + 2 x that of the headings."""
+    xy = raw[..., :2].cumsum(dim=1)                                                   # (B, N, 2)
+    position = (F.smooth_l1_loss(xy, truth[..., :2], reduction="none") * horizon_weights(xy.shape[1])[:, None]).mean()
+    return (position + 0.5 * F.smooth_l1_loss(raw[..., 3], truth[..., 3])
             + 2.0 * F.smooth_l1_loss(raw[..., 2], truth[..., 2]))
 
 

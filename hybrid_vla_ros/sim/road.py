@@ -180,7 +180,7 @@ CAMERA_YAWS_RAD = (0.0, 0.9, -0.9, 1.8, -1.8, math.pi)  # front, front-left, fro
 def drive(seed: int, frames: int, cameras: int, height: int, width: int, waypoints: int, dt_s: float,
           rate_hz: float = 10.0):
     """Yields DriveFrame: one road, its curvature drifting (a sum of slow sinusoids), the ego's lane offset
-    and heading error an AR(1) process, a lead vehicle that comes and goes, light and fog fixed per drive.
+    and heading error AR(1) processes, a lead vehicle that comes and goes, light and fog fixed per drive.
     Deterministic from the seed."""
     rng = np.random.default_rng(seed)
     first = random_scene(rng)
@@ -189,6 +189,7 @@ def drive(seed: int, frames: int, cameras: int, height: int, width: int, waypoin
     distance, speed = 0.0, first.speed_mps
     offset, heading = first.offset_m, first.heading_rad
     lead, lead_speed = first.lead_m, first.lead_speed_mps
+    lead_target = lead_speed
     for seq in range(frames):
         curvature = float(sum(a * math.sin(2 * math.pi * distance / p + ph) for a, p, ph in zip(amps, periods, phases)))
         scene = RoadScene(curvature, offset, heading, first.width_m, speed, lead, lead_speed, first.brightness,
@@ -200,12 +201,31 @@ def drive(seed: int, frames: int, cameras: int, height: int, width: int, waypoin
         # advance one frame period along the rollout's first step
         step = ground_truth(scene, 1, 1.0 / rate_hz)[0]
         distance += step[0]
-        speed = float(step[3])
-        offset = 0.9 * offset + float(rng.normal(0, 0.05))
-        heading = 0.9 * heading + float(rng.normal(0, 0.004))
+        # the ego's speed is not the driver's to the centimetre per second either (stationary std ~0.3 m/s), so
+        # the drives show approaches a little too fast or too slow for the gap, as a closed loop makes them
+        speed = max(0.0, float(step[3]) + float(rng.normal(0, 0.15)))
+        # the ego wanders about the lane (stationary std 0.32 m and 0.03 rad: the first scene's spread), so the
+        # drives show recoveries from where a closed loop puts the car, not only from a few centimetres
+        offset = 0.95 * offset + float(rng.normal(0, 0.1))
+        heading = 0.95 * heading + float(rng.normal(0, 0.0094))
         if lead is not None:
             lead += (lead_speed - speed) / rate_hz
-            if lead < 5.0 or lead > 60.0:
+            lead_speed, lead_target = lead_speed_step(rng, lead_speed, lead_target, rate_hz)
+            if lead < 2.0 or lead > 60.0:    # kept close: the driver stops STANDSTILL_GAP_M behind a standing one
                 lead = None
         elif rng.random() < 0.01:
             lead, lead_speed = float(rng.uniform(20.0, 45.0)), float(rng.uniform(2.0, 12.0))
+            lead_target = lead_speed
+
+
+LEAD_ACCEL_MPS2 = 2.5        # how fast a lead vehicle of a drive changes its speed
+LEAD_CHANGE_PER_S = 0.3      # how often it picks a new speed (per second)
+
+
+def lead_speed_step(rng: np.random.Generator, speed: float, target: float, rate_hz: float) -> tuple[float, float]:
+    """One frame of the lead vehicle's speed: now and then a new target anywhere in 0..12 m/s (a stop included),
+    reached at LEAD_ACCEL_MPS2, so the drives show leads that brake, as the closed-loop world's do."""
+    if rng.random() < LEAD_CHANGE_PER_S / rate_hz:
+        target = float(rng.uniform(0.0, 12.0))
+    step = LEAD_ACCEL_MPS2 / rate_hz
+    return float(speed + np.clip(target - speed, -step, step)), target
