@@ -13,7 +13,10 @@ def cmd_bench(args) -> int:
     from ..bench.modes import DEFAULT_MODES, plot_bench, run_bench
     from ..report import modes_table, progress_printer
     from ..engine.chunking import parse_chunks
+    from ..engine.expert_split import frames_bench
     from ..errors import ConfigError
+    if frames_bench.wants(args):   # a decode-heavy model: the reduced Alpamayo (engine/expert_split/frames_bench.py)
+        return frames_bench.cli(args)
     if args.scenario == "faults":
         return bench_faults(args)
     if args.head == "action-tokens":
@@ -217,6 +220,7 @@ def bench_faults(args) -> int:
 
 
 def register(sub) -> None:
+    from ..engine.expert_split import frames_bench
     p = sub.add_parser("bench", help="native vs serial vs pipelined (each transport), one run, JSON + plot")
     add_model_args(p, default_preset="bench"); add_placement_args(p)
     p.add_argument("--partition", type=int, default=None, help="default: the planner's best cut for this machine "
@@ -238,20 +242,24 @@ def register(sub) -> None:
     p.add_argument("--suffix-dtypes", default="fp32,bf16,int8",
                    help="suffix-dtypes: the CPU suffix's dtypes, each at its planned cut")
     p.add_argument("--scenario", default="modes",
-                   choices=("modes", "load-step", "preprocess", "faults", "chunk-curve", "suffix-dtypes"),
+                   choices=("modes", "load-step", "preprocess", "faults", "chunk-curve", "suffix-dtypes",
+                            "decode-heavy"),
                    help="modes: native/serial/pipelined side by side; load-step: scheduler under a competing load; "
                         "preprocess: decoding and resize/normalise of camera frames of --camera size; faults: "
                         "SIGKILL each node of a supervised graph mid-drive, then a soak (tiny preset unless "
                         "--preset names another); suffix-dtypes: serial and pipelined with the suffix in each "
-                        "--suffix-dtypes at its planned cut")
+                        "--suffix-dtypes at its planned cut; decode-heavy (or --preset alpamayo-bench): the "
+                        "reduced Alpamayo, native vs split-serial vs pipelined across frames")
     p.add_argument("--head", default="waypoints", choices=("waypoints", "action-tokens"),
                    help="action-tokens: ActionFlow packed decoding vs sequential (default preset bench-act)")
     p.add_argument("--pack", default="1,2,4,8", help="action-tokens: frames in flight K to compare")
     p.add_argument("--repeat", type=int, default=1,
-                   help="action-tokens: run each configuration this many times, interleaved; report the median")
+                   help="action-tokens and decode-heavy: run each configuration this many times, interleaved; report "
+                        "the median")
     p.add_argument("--graph", action="store_true",
                    help="action-tokens: also the ROS graph (nodes in separate processes) at the largest K, with "
                         "one and two packed groups")
+    frames_bench.add_args(p)
     p.add_argument("--soak-frames", type=int, default=1500, help="faults: frames per soak mode (10000: the long one)")
     p.add_argument("--camera", default="1920x1080", help="preprocess: camera size WIDTHxHEIGHT")
     p.add_argument("--step-on", type=int, default=25, help="load-step: frame at which the load starts")

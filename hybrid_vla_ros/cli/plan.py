@@ -51,6 +51,7 @@ def _plan_model(args, calibration, progress, chunks) -> dict:
     from ..errors import ConfigError
     from ..plan.hardware import PARTS_GPU, parse_cpu, parse_gpu
     from ..plan.run import plan_described, plan_here
+    _lengths(args)
     model = model_from_args(args)
     budget = int(args.gpu_budget_gb * 2**30) if args.gpu_budget_gb else None
     gpu_dtype, cpu_dtype = _dtype(args.dtype), _dtype(args.suffix_dtype or args.dtype)
@@ -60,12 +61,35 @@ def _plan_model(args, calibration, progress, chunks) -> dict:
                               "with --gpu this|none both sides are this machine's, measured")
         device = "cpu" if args.gpu == "none" or not torch.cuda.is_available() else "cuda"
         placement = Placement.create(device, args.dtype, args.suffix_dtype or args.dtype)
-        return plan_here(model, placement, budget, args.tokens, calibration, progress, chunks)
+        return _decode_heavy(args, model, plan_here(model, placement, budget, args.tokens, calibration, progress,
+                                                    chunks))
     gpu = parse_gpu(args.gpu)
     key = args.gpu.lower() if args.gpu.lower() in PARTS_GPU else "described"
     cpu = None if args.cpu == "this" else parse_cpu(args.cpu)
-    return plan_described(model, gpu, key, cpu, gpu_dtype, cpu_dtype, budget, args.tokens, calibration,
-                          progress=progress, chunks=chunks)
+    result = plan_described(model, gpu, key, cpu, gpu_dtype, cpu_dtype, budget, args.tokens, calibration,
+                            progress=progress, chunks=chunks)
+    return _decode_heavy(args, model, result)
+
+
+def _lengths(args) -> list[int]:
+    """--reasoning-tokens '0,32,128' -> [0, 32, 128], checked before any timing."""
+    from ..errors import ConfigError
+    try:
+        lengths = [int(n) for n in args.reasoning_tokens.split(",") if n.strip()]
+    except ValueError as exc:
+        raise ConfigError(f"--reasoning-tokens '{args.reasoning_tokens}': expected e.g. 0,32,128,256,512") from exc
+    if not lengths or min(lengths) < 0 or args.flow_steps < 1:
+        raise ConfigError("--reasoning-tokens: lengths >= 0; --flow-steps: at least 1")
+    return lengths
+
+
+def _decode_heavy(args, model, result: dict) -> dict:
+    """A decode-heavy model (alpamayo-r1-like): per-phase costs and the split's gain over reasoning lengths."""
+    from ..plan.decode_heavy import decode_heavy_section, is_decode_heavy
+    if not is_decode_heavy(model):
+        return result
+    return {**result, "decode_heavy": decode_heavy_section(model, result, _lengths(args), args.flow_steps,
+                                                           args.guidance)}
 
 
 def register(sub) -> None:
@@ -91,6 +115,11 @@ def register(sub) -> None:
     p.add_argument("--chunks", default="1",
                    help="chunked prefill across the cut: comma-separated chunkings to predict at the best cut, "
                         "each 1..64 or 'camera' (one chunk per camera), e.g. 1,2,4,camera; 1: unchunked only")
+    p.add_argument("--reasoning-tokens", default="0,32,128,256,512",
+                   help="decode-heavy presets (alpamayo-r1-like): reasoning lengths to predict, comma-separated")
+    p.add_argument("--flow-steps", type=int, default=10, help="decode-heavy presets: the expert's Euler steps")
+    p.add_argument("--guidance", action="store_true",
+                   help="decode-heavy presets: Alpamayo 1.5's classifier-free guidance (second cache, expert on both)")
     p.add_argument("--every", type=int, default=1, help="print every N-th cut (the best, 0 and L always)")
     p.add_argument("--json", default=None, help="write the full plan (every cut, every assumption) here")
     p.set_defaults(func=cmd_plan)

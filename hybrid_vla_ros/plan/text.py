@@ -3,6 +3,8 @@ every assumption (JSON carries the same and more)."""
 
 from __future__ import annotations
 
+from .decode_heavy import decode_lines
+
 GIB = 2 ** 30
 
 
@@ -80,7 +82,8 @@ def plan_lines(result: dict, every: int = 1) -> list[str]:
             f"  per block: prefix {t['block_prefix_ms']:.2f} ms ({t['bound']['prefix_block']}-bound), suffix "
             f"{t['block_suffix_ms']:.2f} ms ({t['bound']['suffix_block']}-bound); front end {t['front_ms']:.1f} ms; "
             f"head {t['head_suffix_ms']:.2f} ms; transfer {t['transfer_ms']:.3f} ms"]
-    return head + cut_table(result, every) + recommendation(result) + chunk_lines(result) + assumptions(result)
+    return head + cut_table(result, every) + recommendation(result) + chunk_lines(result) + decode_lines(result) + \
+        assumptions(result)
 
 
 COMPARISON_ROWS = (("native_ms", "native latency (ms)"), ("hybrid_period_ms", "hybrid period (ms)"),

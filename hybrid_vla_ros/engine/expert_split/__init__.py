@@ -10,6 +10,8 @@ prefix.py      the prefix side
 suffix.py      the suffix side
 runner.py      one frame serially: AlpamayoSplit / run_split, crossings logged, timings per side and phase
 bench.py       native (run_reference) vs split-serial, per phase, on a reduced model
+frames.py      several frames through the split, each side on its own pinned thread; frames in flight overlap
+frames_bench.py  `hybrid-vla bench --preset alpamayo-bench`: native vs serial vs pipelined across frames
 """
 
 from .runner import AlpamayoSplit, Crossing, SplitResult, run_split  # noqa: F401
