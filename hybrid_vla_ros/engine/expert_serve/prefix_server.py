@@ -27,10 +27,10 @@ from ...model.plugins.alpamayo.decode import Sampling
 from ...model.plugins.alpamayo.flow import FlowSettings
 from ...model.plugins.alpamayo.reference import AlpamayoInputs, check_inputs, fused_prompt
 from ..decode.sampling import step_seed
-from ..scheduling.partition import check_partition
 from ..expert_split.crossings import GUIDED, ActionState, TokenChoice
 from .envelope import (ABORT, CROSSING, REFUSED, Back, FrameSettings, Forward, Tag, decode_back, encode_forward)
 from ..expert_split.prefix import PrefixSide
+from ..expert_split.runner import Cut
 
 DEFAULT_TIMEOUT_S = 60.0
 MAX_STEPS = 1000
@@ -93,7 +93,9 @@ class _Frame:
         self.index += 1
 
 
-class AlpamayoPrefixServer:
+class AlpamayoPrefixServer(Cut):
+    cut_name = "Alpamayo prefix partition"
+
     def __init__(self, model, partition: int, sampling: Sampling, flow: FlowSettings, guidance: bool = False,
                  seed: int = 0, timeout_s: float = DEFAULT_TIMEOUT_S):
         """seed: each frame's sampler seed is drawn from it and the frame's stamp (engine/decode/sampling.py
@@ -110,17 +112,6 @@ class AlpamayoPrefixServer:
         self.stale_answers = 0           # answers for no frame in flight (late, or of an earlier run)
         self.closed = False
 
-    @property
-    def num_blocks(self) -> int:
-        return self.model.config.vlm.text_config.num_hidden_layers
-
-    @property
-    def partition(self) -> int:
-        return self._partition
-
-    @partition.setter
-    def partition(self, value: int) -> None:
-        self._partition = check_partition(value, self.num_blocks, "Alpamayo prefix partition")
 
     def set_partition(self, value: int) -> None:
         """Taken at the next frame (a frame runs at the cut it started with, on both sides)."""

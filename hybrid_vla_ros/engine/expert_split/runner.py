@@ -112,14 +112,10 @@ def _flow(prefix: PrefixSide, suffix: SuffixSide, settings: FlowSettings, clock:
         action = None if following is None else link(following, BACK)
 
 
-class AlpamayoSplit:
-    """An Alpamayo model (model/plugins/alpamayo) run split at `partition` in 0 .. L (0: everything but the
-    embeddings, the vision tower and action_in_proj on the suffix; L: everything but the heads, the sampler and
-    the Euler updates on the prefix)."""
-
-    def __init__(self, model, partition: int, transport=None):
-        self.model, self.transport = model, transport
-        self.partition = partition
+class Cut:
+    """An Alpamayo model's cut p in 0..L (`self.model`), checked whenever it is set; `cut_name` names it in the
+    error."""
+    cut_name = "Alpamayo split partition"
 
     @property
     def num_blocks(self) -> int:
@@ -131,7 +127,18 @@ class AlpamayoSplit:
 
     @partition.setter
     def partition(self, value: int) -> None:
-        self._partition = check_partition(value, self.num_blocks, "Alpamayo split partition")
+        self._partition = check_partition(value, self.num_blocks, self.cut_name)
+
+
+class AlpamayoSplit(Cut):
+    """An Alpamayo model (model/plugins/alpamayo) run split at `partition` in 0 .. L (0: everything but the
+    embeddings, the vision tower and action_in_proj on the suffix; L: everything but the heads, the sampler and
+    the Euler updates on the prefix)."""
+
+    def __init__(self, model, partition: int, transport=None):
+        self.model, self.transport = model, transport
+        self.partition = partition
+
 
     def _check(self, inputs: AlpamayoInputs, sampling: Sampling, flow: FlowSettings, guidance: bool) -> None:
         check_inputs(self.model, inputs)

@@ -23,21 +23,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .layers import RMSNorm
+
+EPS = 1e-6   # the published RMSNorm's
+
 TIME_CHANNELS = 256   # the timestep sinusoid's width (fixed in the published code, whatever D)
 ROPE_THETA = 10000.0
-
-
-class RMSNorm(nn.Module):
-    """x / rms(x) * weight, computed in float32 and cast back (eps 1e-6)."""
-
-    def __init__(self, dim: int, eps: float = 1e-6):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -61,7 +52,7 @@ class Attention(nn.Module):
         self.heads, self.head_dim = heads, head_dim
         inner = heads * head_dim
         self.to_q, self.to_k, self.to_v = (nn.Linear(dim, inner) for _ in range(3))
-        self.q_norm, self.k_norm = RMSNorm(head_dim), RMSNorm(head_dim)
+        self.q_norm, self.k_norm = RMSNorm(head_dim, EPS), RMSNorm(head_dim, EPS)
         self.to_out = nn.Sequential(nn.Linear(inner, dim))
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:
@@ -97,7 +88,7 @@ def _modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torc
 class DiTBlock(nn.Module):
     def __init__(self, dim: int, heads: int, head_dim: int):
         super().__init__()
-        self.norm1, self.norm2 = RMSNorm(dim), RMSNorm(dim)
+        self.norm1, self.norm2 = RMSNorm(dim, EPS), RMSNorm(dim, EPS)
         self.attn = Attention(dim, heads, head_dim)
         self.ffn = SwiGLU(dim)
         self.adaLN_modulation = nn.Sequential(nn.SiLU(), nn.Linear(dim, 6 * dim))
@@ -111,7 +102,7 @@ class DiTBlock(nn.Module):
 class FinalLayer(nn.Module):
     def __init__(self, dim: int, output_dim: int):
         super().__init__()
-        self.norm_final = RMSNorm(dim)
+        self.norm_final = RMSNorm(dim, EPS)
         self.linear = nn.Linear(dim, output_dim)
         self.modulation_proj = nn.Sequential(nn.SiLU(), nn.Linear(dim, 2 * dim))
 

@@ -11,18 +11,9 @@ import math
 import torch
 from torch import nn
 
+from ..layers import RMSNorm
 
-class RMSNorm(nn.Module):
-    """Computed in fp32, scaled by `weight` (key `.weight`)."""
-
-    def __init__(self, dim: int, eps: float = 1e-5):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
+EPS = 1e-5   # the published RMSNorm's
 
 
 class Fourier(nn.Module):
@@ -44,7 +35,7 @@ def trunk(width_in: int, hidden: int, width_out: int, layers: int) -> nn.Sequent
     mods: list[nn.Module] = [nn.Linear(width_in, hidden), nn.SiLU()]
     for i in range(layers):
         last = i == layers - 1
-        mods += [RMSNorm(hidden), nn.Linear(hidden, width_out if last else hidden)]
+        mods += [RMSNorm(hidden, EPS), nn.Linear(hidden, width_out if last else hidden)]
         mods += [] if last else [nn.SiLU()]
     return nn.Sequential(*mods)
 
