@@ -135,16 +135,28 @@ class Replayer:
             if kept:
                 yield frame._replace(messages=kept)
 
-    def wait_for_subscribers(self, timeout_s: float = 10.0, spin=None) -> bool:
-        """Every camera topic has a subscriber (other topics, e.g. a kinematic state nobody reads, may not)."""
+    def wait_for_subscribers(self, timeout_s: float = 10.0, spin=None, grace_s: float = 1.0) -> bool:
+        """Every camera topic has a subscriber; then every other topic (a route, /tf_static: the context a frame
+        is refused without) too, unless nobody in the graph reads it: a topic the graph lists no reader of is
+        given up `grace_s` after the cameras matched (a kinematic state nobody reads). Without this wait a
+        route matched a moment after the cameras reaches the graph after the first frame, which it refuses."""
         cameras = [p for topic, p in self.publishers.items() if self.types[topic] in CAMERA_TYPES] or \
             list(self.publishers.values())
-        deadline = time.monotonic() + timeout_s
+        deadline, cameras_matched = time.monotonic() + timeout_s, None
         while time.monotonic() < deadline:
-            if all(p.get_subscription_count() > 0 for p in cameras):
+            if cameras_matched is None and all(p.get_subscription_count() > 0 for p in cameras):
+                cameras_matched = time.monotonic()
+            if cameras_matched is not None and all(self._context_matched(topic, cameras_matched + grace_s)
+                                                   for topic in self.publishers):
                 return True
             spin(0.05) if spin else time.sleep(0.05)
-        return False
+        return cameras_matched is not None
+
+    def _context_matched(self, topic: str, give_up_at: float) -> bool:
+        if self.publishers[topic].get_subscription_count() > 0:
+            return True
+        read = self.node.count_subscribers(self.remap.get(topic, topic)) > 0  # the graph lists a reader: wait
+        return not read and time.monotonic() >= give_up_at
 
     def _period_s(self) -> float:
         times = [wall for _, wall in self.published_frames[-6:]]
