@@ -20,6 +20,7 @@ from .bags.drives import DriveStep, write_drive
 from .bags.record import Recorder
 from .bags.replay import Replayer, wait_for_answers
 from .launch_support.session import ros_context, spin_ready
+from .nodes.diagnostics import quiet_events
 from .nodes.scene_memory import has_scene_memory, reset_scene_memory
 from .topics import BOUNDARY_TOPIC, CANDIDATES_TOPIC, TRAJECTORY_INFO_TOPIC as INFO_TOPIC, TRAJECTORY_TOPIC
 from .launch_support.bringup import (InProcessGraph, graph_params, spawn_processes, stop_processes,
@@ -63,20 +64,21 @@ class Driver:
         self.output_type = output_type  # the suffix's: which trajectory type to subscribe and record
         from rclpy.node import Node
         self.node = Node("hybrid_vla_demo_driver", context=context)
-        self.replayer = Replayer(self.node, bag, skew_ms=skew_ms)
+        self.replayer = Replayer(self.node, bag, skew_ms=skew_ms, quiet=True)
         self.infos: list[dict] = []
+        self.first_stamp, self.answered = None, 0   # answers to the bag's frames (stamped from first_stamp on)
         self.trajectories: dict[int, np.ndarray] = {}
         self.rejections: dict[str, dict] = {}
         self.graph_drops: dict[str, int] = {}
         self.sync_discarded = 0
         self.record_to, self.storage, self.recorder = record_to, storage, None
-        self.node.create_subscription(DiagnosticStatus, INFO_TOPIC, self._on_info, 50)
-        self.node.create_subscription(message_class_of(self._trajectory_type()), TRAJECTORY_TOPIC,
-                                      self._on_trajectory, 50)
-        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 50)
+        subscribe = lambda *args: self.node.create_subscription(*args, **quiet_events("subscription"))  # noqa: E731
+        subscribe(DiagnosticStatus, INFO_TOPIC, self._on_info, 50)
+        subscribe(message_class_of(self._trajectory_type()), TRAJECTORY_TOPIC, self._on_trajectory, 50)
+        subscribe(DiagnosticArray, "/diagnostics", self._on_diagnostics, 50)
         self.lost: list[dict] = []  # every frame a node reports lost (~/debug/dropped_frames), with the reason
         for node in ("hybrid_vla_prefix", "hybrid_vla_suffix"):
-            self.node.create_subscription(DiagnosticStatus, f"/{node}/debug/dropped_frames", self._on_lost, 50)
+            subscribe(DiagnosticStatus, f"/{node}/debug/dropped_frames", self._on_lost, 50)
 
     def keep_from(self, first_stamp: int) -> None:
         """Forget the readiness probe's answers (stamped before the bag)."""
@@ -100,6 +102,8 @@ class Driver:
         values = {kv.key: kv.value for kv in msg.values}
         values["received"] = time.perf_counter()
         self.infos.append(values)
+        if self.first_stamp is not None and int(values["stamp_ns"]) >= self.first_stamp:
+            self.answered += 1
 
     def _on_trajectory(self, msg) -> None:
         poses = getattr(msg, "poses", None) or getattr(msg, "points", [])
@@ -185,9 +189,9 @@ def _drive(context, bag, params, record_to, processes, rate, window, storage, co
                         params["hybrid_vla_suffix"].get("output_type", "auto"))
         executor.add_node(driver.node)
 
-        def spin(timeout_s: float) -> None:
+        def spin(timeout_s: float, until=None) -> None:
             stop.check()  # a Ctrl-C ends the drive at the next spin (the CLI exits 0)
-            spin_ready(executor, timeout_s)
+            spin_ready(executor, timeout_s, until)
         expect(driver.replayer.wait_for_subscribers(120.0 if processes else 10.0, spin), ConfigError,
                f"nobody subscribes to the bag's topics {sorted(driver.replayer.topics())}")
         connected = lambda: (driver.node.count_subscribers(BOUNDARY_TOPIC) > 0 and  # noqa: E731
@@ -208,7 +212,9 @@ def _drive(context, bag, params, record_to, processes, rate, window, storage, co
         progress(f"graph answered; replaying {driver.replayer.message_count} messages")
         driver.start_recording()
         first_stamp = driver.replayer.first_stamp()
-        answered = lambda: sum(int(i["stamp_ns"]) >= first_stamp for i in driver.infos)  # noqa: E731 (bag frames only)
+        driver.first_stamp = first_stamp   # from here on the driver counts the bag frames' answers
+        driver.answered = sum(int(i["stamp_ns"]) >= first_stamp for i in driver.infos)
+        answered = lambda: driver.answered  # noqa: E731 (called at every spin: a count, not a scan)
         start, cpu_before = time.perf_counter(), thread_cpu_seconds()
         published = driver.replayer.run(spin, answered, rate=rate, window=window)
         wait_for_answers(spin, answered, published, max(3.0, 10 * driver.replayer._period_s(), 3 * frame_s),

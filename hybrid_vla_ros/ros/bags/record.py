@@ -11,6 +11,7 @@ from pathlib import Path
 from rclpy.qos import ReliabilityPolicy
 
 from ...context import camera_info_topic
+from ..nodes.diagnostics import quiet_events
 from .storage import BagWriter, message_class, qos_from_bag, qos_to_bag
 
 CONTEXT_TYPES = {"camera_info": "sensor_msgs/msg/CameraInfo", "/tf_static": "tf2_msgs/msg/TFMessage"}
@@ -60,7 +61,7 @@ class Recorder:
                 message_class(msgtype), topic,
                 lambda raw, t=topic, m=msgtype: self.closed or
                 self.writer.write(t, m, self.node.get_clock().now().nanoseconds, raw),
-                qos, raw=True)
+                qos, raw=True, **quiet_events("subscription"))   # the offered QoS: compatible by construction
             self.subscriptions[topic] = (subscription, reliable)
 
     def close(self) -> dict[str, int]:

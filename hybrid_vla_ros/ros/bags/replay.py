@@ -8,10 +8,12 @@ from pathlib import Path
 from typing import Iterable, Iterator, NamedTuple
 
 from ...errors import ConfigError, expect
+from ..nodes.diagnostics import quiet_events
 from .storage import (BagMessage, bag_info, header_first, header_stamp_ns, message_class, qos_from_bag, stream_bag,
                       with_header_stamp)
 
 CAMERA_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
+WINDOW_POLL_S = 0.1   # the closed loop's longest spin while it waits for an answer (an answer ends it earlier)
 
 
 class BagFrame(NamedTuple):
@@ -90,10 +92,12 @@ class Replayer:
     """Publishes a bag's frames. rate > 0: recorded receive timing scaled by rate; rate == 0: as fast as
     the graph takes it (closed loop: at most `window` frames published and not yet answered). With
     `clock=True`, /clock carries the bag's time (ros2 bag play --clock): nodes with use_sim_time follow it.
+    `quiet=True`: its publishers without rclpy's default event handlers (a driver in the graph's own process,
+    whose executor would otherwise re-add two of them per topic at every wake-up: ros/nodes/diagnostics.py, EndpointWatch).
     Topics whose message type is not installed here are skipped (listed in `skipped`)."""
 
     def __init__(self, node, path: str | Path, remap: dict[str, str] | None = None, skew_ms: float = 20.0,
-                 clock: bool = False, clock_hz: float = 40.0):
+                 clock: bool = False, clock_hz: float = 40.0, quiet: bool = False):
         self.node, self.path, self.skew_ns = node, Path(path), int(skew_ms * 1e6)
         info = bag_info(path)
         self.remap, self.message_count = remap or {}, info.message_count
@@ -104,8 +108,9 @@ class Replayer:
                 self.types[topic] = msgtype
             except (ImportError, AttributeError):
                 self.skipped[topic] = msgtype
+        events = quiet_events("publisher") if quiet else {}   # quiet: the graph's own process (ros/nodes/diagnostics.py)
         self.publishers = {topic: node.create_publisher(message_class(t), self.remap.get(topic, topic),
-                                                        qos_from_bag(info.offered.get(topic, [])))
+                                                        qos_from_bag(info.offered.get(topic, [])), **events)
                            for topic, t in self.types.items()}
         self.clock = self._clock_publisher() if clock else None
         self.clock_period_s, self._clock_sent = 1.0 / clock_hz, 0.0
@@ -211,16 +216,20 @@ class Replayer:
             spin(min(0.01, max(0.0, due_wall - time.perf_counter())))
 
     def _wait_for_window(self, spin, index: int, answered, window: int, timeout_s: float) -> None:
-        """Closed loop: wait for an answer; a frame the graph dropped (and counted) must not stall us."""
+        """Closed loop: wait for an answer; a frame the graph dropped (and counted) must not stall us.
+        spin(timeout, until) returns when an answer came (a callback ran): the timeout is only the poll."""
         deadline = time.monotonic() + max(min(timeout_s, max(2.0, 5 * self._period_s())), 3 * self.frame_time_s)
-        while index - answered() - self.presumed_lost >= window:
-            if time.monotonic() > deadline:
+        free = lambda: index - answered() - self.presumed_lost < window  # noqa: E731
+        while not free():
+            left = deadline - time.monotonic()
+            if left <= 0:
                 self.presumed_lost += 1
                 return
-            spin(0.005)
+            spin(min(WINDOW_POLL_S, left), free)
 
     def run(self, spin, answered, rate: float = 0.0, window: int = 2, timeout_s: float = 30.0) -> int:
-        """spin(timeout) runs the executor; answered() counts outputs so far. Returns complete frames published."""
+        """spin(timeout[, until]) runs the executor (until() true: it may return before the timeout); answered()
+        counts outputs so far. Returns complete frames published."""
         start_wall, start_bag = time.perf_counter(), None
         for frame in self.frames():
             start_bag = frame.receive_ns if start_bag is None else start_bag

@@ -84,20 +84,22 @@ def _report(exc: Exception) -> None:
 
 
 EXECUTOR_ENV = "HYBRID_VLA_EXECUTOR"
-def spin_ready(executor, timeout_sec: float) -> None:
+def spin_ready(executor, timeout_sec: float, until=None) -> None:
     """One spin that runs what is ready. The SingleThreadedExecutor's spin_once takes every ready entity into its
     wait; rclpy's EventsExecutor runs ONE event per spin_once, so a loop that publishes between spins (a bag's
     messages, odometry at 50 Hz) outruns it and the graph's own events wait behind a growing queue (a warm-standby
     test's three frames were not answered in 15 s). On it, every event that comes within the timeout is run
     (spin_once with what is left of it: it sleeps when none comes; draining with spin_once(0) instead cost the
-    bench's main thread ~50 ms of CPU per frame)."""
+    bench's main thread ~50 ms of CPU per frame), or until `until()` holds: a loop waiting for a callback's effect
+    spins with a long timeout and is not held to its end (on the SingleThreadedExecutor spin_once returns after
+    the first callback anyway: a short timeout there only rebuilds its wait set more often, in Python)."""
     if not is_events_executor(executor):
         executor.spin_once(timeout_sec=timeout_sec)
         return
     end = time.monotonic() + timeout_sec
     while True:
         executor.spin_once(timeout_sec=max(0.0, end - time.monotonic()))
-        if time.monotonic() >= end:
+        if time.monotonic() >= end or (until is not None and until()):
             return
 
 

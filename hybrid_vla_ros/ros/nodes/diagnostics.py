@@ -1,9 +1,24 @@
-"""/diagnostics and the processing-time topic of a stage node (Autoware's conventions)."""
+"""/diagnostics and the processing-time topic of a stage node (Autoware's conventions), and the matching of
+its publishers and subscriptions (below: `EndpointWatch`)."""
 
 from __future__ import annotations
 
+import copy
+from typing import NamedTuple
+
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.qos import QoSCompatibility, QoSProfile, qos_check_compatible
 from std_msgs.msg import Float64
+
+try:
+    from rclpy.duration import Infinite as INFINITE
+except ImportError:   # Humble: the value rmw reports as infinite
+    from rclpy.duration import Duration
+    INFINITE = Duration(seconds=2**31 - 1, nanoseconds=999_999_999)
+try:
+    from rclpy.event_handler import PublisherEventCallbacks, SubscriptionEventCallbacks
+except ImportError:   # Humble
+    from rclpy.qos_event import PublisherEventCallbacks, SubscriptionEventCallbacks
 
 from ...engine.pipeline.worker import StageHealth
 
@@ -41,6 +56,8 @@ class DiagnosticsPublisher:
         checks = self.health.checks(self.worker.backlog()) + [self.health.failure_check(), self.worker.liveness_check()]
         if self.extra:
             checks += self.extra()
+        if hasattr(self.node, "endpoints"):   # a stage node's publishers and subscriptions (EndpointWatch below)
+            checks.append(self.node.endpoints.check())
         for check, level, message, values in checks:
             msg.status.append(DiagnosticStatus(
                 level=self.LEVELS[level], name=f"{self.node.get_name()}: {check}", message=message,
@@ -78,3 +95,94 @@ def reported_shm_domains(msg: DiagnosticArray) -> dict[str, int]:
             except ValueError:
                 continue
     return reported
+
+
+# ---- publishers and subscriptions: matching watched without rclpy's default event handlers ---------------
+# A node's publishers and subscriptions without rclpy's default QoS event handlers, their matching watched
+# from a timer the node already has.
+#
+# rclpy gives every publisher and subscription two event handlers by default (incompatible QoS, incompatible
+# type) whose only job is a warning. Each is a waitable that rclpy's SingleThreadedExecutor re-adds to its wait
+# set, in Python, at every wake-up: 68 of them in the one-process graph, about half of its main thread's CPU
+# per frame (docs/BENCHMARKS.md, issue 40). The package's nodes create their endpoints without them
+# (`quiet_events`) and keep the warning by asking the ROS graph instead (`EndpointWatch.check`, from the
+# diagnostics timer): an endpoint that matched fewer peers than the graph lists on its topic is explained by
+# the listed peer whose type differs or whose QoS is incompatible, logged once and reported as a WARN status.
+# A peer listed but not yet matched for no such reason (discovery still settling) is not reported.
+
+
+def quiet_events(kind: str) -> dict:
+    """create_publisher / create_subscription keyword arguments: no default event handlers."""
+    cls = PublisherEventCallbacks if kind == "publisher" else SubscriptionEventCallbacks
+    return {"event_callbacks": cls(use_default_callbacks=False)}
+
+
+class Endpoint(NamedTuple):
+    kind: str        # "publisher" or "subscription"
+    entity: object
+    type_name: str   # pkg/msg/Name
+    qos: QoSProfile
+
+
+def type_name(msg_type) -> str:
+    return f"{msg_type.__module__.split('.')[0]}/msg/{msg_type.__name__}"
+
+
+def as_profile(qos) -> QoSProfile:
+    """The QoS as the ROS graph reports an endpoint's (get_*_info_by_topic): a duration left unset (0) is
+    Infinite there, and compared as 0 it would read as a deadline the peer lacks."""
+    profile = copy.copy(qos) if isinstance(qos, QoSProfile) else QoSProfile(depth=int(qos))
+    for name in ("deadline", "lifespan", "liveliness_lease_duration"):
+        if getattr(profile, name).nanoseconds == 0:
+            setattr(profile, name, INFINITE)
+    return profile
+
+
+class EndpointWatch:
+    """The endpoints a node made with `quiet_events`; `check()` -> a diagnostics check (name, level, message,
+    values) naming each peer that cannot match and why; a new one is logged once."""
+
+    def __init__(self, node):
+        self.node, self.endpoints, self.reported = node, [], set()
+
+    def add(self, kind: str, entity, msg_type, qos) -> None:
+        self.endpoints.append(Endpoint(kind, entity, type_name(msg_type), as_profile(qos)))
+
+    def remove(self, entity) -> None:
+        self.endpoints = [e for e in self.endpoints if e.entity is not entity]
+
+    def check(self) -> tuple[str, int, str, dict]:
+        problems = [p for endpoint in self.endpoints for p in self._problems(endpoint)]
+        for problem in problems:
+            if problem not in self.reported:
+                self.node.get_logger().warning(problem)
+        self.reported = set(problems)   # a peer that went away and comes back is logged again
+        message = "; ".join(problems) if problems else f"{len(self.endpoints)} publishers and subscriptions"
+        return "endpoints", int(bool(problems)), message, {"incompatible_peers": len(problems)}
+
+    def _problems(self, endpoint: Endpoint) -> list[str]:
+        """Cheap when all is well: two counts; the endpoint infos (with QoS) only when a peer is unmatched."""
+        entity, node, topic = endpoint.entity, self.node, endpoint.entity.topic_name
+        if endpoint.kind == "publisher":
+            matched, listed = entity.get_subscription_count, node.count_subscribers
+            infos = node.get_subscriptions_info_by_topic
+        else:
+            matched, listed = getattr(entity, "get_publisher_count", None), node.count_publishers
+            infos = node.get_publishers_info_by_topic
+        if matched is None or matched() >= listed(topic):   # None: an rclpy without the matched count
+            return []
+        return [reason for peer in infos(topic) if (reason := self._mismatch(endpoint, peer))]
+
+    def _mismatch(self, endpoint: Endpoint, peer) -> str | None:
+        peer_name = f"{peer.node_namespace.rstrip('/')}/{peer.node_name}" if "UNKNOWN" not in peer.node_name \
+            else "a node not yet named (discovery)"
+        peer_kind = "subscription" if endpoint.kind == "publisher" else "publisher"
+        where = f"topic '{endpoint.entity.topic_name}': {peer_kind} of {peer_name}"
+        if peer.topic_type != endpoint.type_name:
+            return f"{where} has type {peer.topic_type}, this {endpoint.kind} {endpoint.type_name}: no messages pass"
+        offered, requested = (endpoint.qos, peer.qos_profile) if endpoint.kind == "publisher" else \
+            (peer.qos_profile, endpoint.qos)
+        compatibility, reason = qos_check_compatible(offered, requested)
+        if compatibility == QoSCompatibility.ERROR:
+            return f"{where} has incompatible QoS ({reason.replace('ERROR: ', '').strip('; ')}): no messages pass"
+        return None

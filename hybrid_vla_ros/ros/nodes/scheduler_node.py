@@ -32,6 +32,7 @@ from ...engine.scheduling.costs import CostModel, CostPolicy
 from ...engine.scheduling.partition import Zone, prefix_bytes_by_partition
 from ...engine.scheduling.policies import SimplePolicy, StageSample
 from ...errors import ConfigError, HybridVLAError, expect
+from .diagnostics import EndpointWatch, quiet_events
 from .lifecycle import ManagedNode
 from .model_cache import shared_model
 from .parameters import ParameterTable
@@ -43,6 +44,7 @@ RESUME_WAIT_S = 1.0  # after activation: a running graph reports its partition w
 MAX_SAMPLES = 64     # finished frames kept between two ticks, the newest (a 30 Hz graph's last 2 s)
 STALE_TICKS = 4      # a sample older than this many update periods describes a load that may be gone ...
 STALE_FLOOR_S = 1.0  # ... but never less than this (the stages' /diagnostics period, where the backlog comes from)
+ENDPOINTS_CHECK_S = 1.0  # how often the tick asks the ROS graph whether a peer cannot match (diagnostics.EndpointWatch)
 
 
 def stale_after_s(update_period_s: float) -> float:
@@ -84,6 +86,7 @@ class SchedulerNode(ManagedNode):
         self.suffix_backlog = 0
         self.history: list[tuple[float, int]] = []
         self.resume_until: float | None = None  # while set: listening for a running graph's partition
+        self.endpoints, self.endpoints_checked = EndpointWatch(self), 0.0
         super().__init__(node_name, **kwargs)
         self.params = ParameterTable(self, NODE_NAME, on_change=self._on_param)
 
@@ -94,18 +97,26 @@ class SchedulerNode(ManagedNode):
         except HybridVLAError as exc:
             return self.configure_failed(exc)
         p = self.params
-        self.publisher = self.create_lifecycle_publisher(Int32, "~/output/partition_point", PARTITION_QOS)
+        self.endpoints = EndpointWatch(self)   # diagnostics.EndpointWatch: no default event handlers, matching checked
+        self.publisher = self.create_lifecycle_publisher(Int32, "~/output/partition_point", PARTITION_QOS,
+                                                         **quiet_events("publisher"))
+        self.endpoints.add("publisher", self.publisher, Int32, PARTITION_QOS)
         self.subscriptions_ = [
-            self.create_subscription(DiagnosticStatus, "~/input/prefix_info", self._on_prefix_info, 50),
-            self.create_subscription(DiagnosticStatus, "~/input/trajectory_info", self._on_trajectory_info, 50),
+            self._subscribe(DiagnosticStatus, "~/input/prefix_info", self._on_prefix_info, 50),
+            self._subscribe(DiagnosticStatus, "~/input/trajectory_info", self._on_trajectory_info, 50),
             # action-token models: one sample per packed step (ros/nodes/packed_stage.py)
-            self.create_subscription(DiagnosticStatus, "~/input/prefix_step_info", self._on_prefix_info, 100),
-            self.create_subscription(DiagnosticStatus, "~/input/suffix_step_info", self._on_trajectory_info, 100),
-            self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)]
+            self._subscribe(DiagnosticStatus, "~/input/prefix_step_info", self._on_prefix_info, 100),
+            self._subscribe(DiagnosticStatus, "~/input/suffix_step_info", self._on_trajectory_info, 100),
+            self._subscribe(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)]
         self.timer = self.create_timer(p["update_period_s"], self._tick)
         self.get_logger().info(f"configured: {p['policy']} policy, zone [{self.policy.zone_min}, "
                                f"{self.policy.zone_max}], initial p={self.policy.partition}")
         return TransitionCallbackReturn.SUCCESS
+
+    def _subscribe(self, msg_type, topic: str, callback, depth: int):
+        sub = self.create_subscription(msg_type, topic, callback, depth, **quiet_events("subscription"))
+        self.endpoints.add("subscription", sub, msg_type, depth)
+        return sub
 
     def activated(self) -> None:
         self.resume_until = time.monotonic() + RESUME_WAIT_S
@@ -225,6 +236,9 @@ class SchedulerNode(ManagedNode):
     def _tick(self) -> None:
         if not self.active or self.policy is None:
             return
+        if time.monotonic() >= self.endpoints_checked + ENDPOINTS_CHECK_S:   # logs a peer that cannot match
+            self.endpoints.check()
+            self.endpoints_checked = time.monotonic()
         if self.resume_until is not None:
             if time.monotonic() < self.resume_until:
                 return

@@ -13,6 +13,7 @@ from ...engine.pipeline.worker import StageHealth
 from ...engine.scheduling.partition import Zone
 from ...errors import HybridVLAError
 from .alpamayo import expert_stage
+from .diagnostics import EndpointWatch, quiet_events
 from .lifecycle import ManagedNode
 from .model_cache import shared_model
 from .parameters import ParameterTable
@@ -32,6 +33,7 @@ class StageNode(ManagedNode):
         self.model = self.zone = self.stage = self.lost_pub = self.expert = None
         self.active, self.table = False, table
         self._entities: list = []  # publishers, subscriptions, timers made by on_configure
+        self.endpoints = EndpointWatch(self)  # their matching, checked with the diagnostics
         super().__init__(node_name, **kwargs)
         self.params = p = ParameterTable(self, table, self._check_param, self._on_param, self.health)
         self.health.warn_ms, self.health.error_after = p["processing_time_warn_ms"], p["error_after_frames"]
@@ -80,16 +82,20 @@ class StageNode(ManagedNode):
             {"publisher": self.destroy_publisher, "subscription": self.destroy_subscription,
              "timer": self.destroy_timer, "service": self.destroy_service}[entity[0]](entity[1])
         self._entities.clear()
+        self.endpoints = EndpointWatch(self)
         self.stage = self.lost_pub = None
 
     # ---- ROS entities that live from configure to cleanup ---------------------------------------------
-    def configured_publisher(self, *args):
-        pub = self.create_publisher(*args)
+    def configured_publisher(self, msg_type, topic: str, qos):
+        pub = self.create_publisher(msg_type, topic, qos, **quiet_events("publisher"))   # diagnostics.EndpointWatch: why
         self._entities.append(("publisher", pub))
+        self.endpoints.add("publisher", pub, msg_type, qos)
         return pub
 
-    def configured_subscription(self, *args):
-        self._entities.append(("subscription", self.create_subscription(*args)))
+    def configured_subscription(self, msg_type, topic: str, callback, qos):
+        sub = self.create_subscription(msg_type, topic, callback, qos, **quiet_events("subscription"))
+        self._entities.append(("subscription", sub))
+        self.endpoints.add("subscription", sub, msg_type, qos)
 
     def configured_timer(self, *args):
         self._entities.append(("timer", self.create_timer(*args)))

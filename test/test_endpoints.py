@@ -1,0 +1,79 @@
+"""The graph's publishers and subscriptions carry no rclpy default event handlers (each a waitable the
+SingleThreadedExecutor re-adds, in Python, at every wake-up: issue 40), and what those handlers reported is
+still reported: a peer whose type differs or whose QoS cannot match is named, with the reason, in the stage's
+/diagnostics ("<node>: endpoints", WARN) and the log; a compatible peer is not. Real nodes over DDS."""
+
+import pytest
+from rclpy.qos import QoSProfile
+
+from ros_harness import Harness, wait_until
+
+pytestmark = pytest.mark.usefixtures("domain")
+
+
+@pytest.fixture
+def harness():
+    h = Harness()
+    try:
+        yield h
+    finally:
+        h.close()
+
+
+def test_the_graphs_nodes_have_no_event_handler_waitables(harness):
+    graph = harness.graph.nodes
+    assert {"hybrid_vla_prefix", "hybrid_vla_suffix"} <= set(graph)
+    for name, node in graph.items():   # left: the two of rclpy's own /parameter_events publisher
+        assert len(list(node.waitables)) <= 2, (name, list(node.waitables))
+    assert len(harness.prefix.endpoints.endpoints) >= 4 and len(harness.suffix.endpoints.endpoints) >= 4
+
+
+def endpoint_status(harness, node: str):
+    check, level, message, values = harness.graph.nodes[node].endpoints.check()
+    assert check == "endpoints"
+    return level, message, values
+
+
+def test_an_incompatible_peer_is_named_with_its_reason_and_a_compatible_one_is_not(harness):
+    from sensor_msgs.msg import Image
+    from std_msgs.msg import Int32
+    import rclpy
+    from rclpy.node import Node
+    camera = "/test/cam0/image"
+    assert endpoint_status(harness, "hybrid_vla_prefix")[0] == 0   # the harness's own publishers match
+    also_right = harness.node.create_publisher(Image, camera, QoSProfile(depth=5))   # compatible: not named
+    other = rclpy.Context()   # another participant: DDS refuses a second type for a topic within one
+    rclpy.init(context=other)
+    stranger = Node("stranger", context=other)
+    wrong_type = stranger.create_publisher(Int32, camera, 10)
+    try:
+        assert wait_until(lambda: harness.node.count_publishers(camera) >= 3, harness.spin, 10)
+        assert wait_until(lambda: "/stranger" in endpoint_status(harness, "hybrid_vla_prefix")[1], harness.spin, 10)
+        level, message, values = endpoint_status(harness, "hybrid_vla_prefix")
+        assert f"topic '{camera}': publisher of /stranger has type std_msgs/msg/Int32" in message, message
+        assert "sensor_msgs/msg/Image: no messages pass" in message
+        assert values["incompatible_peers"] == 1 and also_right.get_subscription_count() == 1
+        stranger.destroy_publisher(wrong_type)
+        assert wait_until(lambda: endpoint_status(harness, "hybrid_vla_prefix")[0] == 0, harness.spin, 10)
+    finally:
+        stranger.destroy_node()
+        rclpy.shutdown(context=other)
+
+
+def test_a_subscription_requesting_more_than_offered_is_reported_by_the_publisher(harness):
+    from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+    from rclpy.qos import DurabilityPolicy
+    topic = "/hybrid_vla_suffix/debug/trajectory_info"   # offered volatile: a transient-local reader cannot match
+    seen = {}
+    harness.node.create_subscription(DiagnosticArray, "/diagnostics",
+                                     lambda m: seen.update({s.name: s for s in m.status}), 20)
+    harness.node.create_subscription(DiagnosticStatus, topic, lambda m: None,
+                                     QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL))
+    assert wait_until(lambda: "hybrid_vla_suffix: endpoints" in seen and
+                      "/test_driver" in seen["hybrid_vla_suffix: endpoints"].message, harness.spin, 10)
+    assert seen["hybrid_vla_suffix: endpoints"].level == DiagnosticStatus.WARN
+    message = seen["hybrid_vla_suffix: endpoints"].message
+    assert f"topic '{topic}': subscription of /test_driver has incompatible QoS (Volatile publisher and " \
+        "transient local subscription): no messages pass" in message, message
+    harness.send_frame(0)   # and the graph serves on
+    assert seen["hybrid_vla_prefix: endpoints"].level == DiagnosticStatus.OK
