@@ -62,6 +62,27 @@ def test_the_isa_is_the_best_the_flags_offer():
     assert cpu_isa({"avx2", "avx512f"}) == "avx512f" and cpu_isa({"sse4_2"}) == "generic"
 
 
+def test_onednn_isa_cap_hides_the_flags_above_it(monkeypatch, tmp_path):
+    """ONEDNN_MAX_CPU_ISA caps what oneDNN's kernels use: the choices made from the flags (bf16 native, the int8
+    flavour) must see the capped CPU, not /proc/cpuinfo's."""
+    from hybrid_vla_ros.engine import cpu
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor : 0\nflags : fpu sse4_2 avx avx2 fma avx_vnni avx512f avx512bw avx512_vnni "
+                       "avx512_bf16 amx_bf16 amx_int8 amx_tile aes\n")
+    real_path = cpu.Path
+    monkeypatch.setattr(cpu, "Path", lambda p: cpuinfo if p == "/proc/cpuinfo" else real_path(p))
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    assert cpu_isa(cpu.cpu_flags()) == "amx_bf16"
+    for cap, isa, kept in [("AVX2", "avx2", {"avx", "avx2", "fma"}), ("avx512_core", "avx512f", {"avx512bw"}),
+                           ("AVX512_CORE_BF16", "avx512_bf16", {"avx512_vnni", "avx512_bf16"})]:
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+        flags = cpu.cpu_flags()
+        assert cpu_isa(flags) == isa and kept <= flags and {"fpu", "sse4_2", "aes"} <= flags, (cap, flags)
+        assert not {"amx_bf16", "amx_int8", "amx_tile"} & flags
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "ALL")
+    assert "amx_int8" in cpu.cpu_flags()
+
+
 def test_a_pinned_worker_never_runs_more_torch_threads_than_its_cores():
     from hybrid_vla_ros.engine.cpu import pin_current_thread
     seen = {}

@@ -141,14 +141,31 @@ def thread_cpu_delta(before: dict, after: dict) -> dict:
 
 # ---- CPU suffix backend -----------------------------------------------------------------------------------
 
+# oneDNN's ISA cap (ONEDNN_MAX_CPU_ISA) -> the matrix flags its kernels may still use; flags above the cap
+# are not this process's to use, so a choice made from them (bf16 native, the int8 flavour) must not see them.
+ONEDNN_CAPS = {"SSE41": (), "AVX": ("avx",), "AVX2": ("avx", "avx2", "fma"),
+               "AVX2_VNNI": ("avx", "avx2", "fma", "avx_vnni"), "AVX2_VNNI_2": ("avx", "avx2", "fma", "avx_vnni"),
+               "AVX512_CORE": ("avx", "avx2", "fma", "avx_vnni", "avx512f", "avx512bw", "avx512vl", "avx512dq",
+                               "avx512cd")}
+ONEDNN_CAPS["AVX512_CORE_VNNI"] = ONEDNN_CAPS["AVX512_CORE"] + ("avx512_vnni",)
+ONEDNN_CAPS["AVX512_CORE_BF16"] = ONEDNN_CAPS["AVX512_CORE_VNNI"] + ("avx512_bf16",)
+MATRIX_FLAG_PREFIXES = ("avx", "fma", "amx")
+
+
 def cpu_flags() -> set[str]:
+    """The CPU's flags (/proc/cpuinfo), less the matrix ones above ONEDNN_MAX_CPU_ISA when that caps oneDNN."""
+    flags: set[str] = set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
+                flags = set(line.split(":", 1)[1].split())
+                break
     except OSError:
         pass
-    return set()
+    allowed = ONEDNN_CAPS.get(os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL").upper())
+    if allowed is None:   # ALL, an AMX level or a name we do not know: no cap we can apply
+        return flags
+    return {f for f in flags if not f.startswith(MATRIX_FLAG_PREFIXES) or f in allowed}
 
 
 BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # native bf16 matmul (AMX tiles, AVX-512 BF16 dot products)

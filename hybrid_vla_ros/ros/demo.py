@@ -7,22 +7,18 @@ import json
 import time
 from pathlib import Path
 
-import numpy as np
-
 from ..engine.cpu import thread_cpu_delta, thread_cpu_seconds
 from ..errors import ConfigError, expect
 from ..model.inputs import synthetic_frame
 from ..model.presets import get_preset
 from .. import stop
 from ..report import percentiles, pyplot
-from . import convert
 from .bags.drives import DriveStep, write_drive
-from .bags.record import Recorder
-from .bags.replay import Replayer, wait_for_answers
+from .bags.driver import Driver
+from .bags.replay import wait_for_answers
 from .launch_support.session import ros_context, spin_ready
-from .nodes.diagnostics import quiet_events
 from .nodes.scene_memory import has_scene_memory, reset_scene_memory
-from .topics import BOUNDARY_TOPIC, CANDIDATES_TOPIC, TRAJECTORY_INFO_TOPIC as INFO_TOPIC, TRAJECTORY_TOPIC
+from .topics import BOUNDARY_TOPIC, TRAJECTORY_INFO_TOPIC as INFO_TOPIC
 from .launch_support.bringup import (InProcessGraph, graph_params, spawn_processes, stop_processes,
                                      write_combined_config)
 
@@ -53,88 +49,6 @@ def write_sample_drive(path: str | Path, preset, camera_topics: list[str], frame
     steps = (DriveStep(f.images, f.ego.speed_mps, f.ego.yaw_rate_rps, None)
              for f in (synthetic_frame(spec, seq, seed=seed) for seq in range(frames)))
     return write_drive(path, camera_topics, steps, rate_hz, storage, compressed, seed, receive_delay_ms)
-
-
-class Driver:
-    """A node that replays a bag into the graph, records the outputs and collects what the summary needs."""
-
-    def __init__(self, context, bag: str | Path, record_to: str | Path | None, storage: str = "mcap",
-                 skew_ms: float = 20.0, output_type: str = "auto"):
-        from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
-        self.output_type = output_type  # the suffix's: which trajectory type to subscribe and record
-        from rclpy.node import Node
-        self.node = Node("hybrid_vla_demo_driver", context=context)
-        self.replayer = Replayer(self.node, bag, skew_ms=skew_ms, quiet=True)
-        self.infos: list[dict] = []
-        self.first_stamp, self.answered = None, 0   # answers to the bag's frames (stamped from first_stamp on)
-        self.trajectories: dict[int, np.ndarray] = {}
-        self.rejections: dict[str, dict] = {}
-        self.graph_drops: dict[str, int] = {}
-        self.sync_discarded = 0
-        self.record_to, self.storage, self.recorder = record_to, storage, None
-        subscribe = lambda *args: self.node.create_subscription(*args, **quiet_events("subscription"))  # noqa: E731
-        subscribe(DiagnosticStatus, INFO_TOPIC, self._on_info, 50)
-        subscribe(message_class_of(self._trajectory_type()), TRAJECTORY_TOPIC, self._on_trajectory, 50)
-        subscribe(DiagnosticArray, "/diagnostics", self._on_diagnostics, 50)
-        self.lost: list[dict] = []  # every frame a node reports lost (~/debug/dropped_frames), with the reason
-        for node in ("hybrid_vla_prefix", "hybrid_vla_suffix"):
-            subscribe(DiagnosticStatus, f"/{node}/debug/dropped_frames", self._on_lost, 50)
-
-    def keep_from(self, first_stamp: int) -> None:
-        """Forget the readiness probe's answers (stamped before the bag)."""
-        self.infos = [i for i in self.infos if int(i["stamp_ns"]) >= first_stamp]
-        self.trajectories = {s: xy for s, xy in self.trajectories.items() if s >= first_stamp}
-        self.lost = [lost for lost in self.lost if lost["stamp_ns"] >= first_stamp]
-
-    def start_recording(self) -> None:
-        if self.record_to:
-            self.recorder = Recorder(self.node, self.record_to, {
-                TRAJECTORY_TOPIC: self._trajectory_type(), INFO_TOPIC: "diagnostic_msgs/msg/DiagnosticStatus",
-                CANDIDATES_TOPIC: None},  # recorded once published (where Autoware's messages are importable)
-                self.storage)
-
-    def _trajectory_type(self) -> str:
-        _, kind, _ = convert.resolve_trajectory_type(self.output_type)
-        return {"autoware": "autoware_planning_msgs/msg/Trajectory",
-                "autoware_auto": "autoware_auto_planning_msgs/msg/Trajectory", "path": "nav_msgs/msg/Path"}[kind]
-
-    def _on_info(self, msg) -> None:
-        values = {kv.key: kv.value for kv in msg.values}
-        values["received"] = time.perf_counter()
-        self.infos.append(values)
-        if self.first_stamp is not None and int(values["stamp_ns"]) >= self.first_stamp:
-            self.answered += 1
-
-    def _on_trajectory(self, msg) -> None:
-        poses = getattr(msg, "poses", None) or getattr(msg, "points", [])
-        xy = np.array([[p.pose.position.x, p.pose.position.y] for p in poses])
-        self.trajectories[convert.stamp_to_ns(msg.header.stamp)] = xy
-
-    def _on_lost(self, msg) -> None:
-        values = {kv.key: kv.value for kv in msg.values}
-        self.lost.append({"node": msg.name.partition(":")[0], "kind": values.get("kind"),
-                          "reason": values.get("reason"), "stamp_ns": int(values.get("stamp_ns") or 0)})
-
-    def _on_diagnostics(self, msg) -> None:
-        for status in msg.status:
-            node, _, check = status.name.partition(": ")
-            values = {kv.key: kv.value for kv in status.values}
-            if check == "rejected_inputs":
-                self.rejections[node] = values
-            elif check == "drops":
-                self.graph_drops[node] = int(values.get("dropped", 0))
-            elif check == "partition" and "camera_sync_discarded" in values:
-                self.sync_discarded = int(values["camera_sync_discarded"])
-
-    def close(self) -> dict:
-        counts = self.recorder.close() if self.recorder else {}
-        self.node.destroy_node()
-        return counts
-
-
-def message_class_of(msgtype: str):
-    from .bags.storage import message_class
-    return message_class(msgtype)
 
 
 def summarise(driver: Driver, published: int, wall_s: float) -> dict:
@@ -212,9 +126,7 @@ def _drive(context, bag, params, record_to, processes, rate, window, storage, co
         progress(f"graph answered; replaying {driver.replayer.message_count} messages")
         driver.start_recording()
         first_stamp = driver.replayer.first_stamp()
-        driver.first_stamp = first_stamp   # from here on the driver counts the bag frames' answers
-        driver.answered = sum(int(i["stamp_ns"]) >= first_stamp for i in driver.infos)
-        answered = lambda: driver.answered  # noqa: E731 (called at every spin: a count, not a scan)
+        answered = driver.count_answers_from(first_stamp)
         start, cpu_before = time.perf_counter(), thread_cpu_seconds()
         published = driver.replayer.run(spin, answered, rate=rate, window=window)
         wait_for_answers(spin, answered, published, max(3.0, 10 * driver.replayer._period_s(), 3 * frame_s),
