@@ -23,7 +23,8 @@ class Driver:
         from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
         self.output_type = output_type  # the suffix's: which trajectory type to subscribe and record
         from rclpy.node import Node
-        self.node = Node("hybrid_vla_demo_driver", context=context)
+        self.node = Node("hybrid_vla_demo_driver", context=context,   # a tool in the graph's executor:
+                         start_parameter_services=False)   # no 6 services for it to re-add at each wake-up
         self.replayer = Replayer(self.node, bag, skew_ms=skew_ms, quiet=True)
         self.infos: list[dict] = []
         self.first_stamp, self.answered = None, 0   # answers to the bag's frames (stamped from first_stamp on)
