@@ -93,7 +93,7 @@ class Replayer:
     the graph takes it (closed loop: at most `window` frames published and not yet answered). With
     `clock=True`, /clock carries the bag's time (ros2 bag play --clock): nodes with use_sim_time follow it.
     `quiet=True`: its publishers without rclpy's default event handlers (a driver in the graph's own process,
-    whose executor would otherwise re-add two of them per topic at every wake-up: ros/nodes/diagnostics.py, EndpointWatch).
+    whose executor would otherwise re-add two of them per topic at every wake-up: ros/nodes/diagnostics.py).
     Topics whose message type is not installed here are skipped (listed in `skipped`)."""
 
     def __init__(self, node, path: str | Path, remap: dict[str, str] | None = None, skew_ms: float = 20.0,
@@ -108,7 +108,7 @@ class Replayer:
                 self.types[topic] = msgtype
             except (ImportError, AttributeError):
                 self.skipped[topic] = msgtype
-        events = quiet_events("publisher") if quiet else {}   # quiet: the graph's own process (ros/nodes/diagnostics.py)
+        events = quiet_events("publisher") if quiet else {}
         self.publishers = {topic: node.create_publisher(message_class(t), self.remap.get(topic, topic),
                                                         qos_from_bag(info.offered.get(topic, [])), **events)
                            for topic, t in self.types.items()}

@@ -56,8 +56,7 @@ class DiagnosticsPublisher:
         checks = self.health.checks(self.worker.backlog()) + [self.health.failure_check(), self.worker.liveness_check()]
         if self.extra:
             checks += self.extra()
-        if hasattr(self.node, "endpoints"):   # a stage node's publishers and subscriptions (EndpointWatch below)
-            checks.append(self.node.endpoints.check())
+        checks.append(self.node.endpoints.check())   # the stage node's publishers and subscriptions (below)
         for check, level, message, values in checks:
             msg.status.append(DiagnosticStatus(
                 level=self.LEVELS[level], name=f"{self.node.get_name()}: {check}", message=message,
@@ -139,17 +138,24 @@ def as_profile(qos) -> QoSProfile:
 
 
 class EndpointWatch:
-    """The endpoints a node made with `quiet_events`; `check()` -> a diagnostics check (name, level, message,
+    """A node's publishers and subscriptions made through it; `check()` -> a diagnostics check (name, level, message,
     values) naming each peer that cannot match and why; a new one is logged once."""
 
     def __init__(self, node):
         self.node, self.endpoints, self.reported = node, [], set()
 
-    def add(self, kind: str, entity, msg_type, qos) -> None:
-        self.endpoints.append(Endpoint(kind, entity, type_name(msg_type), as_profile(qos)))
+    def publisher(self, msg_type, topic: str, qos, create=None):
+        """A publisher without default event handlers, watched. create: the node's create_publisher unless
+        given (a lifecycle node's create_lifecycle_publisher)."""
+        pub = (create or self.node.create_publisher)(msg_type, topic, qos, **quiet_events("publisher"))
+        self.endpoints.append(Endpoint("publisher", pub, type_name(msg_type), as_profile(qos)))
+        return pub
 
-    def remove(self, entity) -> None:
-        self.endpoints = [e for e in self.endpoints if e.entity is not entity]
+    def subscription(self, msg_type, topic: str, callback, qos):
+        """A subscription without default event handlers, watched."""
+        sub = self.node.create_subscription(msg_type, topic, callback, qos, **quiet_events("subscription"))
+        self.endpoints.append(Endpoint("subscription", sub, type_name(msg_type), as_profile(qos)))
+        return sub
 
     def check(self) -> tuple[str, int, str, dict]:
         problems = [p for endpoint in self.endpoints for p in self._problems(endpoint)]

@@ -32,7 +32,7 @@ from ...engine.scheduling.costs import CostModel, CostPolicy
 from ...engine.scheduling.partition import Zone, prefix_bytes_by_partition
 from ...engine.scheduling.policies import SimplePolicy, StageSample
 from ...errors import ConfigError, HybridVLAError, expect
-from .diagnostics import EndpointWatch, quiet_events
+from .diagnostics import EndpointWatch
 from .lifecycle import ManagedNode
 from .model_cache import shared_model
 from .parameters import ParameterTable
@@ -44,7 +44,7 @@ RESUME_WAIT_S = 1.0  # after activation: a running graph reports its partition w
 MAX_SAMPLES = 64     # finished frames kept between two ticks, the newest (a 30 Hz graph's last 2 s)
 STALE_TICKS = 4      # a sample older than this many update periods describes a load that may be gone ...
 STALE_FLOOR_S = 1.0  # ... but never less than this (the stages' /diagnostics period, where the backlog comes from)
-ENDPOINTS_CHECK_S = 1.0  # how often the tick asks the ROS graph whether a peer cannot match (diagnostics.EndpointWatch)
+ENDPOINTS_CHECK_S = 1.0  # how often the tick asks the ROS graph whether a peer cannot match (EndpointWatch)
 
 
 def stale_after_s(update_period_s: float) -> float:
@@ -97,26 +97,20 @@ class SchedulerNode(ManagedNode):
         except HybridVLAError as exc:
             return self.configure_failed(exc)
         p = self.params
-        self.endpoints = EndpointWatch(self)   # diagnostics.EndpointWatch: no default event handlers, matching checked
-        self.publisher = self.create_lifecycle_publisher(Int32, "~/output/partition_point", PARTITION_QOS,
-                                                         **quiet_events("publisher"))
-        self.endpoints.add("publisher", self.publisher, Int32, PARTITION_QOS)
+        self.endpoints = watch = EndpointWatch(self)   # no default event handlers, matching checked (diagnostics.py)
+        self.publisher = watch.publisher(Int32, "~/output/partition_point", PARTITION_QOS,
+                                         create=self.create_lifecycle_publisher)
         self.subscriptions_ = [
-            self._subscribe(DiagnosticStatus, "~/input/prefix_info", self._on_prefix_info, 50),
-            self._subscribe(DiagnosticStatus, "~/input/trajectory_info", self._on_trajectory_info, 50),
+            watch.subscription(DiagnosticStatus, "~/input/prefix_info", self._on_prefix_info, 50),
+            watch.subscription(DiagnosticStatus, "~/input/trajectory_info", self._on_trajectory_info, 50),
             # action-token models: one sample per packed step (ros/nodes/packed_stage.py)
-            self._subscribe(DiagnosticStatus, "~/input/prefix_step_info", self._on_prefix_info, 100),
-            self._subscribe(DiagnosticStatus, "~/input/suffix_step_info", self._on_trajectory_info, 100),
-            self._subscribe(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)]
+            watch.subscription(DiagnosticStatus, "~/input/prefix_step_info", self._on_prefix_info, 100),
+            watch.subscription(DiagnosticStatus, "~/input/suffix_step_info", self._on_trajectory_info, 100),
+            watch.subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)]
         self.timer = self.create_timer(p["update_period_s"], self._tick)
         self.get_logger().info(f"configured: {p['policy']} policy, zone [{self.policy.zone_min}, "
                                f"{self.policy.zone_max}], initial p={self.policy.partition}")
         return TransitionCallbackReturn.SUCCESS
-
-    def _subscribe(self, msg_type, topic: str, callback, depth: int):
-        sub = self.create_subscription(msg_type, topic, callback, depth, **quiet_events("subscription"))
-        self.endpoints.add("subscription", sub, msg_type, depth)
-        return sub
 
     def activated(self) -> None:
         self.resume_until = time.monotonic() + RESUME_WAIT_S

@@ -13,7 +13,7 @@ from ...engine.pipeline.worker import StageHealth
 from ...engine.scheduling.partition import Zone
 from ...errors import HybridVLAError
 from .alpamayo import expert_stage
-from .diagnostics import EndpointWatch, quiet_events
+from .diagnostics import EndpointWatch
 from .lifecycle import ManagedNode
 from .model_cache import shared_model
 from .parameters import ParameterTable
@@ -87,15 +87,12 @@ class StageNode(ManagedNode):
 
     # ---- ROS entities that live from configure to cleanup ---------------------------------------------
     def configured_publisher(self, msg_type, topic: str, qos):
-        pub = self.create_publisher(msg_type, topic, qos, **quiet_events("publisher"))   # diagnostics.EndpointWatch: why
+        pub = self.endpoints.publisher(msg_type, topic, qos)   # no default event handlers: diagnostics.EndpointWatch
         self._entities.append(("publisher", pub))
-        self.endpoints.add("publisher", pub, msg_type, qos)
         return pub
 
     def configured_subscription(self, msg_type, topic: str, callback, qos):
-        sub = self.create_subscription(msg_type, topic, callback, qos, **quiet_events("subscription"))
-        self._entities.append(("subscription", sub))
-        self.endpoints.add("subscription", sub, msg_type, qos)
+        self._entities.append(("subscription", self.endpoints.subscription(msg_type, topic, callback, qos)))
 
     def configured_timer(self, *args):
         self._entities.append(("timer", self.create_timer(*args)))
