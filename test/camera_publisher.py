@@ -38,6 +38,20 @@ def message(seq: int, camera: int, height: int, width: int, kind: str):
     return msg
 
 
+def wait_for_prefix(context, node, topics: list[str], deadline: float) -> None:
+    """Until the prefix reports its camera readers matched (ros_harness.EndpointReports): this node's count of
+    matched readers is not enough, a best-effort image sent before the prefix's reader has matched this writer is
+    dropped (discovery matches each side separately)."""
+    from rclpy.executors import SingleThreadedExecutor
+    from ros_harness import EndpointReports
+    reports = EndpointReports(node)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    while time.monotonic() < deadline and not reports.matched("hybrid_vla_prefix", "subscription", *topics):
+        executor.spin_once(timeout_sec=0.05)
+    executor.remove_node(node)
+
+
 def main(width: int, height: int, kind: str, count: int, period_s: float) -> None:
     import rclpy
     from rclpy.qos import qos_profile_sensor_data
@@ -48,10 +62,7 @@ def main(width: int, height: int, kind: str, count: int, period_s: float) -> Non
         msg_type = CompressedImage if kind in ("jpeg", "png") else Image
         pubs = [node.create_publisher(msg_type, topic + ("/compressed" if msg_type is CompressedImage else ""),
                                       qos_profile_sensor_data) for topic in CAMERAS]
-        deadline = time.monotonic() + 30
-        while not all(p.get_subscription_count() for p in pubs) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.5)  # discovery of the data path after the match
+        wait_for_prefix(context, node, [p.topic_name for p in pubs], deadline=time.monotonic() + 30)
         for seq in range(count):
             for camera, pub in enumerate(pubs):
                 pub.publish(message(seq, camera, height, width, kind))

@@ -1,7 +1,8 @@
 """The graph's publishers and subscriptions carry no rclpy default event handlers (each a waitable the
 SingleThreadedExecutor re-adds, in Python, at every wake-up: issue 40), and what those handlers reported is
 still reported: a peer whose type differs or whose QoS cannot match is named, with the reason, in the stage's
-/diagnostics ("<node>: endpoints", WARN) and the log; a compatible peer is not. Real nodes over DDS."""
+/diagnostics ("<node>: endpoints", WARN) and the log; a compatible peer is not. Each endpoint's matched peers
+are in the values (`<kind>:<topic>`). Real nodes over DDS."""
 
 import pytest
 from rclpy.qos import QoSProfile
@@ -40,7 +41,8 @@ def test_an_incompatible_peer_is_named_with_its_reason_and_a_compatible_one_is_n
     import rclpy
     from rclpy.node import Node
     camera = "/test/cam0/image"
-    assert endpoint_status(harness, "hybrid_vla_prefix")[0] == 0   # the harness's own publishers match
+    level, _, values = endpoint_status(harness, "hybrid_vla_prefix")
+    assert level == 0 and values[f"subscription:{camera}"] == 1   # the harness's own publisher matches
     also_right = harness.node.create_publisher(Image, camera, QoSProfile(depth=5))   # compatible: not named
     other = rclpy.Context()   # another participant: DDS refuses a second type for a topic within one
     rclpy.init(context=other)
@@ -53,6 +55,7 @@ def test_an_incompatible_peer_is_named_with_its_reason_and_a_compatible_one_is_n
         assert f"topic '{camera}': publisher of /stranger has type std_msgs/msg/Int32" in message, message
         assert "sensor_msgs/msg/Image: no messages pass" in message
         assert values["incompatible_peers"] == 1 and also_right.get_subscription_count() == 1
+        assert values[f"subscription:{camera}"] == 2   # the harness's camera and also_right: matched; not the stranger
         stranger.destroy_publisher(wrong_type)
         assert wait_until(lambda: endpoint_status(harness, "hybrid_vla_prefix")[0] == 0, harness.spin, 10)
     finally:

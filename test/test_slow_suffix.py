@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from ros_harness import CAMERAS, TINY_OVERRIDES, wait_until
+from ros_harness import CAMERAS, TINY_OVERRIDES, EndpointReports, wait_until
 
 from hybrid_vla_ros.model.inputs import synthetic_frame
 from hybrid_vla_ros.model.presets import get_preset
@@ -45,6 +45,15 @@ class Observer:
             self.node.create_subscription(DiagnosticStatus, f"/{name}/debug/dropped_frames",
                                           lambda m: self.lost.append((time.monotonic(), m.name, m.message)), 50)
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 50)
+        self.reports = EndpointReports(self.node)
+
+    def linked(self) -> bool:
+        """The nodes' own counts: the prefix's camera readers matched this observer's writers (a best-effort image
+        before is lost), the prefix's and suffix's info writers matched this observer's readers."""
+        from hybrid_vla_ros.ros.topics import PREFIX_INFO_TOPIC, TRAJECTORY_INFO_TOPIC
+        return self.reports.matched("hybrid_vla_prefix", "subscription", *CAMERAS) and \
+            self.reports.matched("hybrid_vla_prefix", "publisher", PREFIX_INFO_TOPIC) and \
+            self.reports.matched("hybrid_vla_suffix", "publisher", TRAJECTORY_INFO_TOPIC)
 
     def _on_diagnostics(self, msg) -> None:
         for status in msg.status:
@@ -108,7 +117,7 @@ def test_a_suffix_slower_than_two_seconds_per_frame_under_lossless_loses_nothing
     try:
         # spinning nodes (diagnostics come from the executor, after configure + activate) with matched cameras
         up = lambda: ({"hybrid_vla_prefix", "hybrid_vla_suffix"} <= set(observer.heard) and  # noqa: E731
-                      all(p.get_subscription_count() for p in observer.cameras))
+                      all(p.get_subscription_count() for p in observer.cameras) and observer.linked())
         assert wait_until(lambda: up() or any(p.poll() is not None for p in procs), spin, 90) and up(), \
             f"graph not up: heard from {sorted(observer.heard)}, exit codes {[p.poll() for p in procs]}"
         spec = get_preset("tiny")

@@ -8,7 +8,8 @@ answer, which another thread hands in through `answer`. The prefix decides what 
 frame's seed, the sampling, the flow and the guidance: envelope.FrameSettings) and sends it with the frame's first
 message; the suffix follows it. Once its last expert state is out the prefix is done with the frame (the suffix
 finishes the last step and the trajectory while the prefix may already prefill the next frame).
-A frame fails, and `serve` says why, when an answer does not come within `timeout_s` (suffix_timeout), is not
+A frame waits up to `timeout_s` for a suffix to be linked (suffix_absent; the caller says how to tell). It fails,
+and `serve` says why, when an answer does not come within `timeout_s` (suffix_timeout), is not
 what the frame expects next (invalid_answer), carries a token outside the vocabulary (invalid_tokens) or a
 non-finite action state (nonfinite_boundary): counted here, the suffix told to drop the frame (ABORT). A frame
 the suffix refuses (its answer REFUSED) is counted there, not here.
@@ -139,9 +140,10 @@ class AlpamayoPrefixServer(Cut):
             self.cond.notify_all()
 
     # ---- the worker's thread -----------------------------------------------------------------------------
-    def serve(self, job: PrefixJob, send) -> PrefixOutcome:
+    def serve(self, job: PrefixJob, send, linked=None) -> PrefixOutcome:
         """The whole frame: every crossing out through send(bytes), every answer awaited. Never raises for a
-        frame's own failure: the outcome says why."""
+        frame's own failure: the outcome says why. linked: () -> bool, whether a suffix is there to read the
+        crossings and answer them (None: assumed); the frame waits for one up to timeout_s (suffix_absent)."""
         tag = Tag(self.run, job.seq, job.stamp_ns, job.arrival_ns)
         settings = self.settings_for(job.stamp_ns)
         frame = _Frame(tag, settings, job.pose, send)
@@ -149,6 +151,7 @@ class AlpamayoPrefixServer(Cut):
             self.current, self.answers = tag, deque()
         try:
             check_inputs(self.model, job.inputs)
+            self._await_suffix(frame, linked)
             self._run(frame, job.inputs)
             return PrefixOutcome(tag, True, times=frame.times, settings=settings)
         except FrameLost as lost:
@@ -183,6 +186,19 @@ class AlpamayoPrefixServer(Cut):
         for _ in range(frame.settings.flow.steps):
             action = self._wait(frame, ActionState)
             frame.send(frame.timed("expert", side.expert_step, action))   # NonFiniteError: a bad action state
+
+    def _await_suffix(self, frame: _Frame, linked) -> None:
+        """Before a frame's first crossing: a suffix linked both ways (a reliable message sent before its reader is
+        matched is lost, and the frame would wait timeout_s for an answer: a graph's first frame at start-up)."""
+        end = time.monotonic() + self.timeout_s
+        with self.cond:
+            while linked is not None and not linked():
+                if self.closed:
+                    raise FrameLost("shutdown", f"frame {frame.tag.seq}: the Alpamayo prefix closed")
+                if time.monotonic() >= end:
+                    raise FrameLost("suffix_absent", f"frame {frame.tag.seq}: no suffix linked to the prefix within "
+                                                     f"{self.timeout_s:g} s (is it running?)")
+                self.cond.wait(0.05)
 
     def _wait(self, frame: _Frame, kind: type):
         """The frame's next answer, of `kind`; FrameLost when none comes in time, the suffix refused the frame,

@@ -137,6 +137,15 @@ def as_profile(qos) -> QoSProfile:
     return profile
 
 
+def matched_peers(node, entity) -> int:
+    """How many peers a publisher (subscriptions) or subscription (publishers) has matched; for a subscription on an
+    rclpy without the matched count (Humble), the publishers the ROS graph lists on its topic."""
+    if hasattr(entity, "get_subscription_count"):
+        return entity.get_subscription_count()
+    count = getattr(entity, "get_publisher_count", None)
+    return count() if count is not None else node.count_publishers(entity.topic_name)
+
+
 class EndpointWatch:
     """A node's publishers and subscriptions made through it; `check()` -> a diagnostics check (name, level, message,
     values) naming each peer that cannot match and why; a new one is logged once."""
@@ -158,26 +167,33 @@ class EndpointWatch:
         return sub
 
     def check(self) -> tuple[str, int, str, dict]:
-        problems = [p for endpoint in self.endpoints for p in self._problems(endpoint)]
+        """Values: incompatible_peers, and per endpoint `<kind>:<topic>` the peers it matched (0: nothing can pass
+        yet; a publisher's count is its readers as it knows them, the one that tells whether a message gets out)."""
+        problems, values = [], {}
+        for endpoint in self.endpoints:
+            matched, found = self._problems(endpoint)
+            problems += found
+            values[f"{endpoint.kind}:{endpoint.entity.topic_name}"] = matched
         for problem in problems:
             if problem not in self.reported:
                 self.node.get_logger().warning(problem)
         self.reported = set(problems)   # a peer that went away and comes back is logged again
         message = "; ".join(problems) if problems else f"{len(self.endpoints)} publishers and subscriptions"
-        return "endpoints", int(bool(problems)), message, {"incompatible_peers": len(problems)}
+        return "endpoints", int(bool(problems)), message, {"incompatible_peers": len(problems), **values}
 
-    def _problems(self, endpoint: Endpoint) -> list[str]:
-        """Cheap when all is well: two counts; the endpoint infos (with QoS) only when a peer is unmatched."""
-        entity, node, topic = endpoint.entity, self.node, endpoint.entity.topic_name
+    def _problems(self, endpoint: Endpoint) -> tuple[int, list[str]]:
+        """-> (peers matched, problems). Cheap when all is well: two counts; the endpoint infos (with QoS) only
+        when a peer is unmatched."""
+        node, topic = self.node, endpoint.entity.topic_name
+        matched = matched_peers(node, endpoint.entity)
         if endpoint.kind == "publisher":
-            matched, listed = entity.get_subscription_count, node.count_subscribers
-            infos = node.get_subscriptions_info_by_topic
+            listed, infos = node.count_subscribers, node.get_subscriptions_info_by_topic
         else:
-            matched, listed = getattr(entity, "get_publisher_count", None), node.count_publishers
-            infos = node.get_publishers_info_by_topic
-        if matched is None or matched() >= listed(topic):   # None: an rclpy without the matched count
-            return []
-        return [reason for peer in infos(topic) if (reason := self._mismatch(endpoint, peer))]
+            listed, infos = node.count_publishers, node.get_publishers_info_by_topic
+        exact = endpoint.kind == "publisher" or hasattr(endpoint.entity, "get_publisher_count")   # Humble: not
+        if not exact or matched >= listed(topic):   # a subscription's (its count is then the graph's)
+            return matched, []
+        return matched, [reason for peer in infos(topic) if (reason := self._mismatch(endpoint, peer))]
 
     def _mismatch(self, endpoint: Endpoint, peer) -> str | None:
         peer_name = f"{peer.node_namespace.rstrip('/')}/{peer.node_name}" if "UNKNOWN" not in peer.node_name \

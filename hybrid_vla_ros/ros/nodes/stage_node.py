@@ -92,7 +92,9 @@ class StageNode(ManagedNode):
         return pub
 
     def configured_subscription(self, msg_type, topic: str, callback, qos):
-        self._entities.append(("subscription", self.endpoints.subscription(msg_type, topic, callback, qos)))
+        sub = self.endpoints.subscription(msg_type, topic, callback, qos)
+        self._entities.append(("subscription", sub))
+        return sub
 
     def configured_timer(self, *args):
         self._entities.append(("timer", self.create_timer(*args)))

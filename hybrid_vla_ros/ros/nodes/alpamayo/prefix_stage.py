@@ -6,7 +6,8 @@ ego history, the prompt ids) and served by AlpamayoPrefixServer on the worker's 
 One frame at a time (input_policy latest: the newest waiting frame wins, the one displaced counted; lossless:
 queued). A frame is refused, and counted, when its images do not fit (invalid_image), its stamp is not newer
 (out_of_order), its ego history is incomplete (kinematic_state_missing; use_kinematic_state false: standing
-still), or its exchange fails here (suffix_timeout: token_timeout_s, -1 = 60 s; invalid_answer;
+still), no suffix is linked within token_timeout_s (suffix_absent: both topics matched; a frame waits for one, as
+at start-up), or its exchange fails here (suffix_timeout: token_timeout_s, -1 = 60 s; invalid_answer;
 nonfinite_boundary). A frame the suffix refuses is counted there. ~/debug/frame_info per frame sent: the prefix's
 ms per phase, the seed, the cut.
 """
@@ -31,7 +32,7 @@ from ....types import Pose2D
 from ... import convert
 from ...params import chosen_cores
 from ...topics import TOKENS_QOS
-from ..diagnostics import DiagnosticsPublisher
+from ..diagnostics import DiagnosticsPublisher, matched_peers
 from .settings import stage_settings
 
 LOSSLESS_FRAMES = 64
@@ -64,7 +65,8 @@ class AlpamayoPrefixStage:
         self.poses = StampedHistory(between=Pose2D.between) if p["use_kinematic_state"] else None
         self.pub = node.configured_publisher(UInt8MultiArray, "~/output/boundary_state", TOKENS_QOS)
         self.info_pub = node.configured_publisher(DiagnosticStatus, "~/debug/frame_info", 10)
-        node.configured_subscription(UInt8MultiArray, "~/input/action_tokens", self._on_answer, TOKENS_QOS)
+        self.answers = node.configured_subscription(UInt8MultiArray, "~/input/action_tokens", self._on_answer,
+                                                    TOKENS_QOS)
         self._subscribe_cameras(p["camera_topics"], p["image_transport"] == "compressed")
         if self.poses is not None:
             node.configured_subscription(Odometry, "~/input/kinematic_state", self._on_odometry, 50)
@@ -120,7 +122,7 @@ class AlpamayoPrefixStage:
         if job is None:
             return
         t0 = time.perf_counter()
-        outcome = self.server.serve(job, lambda data: self.pub.publish(UInt8MultiArray(data=data)))
+        outcome = self.server.serve(job, lambda data: self.pub.publish(UInt8MultiArray(data=data)), self._linked)
         ms = (time.perf_counter() - t0) * 1e3
         if outcome.sent:
             self.padded_frames += int(taken.padded > 0)
@@ -131,6 +133,10 @@ class AlpamayoPrefixStage:
             self.node._reject(outcome.reason, ConfigError(outcome.message), taken.stamp_ns)
         else:
             self.node.get_logger().warning(outcome.message, throttle_duration_sec=1.0)
+
+    def _linked(self) -> bool:
+        """A suffix reads the crossings and its answers reach this node: both endpoints matched."""
+        return matched_peers(self.node, self.pub) > 0 and matched_peers(self.node, self.answers) > 0
 
     def _job(self, taken: _Taken) -> PrefixJob | None:
         """The frame's inputs (None: refused, counted)."""

@@ -1,0 +1,80 @@
+"""The Alpamayo byte servers alone, no ROS (engine/expert_serve: prefix_server.py, suffix_server.py): they share
+only bytes and equal run_reference exactly at any cut; a bad crossing refuses its frame with its reason and the
+next frame is served; a frame waits for a suffix to be linked, and is refused `suffix_absent` when none comes."""
+
+import dataclasses
+import threading
+import time
+
+import torch
+
+from test_alpamayo_graph import SAMPLING, SEED, camera_sets, releases  # noqa: F401 (releases: the fixture)
+from hybrid_vla_ros.engine.expert_serve import envelope
+from hybrid_vla_ros.engine.expert_serve.frame_inputs import PromptText, frame_inputs, still_history
+from hybrid_vla_ros.engine.expert_serve.prefix_server import AlpamayoPrefixServer, PrefixJob
+from hybrid_vla_ros.engine.expert_serve.suffix_server import AlpamayoSuffixServer
+from hybrid_vla_ros.engine.expert_split.crossings import TokensState
+from hybrid_vla_ros.model.plugins import alpamayo
+
+
+def serve(prefix, suffix, job, poison=None, linked=None):
+    """One frame through both servers, every message as bytes; -> (prefix outcome, suffix replies)."""
+    replies = []
+
+    def send(data):
+        message = envelope.decode_forward(data)
+        if poison is not None and isinstance(message.state, poison):
+            message.state = dataclasses.replace(message.state, hidden=message.state.hidden.clone().fill_(float("nan")))
+            data = envelope.encode_forward(message)
+        reply = suffix.handle(data)
+        replies.append(reply)
+        for answer in reply.answers:
+            prefix.answer(answer)
+    return prefix.serve(job, send, linked), replies
+
+
+def test_the_servers_share_only_bytes_and_equal_the_reference(releases):
+    model = alpamayo.load_release(releases["1.5"])
+    text, flow = PromptText.from_release(releases["1.5"]), alpamayo.FlowSettings(3, 2.5)
+    inputs = frame_inputs(model, [im for s in camera_sets(4) for im in s], still_history(), text, route=True)
+    suffix = AlpamayoSuffixServer(model)
+    for p in (0, 2, 4):
+        prefix = AlpamayoPrefixServer(model, p, SAMPLING, flow, guidance=True, seed=SEED)
+        outcome, replies = serve(prefix, suffix, PrefixJob(inputs, p, 1000 + p))
+        done = [r.finished for r in replies if r.finished]
+        ref = alpamayo.run_reference(model, inputs, outcome.settings.seed, SAMPLING, flow, True)
+        assert outcome.sent and len(done) == 1 and done[0].settings.partition == p
+        assert done[0].result.tokens == ref.tokens and torch.equal(done[0].result.xyz, ref.xyz)
+
+
+def test_a_bad_crossing_refuses_its_frame_with_the_reason_and_the_next_is_served(releases):
+    model = alpamayo.load_release(releases["r1"])
+    inputs = frame_inputs(model, [im for s in camera_sets(4) for im in s], still_history(), PromptText())
+    prefix, suffix = AlpamayoPrefixServer(model, 2, SAMPLING, alpamayo.FlowSettings(2), seed=SEED, timeout_s=5), \
+        AlpamayoSuffixServer(model)
+    outcome, replies = serve(prefix, suffix, PrefixJob(inputs, 0, 1000), poison=TokensState)
+    refused = [r.refused for r in replies if r.refused]
+    assert not outcome.sent and not outcome.counted_here and outcome.reason == "nonfinite_boundary"
+    assert [(tag.seq, reason) for tag, reason, _ in refused] == [(0, "nonfinite_boundary")]
+    damaged = envelope.FORWARD_HEAD.pack(b"HVAF", 1, 1, 1, 9, 1, 5, 0) + envelope.TIMES.pack(0, 0, 0, 0) + b"HVLX"
+    assert suffix.handle(damaged).refused[:2] == (envelope.Tag(1, 9, 5), "invalid_boundary")   # refused, named
+    outcome, replies = serve(prefix, suffix, PrefixJob(inputs, 1, 2000))
+    ref = alpamayo.run_reference(model, inputs, outcome.settings.seed, SAMPLING, alpamayo.FlowSettings(2))
+    assert outcome.sent and torch.equal(replies[-1].finished.result.xyz, ref.xyz)
+
+
+def test_a_frame_waits_for_a_linked_suffix_and_is_refused_when_none_comes(releases):
+    model = alpamayo.load_release(releases["r1"])
+    inputs = frame_inputs(model, [im for s in camera_sets(4) for im in s], still_history(), PromptText())
+    prefix, suffix = AlpamayoPrefixServer(model, 2, SAMPLING, alpamayo.FlowSettings(2), seed=SEED, timeout_s=0.3), \
+        AlpamayoSuffixServer(model)
+    outcome, replies = serve(prefix, suffix, PrefixJob(inputs, 0, 1000), linked=lambda: False)
+    assert (outcome.sent, outcome.reason, outcome.counted_here, replies) == (False, "suffix_absent", True, [])
+    assert "no suffix linked" in outcome.message
+    prefix.timeout_s, linked = 30.0, threading.Event()
+    threading.Timer(0.2, linked.set).start()       # the suffix comes up while the frame waits
+    start = time.monotonic()
+    outcome, replies = serve(prefix, suffix, PrefixJob(inputs, 1, 2000), linked=linked.is_set)
+    ref = alpamayo.run_reference(model, inputs, outcome.settings.seed, SAMPLING, alpamayo.FlowSettings(2))
+    assert outcome.sent and time.monotonic() - start >= 0.2
+    assert torch.equal(replies[-1].finished.result.xyz, ref.xyz)
