@@ -8,6 +8,7 @@ import numpy as np
 
 from hybrid_vla_ros.model.inputs import synthetic_frame
 from hybrid_vla_ros.model.presets import get_preset
+from hybrid_vla_ros.ros.nodes.diagnostics import EndpointReports  # noqa: F401 (the tests' import of it)
 
 CAMERAS = ["/test/cam0/image", "/test/cam1/image"]
 ZONE = {"model.preset": "tiny", "partition_point": 2, "dynamic_zone_min": 1, "dynamic_zone_max": 3}
@@ -143,24 +144,3 @@ def run_to_end(cmd: list[str], timeout_s: float) -> tuple[int, str]:
         pytest.fail(f"the graph did not end: {out[-3000:]}")
     return proc.returncode, out
 
-
-class EndpointReports:
-    """The graph's nodes' own count of the peers each endpoint matched ("<node>: endpoints" on /diagnostics, values
-    `<kind>:<topic>`). A test's writer counting the node's reader does not mean that reader has matched the writer
-    (DDS matches each side separately): a best-effort message sent before is lost, and a node's reliable message
-    reaches only the readers its writer already counts."""
-
-    def __init__(self, node):
-        from diagnostic_msgs.msg import DiagnosticArray
-        self.values = {}
-        node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 50)
-
-    def _on_diagnostics(self, msg) -> None:
-        for status in msg.status:
-            if status.name.endswith(": endpoints"):
-                self.values[status.name.partition(":")[0]] = {kv.key: kv.value for kv in status.values}
-
-    def matched(self, node: str, kind: str, *topics: str) -> bool:
-        """Every topic's `kind` ("publisher" / "subscription") endpoint of `node` matched at least one peer."""
-        values = self.values.get(node, {})
-        return all(int(values.get(f"{kind}:{topic}", 0)) > 0 for topic in topics)

@@ -80,3 +80,29 @@ def test_a_subscription_requesting_more_than_offered_is_reported_by_the_publishe
         "transient local subscription): no messages pass" in message, message
     harness.send_frame(0)   # and the graph serves on
     assert seen["hybrid_vla_prefix: endpoints"].level == DiagnosticStatus.OK
+
+
+def test_a_replay_waits_for_the_graphs_own_report_that_its_readers_matched(harness, tmp_path):
+    """The replayer's writers count the prefix's readers first; it waits for the prefix's `endpoints` report (its
+    readers count the replayer's writers), and for REPORT_WAIT_S for a listed reader that reports nothing."""
+    import time
+    from rclpy.node import Node
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import Image
+    from ros_harness import CAMERAS
+    from hybrid_vla_ros.ros.bags.replay import REPORT_WAIT_S, Replayer
+    from hybrid_vla_ros.ros.demo import write_sample_drive
+    bag = write_sample_drive(tmp_path / "drive", harness.spec, CAMERAS, frames=2, compressed=False)
+    player = Node("player", context=harness.context)
+    harness.graph.executor.add_node(player)
+    harness.node.create_subscription(Image, CAMERAS[0], lambda m: None, qos_profile_sensor_data)   # another's
+    try:
+        replayer = Replayer(player, bag)
+        start = time.monotonic()
+        assert replayer.wait_for_subscribers(20.0, harness.spin)
+        assert time.monotonic() - start >= REPORT_WAIT_S                 # the silent reader given its time
+        assert replayer.reports.matched("hybrid_vla_prefix", "subscription", *CAMERAS), replayer.reports.values
+        assert not replayer.reports.matched("hybrid_vla_prefix", "subscription", "/not/read")
+    finally:
+        harness.graph.executor.remove_node(player)
+        player.destroy_node()

@@ -5,7 +5,8 @@ into base_link -> each camera's optical frame), the ego pose and its history fro
 poses (route_input's, matched by stamp), the ego status and the route's navigation -> frame.context.
 
 A model declares what it needs (spec.context, CONTEXT_PIECES). A frame lacking a needed piece is refused and
-counted under `context_missing_<piece>` (the first missing one, in CONTEXT_PIECES order): cameras (no
+counted under `context_missing_<piece>` (the first missing one, in CONTEXT_PIECES order; a piece of which
+nothing has arrived yet is first waited for, once, up to FIRST_ARRIVAL_WAIT_S): cameras (no
 CameraInfo for a camera, or no /tf_static chain from base_link to its frame), pose (no odometry within the
 camera skew of the stamp), history (a history pose missing), navigation (no route navigates the frame). The
 node keeps serving; pieces not needed are filled where known, never required. The `context` diagnostic shows
@@ -16,6 +17,7 @@ name) P's left 3 x 3 where P is set (CameraInfo: P is the rectified image's came
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 
 import numpy as np
@@ -26,6 +28,7 @@ from ..context import (BASE_FRAME, EGO_STATUS, CONTEXT_PIECES, CameraGeometry, F
                        camera_info_topic, pose_matrix, transform)
 from ..errors import ConfigError, expect
 
+FIRST_ARRIVAL_WAIT_S = 0.5   # a needed piece never seen yet: the frame lacking it waits this long for it, once
 TF_STATIC_QOS = QoSProfile(depth=100, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE,
                            durability=DurabilityPolicy.TRANSIENT_LOCAL)   # tf2's static listener's profile
 
@@ -58,10 +61,11 @@ def intrinsics(msg, rectified: bool) -> np.ndarray | None:
 
 class ContextInput:
     """Made by the prefix in configure (its subscriptions live until cleanup). poses: the map-frame poses by
-    stamp (route_input's StampedHistory of Pose2D); accel: the AccelerationInput (whether a frame's was measured)."""
+    stamp (route_input's StampedHistory of Pose2D); accel: the AccelerationInput (whether a frame's was measured);
+    route_unseen: () -> True while a route is expected and none has arrived."""
 
-    def __init__(self, node, params, spec, poses, accel=None):
-        self.node, self.poses, self.accel = node, poses, accel
+    def __init__(self, node, params, spec, poses, accel=None, route_unseen=lambda: False):
+        self.node, self.poses, self.accel, self.route_unseen = node, poses, accel, route_unseen
         self.needs = [piece for piece in CONTEXT_PIECES if piece in spec.context]
         self.skew_ns = int(params["sync_skew_ms"] * 1e6)
         self.measured_ego = bool(params["use_kinematic_state"])
@@ -74,6 +78,7 @@ class ContextInput:
         self.lock = threading.Lock()
         self.counts: Counter = Counter()
         self.last_missing: list[str] = []
+        self.waited: set[str] = set()   # pieces whose first arrival a frame has waited for (await_first_arrivals)
         for index, topic in enumerate(self.topics):
             node.configured_subscription(CameraInfo, topic, lambda msg, i=index: self._on_info(i, msg),
                                          qos_profile_sensor_data)
@@ -146,6 +151,30 @@ class ContextInput:
         history, history_known, dt = self.history(frame.stamp_ns)
         return FrameContext(frame.stamp_ns, self.cameras(), None if pose is None else pose_matrix(pose.x, pose.y, pose.yaw),
                             status, known, history, history_known, dt, frame.navigation)
+
+    def await_first_arrivals(self) -> None:
+        """At start-up a frame's camera_info or route can arrive just after its images (another process; an
+        executor taking callbacks in arrival order): a needed piece whose input has never delivered anything is
+        waited for, once per piece, up to FIRST_ARRIVAL_WAIT_S, before the frame's context is built (the worker's
+        thread; counted as `first_arrival_waits`)."""
+        pending = [piece for piece in self.needs if piece not in self.waited and self._unseen(piece)]
+        if not pending:
+            return
+        self.waited.update(pending)
+        with self.lock:
+            self.counts["first_arrival_waits"] += 1
+        deadline = time.monotonic() + FIRST_ARRIVAL_WAIT_S
+        while any(self._unseen(piece) for piece in pending) and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def _unseen(self, piece: str) -> bool:
+        """Nothing has arrived yet of what the piece is made from."""
+        if piece == "cameras":
+            with self.lock:
+                return any(info is None for info in self.infos) or not self.counts["tf_static_transforms"]
+        if piece == "navigation":
+            return self.route_unseen()
+        return not self.poses.entries   # pose, history: the odometry
 
     def apply(self, frame) -> bool:
         """frame.context built; False (refused, counted as context_missing_<piece>) when a needed piece is missing."""

@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Iterable, Iterator, NamedTuple
 
 from ...errors import ConfigError, expect
-from ..nodes.diagnostics import quiet_events
+from ..nodes.diagnostics import EndpointReports, quiet_events
 from .storage import (BagMessage, bag_info, header_first, header_stamp_ns, message_class, qos_from_bag, stream_bag,
                       with_header_stamp)
 
 CAMERA_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
+REPORT_WAIT_S = 2.5   # a listed reader with no endpoints report by then is not the package's (its period: 1 s shipped)
 WINDOW_POLL_S = 0.1   # the closed loop's longest spin while it waits for an answer (an answer ends it earlier)
 
 
@@ -113,6 +114,7 @@ class Replayer:
                                                         qos_from_bag(info.offered.get(topic, [])), **events)
                            for topic, t in self.types.items()}
         self.clock = self._clock_publisher() if clock else None
+        self.reports = EndpointReports(node)   # the graph's own matched counts (wait_for_subscribers)
         self.clock_period_s, self._clock_sent = 1.0 / clock_hz, 0.0
         self.published_frames: list[tuple[int, float]] = []  # (frame stamp, wall time published)
         self.incomplete_frames = 0  # a camera's image missing: published, not waited for
@@ -144,7 +146,10 @@ class Replayer:
         """Every camera topic has a subscriber; then every other topic (a route, /tf_static: the context a frame
         is refused without) too, unless nobody in the graph reads it: a topic the graph lists no reader of is
         given up `grace_s` after the cameras matched (a kinematic state nobody reads). Without this wait a
-        route matched a moment after the cameras reaches the graph after the first frame, which it refuses."""
+        route matched a moment after the cameras reaches the graph after the first frame, which it refuses.
+        Then the readers' own side: a reader of the package's nodes counts this replayer's writer in its
+        `endpoints` report (a best-effort image sent before is lost); a reader with no report for REPORT_WAIT_S
+        is another program's, not waited for."""
         cameras = [p for topic, p in self.publishers.items() if self.types[topic] in CAMERA_TYPES] or \
             list(self.publishers.values())
         deadline, cameras_matched = time.monotonic() + timeout_s, None
@@ -152,10 +157,24 @@ class Replayer:
             if cameras_matched is None and all(p.get_subscription_count() > 0 for p in cameras):
                 cameras_matched = time.monotonic()
             if cameras_matched is not None and all(self._context_matched(topic, cameras_matched + grace_s)
-                                                   for topic in self.publishers):
+                                                   for topic in self.publishers) \
+                    and self._readers_matched(time.monotonic() - cameras_matched >= REPORT_WAIT_S):
                 return True
             spin(0.05) if spin else time.sleep(0.05)
         return cameras_matched is not None
+
+    def _readers_matched(self, reports_due: bool) -> bool:
+        """Every reader the ROS graph lists on a replayed topic that reports its endpoints counts a writer there;
+        until reports_due, every listed reader must have reported (the package's nodes every diagnostics period)."""
+        for topic in self.publishers:
+            name = self.remap.get(topic, topic)
+            for reader in {info.node_name for info in self.node.get_subscriptions_info_by_topic(name)}:
+                if reader not in self.reports.values:
+                    if not reports_due:
+                        return False
+                elif not self.reports.matched(reader, "subscription", name):
+                    return False
+        return True
 
     def _context_matched(self, topic: str, give_up_at: float) -> bool:
         if self.publishers[topic].get_subscription_count() > 0:

@@ -208,3 +208,26 @@ class EndpointWatch:
         if compatibility == QoSCompatibility.ERROR:
             return f"{where} has incompatible QoS ({reason.replace('ERROR: ', '').strip('; ')}): no messages pass"
         return None
+
+
+class EndpointReports:
+    """The reading side of EndpointWatch: the `<kind>:<topic>` counts the package's nodes report ("<node>: endpoints"
+    on /diagnostics). A peer's writer counting a node's reader does not mean that reader has matched the writer
+    (DDS matches each side separately; a best-effort message sent before is lost): the node's own count does."""
+
+    def __init__(self, node):
+        from diagnostic_msgs.msg import DiagnosticArray
+        self.values: dict[str, dict[str, str]] = {}   # node name -> its latest endpoints values
+        node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 50,
+                                 **quiet_events("subscription"))
+
+    def _on_diagnostics(self, msg) -> None:
+        for status in msg.status:
+            if status.name.endswith(": endpoints"):
+                self.values[status.name.partition(":")[0]] = {kv.key: kv.value for kv in status.values}
+
+    def matched(self, node: str, kind: str, *topics: str) -> bool:
+        """Every topic's `kind` ("publisher" / "subscription") endpoint of `node` matched at least one peer."""
+        values = self.values.get(node, {})
+        return all(int(values.get(f"{kind}:{topic}", 0)) > 0 for topic in topics)
+

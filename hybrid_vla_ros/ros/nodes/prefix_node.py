@@ -56,7 +56,8 @@ class PrefixNode(StageNode):
         self.chunk_flow = PrefixChunks(self)   # the chunks parameter: a frame's states (ros/chunk_flow.py)
         self.route = route_input.RouteInput(self, p, self.model.spec.instruction_template, not p["use_kinematic_state"])
         self.accel = acceleration_input.AccelerationInput(self, int(p["sync_skew_ms"] * 1e6))  # EgoState.accel_mps2
-        self.context_input = ContextInput(self, p, self.model.spec, self.route.poses, self.accel)  # frame.context
+        self.context_input = ContextInput(self, p, self.model.spec, self.route.poses, self.accel,  # frame.context
+                                          lambda: self.route.route_topic and not self.route.routes_received)
         self.pub = self.configured_publisher(UInt8MultiArray, "~/output/boundary_state", self.chunk_flow.qos())
         self.info_pub = self.configured_publisher(DiagnosticStatus, "~/debug/frame_info", 10)
         self.diagnostics = None
@@ -247,6 +248,7 @@ class PrefixNode(StageNode):
         frame.ego = self.ego_at(frame.stamp_ns)
         if frame.ego is None or not self._decode(frame):
             return False
+        self.context_input.await_first_arrivals()   # at start-up: a camera_info / route just after the images
         self.route.apply(frame)
         self.accel.apply(frame)
         return self.context_input.apply(frame)   # frame.context; a needed piece missing: refused, counted
