@@ -38,17 +38,22 @@ def message(seq: int, camera: int, height: int, width: int, kind: str):
     return msg
 
 
-def wait_for_prefix(context, node, topics: list[str], deadline: float) -> None:
-    """Until the prefix reports its camera readers matched (ros_harness.EndpointReports): this node's count of
-    matched readers is not enough, a best-effort image sent before the prefix's reader has matched this writer is
-    dropped (discovery matches each side separately)."""
+def wait_for_prefix(context, node, pubs, deadline: float) -> None:
+    """This node's writers count the prefix's readers, then the prefix reports that its camera readers matched
+    every writer the graph lists (this node's included: a best-effort image sent before the prefix's reader has
+    matched this writer is dropped; discovery matches each side separately). Exits 1 (why on stderr) without it."""
     from rclpy.executors import SingleThreadedExecutor
-    from ros_harness import EndpointReports
+    from hybrid_vla_ros.ros.nodes.diagnostics import EndpointReports
     reports = EndpointReports(node)
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)
-    while time.monotonic() < deadline and not reports.matched("hybrid_vla_prefix", "subscription", *topics):
+    topics = [p.topic_name for p in pubs]
+    while not (all(p.get_subscription_count() for p in pubs) and
+               reports.matched("hybrid_vla_prefix", "subscription", *topics)):
+        if time.monotonic() > deadline:
+            sys.exit(f"camera_publisher: the prefix did not report matching {topics}: {reports.values}")
         executor.spin_once(timeout_sec=0.05)
+    reports.close()
     executor.remove_node(node)
 
 
@@ -62,7 +67,7 @@ def main(width: int, height: int, kind: str, count: int, period_s: float) -> Non
         msg_type = CompressedImage if kind in ("jpeg", "png") else Image
         pubs = [node.create_publisher(msg_type, topic + ("/compressed" if msg_type is CompressedImage else ""),
                                       qos_profile_sensor_data) for topic in CAMERAS]
-        wait_for_prefix(context, node, [p.topic_name for p in pubs], deadline=time.monotonic() + 30)
+        wait_for_prefix(context, node, pubs, deadline=time.monotonic() + 30)
         for seq in range(count):
             for camera, pub in enumerate(pubs):
                 pub.publish(message(seq, camera, height, width, kind))

@@ -143,4 +143,3 @@ def run_to_end(cmd: list[str], timeout_s: float) -> tuple[int, str]:
         out, _ = proc.communicate()
         pytest.fail(f"the graph did not end: {out[-3000:]}")
     return proc.returncode, out
-

@@ -62,7 +62,7 @@ def intrinsics(msg, rectified: bool) -> np.ndarray | None:
 class ContextInput:
     """Made by the prefix in configure (its subscriptions live until cleanup). poses: the map-frame poses by
     stamp (route_input's StampedHistory of Pose2D); accel: the AccelerationInput (whether a frame's was measured);
-    route_unseen: () -> True while a route is expected and none has arrived."""
+    route_unseen: () -> True while no route has arrived on ~/input/route (where that subscription exists)."""
 
     def __init__(self, node, params, spec, poses, accel=None, route_unseen=lambda: False):
         self.node, self.poses, self.accel, self.route_unseen = node, poses, accel, route_unseen

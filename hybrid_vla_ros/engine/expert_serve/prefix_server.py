@@ -191,8 +191,8 @@ class AlpamayoPrefixServer(Cut):
         """Before a frame's first crossing: a suffix linked both ways (a reliable message sent before its reader is
         matched is lost, and the frame would wait timeout_s for an answer: a graph's first frame at start-up)."""
         end = time.monotonic() + self.timeout_s
-        with self.cond:
-            while linked is not None and not linked():
+        while linked is not None and not linked():   # not under the lock: answer() keeps taking answers
+            with self.cond:
                 if self.closed:
                     raise FrameLost("shutdown", f"frame {frame.tag.seq}: the Alpamayo prefix closed")
                 if time.monotonic() >= end:

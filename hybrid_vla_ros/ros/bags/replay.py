@@ -114,7 +114,6 @@ class Replayer:
                                                         qos_from_bag(info.offered.get(topic, [])), **events)
                            for topic, t in self.types.items()}
         self.clock = self._clock_publisher() if clock else None
-        self.reports = EndpointReports(node)   # the graph's own matched counts (wait_for_subscribers)
         self.clock_period_s, self._clock_sent = 1.0 / clock_hz, 0.0
         self.published_frames: list[tuple[int, float]] = []  # (frame stamp, wall time published)
         self.incomplete_frames = 0  # a camera's image missing: published, not waited for
@@ -147,34 +146,42 @@ class Replayer:
         is refused without) too, unless nobody in the graph reads it: a topic the graph lists no reader of is
         given up `grace_s` after the cameras matched (a kinematic state nobody reads). Without this wait a
         route matched a moment after the cameras reaches the graph after the first frame, which it refuses.
-        Then the readers' own side: a reader of the package's nodes counts this replayer's writer in its
-        `endpoints` report (a best-effort image sent before is lost); a reader with no report for REPORT_WAIT_S
-        is another program's, not waited for."""
+        Then the readers' own side: a reader of the package's nodes reports (its `endpoints` diagnostic) that it
+        matched every writer on the topic, this replayer's included (a best-effort image sent before is lost); a
+        listed reader with no report REPORT_WAIT_S after the cameras matched is another program's. A reader left
+        unconfirmed at the timeout is logged; True once the cameras matched."""
         cameras = [p for topic, p in self.publishers.items() if self.types[topic] in CAMERA_TYPES] or \
             list(self.publishers.values())
-        deadline, cameras_matched = time.monotonic() + timeout_s, None
+        self.reports = EndpointReports(self.node)   # the graph's own matched counts, for this wait
+        deadline, cameras_matched, waiting = time.monotonic() + timeout_s, None, ["the cameras' subscribers"]
         while time.monotonic() < deadline:
             if cameras_matched is None and all(p.get_subscription_count() > 0 for p in cameras):
                 cameras_matched = time.monotonic()
             if cameras_matched is not None and all(self._context_matched(topic, cameras_matched + grace_s)
-                                                   for topic in self.publishers) \
-                    and self._readers_matched(time.monotonic() - cameras_matched >= REPORT_WAIT_S):
-                return True
+                                                   for topic in self.publishers):
+                waiting = self._unconfirmed(time.monotonic() - cameras_matched >= REPORT_WAIT_S)
+                if not waiting:
+                    break
             spin(0.05) if spin else time.sleep(0.05)
+        self.reports.close()
+        if waiting and cameras_matched is not None:
+            self.node.get_logger().warning(f"replay: starting without {', '.join(waiting)} (a first frame may be "
+                                           f"lost before its reader matched this replayer)")
         return cameras_matched is not None
 
-    def _readers_matched(self, reports_due: bool) -> bool:
-        """Every reader the ROS graph lists on a replayed topic that reports its endpoints counts a writer there;
-        until reports_due, every listed reader must have reported (the package's nodes every diagnostics period)."""
+    def _unconfirmed(self, reports_due: bool) -> list[str]:
+        """The readers the ROS graph lists on a replayed topic that do not (yet) report having matched every writer
+        there; one that has not reported at all counts only until reports_due (the package's nodes report every
+        diagnostics period; another program's never)."""
+        waiting = []
         for topic in self.publishers:
             name = self.remap.get(topic, topic)
-            for reader in {info.node_name for info in self.node.get_subscriptions_info_by_topic(name)}:
-                if reader not in self.reports.values:
-                    if not reports_due:
-                        return False
-                elif not self.reports.matched(reader, "subscription", name):
-                    return False
-        return True
+            for reader in sorted({info.node_name for info in self.node.get_subscriptions_info_by_topic(name)}):
+                reported = reader in self.reports.values
+                if (reported and not self.reports.matched(reader, "subscription", name)) or \
+                        (not reported and not reports_due):
+                    waiting.append(f"{reader}'s report on {name}")
+        return waiting
 
     def _context_matched(self, topic: str, give_up_at: float) -> bool:
         if self.publishers[topic].get_subscription_count() > 0:

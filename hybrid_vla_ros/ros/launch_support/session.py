@@ -109,9 +109,9 @@ def is_events_executor(executor) -> bool:
 
 def graph_executor(context):
     """The executor the graph's nodes share in a process: a SingleThreadedExecutor, or with
-    HYBRID_VLA_EXECUTOR=events rclpy's EventsExecutor where this rclpy has it (Kilted: `rclpy.experimental`;
-    its wait set lives in C++, where the SingleThreadedExecutor rebuilds its own in Python at every wake-up,
-    holding the GIL the stage workers need between torch ops). Opt-in: measured faster on the one-process
+    HYBRID_VLA_EXECUTOR=events rclpy's EventsExecutor where this rclpy has it (`rclpy.experimental`: Kilted,
+    Jazzy 7.1.6; its wait set lives in C++, where the SingleThreadedExecutor rebuilds its own in Python at every
+    wake-up, holding the GIL the stage workers need between torch ops). Opt-in: measured faster on the one-process
     graph (docs/BENCHMARKS.md); it runs one event per spin_once, so loops spin it with spin_ready."""
     import os
     from rclpy.executors import SingleThreadedExecutor
@@ -119,7 +119,7 @@ def graph_executor(context):
         return SingleThreadedExecutor(context=context)
     try:
         from rclpy.experimental import EventsExecutor
-    except ImportError:   # Jazzy, Humble
+    except ImportError:   # Humble (Jazzy's rclpy 7.1.6 and Kilted's have it)
         return SingleThreadedExecutor(context=context)
     import sys
     stderr = sys.stderr

@@ -213,13 +213,14 @@ class EndpointWatch:
 class EndpointReports:
     """The reading side of EndpointWatch: the `<kind>:<topic>` counts the package's nodes report ("<node>: endpoints"
     on /diagnostics). A peer's writer counting a node's reader does not mean that reader has matched the writer
-    (DDS matches each side separately; a best-effort message sent before is lost): the node's own count does."""
+    (DDS matches each side separately; a best-effort message sent before is lost); the node's own count, once it
+    covers every peer the ROS graph lists (this caller's included), does. Counts are not per peer: a peer whose QoS
+    cannot match keeps it short (EndpointWatch names it). On Humble a subscription reports the graph's count."""
 
     def __init__(self, node):
-        from diagnostic_msgs.msg import DiagnosticArray
-        self.values: dict[str, dict[str, str]] = {}   # node name -> its latest endpoints values
-        node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 50,
-                                 **quiet_events("subscription"))
+        self.node, self.values = node, {}   # node name -> its latest endpoints values
+        self.sub = node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 50,
+                                            **quiet_events("subscription"))
 
     def _on_diagnostics(self, msg) -> None:
         for status in msg.status:
@@ -227,7 +228,15 @@ class EndpointReports:
                 self.values[status.name.partition(":")[0]] = {kv.key: kv.value for kv in status.values}
 
     def matched(self, node: str, kind: str, *topics: str) -> bool:
-        """Every topic's `kind` ("publisher" / "subscription") endpoint of `node` matched at least one peer."""
+        """Each topic's `kind` ("publisher" / "subscription") endpoint of `node` reports as many matched peers as
+        the ROS graph lists on it (its publishers for a subscription, its subscriptions for a publisher), and one
+        at least."""
         values = self.values.get(node, {})
-        return all(int(values.get(f"{kind}:{topic}", 0)) > 0 for topic in topics)
+        listed = self.node.count_publishers if kind == "subscription" else self.node.count_subscribers
+        return all(int(values.get(f"{kind}:{topic}", 0)) >= max(1, listed(topic)) for topic in topics)
 
+    def close(self) -> None:
+        """The /diagnostics subscription gone (a waitable less in the executor); the values kept."""
+        if self.sub is not None:
+            self.node.destroy_subscription(self.sub)
+            self.sub = None

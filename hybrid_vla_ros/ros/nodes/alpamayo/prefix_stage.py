@@ -135,7 +135,8 @@ class AlpamayoPrefixStage:
             self.node.get_logger().warning(outcome.message, throttle_duration_sec=1.0)
 
     def _linked(self) -> bool:
-        """A suffix reads the crossings and its answers reach this node: both endpoints matched."""
+        """A suffix is there both ways: this boundary writer counts its reader, and this answers reader counts its
+        writer (that writer, in turn, waits to count this reader before its first answer: the suffix stage)."""
         return matched_peers(self.node, self.pub) > 0 and matched_peers(self.node, self.answers) > 0
 
     def _job(self, taken: _Taken) -> PrefixJob | None:

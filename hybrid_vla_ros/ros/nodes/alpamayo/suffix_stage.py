@@ -39,6 +39,9 @@ def trajectory_points(xyz: np.ndarray, heading: np.ndarray, dt: float) -> np.nda
     return np.column_stack([xy, heading, speed, times])
 
 
+ANSWER_LINK_WAIT_S = 10.0   # the longest wait for the prefix's answers reader (it sent a crossing: it is there)
+
+
 class AlpamayoSuffixStage:
     def __init__(self, node, model):
         p = node.params
@@ -71,6 +74,8 @@ class AlpamayoSuffixStage:
         except HybridVLAError as exc:   # not even a frame's head: nothing to answer
             self.node._reject("invalid_boundary", exc)
             return
+        if reply.answers:
+            self._await_prefix_reader()
         for answer in reply.answers:
             self.answer_pub.publish(UInt8MultiArray(data=answer))
         if reply.refused is not None:
@@ -78,6 +83,14 @@ class AlpamayoSuffixStage:
             self.node._reject(reason, ConfigError(message), tag.stamp_ns)
         if reply.finished is not None:
             self._publish(reply.finished, (t0 - received) * 1e3)
+
+    def _await_prefix_reader(self) -> None:
+        """The answers writer counts the prefix's reader before an answer goes out (a reliable, volatile message
+        reaches only the readers its writer already counts; at start-up the prefix's first crossing can arrive
+        first). The prefix that sent it is there: its reader matches within discovery, else ANSWER_LINK_WAIT_S."""
+        end = time.monotonic() + ANSWER_LINK_WAIT_S
+        while self.answer_pub.get_subscription_count() == 0 and time.monotonic() < end:
+            time.sleep(0.01)
 
     def _publish(self, frame: SuffixFrame, queue_ms: float) -> None:
         result, tag = frame.result, frame.tag
