@@ -78,7 +78,7 @@ class ContextInput:
         self.lock = threading.Lock()
         self.counts: Counter = Counter()
         self.last_missing: list[str] = []
-        self.waited: set[str] = set()   # pieces whose first arrival a frame has waited for (await_first_arrivals)
+        self.settled: set[str] = set()   # pieces seen, or whose first arrival a frame waited for (once)
         for index, topic in enumerate(self.topics):
             node.configured_subscription(CameraInfo, topic, lambda msg, i=index: self._on_info(i, msg),
                                          qos_profile_sensor_data)
@@ -157,10 +157,10 @@ class ContextInput:
         executor taking callbacks in arrival order): a needed piece whose input has never delivered anything is
         waited for, once per piece, up to FIRST_ARRIVAL_WAIT_S, before the frame's context is built (the worker's
         thread; counted as `first_arrival_waits`)."""
-        pending = [piece for piece in self.needs if piece not in self.waited and self._unseen(piece)]
+        pending = [piece for piece in self.needs if piece not in self.settled and self._unseen(piece)]
+        self.settled.update(self.needs)   # seen, or waited for now: never looked at again (no per-frame cost)
         if not pending:
             return
-        self.waited.update(pending)
         with self.lock:
             self.counts["first_arrival_waits"] += 1
         deadline = time.monotonic() + FIRST_ARRIVAL_WAIT_S
