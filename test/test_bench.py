@@ -10,7 +10,7 @@ import pytest
 @pytest.mark.slow
 def test_bench_writes_json_with_every_mode_side_by_side_and_a_plot(tmp_path):
     out = subprocess.run([sys.executable, "-m", "hybrid_vla_ros.cli", "bench", "--preset", "tiny", "--frames", "5",
-                          "--warmup", "1", "--json", str(tmp_path / "b.json"), "--plot", str(tmp_path / "b.png")],
+                          "--warmup", "1", "--gil", "--json", str(tmp_path / "b.json"), "--plot", str(tmp_path / "b.png")],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     report = json.loads((tmp_path / "b.json").read_text())
@@ -26,6 +26,11 @@ def test_bench_writes_json_with_every_mode_side_by_side_and_a_plot(tmp_path):
         mode = report["modes"][name]
         assert mode["completed"] + mode["dropped"] == 6 and mode["completed"] >= 5, mode
         assert mode["period_ms"]["p50"] > 0 and mode["transport"] == transport
+    graph = report["modes"]["graph"]   # --gil: each thread's GIL-held share, sampled by py-spy (bench/gil.py)
+    assert {"hvla-prefix", "hvla-suffix", "MainThread"} <= set(graph["gil_held_share"]), graph
+    assert 0.0 <= graph["gil_held_by_none"] <= 1.0 and graph["gil_sampling"]["span_s"] > 0
+    assert "gil_held_share" not in report["modes"]["graph_processes"]   # one process only
+    assert "graph (one process), GIL held, share of wall time by thread: " in out.stdout
     assert report["modes"]["native"]["partition"] == report["num_blocks"]
     assert report["modes"]["serial"]["max_in_flight_seen"] == 1
     assert report["modes"]["pipelined_chunked"]["chunk_count"] == 4 and report["modes"]["pipelined"]["chunk_count"] == 1

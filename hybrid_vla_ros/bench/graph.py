@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..engine.placement import DTYPE_NAMES, Placement
 from ..model.vla import VLAModel
+from .gil import GIL_KEYS, GilSampler
 
 
 def camera_topics(num_cameras: int) -> list[str]:
@@ -36,11 +37,12 @@ def graph_overrides(model: VLAModel, placement: Placement, partition: int, prefi
 
 def run_graph_mode(model: VLAModel, placement: Placement, partition: int, frames: int, prefix_cores, suffix_cores,
                    max_in_flight: int, processes: bool, prefix_extra: dict | None = None, window: int | None = None,
-                   suffix_extra: dict | None = None, rate: float = 0.0) -> dict:
+                   suffix_extra: dict | None = None, rate: float = 0.0, gil: bool = False) -> dict:
     """-> the mode's summary: period and latency (p50, p99), frames, drops, transports. prefix_extra,
     suffix_extra: more node parameters (an action-token model's pack, pack_groups); window: frames the replay
     keeps ahead of the answers (default max_in_flight); rate: replay at this multiple of the recorded camera
-    rate (0: as fast as the graph answers)."""
+    rate (0: as fast as the graph answers); gil: one process only, sample each thread's GIL-held share
+    (bench/gil.py, py-spy)."""
     if model.spec.name not in _presets() and not checkpoint_of(model):
         return {"skipped": "graph modes run named presets or checkpoint directories (the nodes load the model "
                            "themselves)"}
@@ -56,8 +58,9 @@ def run_graph_mode(model: VLAModel, placement: Placement, partition: int, frames
     overrides["hybrid_vla_suffix"].update(suffix_extra or {})
     params = graph_params(overrides=overrides)
     config = write_combined_config(params, work / "graph.param.yaml")
+    sampler = GilSampler() if gil and not processes else None
     summary, _ = drive_graph(bag, params, processes=processes, config=str(config), window=window or max_in_flight,
-                             rate=rate)
+                             rate=rate, sampler=sampler)
     return {"partition": partition, "max_in_flight": max_in_flight, "chunks": params["hybrid_vla_prefix"]["chunks"],
             "frames": frames,
             "completed": summary["trajectories"], "dropped": summary["dropped"], "wall_s": summary["wall_s"],
@@ -67,6 +70,7 @@ def run_graph_mode(model: VLAModel, placement: Placement, partition: int, frames
             # one process: CPU ms per answered frame of each thread of it (executor, stage workers, output, ...)
             "thread_cpu_ms_per_frame": {name: s * 1e3 / max(1, summary["trajectories"])
                                         for name, s in summary.get("thread_cpu_s", {}).items()} if not processes else {},
+            **{key: summary[key] for key in GIL_KEYS if key in summary},
             "note": "raw images over DDS into the prefix node, trajectories out of the suffix node; period from "
                     "the arrival times of the suffix's per-frame info, latency from publish to that arrival"}
 

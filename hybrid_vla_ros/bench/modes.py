@@ -86,8 +86,9 @@ def mode_plan(modes, transports, L: int, partition: int, max_in_flight: int, cor
 
 def run_bench(model: VLAModel, placement: Placement, num_frames: int = 24, partition: int | None = None,
               transports=("inproc", "shm", "inline"), max_in_flight: int = 2, warmup: int = 3,
-              modes=DEFAULT_MODES, progress=None, peer: bool = True, chunks=4) -> dict:
-    """Every mode on the same frames, one after the other, in one run. progress(text) reports each mode."""
+              modes=DEFAULT_MODES, progress=None, peer: bool = True, chunks=4, gil: bool = False) -> dict:
+    """Every mode on the same frames, one after the other, in one run. progress(text) reports each mode.
+    gil: the one-process graph modes also sample each thread's GIL-held share (bench/gil.py)."""
     progress = progress or (lambda text: None)
     prefix_cores, suffix_cores, devices = core_plan(placement)
     prediction = None
@@ -109,7 +110,7 @@ def run_bench(model: VLAModel, placement: Placement, num_frames: int = 24, parti
         progress(f"mode {name} (the three ROS nodes, p={partition}{f', chunks {c}' if c != 1 else ''})")
         results[name] = run_graph_mode(model, placement, partition, num_frames + warmup, prefix_cores,
                                        suffix_cores, max_in_flight, processes=name.startswith("graph_processes"),
-                                       prefix_extra={"chunks": c} if c != 1 else None)
+                                       prefix_extra={"chunks": c} if c != 1 else None, gil=gil)
     if placement.uses_cuda and peer:
         try:
             results["accelerate_device_map"] = run_accelerate_peer(model, partition, frames, warmup)

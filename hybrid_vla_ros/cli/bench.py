@@ -38,7 +38,7 @@ def cmd_bench(args) -> int:
     report = run_bench(model, placement_from_args(args, model), num_frames=args.frames or MODES_FRAMES,
                        partition=args.partition, transports=transports, max_in_flight=args.max_in_flight,
                        warmup=args.warmup, modes=modes, progress=progress_printer("bench"), peer=not args.no_peer,
-                       chunks=parse_chunks(args.chunks))
+                       chunks=parse_chunks(args.chunks), gil=args.gil)
     write_report(report, args.json)
     if args.plot:
         plot_bench(report, args.plot)
@@ -49,6 +49,9 @@ def cmd_bench(args) -> int:
     if threads:
         print("graph (one process), CPU ms per frame by thread: " + ", ".join(
             f"{name} {ms:.1f}" for name, ms in sorted(threads.items(), key=lambda kv: -kv[1]) if ms >= 0.5))
+    if args.gil:
+        from ..bench.gil import gil_line
+        print(gil_line(report["modes"].get("graph", {})))
     print(f"full report: {args.json}" if args.json else "(--json FILE writes the full report)")
     return 0
 
@@ -236,6 +239,8 @@ def register(sub) -> None:
                         "one process per node)")
     p.add_argument("--chunks", default="4", help="chunked prefill of the *_chunked modes: a count 2..64 or 'camera' "
                    "(one chunk per camera); chunk-curve: a comma list (default 1,2,3,4,6,8,12,16,camera)")
+    p.add_argument("--gil", action="store_true", help="the one-process graph mode also samples each thread's "
+                   "GIL-held share with py-spy (its sampling costs a little CPU: off by default)")
     p.add_argument("--no-peer", action="store_true", help="with CUDA: skip the accelerate device_map peer")
     p.add_argument("--json", default=None, help="write the full report (with per-frame timelines) here")
     p.add_argument("--plot", default=None, help="write the timeline/period PNG here")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 from ..engine.cpu import thread_cpu_delta, thread_cpu_seconds
@@ -77,16 +78,17 @@ def summarise(driver: Driver, published: int, wall_s: float) -> dict:
 
 def drive_graph(bag: str | Path, params: dict, record_to: str | Path | None = None, processes: bool = False,
                 rate: float = 0.0, window: int = 2, storage: str = "mcap", config: str | None = None,
-                settle_s: float = 30.0, progress=None, graph_running: bool = False) -> tuple[dict, dict]:
+                settle_s: float = 30.0, progress=None, graph_running: bool = False, sampler=None) -> tuple[dict, dict]:
     """Run the graph (one process, or separate processes) on a bag. -> (summary, trajectories by stamp).
     graph_running: the graph is already up elsewhere (e.g. its stages on two computers): start nothing,
-    drive it. progress(text), when given, hears each step."""
+    drive it. progress(text), when given, hears each step. sampler: a context manager entered around the
+    measured replay, whose report() joins the summary (bench/gil.py's GilSampler)."""
     with ros_context() as context:
         return _drive(context, bag, params, record_to, "running" if graph_running else processes, rate, window,
-                      storage, config, settle_s, progress or (lambda text: None))
+                      storage, config, settle_s, progress or (lambda text: None), sampler or nullcontext())
 
 
-def _drive(context, bag, params, record_to, processes, rate, window, storage, config, settle_s, progress):
+def _drive(context, bag, params, record_to, processes, rate, window, storage, config, settle_s, progress, sampler):
     """processes: False (one process, here), True (spawned, one per node) or "running" (started by others)."""
     from rclpy.executors import SingleThreadedExecutor
     graph, procs = None, []
@@ -127,16 +129,17 @@ def _drive(context, bag, params, record_to, processes, rate, window, storage, co
         driver.start_recording()
         first_stamp = driver.replayer.first_stamp()
         answered = driver.count_answers_from(first_stamp)
-        start, cpu_before = time.perf_counter(), thread_cpu_seconds()
-        published = driver.replayer.run(spin, answered, rate=rate, window=window)
-        wait_for_answers(spin, answered, published, max(3.0, 10 * driver.replayer._period_s(), 3 * frame_s),
-                         max(settle_s, 3 * window * frame_s))
-        driver.keep_from(first_stamp)
+        with sampler:
+            start, cpu_before = time.perf_counter(), thread_cpu_seconds()
+            published = driver.replayer.run(spin, answered, rate=rate, window=window)
+            wait_for_answers(spin, answered, published, max(3.0, 10 * driver.replayer._period_s(), 3 * frame_s),
+                             max(settle_s, 3 * window * frame_s))
+            driver.keep_from(first_stamp)
+            wall_s, cpu_s = time.perf_counter() - start, thread_cpu_delta(cpu_before, thread_cpu_seconds())
         end = time.monotonic() + 0.5  # late diagnostics
         while time.monotonic() < end:
             spin(0.02)
-        summary = summarise(driver, published, time.perf_counter() - start)
-        summary["thread_cpu_s"] = thread_cpu_delta(cpu_before, thread_cpu_seconds())
+        summary = {**summarise(driver, published, wall_s), "thread_cpu_s": cpu_s, **getattr(sampler, "report", dict)()}
         executor.remove_node(driver.node)
         executor.shutdown()  # before the driver destroys its entities (session.RELEASE_NOTE); not spun again
         summary["recorded"] = driver.close()
