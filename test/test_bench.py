@@ -31,6 +31,8 @@ def test_bench_writes_json_with_every_mode_side_by_side_and_a_plot(tmp_path):
     assert 0.0 <= graph["gil_held_by_none"] <= 1.0 and graph["gil_sampling"]["span_s"] > 0
     assert "gil_held_share" not in report["modes"]["graph_processes"]   # one process only
     assert "graph (one process), GIL held, share of wall time by thread: " in out.stdout
+    pipelined = report["modes"]["pipelined"]["thread_cpu_ms_per_frame"]   # the ended workers' CPU too
+    assert pipelined["hvla-prefix"] > 0 and pipelined["hvla-suffix"] > 0 and "(pipelined " in out.stdout
     assert report["modes"]["native"]["partition"] == report["num_blocks"]
     assert report["modes"]["serial"]["max_in_flight_seen"] == 1
     assert report["modes"]["pipelined_chunked"]["chunk_count"] == 4 and report["modes"]["pipelined"]["chunk_count"] == 1

@@ -97,3 +97,15 @@ def test_closing_without_drain_counts_every_frame_it_leaves_with_its_stamp():
     release.set()
     assert [entry for entry in lost if entry[1] == "shutdown"] == [("dropped", "shutdown", s) for s in (1001, 1002, 1003)]
     assert health.drop_reasons["shutdown"] == 3
+
+
+def test_an_ended_worker_tells_the_cpu_its_thread_used_and_not_its_idle_time():
+    def spin(seconds):
+        end = time.thread_time() + seconds
+        while time.thread_time() < end:
+            pass
+    worker = StageWorker("cpu", spin).start()
+    assert worker.submit(0.2)
+    time.sleep(0.3)                     # idle in the mailbox: no CPU
+    worker.close(5.0, drain=True)
+    assert not worker.alive and 0.2 <= worker.cpu_s < 0.28, worker.cpu_s

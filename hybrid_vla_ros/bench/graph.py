@@ -75,6 +75,17 @@ def run_graph_mode(model: VLAModel, placement: Placement, partition: int, frames
                     "the arrival times of the suffix's per-frame info, latency from publish to that arrival"}
 
 
+def thread_cpu_line(modes: dict) -> str:
+    """CPU ms per frame by thread of the one-process graph beside the engine's pipelined mode (same threads)."""
+    graph = (modes.get("graph") or {}).get("thread_cpu_ms_per_frame")
+    if not graph:
+        return ""
+    engine = (modes.get("pipelined") or {}).get("thread_cpu_ms_per_frame") or {}
+    cells = (f"{name} {ms:.1f}" + (f" (pipelined {engine[name]:.1f})" if name in engine else "")
+             for name, ms in sorted(graph.items(), key=lambda kv: -kv[1]) if ms >= 0.5)
+    return "graph (one process), CPU ms per frame by thread: " + ", ".join(cells)
+
+
 def checkpoint_of(model: VLAModel) -> str:
     """The directory a checkpoint model was read from ('' for a preset)."""
     files = getattr(model, "checkpoint_files", None)

@@ -45,10 +45,10 @@ def cmd_bench(args) -> int:
     print(f"{report['preset']}: {report['num_blocks']} blocks, partition {report['partition']}, "
           f"{report['frames']} frames; {report['devices']['prefix']} | {report['devices']['suffix']}")
     print(modes_table(report))
-    threads = (report["modes"].get("graph") or {}).get("thread_cpu_ms_per_frame")
-    if threads:
-        print("graph (one process), CPU ms per frame by thread: " + ", ".join(
-            f"{name} {ms:.1f}" for name, ms in sorted(threads.items(), key=lambda kv: -kv[1]) if ms >= 0.5))
+    from ..bench.graph import thread_cpu_line
+    threads_line = thread_cpu_line(report["modes"])
+    if threads_line:
+        print(threads_line)
     if args.gil:
         from ..bench.gil import gil_line
         print(gil_line(report["modes"].get("graph", {})))

@@ -174,6 +174,7 @@ class StageWorker:
         self._up = threading.Event()            # set by the thread once pinned and started, or failed to
         self._start_error: BaseException | None = None
         self.busy = False
+        self.cpu_s = 0.0   # the thread's CPU seconds (time.thread_time), set when it ends
 
     def start(self) -> "StageWorker":
         """Returns once the thread is up: pinned to its cores, `on_start` done. A thread that cannot get there
@@ -267,6 +268,12 @@ class StageWorker:
         return self._start_error is None
 
     def _loop(self) -> None:
+        try:
+            self._serve()
+        finally:
+            self.cpu_s = time.thread_time()
+
+    def _serve(self) -> None:
         if not self._come_up():
             return
         while True:
