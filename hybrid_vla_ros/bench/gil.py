@@ -59,11 +59,14 @@ class GilSampler:
             return self
         self._dir = Path(tempfile.mkdtemp(prefix="hvla_gil_"))
         self._log = open(self._dir / "stderr.txt", "w+")
-        self._proc = subprocess.Popen(
-            [py_spy_path(), "record", "--gil", "--threads", "--nonblocking", "--rate", str(self.rate_hz),
-             "--format", "raw", "--output", str(self._dir / "raw.txt"), "--pid", str(self.pid)],
-            stdout=self._log, stderr=subprocess.STDOUT)
+        command = [py_spy_path(), "record", "--gil", "--threads", "--nonblocking", "--rate", str(self.rate_hz),
+                   "--format", "raw", "--output", str(self._dir / "raw.txt"), "--pid", str(self.pid)]
+        # a shell that waits for a line, then becomes py-spy (same pid): it may trace us before it tries to
+        self._proc = subprocess.Popen(["sh", "-c", 'read _ && exec "$@"', "sh", *command], stdin=subprocess.PIPE,
+                                      stdout=self._log, stderr=subprocess.STDOUT)
         _allow_tracer(self._proc.pid)
+        self._proc.stdin.write(b"go\n")
+        self._proc.stdin.close()
         self._started = self._await_start()
         return self
 
