@@ -58,7 +58,7 @@ class GilSampler:
         if self._reason:
             return self
         self._dir = Path(tempfile.mkdtemp(prefix="hvla_gil_"))
-        self._log = open(self._dir / "stderr.txt", "w+")
+        self._log = open(self._dir / "stderr.txt", "a+")   # O_APPEND: our seeks never move py-spy's writes
         command = [py_spy_path(), "record", "--gil", "--threads", "--nonblocking", "--rate", str(self.rate_hz),
                    "--format", "raw", "--output", str(self._dir / "raw.txt"), "--pid", str(self.pid)]
         # a shell that waits for a line, then becomes py-spy (same pid): it may trace us before it tries to
