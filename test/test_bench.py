@@ -26,9 +26,13 @@ def test_bench_writes_json_with_every_mode_side_by_side_and_a_plot(tmp_path):
         mode = report["modes"][name]
         assert mode["completed"] + mode["dropped"] == 6 and mode["completed"] >= 5, mode
         assert mode["period_ms"]["p50"] > 0 and mode["transport"] == transport
-    graph = report["modes"]["graph"]   # --gil: each thread's GIL-held share, sampled by py-spy (bench/gil.py)
-    assert {"hvla-prefix", "hvla-suffix", "MainThread"} <= set(graph["gil_held_share"]), graph
-    assert 0.0 <= graph["gil_held_by_none"] <= 1.0 and graph["gil_sampling"]["span_s"] > 0
+    # --gil: each thread's GIL-held share, sampled by py-spy (bench/gil.py; which thread holds it: test_gil.py).
+    # Six tiny frames are ~0.1 s, ~10 samples: a thread holding it 20% of the time shows no sample one run in ten.
+    graph = report["modes"]["graph"]
+    shares = graph["gil_held_share"]
+    assert any(name == "MainThread" or name.startswith("hvla-") for name in shares), graph
+    assert all(0.0 < share <= 1.0 + 4 * graph["gil_sampling"]["share_noise"] for share in shares.values()), graph
+    assert 0.0 <= graph["gil_held_by_none"] <= 1.0 and graph["gil_sampling"]["expected_samples"] >= 1, graph
     assert "gil_held_share" not in report["modes"]["graph_processes"]   # one process only
     assert "graph (one process), GIL held, share of wall time by thread: " in out.stdout
     pipelined = report["modes"]["pipelined"]["thread_cpu_ms_per_frame"]   # the ended workers' CPU too
