@@ -1,11 +1,10 @@
 """bench --gil's sampler (bench/gil.py): each thread's GIL-held share of a span, read by py-spy from outside
 the process. A pure-Python loop holds the GIL; a sleeping thread and a thread in torch's GEMMs (which release
-it) hardly do."""
+it) hardly do. py-spy comes with requirements.txt: without it these tests fail with the sampler's reason."""
 
 import threading
 import time
 
-import pytest
 import torch
 
 from hybrid_vla_ros.bench import gil
@@ -36,7 +35,6 @@ def _gemms(stop: threading.Event) -> None:
         torch.mm(a, b, out=c)
 
 
-@pytest.mark.skipif(gil.py_spy_path() is None, reason="py-spy is installed by scripts/setup.sh")
 def test_a_python_loop_holds_the_gil_and_a_sleeper_or_a_gemm_thread_hardly_does():
     stop = threading.Event()
     threads = [threading.Thread(target=target, args=(stop,), name=name, daemon=True)
@@ -74,7 +72,6 @@ def test_without_py_spy_the_span_runs_and_the_report_says_why(monkeypatch):
                                           "(pip install py-spy))")
 
 
-@pytest.mark.skipif(gil.py_spy_path() is None, reason="py-spy is installed by scripts/setup.sh")
 def test_a_process_py_spy_cannot_attach_to_is_reported_with_its_reason():
     import subprocess
     import sys

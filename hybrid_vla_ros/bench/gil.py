@@ -2,7 +2,7 @@
 --gil --threads --nonblocking`: it reads which thread holds the GIL, `rate_hz` times a second, without pausing
 the process). Python itself has no API for it. Used by `bench --gil` on the one-process graph: a thread's share
 is the fraction of the span's wall time it held the GIL; what is left held it nobody (native code, waits).
-py-spy's sample times are random (exponential gaps), so a share is an estimate good to ~1/sqrt(rate x span).
+py-spy's sample times are random (exponential gaps: benfred/py-spy src/timer.rs), so a share is an estimate good to ~1/sqrt(rate x span).
 
 Where py-spy is not installed or may not attach (ptrace denied, not Linux) the report says why instead."""
 

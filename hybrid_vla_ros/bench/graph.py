@@ -8,6 +8,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from ..engine.cpu import ms_per_frame
 from ..engine.placement import DTYPE_NAMES, Placement
 from ..model.vla import VLAModel
 from .gil import GIL_KEYS, GilSampler
@@ -68,8 +69,8 @@ def run_graph_mode(model: VLAModel, placement: Placement, partition: int, frames
             "suffix_compute_ms": summary["suffix_compute_ms"], "suffix_queue_ms": summary["suffix_queue_ms"],
             "transport": ",".join(summary["transports"]),
             # one process: CPU ms per answered frame of each thread of it (executor, stage workers, output, ...)
-            "thread_cpu_ms_per_frame": {name: s * 1e3 / max(1, summary["trajectories"])
-                                        for name, s in summary.get("thread_cpu_s", {}).items()} if not processes else {},
+            "thread_cpu_ms_per_frame": ms_per_frame(summary.get("thread_cpu_s", {}), summary["trajectories"])
+                                       if not processes else {},
             **{key: summary[key] for key in GIL_KEYS if key in summary},
             "note": "raw images over DDS into the prefix node, trajectories out of the suffix node; period from "
                     "the arrival times of the suffix's per-frame info, latency from publish to that arrival"}

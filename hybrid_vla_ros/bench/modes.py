@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from ..engine.cpu import allowed_cores, core_plan, thread_cpu_delta, thread_cpu_seconds
+from ..engine.cpu import allowed_cores, core_plan, ms_per_frame, thread_cpu_delta, thread_cpu_seconds
 from ..engine.pipeline.cross_frame import FrameResult, Pipeline, PipelineConfig
 from ..engine.placement import Placement
 from ..engine.stages import PrefixStage, SuffixStage
@@ -58,7 +58,7 @@ def run_mode(model: VLAModel, placement: Placement, partition: int, max_in_fligh
     # CPU ms per frame of each thread (warm-up frames included), side by side with the graph modes' figure
     cpu_s = {**thread_cpu_delta(cpu_before, thread_cpu_seconds()),   # the live threads; the workers have ended:
              **{f"hvla-{w.name}": w.cpu_s for w in (pipe.prefix_worker, pipe.suffix_worker)}}
-    summary["thread_cpu_ms_per_frame"] = {name: s * 1e3 / max(1, len(frames)) for name, s in cpu_s.items()}
+    summary["thread_cpu_ms_per_frame"] = ms_per_frame(cpu_s, len(frames))
     summary.update(partition=partition, max_in_flight=max_in_flight, transport=transport, chunks=chunks,
                    chunk_count=pipe.chunk_count)
     if placement.uses_cuda:

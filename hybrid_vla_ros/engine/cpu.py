@@ -139,6 +139,11 @@ def thread_cpu_delta(before: dict, after: dict) -> dict:
             if after[name] - before.get(name, 0.0) > 0}
 
 
+def ms_per_frame(cpu_s: dict, frames: int) -> dict:
+    """CPU seconds by thread -> CPU ms per frame by thread."""
+    return {name: s * 1e3 / max(1, frames) for name, s in cpu_s.items()}
+
+
 # ---- CPU suffix backend -----------------------------------------------------------------------------------
 
 # oneDNN's ISA cap (ONEDNN_MAX_CPU_ISA) -> the matrix flags its kernels may still use; flags above the cap
