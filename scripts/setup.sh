@@ -34,7 +34,7 @@ fi
 # The real Autoware message packages for the tests (autoware_planning_msgs, autoware_internal_planning_msgs),
 # built from ../shared/autoware_msgs where it exists (a machine with Autoware installed has its own), then
 # the few this package adds (msgs/README.md: autoware_vehicle_msgs' TurnIndicatorsCommand, Float64Stamped,
-# tf2_msgs' TFMessage: /tf_static has no wheel here)
+# tf2_msgs' TFMessage: /tf_static has no wheel here; autoware_map_msgs' LaneletMapBin: ~/input/vector_map)
 # into the venv and the newer CandidateTrajectory into an overlay, $VENV/newer_msgs (test_message_versions.py).
 # Rebuilt when the definitions or the recipes change.
 AUTOWARE_MSGS=../shared/autoware_msgs
@@ -42,7 +42,7 @@ if [ -f "$AUTOWARE_MSGS/build_msgs.sh" ]; then
   SUM=$(cat "$AUTOWARE_MSGS"/build_msgs.sh "$AUTOWARE_MSGS"/*/msg/*.msg scripts/build_msgs.sh \
         $(find msgs -name '*.msg' | sort) | sha256sum | cut -d' ' -f1)
   if [ "$(cat "$VENV/.autoware_msgs.sha256" 2>/dev/null)" != "$SUM" ] || ! "$VENV/bin/python" -c \
-      "import autoware_planning_msgs.msg, autoware_internal_planning_msgs.msg, autoware_vehicle_msgs.msg, tf2_msgs.msg" 2>/dev/null; then
+      "import autoware_planning_msgs.msg, autoware_internal_planning_msgs.msg, autoware_vehicle_msgs.msg, tf2_msgs.msg, autoware_map_msgs.msg" 2>/dev/null; then
     START=$SECONDS
     # build_msgs.sh stops (grep finds nothing, pipefail) in a venv whose wheel CMake files it already fixed
     # (a rebuild): one file naming /opt/python/ keeps it going
@@ -54,7 +54,8 @@ if [ -f "$AUTOWARE_MSGS/build_msgs.sh" ]; then
     bash scripts/build_msgs.sh "$VENV" "$VENV" \
         autoware_vehicle_msgs:1.12.0:msgs/autoware_vehicle_msgs/msg:builtin_interfaces \
         autoware_internal_debug_msgs:1.12.1:msgs/autoware_internal_debug_msgs/msg:builtin_interfaces \
-        tf2_msgs:0.41.0:msgs/tf2_msgs/msg:geometry_msgs || {
+        tf2_msgs:0.41.0:msgs/tf2_msgs/msg:geometry_msgs \
+        autoware_map_msgs:1.12.0:msgs/autoware_map_msgs/msg:std_msgs || {
       echo "setup: building this package's message definitions failed" >&2; exit 1; }
     rm -rf "$VENV/newer_msgs"
     bash scripts/build_msgs.sh "$VENV" "$VENV/newer_msgs" "autoware_internal_planning_msgs:1.12.1:$AUTOWARE_MSGS/autoware_internal_planning_msgs/msg,msgs/newer/autoware_internal_planning_msgs/msg:autoware_planning_msgs,autoware_vehicle_msgs,builtin_interfaces,geometry_msgs,std_msgs,unique_identifier_msgs" || {

@@ -13,6 +13,7 @@ import json
 import sys
 from pathlib import Path
 
+from hybrid_vla_ros.ros.candidates import indicator_field
 from hybrid_vla_ros.ros.topics import CANDIDATES_TOPIC, KINEMATIC_TOPIC, REMAPS, TURN_INDICATORS_TOPIC
 from ros_harness import Harness, wait_until
 from test_route_graph import odometry, route_msg
@@ -57,13 +58,16 @@ def main(frames: int, map_dir: str | None) -> None:
             h.send_frame(seq)
         assert wait_until(lambda: len(candidates) >= frames and len(signals) >= frames, h.spin, 60), \
             (len(candidates), len(signals))
+        described = h.suffix.candidates.describe_version()
     finally:
         h.close()
-    print(json.dumps({"fields": CandidateTrajectory.get_fields_and_field_types()}))
+    field = indicator_field(CandidateTrajectory)   # found by type, as the suffix finds it
+    print(json.dumps({"fields": CandidateTrajectory.get_fields_and_field_types(), "indicator_field": field,
+                      "described": described}))
     for message in candidates:
         for c in message.candidate_trajectories:
             stamp = c.header.stamp.sec * 10**9 + c.header.stamp.nanosec
-            turn = getattr(c, "turn_indicators_command", None)
+            turn = getattr(c, field) if field else None
             print(json.dumps({"kind": "candidate", "stamp_ns": stamp, "points": len(c.points),
                               "turn": None if turn is None else
                               [turn.stamp.sec * 10**9 + turn.stamp.nanosec, turn.command]}))

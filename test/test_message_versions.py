@@ -1,5 +1,6 @@
 """Both versions of autoware_internal_planning_msgs/CandidateTrajectory: 1.12.1 (header, generator_id, points)
-and the newer one that adds `turn_indicators_command` (msgs/README.md). scripts/setup.sh builds the older into
+and the newer one (1.14.0) that adds `autoware_vehicle_msgs/TurnIndicatorsCommand turn_indicators_command`
+(msgs/README.md). scripts/setup.sh builds the older into
 the venv and the newer into an overlay, $VENV/newer_msgs; each test runs the real suffix (test/message_version_probe.py)
 in a process that imports one of them. The newer candidates carry the same TurnIndicatorsCommand the suffix
 publishes on ~/output/turn_indicators for that trajectory (same stamp, same command); the older carry none, and
@@ -55,7 +56,9 @@ def need_overlay() -> None:
 def test_the_older_candidate_has_no_turn_indicators_and_the_command_goes_out_on_its_own(domain):
     need_overlay()
     header, candidates, signals = probe()
-    assert "turn_indicators_command" not in header["fields"], header
+    assert list(header["fields"]) == ["header", "generator_id", "points"], header   # 1.12.1's layout
+    assert header["indicator_field"] is None, header
+    assert "only on ~/output/turn_indicators" in header["described"], header
     assert len(candidates) == FRAMES and all(c["turn"] is None and c["points"] > 0 for c in candidates)
     assert sorted(s["stamp_ns"] for s in signals) == sorted(c["stamp_ns"] for c in candidates)
 
@@ -67,7 +70,11 @@ def test_the_newer_candidate_carries_the_published_turn_indicators_command(domai
     need_overlay()     # before the import: a venv set up without ../shared has no autoware_vehicle_msgs
     from autoware_vehicle_msgs.msg import TurnIndicatorsCommand
     header, candidates, signals = probe(overlay_env(), tmp_path if route else None)
+    # upstream's layout (autoware_internal_msgs 1.14.0): the 1.12.1 fields, then the command; the suffix finds it
+    assert list(header["fields"]) == ["header", "generator_id", "points", "turn_indicators_command"], header
     assert header["fields"]["turn_indicators_command"] == "autoware_vehicle_msgs/TurnIndicatorsCommand", header
+    assert header["indicator_field"] == "turn_indicators_command", header
+    assert "'turn_indicators_command'" in header["described"], header
     by_stamp = {s["stamp_ns"]: s["command"] for s in signals}
     assert len(candidates) == FRAMES
     for c in candidates:

@@ -172,3 +172,46 @@ def test_the_turn_indicator_shows_a_turn_or_lane_change_within_the_search_distan
     assert turn_indicator(nav("turn right", 15.0), within_m=10.0) == "none"
     assert turn_indicator(nav("go straight", 5.0)) == "none" and turn_indicator(nav("arrive", 5.0)) == "none"
     assert turn_indicator(nav("turn left", 5.0, source="default")) == "none"
+
+
+def test_the_vector_map_decoded_in_its_child_process_is_the_map_lanelet2_loads_in_this_one(tmp_path):
+    ids = write_intersection_map(tmp_path / "intersection.bin")
+    here, there = load_map(tmp_path / "intersection.bin"), load_map_bytes((tmp_path / "intersection.bin").read_bytes())
+    assert set(there.lanes) == set(here.lanes) == set(ids.values()) and there.frame == "local_x/local_y"
+    for i, lane in here.lanes.items():
+        other = there.lanes[i]
+        assert (other.turn_direction, other.successors, other.lefts, other.rights) == \
+            (lane.turn_direction, lane.successors, lane.lefts, lane.rights)
+        np.testing.assert_array_equal(other.centerline, lane.centerline)
+
+
+def test_a_corrupt_count_in_the_vector_map_is_refused_within_the_decoder_s_memory_cap(tmp_path):
+    """A boost archive begins with the length of its signature ("serialization::archive", 8 bytes): 4 GiB
+    there makes lanelet2 allocate 4 GiB at once; the decoder's cap (route/map_bytes.py) refuses it."""
+    write_intersection_map(tmp_path / "intersection.bin")
+    data = (tmp_path / "intersection.bin").read_bytes()
+    assert data[:8] == (22).to_bytes(8, "little") and data[8:30] == b"serialization::archive"
+    with pytest.raises(ConfigError, match="asks for more than .* MiB"):
+        load_map_bytes((4 << 30).to_bytes(8, "little") + data[8:])
+    with pytest.raises(ConfigError, match="input stream error"):
+        load_map_bytes(data[: len(data) // 2])
+    with pytest.raises(ConfigError, match="no data"):
+        load_map_bytes(b"")
+
+
+def test_a_vector_map_with_a_non_finite_point_is_refused_saying_which_lanelet(tmp_path):
+    import lanelet2.core as core
+    from lanelet2 import io
+
+    def point(x, y, local_y=None):
+        p = core.Point3d(core.getId(), x, y, 0.0)
+        p.attributes["local_x"], p.attributes["local_y"] = f"{x}", local_y or f"{y}"
+        return p
+    left = core.LineString3d(core.getId(), [point(0.0, 1.75), point(10.0, 1.75, "nan")])
+    right = core.LineString3d(core.getId(), [point(0.0, -1.75), point(10.0, -1.75)])
+    lanelet = core.Lanelet(core.getId(), left, right, {"type": "lanelet", "subtype": "road"})
+    ll_map = core.LaneletMap()
+    ll_map.add(lanelet)
+    io.write(str(tmp_path / "nan.bin"), ll_map, io.Origin(0.0, 0.0))   # a .bin keeps the points as they are
+    with pytest.raises(ConfigError, match=f"lanelet {lanelet.id}: its left bound .* some not finite"):
+        load_map_bytes((tmp_path / "nan.bin").read_bytes())

@@ -9,7 +9,7 @@ import runpy
 import sys
 
 HIDDEN = ("autoware_planning_msgs", "autoware_internal_planning_msgs", "autoware_auto_planning_msgs",
-          "autoware_internal_debug_msgs", "autoware_vehicle_msgs")
+          "autoware_internal_debug_msgs", "autoware_vehicle_msgs", "autoware_map_msgs")
 
 
 class HideAutoware(importlib.abc.MetaPathFinder):

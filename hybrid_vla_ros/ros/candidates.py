@@ -7,6 +7,12 @@ uuid5 of the `generator_name` parameter: the same at every start of the graph, s
 trajectory concatenator keeps the newest set per generator_id) sees one generator across restarts and
 takeovers, and two generators of one car differ by their names. Published only where the Autoware message
 packages are importable (a sourced Autoware install); elsewhere the start-up log says why.
+
+The turn indicators: autoware_internal_msgs 1.14.0 added `autoware_vehicle_msgs/TurnIndicatorsCommand
+turn_indicators_command` to CandidateTrajectory (msgs/README.md); 1.12.1 and before have no such field. The
+field is found by its type among the imported class's own fields (`indicator_field`), never by a name guess:
+under the newer version each candidate carries the command the suffix publishes on `~/output/turn_indicators`;
+under the older one the candidates go out without it and the command goes out only on that topic.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from .convert import ns_to_stamp, trajectory_points
 # The namespace of generator ids: fixed forever (changing it would change every generator's id).
 GENERATOR_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "urn:hybrid_vla_ros:trajectory_generator")
 CANDIDATES_TYPE = "autoware_internal_planning_msgs/msg/CandidateTrajectories"
+INDICATOR_TYPE = "autoware_vehicle_msgs/TurnIndicatorsCommand"   # as get_fields_and_field_types() names it
 
 
 def generator_uuid(name: str) -> uuid.UUID:
@@ -36,7 +43,17 @@ def candidate_types():
     except ImportError as exc:
         return None, f"{exc.name} not importable: no ~/output/trajectories"
     return {"CandidateTrajectories": CandidateTrajectories, "CandidateTrajectory": CandidateTrajectory,
-            "GeneratorInfo": GeneratorInfo, "TrajectoryPoint": TrajectoryPoint}, "importable"
+            "GeneratorInfo": GeneratorInfo, "TrajectoryPoint": TrajectoryPoint,
+            "indicator_field": indicator_field(CandidateTrajectory)}, "importable"
+
+
+def indicator_field(candidate_class) -> str | None:
+    """The one field of `candidate_class` (a CandidateTrajectory message class) whose type is
+    TurnIndicatorsCommand, read from the class's own fields: `turn_indicators_command` in the newer version;
+    None where there is none (1.12.1 and before) or, ambiguously, more than one."""
+    fields = candidate_class.get_fields_and_field_types()
+    named = [name for name, kind in fields.items() if kind == INDICATOR_TYPE]
+    return named[0] if len(named) == 1 else None
 
 
 def fill_uuid(msg, generator_id: uuid.UUID):
@@ -49,13 +66,14 @@ def candidates_to_msg(stamp_ns: int, frame_id: str, candidates: list, generator_
                       z: float = 0.0, turn_indicators=None):
     """candidates: each an (N, 5) array of points (at height z), or a list of TrajectoryPoint messages already
     made (the Trajectory's own). -> CandidateTrajectories with one CandidateTrajectory each and one GeneratorInfo.
-    turn_indicators: a TurnIndicatorsCommand for each candidate, in the newer message version's
-    `turn_indicators_command` (the older version has no such field: nothing to fill)."""
+    turn_indicators: a TurnIndicatorsCommand for each candidate, in the field `types["indicator_field"]`
+    names (the newer version's `turn_indicators_command`); with None there (the older version) it is left out."""
     msg = types["CandidateTrajectories"]()
+    field = types["indicator_field"]
     for points in candidates:
         candidate = types["CandidateTrajectory"]()
-        if turn_indicators is not None and hasattr(candidate, "turn_indicators_command"):
-            candidate.turn_indicators_command = turn_indicators
+        if turn_indicators is not None and field is not None:
+            setattr(candidate, field, turn_indicators)
         candidate.header.frame_id = frame_id
         ns_to_stamp(stamp_ns, candidate.header.stamp)
         fill_uuid(candidate.generator_id, generator_id)
@@ -86,8 +104,11 @@ class CandidateOutput:
                 f"{self.describe_version()}")
 
     def describe_version(self) -> str:
-        has = self.types and "turn_indicators_command" in self.types["CandidateTrajectory"].get_fields_and_field_types()
-        return "with turn_indicators_command" if has else "without turn_indicators_command (the older version)"
+        field = self.types["indicator_field"] if self.types else None
+        if field is not None:
+            return f"each candidate carrying the turn indicators command in '{field}'"
+        return ("no TurnIndicatorsCommand field in this CandidateTrajectory (the older version, 1.12.1 and before): "
+                "the turn indicators command goes out only on ~/output/turn_indicators")
 
     def publish(self, trajectory_msg, points, stamp_ns: int, frame_id: str, z: float = 0.0,
                 turn_indicators=None) -> None:

@@ -105,7 +105,7 @@ class RouteInput:
                                     f"({self.route.goal.x:.1f}, {self.route.goal.y:.1f})")
 
     def _on_vector_map(self, msg) -> None:
-        """Autoware's map replaces map_path's where its binary decodes (route/lanes.py load_map_bytes)."""
+        """Autoware's map replaces map_path's where its binary decodes (route/map_bytes.py load_map_bytes)."""
         try:
             self.lane_map = load_map_bytes(bytes(msg.data))
             self.map_source = f"~/input/vector_map ({len(self.lane_map.lanes)} lanelets)"

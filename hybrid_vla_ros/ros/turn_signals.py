@@ -4,8 +4,8 @@
 The command comes from the route's next maneuver seen from the ego's newest pose (ros/route_input.py,
 hybrid_vla_ros/route/): ENABLE_LEFT / ENABLE_RIGHT before a turn or lane change within the route's signal
 distance, else DISABLE (Autoware's interface: NO_COMMAND is never sent as a topic). The newer
-CandidateTrajectory carries the same command in `turn_indicators_command`; the older has no such field and
-gets none. Published only where autoware_vehicle_msgs is importable; elsewhere the start-up log says why.
+CandidateTrajectory (1.14.0) carries the same command in `turn_indicators_command`; the older (1.12.1) has no
+such field and gets none (ros/candidates.py). Published only where autoware_vehicle_msgs is importable; elsewhere the start-up log says why.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@ data -> the next maneuver, the goal and a target point in the ego frame (Navigat
 instruction and the turn indicator. The ROS side is ros/route_input.py."""
 
 from ..types import NAV_COMMANDS, Navigation
-from .lanes import Lane, LaneMap, load_map, load_map_bytes
+from .lanes import Lane, LaneMap, load_map
+from .map_bytes import load_map_bytes
 from .navigate import Route, navigate, why_default
 from .text import DEFAULT_TEMPLATE, check_template, instruction, turn_indicator
 

@@ -15,8 +15,6 @@ spatial index (built from the projected coordinates) are not used.
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +22,7 @@ import numpy as np
 
 from ..errors import ConfigError, expect
 from .geometry import arc_lengths, resample
+from .lanelet2_raw import has_local_xy, raw_lanes
 
 TURN_DIRECTIONS = ("left", "right", "straight")   # Autoware's lanelet attribute turn_direction (intersections)
 CENTERLINE_STEP_M = 1.0                            # centreline points at most this far apart
@@ -60,12 +59,6 @@ def _lanelet2():
     return io, projection, routing, traffic_rules
 
 
-def has_local_xy(ll_map) -> bool:
-    """Whether every point of the lanelet2 map carries Autoware's local_x / local_y tags."""
-    points = list(ll_map.pointLayer)
-    return bool(points) and all("local_x" in p.attributes and "local_y" in p.attributes for p in points)
-
-
 def load_map(path: str | Path, origin: tuple[float, float] = (0.0, 0.0)) -> LaneMap:
     """A lanelet2 map file (.osm; .bin: lanelet2's binary format) -> LaneMap. origin: (lat, lon) of the map
     frame, used only for an .osm whose nodes lack local_x / local_y."""
@@ -86,48 +79,32 @@ def load_map(path: str | Path, origin: tuple[float, float] = (0.0, 0.0)) -> Lane
     return from_lanelet2(ll_map, f"UTM projected from origin {tuple(origin)}")
 
 
-def load_map_bytes(data: bytes) -> LaneMap:
-    """Autoware's /map/vector_map payload (autoware_map_msgs/LaneletMapBin `data`: a boost binary archive of
-    the LaneletMap and the id counter, the layout lanelet2's .bin writer uses) -> LaneMap."""
-    fd, name = tempfile.mkstemp(suffix=".bin")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(bytes(data))
-        return load_map(name)
-    finally:
-        os.unlink(name)
+def from_lanelet2(ll_map, frame: str) -> LaneMap:
+    """A loaded lanelet2 LaneletMap -> LaneMap (lanelet2_raw.py reads it; from_raw builds the lanes)."""
+    return from_raw(raw_lanes(ll_map), frame)
 
 
-def _xy(point, local: bool) -> tuple[float, float]:
-    if local:
-        return float(point.attributes["local_x"]), float(point.attributes["local_y"])
-    return float(point.x), float(point.y)
-
-
-def _centerline(lanelet, local: bool) -> np.ndarray:
-    """(N, 2) the middle of the lanelet's bounds, points at most CENTERLINE_STEP_M apart."""
-    left = np.array([_xy(p, local) for p in lanelet.leftBound], dtype=np.float64)     # (L, 2)
-    right = np.array([_xy(p, local) for p in lanelet.rightBound], dtype=np.float64)   # (R, 2)
+def _centerline(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """(N, 2) the middle of a lanelet's bounds (L, 2) and (R, 2), points at most CENTERLINE_STEP_M apart."""
     longest = max(arc_lengths(left)[-1], arc_lengths(right)[-1])
     n = max(2, len(left), len(right), int(math.ceil(longest / CENTERLINE_STEP_M - 1e-6)) + 1)
     return 0.5 * (resample(left, n) + resample(right, n))                            # (n, 2)
 
 
-def from_lanelet2(ll_map, frame: str) -> LaneMap:
-    """A loaded lanelet2 LaneletMap -> LaneMap (neighbours from a routing graph for vehicles, German rules:
-    lanelet2's only rule set; Autoware builds its graph the same way)."""
-    _, _, routing, traffic_rules = _lanelet2()
-    local = has_local_xy(ll_map)
-    rules = traffic_rules.create(traffic_rules.Locations.Germany, traffic_rules.Participants.Vehicle)
-    graph = routing.RoutingGraph(ll_map, rules)
+def _bound(lane: dict, side: str) -> np.ndarray:
+    """(K, 2) float64 one bound of a raw lanelet; ConfigError unless it has >= 2 points, all finite."""
+    points = np.asarray(lane[side], dtype=np.float64).reshape(-1, 2)
+    expect(len(points) >= 2 and bool(np.isfinite(points).all()), ConfigError,
+           f"lanelet {lane['id']}: its {side} bound needs at least 2 points, all finite (has {len(points)}"
+           f"{'' if np.isfinite(points).all() else ', some not finite'})")
+    return points
 
-    def ids(*found) -> tuple:
-        return tuple(ll.id for ll in found if ll is not None)
 
+def from_raw(raw: dict, frame: str) -> LaneMap:
+    """lanelet2_raw.raw_lanes' lists -> LaneMap (frame: how the points were made, unless local_x/local_y)."""
     lanes = {}
-    for ll in ll_map.laneletLayer:
-        turn = str(ll.attributes["turn_direction"]) if "turn_direction" in ll.attributes else ""
-        lanes[ll.id] = Lane(ll.id, _centerline(ll, local), turn if turn in TURN_DIRECTIONS else "",
-                            ids(*graph.following(ll)), ids(graph.left(ll), graph.adjacentLeft(ll)),
-                            ids(graph.right(ll), graph.adjacentRight(ll)))
-    return LaneMap(lanes, "local_x/local_y" if local else frame)
+    for lane in raw["lanes"]:
+        turn = lane["turn"] if lane["turn"] in TURN_DIRECTIONS else ""
+        lanes[lane["id"]] = Lane(lane["id"], _centerline(_bound(lane, "left"), _bound(lane, "right")), turn,
+                                 tuple(lane["successors"]), tuple(lane["lefts"]), tuple(lane["rights"]))
+    return LaneMap(lanes, "local_x/local_y" if raw["local"] else frame)
