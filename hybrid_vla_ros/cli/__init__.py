@@ -1,5 +1,5 @@
 """`hybrid-vla`: one sub-command family per area, each module registering its own sub-commands:
-engine (verify, info, run, export), bench (bench, memory), profile (profile, --roofline), plan (plan), graph (graph, demo, schema), bags (record, replay,
+engine (verify, info, run, export), bench (bench, memory), profile (profile, --roofline), plan (plan), graph (graph, demo, schema), launch_file (launch), bags (record, replay,
 make-sample-drive), learn (train), convert (convert). Heavy imports (torch, rclpy) happen inside the commands, after the stop handler is in
 place, so a Ctrl-C at any moment ends the program cleanly."""
 
@@ -12,10 +12,10 @@ from .. import stop
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import bags, bench, convert, engine, graph, learn, plan, profile
+    from . import bags, bench, convert, engine, graph, launch_file, learn, plan, profile
     parser = argparse.ArgumentParser(prog="hybrid-vla", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    for area in (engine, bench, profile, plan, graph, bags, learn, convert):
+    for area in (engine, bench, profile, plan, graph, launch_file, bags, learn, convert):
         area.register(sub)
     return parser
 
