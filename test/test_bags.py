@@ -5,7 +5,6 @@ import os
 import pathlib
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -128,7 +127,10 @@ def test_autoware_trajectory_is_written_to_a_bag_from_its_upstream_definition(tm
 @pytest.mark.slow
 def test_replay_of_a_real_drive_gives_one_trajectory_per_frame_and_records_back_best_effort(domain, tmp_path):
     """Cameras received at different times and offered best effort: the graph answers every frame, and the
-    record command (types from the graph, QoS from the publishers) stores best effort and the same images."""
+    record command (types from the graph, QoS from the publishers) stores best effort and the same images. On one
+    machine best effort loses nothing once the recorder's reader has matched the replayer's writer: the replayer
+    waits for the recorder's endpoints report (a recording one message short was the first image sent to a reader
+    listed but not yet matched, issue 50), and the recorder takes what arrived before its stop."""
     from hybrid_vla_ros.ros.launch_support.bringup import graph_params
     from hybrid_vla_ros.ros.demo import drive_graph
     bag = write_sample_drive(tmp_path / "drive", "tiny", TOPICS, frames=6)
@@ -145,8 +147,7 @@ def test_replay_of_a_real_drive_gives_one_trajectory_per_frame_and_records_back_
         replay = subprocess.run(cli + ["replay", str(bag), "--rate", "1", "--wait-s", "60"],
                                 capture_output=True, text=True, timeout=120)
         assert replay.returncode == 0, replay.stderr
-        assert '"frames": 6' in replay.stdout
-        time.sleep(0.5)
+        assert '"frames": 6' in replay.stdout   # the recorder takes what reached it before the stop (drain)
     finally:
         recorder.send_signal(2)
         recorder.communicate(timeout=60)

@@ -106,3 +106,34 @@ def test_a_replay_waits_for_the_graphs_own_report_that_its_readers_matched(harne
     finally:
         harness.graph.executor.remove_node(player)
         player.destroy_node()
+
+
+def test_a_replay_waits_until_the_recorders_reader_matched_its_writer(context, tmp_path):
+    """`hybrid-vla record` reports its readers' matched writers as the graph's nodes do, so a replay recorded back
+    waits for it rather than REPORT_WAIT_S (a best-effort image sent to a reader listed but not yet matched is
+    lost to the bag: a recording one camera message short, issue 50)."""
+    import time
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.node import Node
+    from ros_harness import CAMERAS
+    from hybrid_vla_ros.model.presets import get_preset
+    from hybrid_vla_ros.ros.bags.record import Recorder
+    from hybrid_vla_ros.ros.bags.replay import REPORT_WAIT_S, Replayer
+    from hybrid_vla_ros.ros.demo import write_sample_drive
+    bag = write_sample_drive(tmp_path / "drive", get_preset("tiny"), CAMERAS, frames=2, compressed=False)
+    player, recording = Node("player", context=context), Node("hybrid_vla_record", context=context)
+    executor = SingleThreadedExecutor(context=context)
+    for node in (player, recording):
+        executor.add_node(node)
+    recorder = Recorder(recording, tmp_path / "rec", {t: None for t in CAMERAS})
+    try:
+        replayer = Replayer(player, bag)
+        start = time.monotonic()
+        assert replayer.wait_for_subscribers(20.0, lambda t: executor.spin_once(timeout_sec=t))
+        assert time.monotonic() - start < REPORT_WAIT_S, "waited for a report that never came"
+        assert replayer.reports.matched("hybrid_vla_record", "subscription", *CAMERAS), replayer.reports.values
+    finally:
+        recorder.close()
+        executor.shutdown()
+        player.destroy_node()
+        recording.destroy_node()

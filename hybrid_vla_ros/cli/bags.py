@@ -9,15 +9,18 @@ import time
 from .. import stop
 
 
-def _with_bag_node(job):
-    """job(node, spin) on a plain node named hybrid_vla_bag; a stop request ends the spin cleanly."""
+def _with_bag_node(job, name: str):
+    """job(node, spin) on a plain node of this name (hybrid_vla_record / _replay: a recorder and a replayer in one
+    graph must not share a name, the replayer reads the recorder's endpoints report by it); a stop request ends
+    the spin cleanly."""
     from rclpy.node import Node
     from ..ros.launch_support.session import executor_with, ros_context
     with ros_context() as context:
-        node = Node("hybrid_vla_bag", context=context)
+        node = Node(name, context=context)
         with executor_with([node], context) as executor:
-            def spin(timeout_s: float) -> None:
-                stop.check()
+            def spin(timeout_s: float, stopping: bool = False) -> None:
+                if not stopping:   # stopping: a last spin after the stop request (the recorder's drain)
+                    stop.check()
                 executor.spin_once(timeout_sec=timeout_s)
             return job(node, spin)
 
@@ -32,10 +35,25 @@ def cmd_record(args) -> int:
         try:
             while time.monotonic() < end and not stop.requested():
                 spin(0.05)
+            drain(recorder, spin)
         finally:
             print(json.dumps({"bag": args.out, "messages": recorder.close()}))
         return 0
-    return _with_bag_node(record)
+    return _with_bag_node(record, "hybrid_vla_record")
+
+
+DRAIN_QUIET_S, DRAIN_LIMIT_S = 0.5, 5.0
+
+
+def drain(recorder, spin) -> None:
+    """At the end of a recording, take the messages that already reached the recorder's readers (DDS queues them
+    until the executor takes them; on a busy machine that lags): spin until none came for DRAIN_QUIET_S, at most
+    DRAIN_LIMIT_S. A stop then loses nothing that arrived before it."""
+    end, quiet_since, last = time.monotonic() + DRAIN_LIMIT_S, time.monotonic(), recorder.messages()
+    while time.monotonic() < end and time.monotonic() - quiet_since < DRAIN_QUIET_S:
+        spin(0.02, stopping=True)
+        if recorder.messages() != last:
+            last, quiet_since = recorder.messages(), time.monotonic()
 
 
 SETTLE_S = 0.5
@@ -61,7 +79,7 @@ def cmd_replay(args) -> int:
         print(json.dumps({"bag": args.bag, "frames": frames, "incomplete_frames": replayer.incomplete_frames,
                           "topics": replayer.topics(), "skipped": replayer.skipped}))
         return 0
-    return _with_bag_node(replay)
+    return _with_bag_node(replay, "hybrid_vla_replay")
 
 
 def cmd_make_sample_drive(args) -> int:

@@ -2,18 +2,25 @@
 publisher of it is seen, with a QoS that matches every publisher (best effort when any of them is: camera
 drivers publish best effort, and a reliable subscription would get nothing), the offered QoS is stored in
 the bag, and each message is stamped with its receive time on the recorder's clock. Where every publisher offers
-transient local (/tf_static), so does the subscription: latched samples sent before recording are recorded."""
+transient local (/tf_static), so does the subscription: latched samples sent before recording are recorded.
+
+The recorder reports its subscriptions' matched writers on /diagnostics as the package's nodes do ("<node>:
+endpoints", `subscription:<topic>`; ros/nodes/diagnostics.py), so that a replayer in the same graph waits until
+the recorder's reader has matched its writer: a best-effort message sent before would be lost to the bag (seen:
+a recording one camera message short when the recorder's reader was listed but not yet matched)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.qos import ReliabilityPolicy
 
 from ...context import camera_info_topic
-from ..nodes.diagnostics import quiet_events
+from ..nodes.diagnostics import matched_peers, quiet_events
 from .storage import BagWriter, message_class, qos_from_bag, qos_to_bag
 
+REPORT_PERIOD_S = 0.25   # the endpoints report's period (a replayer waits for it: ros/bags/replay.py)
 CONTEXT_TYPES = {"camera_info": "sensor_msgs/msg/CameraInfo", "/tf_static": "tf2_msgs/msg/TFMessage"}
 
 
@@ -37,7 +44,19 @@ class Recorder:
         self.closed = False
         self.subscriptions: dict[str, tuple[object, bool]] = {}  # topic -> (subscription, reliable)
         self.timer = node.create_timer(discover_period_s, self.discover)
+        self.reports = node.create_publisher(DiagnosticArray, "/diagnostics", 10, **quiet_events("publisher"))
+        self.report_timer = node.create_timer(REPORT_PERIOD_S, self.report)
         self.discover()
+
+    def report(self) -> None:
+        """Each subscription's matched writers, as the package's nodes report theirs (EndpointReports reads it)."""
+        values = [KeyValue(key=f"subscription:{topic}", value=str(matched_peers(self.node, sub)))
+                  for topic, (sub, _) in self.subscriptions.items()]
+        status = DiagnosticStatus(name=f"{self.node.get_name()}: endpoints", message="recorder",
+                                  hardware_id=self.node.get_name(), values=values)
+        msg = DiagnosticArray(status=[status])
+        msg.header.stamp = self.node.get_clock().now().to_msg()
+        self.reports.publish(msg)
 
     def _publishers(self, topic: str):
         return self.node.get_publishers_info_by_topic(topic)
@@ -64,10 +83,15 @@ class Recorder:
                 qos, raw=True, **quiet_events("subscription"))   # the offered QoS: compatible by construction
             self.subscriptions[topic] = (subscription, reliable)
 
+    def messages(self) -> int:
+        """Messages written so far, every topic."""
+        return sum(self.writer.count.values())
+
     def close(self) -> dict[str, int]:
         """Stop writing and finish the bag. The subscriptions go with the node (destroying them here could wait
         forever on an executor's suspended wait: session.RELEASE_NOTE); nothing is written after this."""
         self.timer.cancel()
+        self.report_timer.cancel()
         self.closed = True
         self.writer.close()
         return dict(self.writer.count)
