@@ -10,9 +10,10 @@ import math
 import numpy as np
 import pytest
 
-from hybrid_vla_ros.engine.retime import (INVALID_PLAN, NO_CURRENT_POSE, TOO_OLD, CurrentPose, RetimeError,
-                                          retime, sample_times)
-from hybrid_vla_ros.errors import NonFiniteError
+from hybrid_vla_ros.engine.pipeline.camera_sync import StampedHistory
+from hybrid_vla_ros.engine.retime import (INVALID_PLAN, NO_CURRENT_POSE, POSE_JUMP, TOO_OLD, CurrentPose,
+                                          JumpLimits, RetimeError, retime, sample_times)
+from hybrid_vla_ros.errors import ConfigError, NonFiniteError
 from hybrid_vla_ros.types import Pose2D, Trajectory, accelerations
 
 FRAME_NS = 1_000_000_000_000   # the frame's stamp
@@ -170,3 +171,107 @@ def test_a_path_carries_the_retimed_points_at_their_absolute_times_and_the_egos_
         [k * 100 * MS for k in range(len(out.points))]
     xyz = np.array([[p.pose.position.x, p.pose.position.y, p.pose.position.z] for p in msg.poses])
     np.testing.assert_allclose(xyz, np.column_stack([out.points[:, :2], np.full(len(out.points), 12.5)]))
+
+
+# ---- pose jumps (issue 50, item 5): the ego's present pose against the frame's ----------------------------------
+
+JUMP = JumpLimits(floor_m=2.0, floor_rad=0.3)   # the shipped output_pose_jump_m / _rad
+
+
+def ahead_of(pose: Pose2D, metres: float, sideways: float = 0.0) -> tuple[float, float]:
+    c, s = math.cos(pose.yaw), math.sin(pose.yaw)
+    return pose.x + metres * c - sideways * s, pose.y + metres * s + sideways * c
+
+
+def jumped(ego_ms: float, metres: float, sideways: float = 0.0, yaw: float = 0.0, speed: float = 10.0,
+           yaw_rate: float = 0.0, jump=JUMP):
+    """The frame's plan re-timed 20 ms after the ego's pose, stamped ego_ms after the frame: the ego `metres`
+    along the frame's heading and `sideways` to its left, turned by `yaw`."""
+    x, y = ahead_of(ORIGIN, metres, sideways)
+    ego_ns = FRAME_NS + int(ego_ms * MS)
+    ego = CurrentPose(ego_ns, x, y, ORIGIN.yaw + yaw, speed=speed, yaw_rate=yaw_rate)
+    return retime(in_map(curve_plan(), ORIGIN), ORIGIN, FRAME_NS, ego_ns + 20 * MS, ego, 0.1, jump)
+
+
+def reach_m(t: float, speed: float) -> float:
+    return 2.0 + abs(speed) * t + 9.8 * t * t / 2   # docs/INTERFACES.md: the allowance
+
+
+def test_an_ego_further_from_the_frames_pose_than_the_car_could_drive_is_refused_as_a_pose_jump():
+    """The car drove 10 m/s x 0.6 s: served. Reset 40 m sideways (issue 50): refused with how far and why, where
+    the plan would have been published starting with a step of that size from the ego at t = 0."""
+    out = jumped(600.0, 6.0)
+    assert np.hypot(*(out.points[1, :2] - out.points[0, :2])) < 1.5   # the ego, then 0.1 s on along the plan
+    unchecked = jumped(600.0, 6.0, sideways=40.0, jump=None)          # the step the reset made (no check)
+    assert np.hypot(*(unchecked.points[1, :2] - unchecked.points[0, :2])) > 38.0
+    with pytest.raises(RetimeError, match=r"jumped: 40\.4 m and 0\.00 rad from the frame's pose 600 ms earlier, "
+                                          r"where the car could have gone at most 9\.8 m") as caught:
+        jumped(600.0, 6.0, sideways=40.0)
+    assert caught.value.reason == POSE_JUMP and "localization reset" in str(caught.value)
+
+
+def test_the_allowance_is_the_floor_plus_speed_times_time_plus_1g_and_without_twist_the_car_stands():
+    for t_ms, speed in ((100.0, 10.0), (600.0, 10.0), (1_500.0, 25.0), (600.0, -5.0), (600.0, 0.0)):
+        t = t_ms / 1e3
+        jumped(t_ms, 0.0, sideways=reach_m(t, speed) - 0.01, speed=speed)     # just inside: served
+        with pytest.raises(RetimeError) as caught:
+            jumped(t_ms, 0.0, sideways=reach_m(t, speed) + 0.01, speed=speed)
+        assert caught.value.reason == POSE_JUMP
+    with pytest.raises(RetimeError, match="at 0.0 m/s") as caught:   # 5 m in 0.5 s by a car that stands (no twist)
+        jumped(500.0, 5.0, speed=0.0)
+    assert caught.value.reason == POSE_JUMP
+
+
+def test_a_yaw_jump_is_refused_and_the_yaw_is_compared_the_short_way_round():
+    # 0.5 s: 0.3 rad + 3 rad/s^2 x 0.5^2 / 2 = 0.675 rad going straight; + 0.4 rad/s x 0.5 s turning
+    jumped(500.0, 5.0, yaw=0.6)
+    for yaw, rate in ((0.7, 0.0), (-0.7, 0.0), (math.pi, 0.0), (0.9, 0.4)):
+        with pytest.raises(RetimeError, match="rad from the frame's pose") as caught:
+            jumped(500.0, 5.0, yaw=yaw, yaw_rate=rate)
+        assert caught.value.reason == POSE_JUMP
+    jumped(500.0, 5.0, yaw=0.85, yaw_rate=-0.4)   # the yaw rate's sign does not matter
+    origin = Pose2D(0.0, 0.0, math.pi - 0.05)     # across +-pi: 0.1 rad, not 2 pi - 0.1
+    retime(in_map(curve_plan(), origin), origin, FRAME_NS, FRAME_NS + 20 * MS,
+           CurrentPose(FRAME_NS, 0.0, 0.0, -math.pi + 0.05), 0.1, JUMP)
+
+
+def test_a_non_finite_twist_or_a_negative_allowance_is_refused():
+    with pytest.raises(NonFiniteError) as caught:
+        jumped(500.0, 5.0, speed=np.nan)
+    assert caught.value.reason == "nonfinite_output"
+    with pytest.raises(NonFiniteError):
+        jumped(500.0, 5.0, yaw_rate=np.inf)
+    with pytest.raises(ConfigError, match="allowances must be 0 or more"):
+        jumped(500.0, 5.0, jump=JumpLimits(-1.0, 0.3))
+
+
+def test_a_reset_in_the_odometry_costs_only_the_frames_stamped_before_it():
+    """Odometry at 50 Hz of a car at 10 m/s, reset 40 m sideways at RESET_MS; frames matched in the history
+    the node keeps (StampedHistory, Pose2D.between) and re-timed 600 ms later. Stamped before the reset, or
+    between its last sample and the first after it (the pose interpolated across the reset): refused. Stamped
+    after it: matched to poses after it alone, served, starting at the ego with no step."""
+    reset_ms, heading = 1_000, 0.4
+    start = Pose2D(5.0, -3.0, heading)
+
+    def truth(ms: float) -> tuple[float, float]:
+        return ahead_of(start, 10.0 * ms / 1e3, sideways=40.0 if ms >= reset_ms else 0.0)
+
+    history = StampedHistory(between=Pose2D.between)
+    for ms in range(0, 3_000, 20):
+        history.add(FRAME_NS + ms * MS, Pose2D(*truth(ms), heading))
+    served = {}
+    for frame_ms in (400.0, 990.0, 995.0, 1_005.0, 1_400.0, 2_000.0):
+        pose, matched = history.match(FRAME_NS + int(frame_ms * MS), 50 * MS)
+        assert matched
+        ego_ms = frame_ms + 600.0
+        ego = CurrentPose(FRAME_NS + int(ego_ms * MS), *truth(ego_ms), heading, speed=10.0)
+        try:
+            out = retime(in_map(curve_plan(), pose), pose, FRAME_NS + int(frame_ms * MS), ego.stamp_ns, ego, 0.1,
+                         JUMP)
+        except RetimeError as exc:
+            assert exc.reason == POSE_JUMP
+            continue
+        served[frame_ms] = float(np.hypot(*(out.points[1, :2] - out.points[0, :2])))
+    # 1 005 ms: after the reset (1 000 ms) but interpolated between its samples at 1 000 and 1 020 ms: both after
+    assert sorted(served) == [1_005.0, 1_400.0, 2_000.0]
+    assert max(served.values()) < 1.5, served

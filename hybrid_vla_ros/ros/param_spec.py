@@ -1,6 +1,6 @@
 """One parameter of a node's table (ros/params.py): its type, bounds and description, the check of a value
-(a ConfigError naming the parameter, the value and what is allowed) and its JSON schema; and the decode policy's
-parameters, which the prefix's and the suffix's tables share. ROS-free."""
+(a ConfigError naming the parameter, the value and what is allowed) and its JSON schema; the decode policy's
+parameters, which the prefix's and the suffix's tables share; the suffix's re-timing parameters. ROS-free."""
 
 from __future__ import annotations
 
@@ -130,3 +130,26 @@ def flow_params() -> list[ParamSpec]:
                   "release's route tokens and route ids in its prompt_ids.json", 0.0, 100.0),
     ]
 
+
+# ---- the suffix's output re-timed to the present (engine/retime.py, ros/present.py) ----------------------------
+
+def retime_params() -> list[ParamSpec]:
+    return [
+        ParamSpec("output_retime", "bool", "the plan re-timed to the present (engine/retime.py), in a frame_id "
+                  "other than base_link: stamped at publish time, the first point the ego's pose from the newest "
+                  "kinematic state (t = 0), then every output_dt_s up to the plan's horizon (waypoints already past "
+                  "dropped); a frame too old for it, or whose pose the ego's jumped away from, is refused and "
+                  "counted (retime_too_old, retime_no_current_pose, pose_jump). false, and always with base_link: "
+                  "the model's waypoints as predicted, stamped with the camera's stamp, times counted from it",
+                  dynamic=True),
+        ParamSpec("output_dt_s", "double", "output_retime: seconds between the re-timed points (0.1: Autoware's "
+                  "trajectory processor's step)", 0.01, 1.0, dynamic=True),
+        ParamSpec("output_pose_jump_m", "double", "output_retime: a frame is refused, counted as pose_jump (a "
+                  "localization reset: its plan would start with that step from the ego), when two consecutive "
+                  "odometry samples since its stamp, or its matched pose and the ego's newest, lie further apart "
+                  "than the car could have driven in between (the odometry speed x the time, changing by up to "
+                  "9.8 m/s^2) plus this", 0.1, 1000.0, dynamic=True),
+        ParamSpec("output_pose_jump_rad", "double", "output_retime: the same for the yaw: the odometry's yaw rate x "
+                  "the time (changing by up to 3 rad/s^2) plus this; 3.1416 = the yaw never refuses", 0.01, 3.1416,
+                  dynamic=True),
+    ]

@@ -14,7 +14,7 @@ import yaml
 
 from ..engine.pipeline.limits import AUTO
 from ..errors import ConfigError, expect
-from .param_spec import ParamSpec, decode_params, flow_params
+from .param_spec import ParamSpec, decode_params, flow_params, retime_params
 
 
 AUTOSTART = ParamSpec("autostart", "bool", "configure and activate at start-up; false: stay unconfigured until "
@@ -157,15 +157,8 @@ SUFFIX_PARAMS = _common_model() + [
               "start: give each generator of a car its own name", nonempty=True),
     ParamSpec("frame_id", "string", "frame of the output trajectory: base_link = the ego frame as predicted; any "
               "other (map) = waypoints moved with the pose of ~/input/kinematic_state matched to the frame"),
-    ParamSpec("output_retime", "bool", "the plan re-timed to the present (engine/retime.py), in a frame_id other "
-              "than base_link: stamped at publish time, the first point the ego's pose from the newest "
-              "kinematic state (t = 0), then every output_dt_s up to the plan's horizon (waypoints already past "
-              "dropped); a frame too old for it is refused and counted (retime_too_old, retime_no_current_pose). "
-              "false, and always with base_link: the model's waypoints as predicted, stamped with the camera's "
-              "stamp, times counted from it", dynamic=True),
+    *retime_params(),   # output_retime and its step and pose jump allowances (engine/retime.py)
     *_route(),   # the route: the turn indicators of ~/output/turn_indicators (ros/turn_signals.py)
-    ParamSpec("output_dt_s", "double", "output_retime: seconds between the re-timed points (0.1: Autoware's "
-              "trajectory processor's step)", 0.01, 1.0, dynamic=True),
 ]
 
 SCHEDULER_PARAMS = [

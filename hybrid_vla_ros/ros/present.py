@@ -5,11 +5,13 @@ publish time, starting at the ego's pose from the newest kinematic state. The no
 
 from __future__ import annotations
 
+import math
 import threading
 from typing import NamedTuple
 
 from ..engine.pipeline.stamp_order import stamp_order
-from ..engine.retime import CurrentPose, RetimeError, retime
+from ..engine.pose_steps import PoseSteps
+from ..engine.retime import CurrentPose, JumpLimits, RetimeError, retime
 from ..errors import ConfigError, NonFiniteError
 from ..types import Pose2D
 from . import convert
@@ -27,11 +29,13 @@ class Output(NamedTuple):
 
 class PresentOutput:
     """The suffix node's output placement and timing. `node.poses` (a StampedHistory, None in base_link) holds
-    the odometry for matching; the newest sample (stamp, pose, z) is the ego's current pose."""
+    the odometry for matching; the newest sample (stamp, pose, z) is the ego's current pose; `steps` the jumps
+    between consecutive samples (localization resets, engine/pose_steps.py)."""
 
     def __init__(self, node):
         self.node = node
         self.newest: CurrentPose | None = None
+        self.steps = PoseSteps()
         self.lock = threading.Lock()
 
     def describe(self) -> str:
@@ -43,12 +47,25 @@ class PresentOutput:
 
     def add_odometry(self, msg) -> None:
         """A kinematic state in the output frame: kept for matching, and the current pose when newest (a stamp
-        that went back by TIME_JUMP_S or more starts a new timeline: engine/pipeline/stamp_order.py)."""
+        that went back by TIME_JUMP_S or more starts a new timeline: engine/pipeline/stamp_order.py), with its
+        twist (speed, yaw rate: how far the car could have gone since a frame, engine/retime.py). A pose that
+        jumped (a localization reset) is kept as it comes, and its step from the sample before noted (judged
+        with the pose jump allowances of the moment): a frame is matched to the samples around its own stamp,
+        so only the frames stamped before the reset and published after it meet it (refused, pose_jump)."""
         stamp_ns, pose = convert.stamp_to_ns(msg.header.stamp), convert.odometry_to_pose(msg)
         self.node.poses.add(stamp_ns, pose)
+        twist = msg.twist.twist
+        sample = CurrentPose(stamp_ns, pose.x, pose.y, pose.yaw, float(msg.pose.pose.position.z),
+                             math.hypot(twist.linear.x, twist.linear.y), float(twist.angular.z))
+        limits = self._limits()
         with self.lock:
+            self.steps.add(sample, limits)
             if self.newest is None or stamp_order(self.newest.stamp_ns, stamp_ns) != "older":
-                self.newest = CurrentPose(stamp_ns, pose.x, pose.y, pose.yaw, float(msg.pose.pose.position.z))
+                self.newest = sample
+
+    def _limits(self) -> JumpLimits:
+        params = self.node.params
+        return JumpLimits(params["output_pose_jump_m"], params["output_pose_jump_rad"])
 
     def current_pose(self) -> Pose2D | None:
         """The ego's pose from the newest kinematic state (None: none yet, or base_link with no pose input)."""
@@ -73,14 +90,17 @@ class PresentOutput:
 
     def timed(self, trajectory, points, pose) -> Output | None:
         """The output as published: re-timed to now (output_retime, a world frame), else as predicted. None:
-        refused and counted (retime_too_old, retime_no_current_pose, retime_invalid_plan, nonfinite_output)."""
-        if pose is None or not self.node.params["output_retime"]:
+        refused and counted (retime_too_old, retime_no_current_pose, retime_invalid_plan, pose_jump,
+        nonfinite_output)."""
+        params = self.node.params
+        if pose is None or not params["output_retime"]:
             return Output(trajectory.stamp_ns, points, 0.0, {"output_stamp_ns": trajectory.stamp_ns})
-        with self.lock:
+        with self.lock:   # the ego and the jumps up to it, together: none newer than the ego is taken
             ego = self.newest
+            stepped = None if ego is None else self.steps.since(trajectory.stamp_ns, ego.stamp_ns)
         try:
             out = retime(points, pose, trajectory.stamp_ns, self.node.get_clock().now().nanoseconds, ego,
-                         self.node.params["output_dt_s"])
+                         params["output_dt_s"], self._limits(), stepped)
         except (RetimeError, NonFiniteError) as exc:
             self.node._reject(exc.reason, ConfigError(f"trajectory of frame {trajectory.seq}: {exc}"),
                               trajectory.stamp_ns)
