@@ -70,9 +70,11 @@ class Harness:
         self.node = Node("test_driver", context=self.context)
         self.image_pubs = [self.node.create_publisher(Image, topic, 10) for topic in CAMERAS]
         self.boundary_pub = self.node.create_publisher(UInt8MultiArray, BOUNDARY_TOPIC, BOUNDARY_QOS)
-        self.infos, self.paths = [], []
+        self.infos, self.paths, self.frame_infos = [], [], []
         self.node.create_subscription(DiagnosticStatus, "/hybrid_vla_suffix/debug/trajectory_info",
                                       lambda m: self.infos.append({kv.key: kv.value for kv in m.values}), 50)
+        self.node.create_subscription(DiagnosticStatus, "/hybrid_vla_prefix/debug/frame_info",   # the prefix's
+                                      lambda m: self.frame_infos.append({kv.key: kv.value for kv in m.values}), 50)
         output, _, _ = resolve_trajectory_type(merged["hybrid_vla_suffix"]["output_type"])  # the suffix's type
         self.node.create_subscription(output, TRAJECTORY_TOPIC, self.paths.append, 50)
         self.graph.executor.add_node(self.node)

@@ -250,3 +250,28 @@ def test_a_late_release_after_a_reclaim_does_not_free_the_slot_of_a_frame_in_fli
     flight.release()
     flight.release()
     assert flight.in_flight == 0
+
+
+def test_a_just_in_time_start_ends_when_the_suffix_frees_up_not_at_an_estimate_made_before():
+    """Issue 50: the prefix's just-in-time wait was fixed at admit from the suffix's time per frame as measured
+    so far; a first frame measured slow (a loaded machine, 3 s) held the next frame's start ~3 s however soon
+    the suffix was free, its camera stamp ageing in the mailbox (retime_too_old). The wait follows the suffix:
+    it ends once everything handed to the suffix is done."""
+    import threading
+    from hybrid_vla_ros.engine.pipeline.flight import FlightControl
+    flight = FlightControl(2, just_in_time=True)
+    assert flight.admit()                        # frame 0
+    flight.prefix_finished(0.01)                 # handed in process
+    flight.suffix_started()
+    flight.suffix_finished(3.0)                  # measured slow: suffix_s = 3 s
+    assert flight.admit()                        # frame 1: the suffix is idle, no wait
+    flight.prefix_finished(0.01)
+    flight.suffix_started()                      # frame 1 running, estimated 3 s
+    done = threading.Timer(0.2, flight.suffix_finished, args=(0.2,))   # ... it takes 0.2 s
+    done.start()
+    start = time.monotonic()
+    assert flight.admit()                        # frame 2: waits just in time for frame 1's end
+    waited = time.monotonic() - start
+    done.join()
+    assert 0.1 < waited < 1.0, f"waited {waited:.2f} s for a suffix that was free after 0.2 s"
+    assert flight.last_waits_s[1] == pytest.approx(waited, abs=0.05)

@@ -80,9 +80,10 @@ class PrefixChunks:
         local = executor is not None and any(isinstance(n, receiver_type) for n in executor.get_nodes())
         handover.check_ring_room(-(-frame // self.count), self.count > 1, local)
 
-    def serve(self, frame, t0: float) -> bool:
+    def serve(self, frame, t0: float, waits: dict | None = None) -> bool:
         """The frame (decoded, with its ego state) -> its chunks published; True when the last one went to a
-        suffix in this process (which then frees the frame's flight slot)."""
+        suffix in this process (which then frees the frame's flight slot). waits: what the frame waited before
+        the prefix took it, for its ~/debug/frame_info."""
         node, sent, states = self.node, 0, iter(())
         kind = node.handover.kind()   # one transport for all chunks of the frame
         try:
@@ -105,7 +106,7 @@ class PrefixChunks:
             return self._lost(sent, "invalid_input", exc, frame)
         finally:
             getattr(states, "close", lambda: None)()   # a generator left part-way frees the frame's keys now
-        publish_frame_info(node.info_pub, node.get_name(), state)
+        publish_frame_info(node.info_pub, node.get_name(), state, waits)
         ms = (time.perf_counter() - t0) * 1e3
         node.health.record(ms)
         node.diagnostics.publish_time(ms)

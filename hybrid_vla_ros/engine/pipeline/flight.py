@@ -48,6 +48,8 @@ class FlightControl:
         self.suffix_s = 0.0                   # EMA of the suffix's time per frame (0: not known here)
         self._handed = 0                      # handed to the suffix, not started
         self._suffix_started: float | None = None
+        self.last_waits_s = (0.0, 0.0)        # the last admit's wait for a slot and its just-in-time wait (the
+                                              # admitting thread's frame reports them: ~/debug/frame_info)
 
     @property
     def in_flight(self) -> int:
@@ -57,6 +59,7 @@ class FlightControl:
     # ---- the prefix side ---------------------------------------------------------------------------------
     def admit(self, stopped=lambda: False) -> bool:
         """Block until a slot is free (False once `stopped()`), then wait just in time."""
+        start = time.monotonic()
         with self._cond:
             while len(self._taken) >= self.max_in_flight:
                 if stopped():
@@ -65,7 +68,9 @@ class FlightControl:
                 self._cond.wait(POLL_S)
             self._taken.append(time.monotonic())
             self.max_seen = max(self.max_seen, len(self._taken))
+        slot = time.monotonic()
         self._wait_just_in_time(stopped)
+        self.last_waits_s = (slot - start, time.monotonic() - slot)
         return not stopped()
 
     def release(self) -> None:
@@ -139,9 +144,17 @@ class FlightControl:
             return busy_left + self._handed * self.suffix_s
 
     def _wait_just_in_time(self, stopped) -> None:
+        """Start the prefix `lead` before the suffix is free. The suffix's finish is estimated again at each poll
+        (never later than first estimated): a frame that ends before its estimate (a first frame measured slow
+        sets suffix_s high) ends the wait with it, instead of holding the next frame for the stale estimate."""
         if not (self.just_in_time and self.max_in_flight > 1 and self.prefix_s > 0 and self.suffix_s > 0):
             return
         lead = self.prefix_lead_s or self.prefix_s    # chunked: the first chunk need only be ready in time
         deadline = time.monotonic() + self.suffix_free_in() - lead
-        while not stopped() and time.monotonic() < deadline - 0.0005:
-            time.sleep(min(POLL_S, deadline - time.monotonic()))
+        while not stopped():
+            now = time.monotonic()
+            deadline = min(deadline, now + self.suffix_free_in() - lead)
+            if now >= deadline - 0.0005:
+                return
+            with self._cond:   # woken at once by suffix_finished / release (notify_all)
+                self._cond.wait(min(POLL_S, deadline - now))

@@ -64,13 +64,24 @@ class DiagnosticsPublisher:
         self.pub.publish(msg)
 
 
-def publish_frame_info(pub, node_name: str, state) -> None:
-    """The prefix's per-frame info (~/debug/frame_info): stamp, seq, the cut and the prefix time of a state."""
+def cpu_load_check(cores: list[int] | None) -> tuple:
+    """The `cpu_load` check: the mean load of `cores` (all where None) since the last call (psutil)."""
+    import psutil
+    loads = psutil.cpu_percent(percpu=True)
+    cores = cores or list(range(len(loads)))
+    load = sum(loads[c] for c in cores if c < len(loads)) / max(1, len(cores))
+    return ("cpu_load", 0, f"{load:.0f}% on cores {cores}", {"cpu_load_percent": f"{load:.1f}"})
+
+
+def publish_frame_info(pub, node_name: str, state, waits: dict | None = None) -> None:
+    """The prefix's per-frame info (~/debug/frame_info): stamp, seq, the cut and the prefix time of a state, and
+    what the frame waited before the prefix took it (waits: to_prefix_ms from its arrival, of which slot_wait_ms
+    for an in-flight slot and just_in_time_ms for the suffix to free up)."""
     from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
     pub.publish(DiagnosticStatus(name=f"{node_name}: frame", values=[
         KeyValue(key=k, value=str(v)) for k, v in {
             "stamp_ns": state.stamp_ns, "seq": state.seq, "partition": state.partition,
-            "prefix_ms": f"{state.timings['prefix_ms']:.3f}"}.items()]))
+            "prefix_ms": f"{state.timings['prefix_ms']:.3f}", **(waits or {})}.items()]))
 
 
 def publish_trajectory_info(pub, node_name: str, trajectory, values: dict) -> None:

@@ -263,9 +263,12 @@ class PrefixNode(StageNode):
     def _serve(self, frame: Frame) -> bool:
         """-> True when the state was handed to a suffix in this process."""
         t0 = time.perf_counter()
+        gate_s, jit_s = self.flight.last_waits_s   # this worker's own admit, just before it took the frame
+        waits = {"to_prefix_ms": f"{(time.time_ns() - frame.arrival_ns) / 1e6:.1f}" if frame.arrival_ns else "",
+                 "slot_wait_ms": f"{gate_s * 1e3:.1f}", "just_in_time_ms": f"{jit_s * 1e3:.1f}"}
         if not (self._admissible(frame) and self._inputs(frame)):
             return False
-        return self.chunk_flow.serve(frame, t0)   # run, hand over and publish, chunk by chunk (chunks 1: one)
+        return self.chunk_flow.serve(frame, t0, waits)   # run, hand over and publish, chunk by chunk (chunks 1: one)
 
     def _report_reclaimed(self, state) -> None:
         """Frames whose ring slots the writer took back (their reader died before reading them): lost."""

@@ -25,11 +25,11 @@ from ..candidates import CandidateOutput
 from ..present import PresentOutput
 from ..turn_signals import TurnSignalOutput
 from ..chunk_flow import SuffixChunks, frame_compute_ms
-from .diagnostics import DiagnosticsPublisher, publish_trajectory_info
+from .diagnostics import DiagnosticsPublisher, cpu_load_check, publish_trajectory_info
 from .stage_node import StageNode, graph_scope
 from .packed_stage import PackedSuffixSteps
 from .standby import SuffixRole
-from .time_limits import SuffixTimeLimits
+from .time_limits import SuffixTimeLimits, timeline, waits_to_suffix, with_output_wait
 from ..params import chosen_cores
 from ..topics import STANDBY_NODE
 
@@ -40,8 +40,7 @@ EGO_FRAME = "base_link"
 
 class SuffixNode(StageNode):
     def __init__(self, node_name: str = NODE_NAME, **kwargs):
-        self.worker = self.decoder = self.packed = self.output = self.role = None
-        self.cores = None
+        self.worker = self.decoder = self.packed = self.output = self.role = self.cores = None
         self.memory_binding = "not requested (numa_node = -1)"
         super().__init__(node_name, NODE_NAME, **kwargs)
 
@@ -231,7 +230,8 @@ class SuffixNode(StageNode):
             self.chunk_flow.report_abandoned()   # a chunked frame left unfinished by this whole one
         ms = (time.perf_counter() - t0) * 1e3
         self.publish_trajectory(trajectory, state.arrival_ns, {
-            "suffix_ms": f"{ms:.3f}", "queue_ms": f"{(t0 - received) * 1e3:.3f}", "transport": transport})
+            "suffix_ms": f"{ms:.3f}", "queue_ms": f"{(t0 - received) * 1e3:.3f}", "transport": transport,
+            **waits_to_suffix(state.arrival_ns, received)})
         self.health.record(ms)
         self.diagnostics.publish_time(ms)
 
@@ -249,7 +249,7 @@ class SuffixNode(StageNode):
     def publish_trajectory(self, trajectory, arrival_ns: int, values: dict) -> None:
         """A finished frame's trajectory in the output frame, its markers and its info (in the map frame from
         the output thread, which may wait for the frame's pose; in the ego frame at once)."""
-        item = (trajectory, arrival_ns, values)
+        item = (trajectory, arrival_ns, {**values, "done": time.perf_counter()})   # output_wait_ms from it
         if self.output is None:
             self._publish_now(item)
         else:
@@ -259,6 +259,7 @@ class SuffixNode(StageNode):
         """Not published when older than the last one (out_of_order), without a pose, stale by now, too old
         to re-time or non-finite (each counted)."""
         trajectory, arrival_ns, values = item
+        values = with_output_wait(values)
         if self._older(trajectory.stamp_ns, f"trajectory of frame {trajectory.seq}"):
             return
         self.last_stamp_ns = trajectory.stamp_ns
@@ -268,7 +269,8 @@ class SuffixNode(StageNode):
                 compute_s=frame_compute_ms(values) / 1e3, final=True):
             return
         out = self.present.timed(trajectory, *placed)   # stamped now, from the ego now (output_retime), or as is
-        if out is None:   # too old to re-time (or no current pose): counted there
+        if out is None:   # too old to re-time (or no current pose): counted there; where its time went, logged
+            self.get_logger().warning(timeline(trajectory, values), throttle_duration_sec=1.0)
             return
         try:  # the last gate before the car, for every kind of model and output frame
             expect_finite(out.points, "nonfinite_output", f"trajectory of frame {trajectory.seq}")
@@ -286,15 +288,11 @@ class SuffixNode(StageNode):
         publish_trajectory_info(self.info_pub, self.get_name(), trajectory, {**values, **out.info})  # camera stamp
 
     def _extra_checks(self):
-        import psutil
-        loads = psutil.cpu_percent(percpu=True)
-        cores = self.cores or list(range(len(loads)))
-        load = sum(loads[c] for c in cores if c < len(loads)) / max(1, len(cores))
         role = ([self.role.check()] if self.role is not None else []) + (self.packed.checks() if self.packed else [])
         role += [self.limits.check(), self.chunk_flow.check(), *self.signals.checks()]
-        return role + [("cpu_load", 0, f"{load:.0f}% on cores {cores}", {"cpu_load_percent": f"{load:.1f}"}),
-                ("dtype", 0, self.dtype_choice.dtype, {"dtype": self.dtype_choice.dtype,
-                                                       "dtype_reason": self.dtype_choice.reason}),
+        dtype = self.dtype_choice
+        return role + [cpu_load_check(self.cores),
+                ("dtype", 0, dtype.dtype, {"dtype": dtype.dtype, "dtype_reason": dtype.reason}),
                 ("handover", 0, f"receives shared memory of domain {HOST_ID:016x}",
                  {"receives_shm_domain": f"{HOST_ID:016x}", "model_id": f"{self.decoder.model_id:016x}"})]
 

@@ -136,3 +136,32 @@ class PrefixTimeLimits:
                           token_round_trip_ms=_ms(node.packed.server.round_trips.longest()))
             warnings += [limit.warning] if limit.warning else []
         return _check(node, values, warnings)
+
+
+# ---- where a frame's time went (issue 50: a frame held for seconds somewhere between camera and output) ------
+def waits_to_suffix(arrival_ns: int, received: float) -> dict:
+    """to_suffix_ms: from the frame's arrival at the prefix (its wall clock) to its boundary state's receipt here
+    (`received`, perf_counter): the prefix's wait, compute and the handover (~/debug/frame_info splits the first)."""
+    if not arrival_ns:
+        return {}
+    received_ns = time.time_ns() - int((time.perf_counter() - received) * 1e9)
+    return {"to_suffix_ms": f"{(received_ns - arrival_ns) / 1e6:.1f}"}
+
+
+def with_output_wait(values: dict) -> dict:
+    """values with the compute's end ("done", perf_counter) replaced by output_wait_ms: the output thread's queue
+    and the wait for the frame's pose."""
+    values = dict(values)
+    done = values.pop("done", None)
+    if done is not None:
+        values["output_wait_ms"] = f"{(time.perf_counter() - done) * 1e3:.1f}"
+    return values
+
+
+def timeline(trajectory, values: dict) -> str:
+    """One line: where a refused frame's time went, camera stamp to now."""
+    age_ms = (time.time_ns() - trajectory.stamp_ns) / 1e6
+    parts = [f"{key} {values[key]}" for key in ("to_suffix_ms", "queue_ms", "suffix_ms", "output_wait_ms")
+             if values.get(key)]
+    return f"frame {trajectory.seq} ({age_ms:.0f} ms since its stamp): " + ", ".join(parts) + \
+        " (the prefix's share: its ~/debug/frame_info)"
