@@ -144,3 +144,38 @@ def candidates_arrive(probe_class) -> None:
         assert wait_until(shared, probe.spin, 10), "no CandidateTrajectories with a trajectory's stamp"
     finally:
         probe.close()
+
+
+SLEEPER = """import os, signal, sys, time
+open(sys.argv[1], "w").write(str(os.getpid()))
+signal.signal(signal.SIGINT, lambda *_: sys.exit(0))
+time.sleep(600)
+"""
+
+
+def test_sigterm_to_the_command_alone_stops_what_it_launched(tmp_path):
+    """systemd, docker stop and `timeout` send SIGTERM to the command only; launch itself takes SIGTERM as
+    "cancel" and leaves its processes running (its own warning). The command stops them as Ctrl-C does."""
+    import time
+    needs_launch()
+    (tmp_path / "sleeper.py").write_text(SLEEPER)
+    pid_file = tmp_path / "sleeper.pid"
+    (tmp_path / "sleeper.launch.xml").write_text(
+        f'<launch><executable cmd="{sys.executable} {tmp_path / "sleeper.py"} {pid_file}" output="screen"/></launch>')
+    proc = subprocess.Popen([*command(), "launch", str(tmp_path / "sleeper.launch.xml")], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert pid_file.exists(), "the launched process never started"
+        sleeper = int(pid_file.read_text())
+        proc.send_signal(signal.SIGTERM)   # to the command alone, not its group
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, out[-3000:]
+    assert "orphaned" not in out, out[-3000:]
+    assert not Path(f"/proc/{sleeper}").exists() or "zombie" in Path(f"/proc/{sleeper}/status").read_text().lower(), \
+        f"the launched process {sleeper} still runs after SIGTERM:\n{out[-3000:]}"

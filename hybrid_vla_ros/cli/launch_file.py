@@ -5,8 +5,9 @@ The package is laid out for the run as `colcon build` installs it (ros/launch_su
 prefix put first on AMENT_PREFIX_PATH, so `$(find-pkg-share hybrid_vla_ros)` and `<node pkg="hybrid_vla_ros"
 exec=...>` resolve to this installation's files and executables. ros2 launch's Python packages (launch,
 launch_ros, launch_xml; not on PyPI) come from an installed ROS 2 where importable, else from the copy in
-../shared/vendor/ros2_launch beside this checkout. Ctrl-C (SIGINT) stops every process as `ros2 launch` does;
-the command's exit code is the LaunchService's."""
+../shared/vendor/ros2_launch beside this checkout. Ctrl-C (SIGINT) stops every process as `ros2 launch` does, and
+so does SIGTERM (the LaunchService runs in a child process that gets it as SIGINT: run_as_child); the command's
+exit code is the LaunchService's."""
 
 from __future__ import annotations
 
@@ -135,7 +136,36 @@ def run_service(path: Path, arguments: list[tuple[str, str]]) -> int:
         return service.run()
 
 
+CHILD_ENV = "HYBRID_VLA_LAUNCH_CHILD"
+
+
+def run_as_child(argv: list[str]) -> int:
+    """The LaunchService in a child process; this one turns SIGTERM into the SIGINT launch handles (launch itself
+    takes SIGTERM as "cancel the run" and leaves its processes running: launch_service.py's own warning), so
+    `systemctl stop`, `docker stop` or `timeout` stop every node as Ctrl-C does. -> the child's exit code."""
+    import subprocess
+    child = subprocess.Popen([sys.executable, "-m", "hybrid_vla_ros.cli", "launch", *argv],
+                             env={**os.environ, CHILD_ENV: "1"})
+
+    def forward(signum, _frame) -> None:
+        if signum == signal.SIGTERM or child.poll() is None:
+            child.send_signal(signal.SIGINT)
+    previous = {s: signal.signal(s, forward) for s in stop.STOP_SIGNALS}
+    try:
+        while True:
+            try:
+                return child.wait()
+            except InterruptedError:
+                continue
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def cmd_launch(args) -> int:
+    if not os.environ.get(CHILD_ENV):
+        split_command(args.target)   # a malformed argument: refused here, in one line
+        return run_as_child(args.target)
     package, name, arguments = split_command(args.target)
     vendor = launch_packages()
     with laid_out_prefix() as prefix:
