@@ -50,10 +50,12 @@ def _mmcv(path, state: dict) -> None:
 
 
 def rotary_buffers(layers: int, head_dim: int, positions: int = 64) -> dict:
-    """transformers 4.31's stale `rotary_emb.{cos,sin}_cached` (1, 1, positions, head_dim) per layer (the released
-    Orion.pth holds them: the notes' loading report)."""
+    """transformers 4.31's per-layer `rotary_emb.inv_freq` (head_dim / 2) and `{cos,sin}_cached` (1, 1, positions,
+    head_dim): non-persistent buffers, which mmcv's save_checkpoint keeps (its get_state_dict skips the
+    non-persistent check, Orion_25 mmcv/utils/checkpoint.py L285-303)."""
     out = {}
     for n in range(layers):
+        out[f"{LLM}model.layers.{n}.self_attn.rotary_emb.inv_freq"] = torch.zeros(head_dim // 2)
         for name in ("cos", "sin"):
             out[f"{LLM}model.layers.{n}.self_attn.rotary_emb.{name}_cached"] = torch.zeros(1, 1, positions, head_dim)
     return out
@@ -90,8 +92,8 @@ def minddrive_pth(saved, path, spec, front: dict, seed: int = 0) -> dict:
     """tiny-minddrive-release saved at `saved` -> MindDrive's minddrive_rltrain.pth layout at `path`: the Qwen2 LLM
     wrapped by peft with its two adapters `action_expert` and `decision_expert` (the saved ones), `lm_head.weight`
     (the head's table), `weighted_mask`, both planner branches (present / predict / ego_fut_decoder and pw_*), the
-    training-only future distributions (H + 12, H + 40), an RL run's `value_net` / `value_net_pro` and `front` (as
-    orion_pth's). -> the state dict."""
+    training-only future distributions (H + 12, H + 40), an RL run's `value_net` / `value_net_pro`, the model-level
+    rotary buffer and `front` (as orion_pth's). -> the state dict."""
     backbone = load_file(str(saved / "model.safetensors"))
     pairs = {}
     for adapter in ("action_expert", "decision_expert"):
@@ -100,6 +102,8 @@ def minddrive_pth(saved, path, spec, front: dict, seed: int = 0) -> dict:
         pairs[adapter] = {m: (tensors[f"base_model.model.{m}.lora_A.weight"],
                               tensors[f"base_model.model.{m}.lora_B.weight"]) for m in modules}
     state = _wrapped(backbone, pairs)
+    # transformers 4.45's Qwen2Model.rotary_emb.inv_freq (non-persistent: saved by mmcv, rotary_buffers' note)
+    state[LLM + "model.rotary_emb.inv_freq"] = torch.zeros(spec.hidden_size // spec.num_heads // 2)
     head = load_file(str(saved / "action_head.safetensors"))
     state[LLM + "lm_head.weight"] = head.pop("lm_head.weight")
     state[LLM + "weighted_mask"] = torch.ones(state[LLM + "lm_head.weight"].shape[0])

@@ -5,6 +5,7 @@ file, loads and gives bit-identical outputs (0.0, fp32); pickle code is never ru
 import json
 import os
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -199,3 +200,56 @@ def test_the_only_unpickling_in_the_package_is_weights_only():
     assert list(users) == ["safe_load.py"]
     calls = re.findall(r"_weights_only_load\((.*)$", users["safe_load.py"], flags=re.M)   # each call on one line
     assert calls and all("weights_only=True" in c for c in calls)
+
+
+def test_a_backbone_tensor_nothing_reads_is_reported(scene, tmp_path):
+    """A buffer a mapping lets through to the backbone (MindDrive's model-level rotary inv_freq before its drop
+    rule named it) is written, and the report names it in model.safetensors, as it does for the other files."""
+    model, saved, published = scene
+    src = tmp_path / "with_buffer.pth"
+    torch.save({"state_dict": {**published, "llm.base_model.model.rotary_emb.inv_freq": torch.ones(8)}}, src)
+    report = convert_checkpoint("pth", src, str(_mapping(saved, tmp_path / "m.yaml")), tmp_path / "out",
+                                config_dir=saved)
+    assert report.unread == ["model.safetensors:rotary_emb.inv_freq"]
+    assert "  warning: written but read by no parameter: model.safetensors:rotary_emb.inv_freq" in report.lines()
+
+
+def test_a_trainer_s_state_dict_alone_is_a_ckpt_and_a_bare_one_is_refused_naming_pth(scene, tmp_path):
+    """ReCogDrive's accelerate trainer saves {"state_dict": ...} and nothing else: read by --from / --also ckpt; a
+    bare state dict is refused as a ckpt, naming the option that reads it."""
+    from hybrid_vla_ros.convert.sources import read_source
+    _, _, published = scene
+    alone, bare = tmp_path / "accelerate.ckpt", tmp_path / "bare.ckpt"
+    torch.save({"state_dict": {"agent." + k: v for k, v in published.items()}}, alone)
+    torch.save(dict(published), bare)
+    source = read_source("ckpt", alone, ["state_dict"])
+    assert sorted(source.tensors) == sorted("agent." + k for k in published) and source.notes == {}
+    with pytest.raises(ConfigError, match=r"no 'state_dict' entry holding the state dict .* --also pth:PATH"):
+        read_source("ckpt", bare, ["state_dict"])
+    assert sorted(read_source("pth", bare, ["state_dict"]).tensors) == sorted(published)
+
+
+def test_set_changes_only_sizes_the_mapping_states(tmp_path, capsys):
+    from hybrid_vla_ros.cli import main
+    from hybrid_vla_ros.convert.overrides import parse_set
+    mapping = load_mapping("orion", [parse_set("scene_encoder.config.det.num_query=12"),
+                                     parse_set("action_head.image_height=56"), parse_set("config_overrides.vocab_size=265")])
+    assert mapping.scene_encoder["config"]["det"]["num_query"] == 12 and mapping.action_head["image_height"] == 56
+    assert mapping.config_overrides["vocab_size"] == 265
+    assert load_mapping("orion").scene_encoder["config"]["det"]["num_query"] == 600     # the file is untouched
+    refused = {"action_head.head=gru": "it holds 'orion_vae', not a size",
+               "scene_encoder.config.det.qt_attn_bias=true": "it holds False, not a size",
+               "scene_encoder.config.det.num_queries=12": "no such key",
+               "action_head.image_height=[56]": "expected an integer",
+               "action_head.image_height=true": "expected an integer",
+               "drop=[]": "only sizes under action_head, scene_encoder, config_overrides",
+               "scene_encoder.config.nothing.x=1": "'scene_encoder.config.nothing' is not a section"}
+    for text, message in refused.items():
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            load_mapping("orion", [parse_set(text)])
+    with pytest.raises(ConfigError, match="expected KEY=VALUE"):
+        parse_set("action_head.image_height")
+    code = main(["convert", "--from", "pth", "--mapping", "orion", "--set", "action_head.image_height=56", "--set",
+                 "action_head.head=gru", str(tmp_path / "none.pth"), str(tmp_path / "out")])
+    assert code != 0 and not (tmp_path / "out").exists()
+    assert "--set action_head.head: it holds 'orion_vae', not a size" in capsys.readouterr().err

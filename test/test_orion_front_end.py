@@ -22,6 +22,7 @@ from hybrid_vla_ros.model.inputs import synthetic_frame
 from hybrid_vla_ros.model.load import load_vla
 
 PRESET = "tiny-orion-release"
+QT_DECODERS = ("memory_decoder_cq", "memory_decoder_mq", "motion_decoder")
 PUBLISHED_PREFIXES = ("img_backbone.", "query_pos.", "time_embedding.", "ego_pose_pe.", "pts_bbox_head.", "map_head.",
                       "position_encoder.", "position_range", "coords_d")
 D, VIT, HIDDEN = 32, 32, 64   # PETR width (published 256), ViT width (1024), the LLM's (4096 / 896)
@@ -76,7 +77,7 @@ def test_keys_are_the_published_prefixes_and_shapes(encoder):
         head + "scene_time_embedding.0.weight": (D, D), head + "cls_branches.5.6.weight": (9, D),
         head + "cls_branches.0.4.weight": (D,), head + "reg_branches.5.4.weight": (10, D),
         head + "tl_branches.5.6.weight": (4, D), head + "traj_branches.0.4.weight": (12, 2 * D),
-        head + "traj_cls_branches.0.6.weight": (2, 2 * D), head + "code_weights": (10,), head + "pc_range": (6,),
+        head + "traj_cls_branches.0.6.weight": (1, 2 * D), head + "code_weights": (10,), head + "pc_range": (6,),
         "map_head.reference_points_lane.weight": (3, D), "map_head.points_embedding_lane.weight": (11, D),
         "map_head.instance_embedding_lane.weight": (18, D), "map_head.query_embedding.weight": (8, D),
         "map_head.reg_branches.5.4.weight": (33, D), "map_head.cls_branches.0.6.weight": (6, D),
@@ -86,7 +87,11 @@ def test_keys_are_the_published_prefixes_and_shapes(encoder):
     assert {k: shapes.get(k) for k in expected} == expected
     absent = [vit + "attn.q_proj.bias", vit + "attn.k_bias", vit + "attn.inner_attn_ln.weight", "ego_pose_pe.ln.weight",
               head + "can_bus_embed.1.weight", head + "reg_branches.0.1.weight"]
+    # the one-layer decoders' FlashMHA(embed_dims, num_heads, dropout=0.0): dropout is its bias flag, so no bias
+    absent += [f"{head}{d}._layers.0.transformer_layers.0.attn.{b}" for d in QT_DECODERS
+               for b in ("in_proj_bias", "out_proj.bias")]
     assert not [k for k in absent if k in shapes]
+    assert layer + "2.attn.out_proj.bias" in shapes      # the PETR decoders' (dropout 0.1: bias) are there
 
 
 def test_the_released_config_gives_the_notes_shapes():
@@ -108,7 +113,8 @@ def test_the_released_config_gives_the_notes_shapes():
         "pts_bbox_head.can_bus_embed.0.weight",
         "pts_bbox_head.can_bus_embed.2.weight", layer + "0.attn.in_proj_weight", layer + "4._layers.0.weight",
         "pts_bbox_head.memory_decoder_cq._layers.0.transformer_layers.2._layers.0.weight",
-        "pts_bbox_head.traj_branches.0.4.weight", "map_head.instance_embedding_lane.weight",
+        "pts_bbox_head.traj_branches.0.4.weight", "pts_bbox_head.traj_cls_branches.0.6.weight",
+        "map_head.instance_embedding_lane.weight",
         "map_head.reg_branches.0.4.weight", "map_head.output_projection.weight")} == {
         "img_backbone.patch_embed.proj.weight": (1024, 3, 16, 16), "img_backbone.pos_embed": (1, 197, 1024),
         "img_backbone.rope_win.freqs_cos": (256, 64), "img_backbone.rope_glb.freqs_sin": (1600, 64),
@@ -122,9 +128,12 @@ def test_the_released_config_gives_the_notes_shapes():
         "pts_bbox_head.can_bus_embed.0.weight": (1024, 89), "pts_bbox_head.can_bus_embed.2.weight": (4096, 1024),
         layer + "0.attn.in_proj_weight": (768, 256), layer + "4._layers.0.weight": (2048, 256),
         "pts_bbox_head.memory_decoder_cq._layers.0.transformer_layers.2._layers.0.weight": (512, 256),
-        "pts_bbox_head.traj_branches.0.4.weight": (12, 512), "map_head.instance_embedding_lane.weight": (1800, 256),
+        "pts_bbox_head.traj_branches.0.4.weight": (12, 512), "pts_bbox_head.traj_cls_branches.0.6.weight": (1, 512),
+        "map_head.instance_embedding_lane.weight": (1800, 256),
         "map_head.reg_branches.0.4.weight": (33, 256), "map_head.output_projection.weight": (4096, 256)}
     assert OrionFrontEnd.tokens_for(RELEASED) == 529
+    assert not [k for k in shapes if k.startswith(tuple(f"pts_bbox_head.{d}." for d in QT_DECODERS))
+                and k.endswith(("in_proj_bias", "out_proj.bias"))]
 
 
 def test_shared_modules_are_repeated_under_every_published_name(encoder):

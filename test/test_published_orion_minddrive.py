@@ -9,7 +9,6 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-import yaml
 from safetensors import safe_open
 
 from hybrid_vla_ros.context import FrameContext
@@ -17,6 +16,7 @@ from hybrid_vla_ros.convert import convert_checkpoint, load_mapping
 from hybrid_vla_ros.convert.route import route
 from hybrid_vla_ros.engine.stages import reference_forward
 from hybrid_vla_ros.engine.verify import verify_partitions
+from hybrid_vla_ros.errors import ConfigError
 from hybrid_vla_ros.model.checkpoint import load_checkpoint, save_checkpoint
 from hybrid_vla_ros.model.inputs import synthetic_frame
 from hybrid_vla_ros.model.presets import get_preset
@@ -40,34 +40,34 @@ def published(request, tmp_path_factory):
     return name, model, saved, state, root / f"{name}.pth"
 
 
-def sized(shipped, tiny):
-    """The shipped config with the tiny one's integers (sizes, window block indices) where both hold the key."""
-    if isinstance(shipped, dict):
-        return {k: sized(v, tiny[k]) if k in tiny else v for k, v in shipped.items()}
-    return tiny if isinstance(shipped, (int, list)) and not isinstance(shipped, bool) else shipped
+def size_sets(shipped, tiny, prefix: str) -> list:
+    """[(dotted key, the tiny value)] for every size (an int, a list of ints) the shipped section states that the
+    tiny one holds otherwise: `convert --set`'s overrides."""
+    out = []
+    for key, value in shipped.items():
+        if isinstance(value, dict) and isinstance(tiny.get(key), dict):
+            out += size_sets(value, tiny[key], f"{prefix}{key}.")
+        elif key in tiny and not isinstance(value, (bool, dict)) and isinstance(value, (int, list)) \
+                and tiny[key] != value:
+            out.append((f"{prefix}{key}", tiny[key]))
+    return out
 
 
-def mapping_for_tiny(tmp_path, name, spec):
-    """The shipped mapping, but for the tiny model's sizes: images, cameras and prompt length, the front end's
-    widths and query counts, the vocabulary (and MindDrive's speed-token ids in it): everything else as shipped."""
-    shipped = yaml.safe_load(open(load_mapping(name).source))
-    head = {**shipped["action_head"], "num_cameras": spec.num_cameras, "image_height": spec.image_height,
-            "image_width": spec.image_width, "text_tokens": spec.text_tokens}
-    if name == "minddrive":
-        head["head_config"] = {**head["head_config"], "decision_tokens": spec.head_config["decision_tokens"]}
-    scene = {**shipped["scene_encoder"], "config": sized(shipped["scene_encoder"]["config"], spec.scene_config)}
-    assert scene["config"] == spec.scene_config                      # the flags (MindDrive's det options) as shipped
-    path = tmp_path / f"{name}_tiny.yaml"
-    path.write_text(yaml.safe_dump({**shipped, "action_head": head, "scene_encoder": scene,
-                                    "config_overrides": {**shipped["config_overrides"],
-                                                         "vocab_size": spec.vocab_size}}))
-    return path
+def tiny_sets(name, spec) -> list:
+    """The shipped mapping's sizes changed to the tiny model's (images, patch, cameras, prompt length, the front
+    end's widths and query counts, the vocabulary and MindDrive's speed-token ids in it): everything else as
+    shipped, which the converted model's spec then shows."""
+    shipped = load_mapping(name)
+    head = {"num_cameras": spec.num_cameras, "image_height": spec.image_height, "image_width": spec.image_width,
+            "patch_size": spec.patch_size, "text_tokens": spec.text_tokens, "head_config": spec.head_config}
+    return (size_sets(shipped.action_head, head, "action_head.")
+            + size_sets(shipped.scene_encoder["config"], spec.scene_config, "scene_encoder.config.")
+            + size_sets(shipped.config_overrides, {"vocab_size": spec.vocab_size}, "config_overrides."))
 
 
 def converted(published, tmp_path):
     name, model, saved, _, pth = published
-    report = convert_checkpoint("pth", pth, str(mapping_for_tiny(tmp_path, name, model.spec)), tmp_path / "out",
-                                config_dir=saved)
+    report = convert_checkpoint("pth", pth, name, tmp_path / "out", config_dir=saved, sets=tiny_sets(name, model.spec))
     return report, load_checkpoint(tmp_path / "out")
 
 
@@ -120,6 +120,7 @@ def test_the_fixtures_hold_the_published_key_layout(published):
                          "value_net_pro.weight": (1, h), "pts_bbox_head.pos_mlp.weight": (32, 2),
                          "pts_bbox_head.motion_mode_query.weight": (1, 32)})
         assert layer + "o_proj.base_layer.bias" not in state
+        expected[LLM + "model.rotary_emb.inv_freq"] = (h // model.spec.num_heads // 2,)   # 4.45's model-level one
     assert {k: shapes.get(k) for k in expected} == expected
 
 
@@ -227,3 +228,49 @@ def test_the_perception_keys_go_to_the_scene_encoder_part_under_their_published_
     front = load_mapping(name).scene_encoder
     options = {"fut_mode": 1, "use_pe": True, "motion_map_decoder": True} if name == "minddrive" else {}
     assert front["plugin"] == "orion_front" and front["config"] == {**RELEASED, "det": {**RELEASED["det"], **options}}
+
+
+def test_a_map_topk_above_its_one_to_one_lanes_is_refused_at_convert(published, tmp_path):
+    """The map memory keeps the top-k of the one-to-one lanes: more than there are is refused at convert (before:
+    converted, then `verify` failed in torch.topk), with the rule, and nothing is written."""
+    name, model, saved, _, pth = published
+    one2one = model.spec.scene_config["map"]["num_lanes_one2one"]
+    sets = [s for s in tiny_sets(name, model.spec) if s[0] != "scene_encoder.config.map.topk_proposals"]
+    with pytest.raises(ConfigError, match=f"map topk_proposals {one2one + 1} > num_lanes_one2one {one2one}"):
+        convert_checkpoint("pth", pth, name, tmp_path / "out", config_dir=saved,
+                           sets=sets + [("scene_encoder.config.map.topk_proposals", one2one + 1)])
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_patch_size_the_mapping_states_must_be_the_front_end_s(published, tmp_path):
+    """The head metadata's patch_size (a mapping's action_head) checks the images, and must be the front end's."""
+    from hybrid_vla_ros.model.plugins.orion_front import OrionFrontEnd
+    name, model, saved, _, pth = published
+    sets = [s for s in tiny_sets(name, model.spec) if s[0] != "action_head.patch_size"]   # the shipped 16 kept
+    with pytest.raises(ConfigError, match="image_height=56 must be a multiple of 16"):
+        convert_checkpoint("pth", pth, name, tmp_path / "out", config_dir=saved, sets=sets)
+    config = {**model.spec.scene_config, "image_height": 112, "image_width": 112}     # 8 x 14 = 7 x 16
+    spec = dataclasses.replace(model.spec, image_height=112, image_width=112, patch_size=16, scene_config=config)
+    with pytest.raises(ConfigError, match="backbone's patch_size is 14, the spec's 16: set patch_size: 14"):
+        OrionFrontEnd.from_config(config, model.spec.hidden_size, spec)
+
+
+def test_real_size_images_convert_for_the_patch_size_the_model_uses(tmp_path):
+    """The shipped mappings' 640 x 640 images with EVA's 16-px patches (a tiny-width front end at that image size):
+    converted with only the widths set, loaded, and planning as the model written (before: refused, '640 must be
+    a multiple of 14 for scene_llama', and patch_size an unknown field)."""
+    base = get_preset(PRESETS["orion"])
+    front = {**base.scene_config, "image_height": 640, "image_width": 640,
+             "backbone": {**base.scene_config["backbone"], "patch_size": 16}}
+    spec = dataclasses.replace(base, name="tiny-orion-640", image_height=640, image_width=640, patch_size=16,
+                               scene_config=front)
+    model = build_model(spec)
+    saved = save_checkpoint(model, tmp_path / "saved")
+    orion_pth(saved, tmp_path / "orion.pth", spec, model.scene_encoder.state_dict())
+    sets = tiny_sets("orion", spec)
+    assert not [k for k, _ in sets if k.endswith(("image_height", "image_width", "patch_size"))]   # as shipped
+    convert_checkpoint("pth", tmp_path / "orion.pth", "orion", tmp_path / "out", config_dir=saved, sets=sets)
+    out = load_checkpoint(tmp_path / "out")
+    assert (out.spec.image_height, out.spec.image_width, out.spec.patch_size) == (640, 640, 16)
+    frame = synthetic_frame(spec, 0)
+    assert np.abs(plan(out, frame).points - plan(model, frame).points).max() < MERGE_TOLERANCE

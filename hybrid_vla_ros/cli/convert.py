@@ -6,9 +6,10 @@ from __future__ import annotations
 
 def cmd_convert(args) -> int:
     from ..convert import convert_checkpoint
+    from ..convert.overrides import parse_set
     report = convert_checkpoint(args.source_format, args.src, args.mapping, args.out, config_dir=args.config,
                                 max_shard=int(args.max_shard_gb * (1 << 30)), check=not args.no_check,
-                                also=[_input(text) for text in args.also])
+                                also=[_input(text) for text in args.also], sets=[parse_set(t) for t in args.set])
     print("\n".join(report.lines()))
     return 0
 
@@ -39,6 +40,9 @@ def register(sub) -> None:
                    help="a further file of the same model (repeatable), read like SRC and routed by the same "
                         "mapping: e.g. ReCogDrive's planner, --also ckpt:ReCogDrive_2B_IL.ckpt beside its VLM "
                         "directory (--from internvl_chat)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="change one size the mapping states (repeatable; integers and lists of integers only): e.g. "
+                        "--set action_head.image_height=320 --set scene_encoder.config.det.num_query=12")
     p.add_argument("--max-shard-gb", type=float, default=4.0, help="backbone safetensors shard size (default 4)")
     p.add_argument("--no-check", action="store_true",
                    help="skip building the model on the meta device to check every tensor's name and shape")

@@ -149,9 +149,13 @@ def _section(raw: dict, name: str, path: Path) -> dict | None:
     return value
 
 
-def load_mapping(name_or_path: str) -> Mapping:
-    """A shipped mapping by name (hybrid_vla_ros/convert/mappings/NAME.yaml) or a file, checked."""
+def load_mapping(name_or_path: str, sets=()) -> Mapping:
+    """A shipped mapping by name (hybrid_vla_ros/convert/mappings/NAME.yaml) or a file, checked; `sets`:
+    [(dotted key, value)] of sizes changed (overrides.py, `convert --set`)."""
     raw, path = _read(str(name_or_path))
+    if sets:
+        from .overrides import apply_sets
+        raw = apply_sets(raw, sets, str(path))
     rename, drop, parts = _rules(raw, path)
     unwrap = raw.get("unwrap")
     expect(unwrap is None or (isinstance(unwrap, list) and all(isinstance(k, str) for k in unwrap)), ConfigError,

@@ -24,10 +24,12 @@ class Report:
     shards: int
     dtypes: list
     notes: dict = field(default_factory=dict)   # what the source's wrapper said (epoch, meta, ...)
-    unread: list = field(default_factory=list)  # written head / scene / adapter tensors the model never reads
+    unread: list = field(default_factory=list)  # written tensors (any file) the model never reads
+    sets: list = field(default_factory=list)    # the mapping's sizes changed by --set: [(KEY, VALUE)]
 
     def lines(self) -> list[str]:
         out = [f"converted with mapping {self.mapping} -> {self.out}"]
+        out += [f"  size set: {key}={value}" for key, value in self.sets]
         out += [f"  {part:<14} {self.counts[part]:>6} tensors" for part in PARTS if self.counts[part]]
         out += [f"  {'adapter ' + name:<14} {n:>6} tensors -> adapters/{name}/" for name, n in sorted(self.adapters.items())]
         out.append(f"  dropped        {len(self.dropped):>6} keys (listed by the mapping)"
@@ -63,10 +65,11 @@ def _config(source, config_dir: Path | None, mapping) -> dict:
 
 def convert_checkpoint(fmt: str, src: str | Path, mapping_name: str, out: str | Path,
                        config_dir: str | Path | None = None, max_shard: int = MAX_SHARD_BYTES,
-                       check: bool = True, also: list | tuple = ()) -> Report:
+                       check: bool = True, also: list | tuple = (), sets: list | tuple = ()) -> Report:
     """Read SRC (never running its code), and the further (FORMAT, PATH) inputs `also` of a model released as
-    several files, route every tensor by the mapping, write OUT once it is checked to load."""
-    mapping = load_mapping(mapping_name)
+    several files, route every tensor by the mapping (its sizes changed by `sets`, [(KEY, VALUE)]: overrides.py),
+    write OUT once it is checked to load."""
+    mapping = load_mapping(mapping_name, sets)
     source = read_sources([(fmt, src), *also], mapping.unwrap)
     routed = route(source.tensors, mapping)
     if mapping.merge_adapters:
@@ -79,4 +82,5 @@ def convert_checkpoint(fmt: str, src: str | Path, mapping_name: str, out: str | 
     shards, unread = write_checked(out, routed, mapping, config, side_dir, max_shard, check)
     return Report(out=out, mapping=mapping.source, counts={p: len(t) for p, t in routed.parts.items()},
                   adapters={n: len(t) for n, t in routed.adapters.items()}, dropped=routed.dropped,
-                  shards=shards, dtypes=torch_dtypes(source.tensors), notes=source.notes, unread=unread)
+                  shards=shards, dtypes=torch_dtypes(source.tensors), notes=source.notes, unread=unread,
+                  sets=list(sets))

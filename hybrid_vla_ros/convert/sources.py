@@ -1,7 +1,8 @@
 """The published formats `hybrid-vla convert --from` reads, each -> (flat state dict, what else it says).
 
     pth            a plain or mmcv `.pth` / `.pt` / `.bin` (mmcv wraps it: {"state_dict": ..., "meta": ...})
-    ckpt           a PyTorch Lightning `.ckpt` ({"state_dict": ..., "epoch": ..., "hyper_parameters": ...})
+    ckpt           a PyTorch Lightning `.ckpt` ({"state_dict": ..., "epoch": ..., "hyper_parameters": ...}), or a
+                   trainer's {"state_dict": ...} with nothing else (ReCogDrive's accelerate trainer)
     safetensors    a `.safetensors` file or a directory of them
     internvl_chat  an OpenGVLab remote-code directory (config.json model_type internvl_chat + safetensors or
                    pytorch_model.bin shards) -> transformers' native InternVL names and config
@@ -38,10 +39,14 @@ class Source:
 
 def _pickled(path: Path, fmt: str, keys) -> Source:
     expect(path.is_file(), ConfigError, f"--from {fmt}: '{path}' is not a file")
-    state, rest = unwrap(load_pickled(path), path, keys or DEFAULT_UNWRAP[fmt])
-    expect(fmt != "ckpt" or rest, ConfigError,
-           f"checkpoint file '{path}': no 'state_dict' entry (a Lightning .ckpt has one; for a bare state dict "
-           f"use --from pth)")
+    loaded = load_pickled(path)
+    keys = keys or DEFAULT_UNWRAP[fmt]
+    # a ckpt's state dict is under a wrapper key (Lightning's .ckpt; an accelerate trainer's {"state_dict": ...}
+    # alone): a bare state dict is a pth
+    expect(fmt != "ckpt" or (isinstance(loaded, dict) and any(isinstance(loaded.get(k), dict) for k in keys)),
+           ConfigError, f"checkpoint file '{path}': no {' / '.join(repr(k) for k in keys)} entry holding the state "
+                        f"dict (a Lightning .ckpt has one; for a bare state dict use --from pth, or --also pth:PATH)")
+    state, rest = unwrap(loaded, path, keys)
     notes = {k: (sorted(rest[k]) if isinstance(rest[k], dict) else rest[k]) for k in REPORTED if k in rest}
     return Source(tensors_only(state, path), notes=notes)
 

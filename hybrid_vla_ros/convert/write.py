@@ -141,7 +141,7 @@ def write_checked(out: Path, routed: Routed, mapping: Mapping, config: dict, sid
 def check_checkpoint(out: Path, origin: dict | None = None) -> list[str]:
     """Build OUT's model on the meta device and look up every parameter's tensor and shape without reading it
     (missing or misshapen: ConfigError, naming the source key when `origin` ((file name, key) -> source key)
-    knows it). Returns the head / scene / adapter tensors nothing reads."""
+    knows it). Returns the backbone / head / scene / prompt / adapter tensors nothing reads."""
     from ..model.checkpoint import _source, load_checkpoint
     model = load_checkpoint(out, keep=lambda m: [], fresh_head=not (out / HEAD_FILE).is_file())
     files, used = model.checkpoint_files, set()
@@ -160,7 +160,8 @@ def check_checkpoint(out: Path, origin: dict | None = None) -> list[str]:
                f"{shape}, the config implies {tuple(param.shape)}")
         used.add((path, key))
     unread = []
-    for path in [files.head_file, files.scene_file, files.prompt_file] + [f for f, _ in files.adapters.values()]:
+    written = sorted(set(files.weight_map.values())) + [files.head_file, files.scene_file, files.prompt_file]
+    for path in written + [f for f, _ in files.adapters.values()]:
         if path is not None:
             with safe_open(str(path), "pt") as handle:
                 unread += [f"{path.relative_to(out)}:{k}" for k in handle.keys() if (path, k) not in used]

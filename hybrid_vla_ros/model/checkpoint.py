@@ -35,8 +35,8 @@ from torch import nn
 from ..errors import ConfigError, expect
 from .checkpoint_files import (CONFIG_FILE, HEAD_FILE, HEAD_FORMAT, HEAD_PREFIX, INDEX_FILE, OPTIONAL_FIELDS,
                                PROCESSOR_FILE, PROMPT_FILE, PROMPT_PREFIX, SCENE_FILE, SCENE_FORMAT, SCENE_PREFIX,
-                               TOKEN_FIELDS, VLA_FIELDS, WEIGHTS_FILE, CheckpointFiles, _opened, checkpoint_spec,
-                               inspect_checkpoint, plain_tensors)
+                               SCENE_SPEC_FIELDS, TOKEN_FIELDS, VLA_FIELDS, WEIGHTS_FILE, CheckpointFiles, _opened,
+                               checkpoint_spec, inspect_checkpoint, plain_tensors)
 from .lora import adapter_source, is_adapter_parameter, save_adapters
 from .preprocess import ImageProcessing
 from .tokenize.prompt import has_tokenizer, load_prompt
@@ -58,6 +58,7 @@ def save_checkpoint(model: VLAModel, directory: str | Path, max_shard_size: str 
     fields = VLA_FIELDS + (TOKEN_FIELDS if model.spec.action_head == "tokens" else ())
     vla = {name: getattr(model.spec, name) for name in fields}
     vla.update({name: getattr(model.spec, name) for name in OPTIONAL_FIELDS if getattr(model.spec, name)})
+    vla.update({name: getattr(model.spec, name) for name in SCENE_SPEC_FIELDS if model.spec.scene_encoder})
     vla.update(model.prompt.save(directory))  # a checkpoint's own tokenizer goes along, with its query token
     save_file(head, str(directory / HEAD_FILE), metadata={"format": HEAD_FORMAT, "hybrid_vla": json.dumps(vla)})
     if model.scene_encoder is not None:

@@ -34,6 +34,8 @@ TOKEN_FIELDS = ("action_head", "action_bins", "action_step_range_m")
 PROMPT_FIELDS = ("plan_token", "slot_token")
 # written only when set (a reader from before them takes the rest)
 OPTIONAL_FIELDS = ("instruction_template", "context", "query_embeddings", "prompt_slots")
+# a scene-encoded model's own (its backbone config has no vision tower to say them): the image patch side
+SCENE_SPEC_FIELDS = ("patch_size",)
 PROMPT_FILE = "prompt_embeddings.safetensors"   # learned query embeddings and slot adaptors (model/prompt_embeddings.py)
 PROMPT_PREFIX = "prompt_embeddings."
 PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt", "model.pth", "model.ckpt")
@@ -119,7 +121,7 @@ def _head_metadata(directory: Path, fresh_head: bool) -> tuple[Path | None, dict
         vla = json.loads(meta.get("hybrid_vla", "{}"))
     except json.JSONDecodeError as exc:
         raise ConfigError(f"checkpoint '{path}': metadata 'hybrid_vla' is not JSON ({exc})") from exc
-    known = VLA_FIELDS + TOKEN_FIELDS + PROMPT_FIELDS + OPTIONAL_FIELDS
+    known = VLA_FIELDS + TOKEN_FIELDS + PROMPT_FIELDS + OPTIONAL_FIELDS + SCENE_SPEC_FIELDS
     unknown = sorted(set(vla) - set(known))
     expect(isinstance(vla, dict) and not unknown, ConfigError,
            f"checkpoint '{path}': unknown fields {unknown} in metadata 'hybrid_vla'; known: {list(known)}")
@@ -162,6 +164,9 @@ def _scene_metadata(directory: Path) -> tuple[Path | None, dict]:
 def checkpoint_spec(files: CheckpointFiles) -> VLASpec:
     name = files.vla.get("name") or files.directory.name
     own = {k: v for k, v in files.vla.items() if k not in PROMPT_FIELDS}
+    stray = [k for k in SCENE_SPEC_FIELDS if k in own and "scene_encoder" not in own]
+    expect(not stray, ConfigError, f"checkpoint '{files.directory}': {stray} in the action head's metadata is for "
+                                   f"scene-encoded models only (a vision tower's comes from its config.json)")
     fields = {**spec_fields(files.config, own_tokenizer=has_tokenizer(files.directory)), **own, "name": name}
     try:
         return VLASpec(**fields)

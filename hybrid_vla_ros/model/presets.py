@@ -35,7 +35,7 @@ _ORION_FRONT = dict(image_height=56, image_width=56, cameras=2, embed_dims=32, n
                     depth_num=8, backbone=dict(embed_dim=32, depth=2, num_heads=2, patch_size=14, window_size=3,
                                                window_blocks=[0], pretrain_img_size=48),
                     det=dict(num_query=12, num_propagated=6, memory_len=12, topk_proposals=6, num_extra=8,
-                             num_memory=2, scene_memory_len=8),
+                             num_memory=2, scene_memory_len=8, qt_attn_bias=False, traj_num_cls=1),
                     map=dict(num_lane=18, num_lanes_one2one=6, num_extra=8, memory_len=12, topk_proposals=6))
 _MINDDRIVE_FRONT = {**_ORION_FRONT, "det": {**_ORION_FRONT["det"], "fut_mode": 1, "use_pe": True,
                                            "motion_map_decoder": True}}

@@ -17,8 +17,10 @@ from torch import nn
 from .memory import DetMemory
 from .petr import PETRTransformer, QTDecoder, nerf_encoding, posemb_1d
 
+# qt_attn_bias: the one-layer decoders' attention bias (published: none, FlashMHA's `bias` gets dropout 0.0);
+# traj_num_cls: 1 with the published sigmoid focal loss (loss_traj_cls use_sigmoid=True), 2 with softmax
 DET_DEFAULTS = dict(num_classes=9, code_size=10, n_control=11, can_bus_len=2, fut_mode=6, fut_ts=6,
-                    pc_range=[-51.2, -51.2, -5.0, 51.2, 51.2, 3.0])
+                    pc_range=[-51.2, -51.2, -5.0, 51.2, 51.2, 3.0], qt_attn_bias=True, traj_num_cls=1)
 
 
 def branch(dim: int, out: int, norm: bool, width: int | None = None) -> nn.Sequential:
@@ -59,14 +61,14 @@ class DetHead(nn.Module):
         self.transformer = PETRTransformer(layers, d, c["num_heads"], c["ffn_dims"])
         self.code_weights, self.match_costs = frozen([1.0] * c["code_size"]), frozen([1.0] * c["code_size"])
         self.pc_range = frozen(c["pc_range"])
-        self.motion_decoder = QTDecoder(d, c["num_heads"], 2 * d)                  # not computed: boxes' motion
+        qt = dict(dim=d, heads=c["num_heads"], ffn=2 * d, bias=c["qt_attn_bias"])
+        self.motion_decoder = QTDecoder(**qt)                                         # not computed: boxes' motion
         self.motion_mode_query = nn.Embedding(c["fut_mode"], d)
         self.memory_query = nn.Embedding(c["num_memory"], d)
         self.scene_time_embedding = nn.Sequential(nn.Linear(d, d), nn.LayerNorm(d))
-        self.memory_decoder_cq = QTDecoder(d, c["num_heads"], 2 * d)
-        self.memory_decoder_mq = QTDecoder(d, c["num_heads"], 2 * d)
+        self.memory_decoder_cq, self.memory_decoder_mq = QTDecoder(**qt), QTDecoder(**qt)
         self.traj_branches = nn.ModuleList([branch(2 * d, c["fut_ts"] * 2, False)])  # not computed
-        self.traj_cls_branches = nn.ModuleList([branch(2 * d, 2, True)])           # not computed
+        self.traj_cls_branches = nn.ModuleList([branch(2 * d, c["traj_num_cls"], True)])   # not computed
         self.cls_branches = shared_list(branch(d, c["num_classes"], True), layers)
         self.reg_branches = shared_list(branch(d, c["code_size"], False), layers)
         self.input_projection = nn.Linear(c["in_channels"], d)
@@ -79,16 +81,17 @@ class DetHead(nn.Module):
         self.query_pos, self.time_embedding, self.ego_pose_pe = shared["query_pos"], shared["time_embedding"], \
             shared["ego_pose_pe"]                                                       # the detector's, shared
         self.tl_branches = shared_list(branch(d, 4, True), layers)                   # not computed
-        self._minddrive_extras(c, d)
+        self._minddrive_extras(c, qt)
         self.memory = DetMemory(c)
 
-    def _minddrive_extras(self, c: dict, d: int) -> None:
+    def _minddrive_extras(self, c: dict, qt: dict) -> None:
         """MindDrive's head (fut_mode 1): with use_pe `pos_mlp_sa`; with motion_map_decoder (its 0.5B) the DREAM
         decoder, `lane_encoder` and `pos_mlp`. Parameters only: they serve the boxes' motion, not the tokens."""
+        d = qt["dim"]
         if c.get("use_pe"):
             self.pos_mlp_sa = nn.Linear(2, d)
         if c.get("motion_map_decoder"):
-            self.motion_map_decoder = QTDecoder(d, c["num_heads"], 2 * d)
+            self.motion_map_decoder = QTDecoder(**qt)
             self.lane_encoder = lane_net(d)
             if c.get("use_pe"):
                 self.pos_mlp = nn.Linear(2, d)

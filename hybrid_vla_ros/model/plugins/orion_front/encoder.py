@@ -43,12 +43,13 @@ from .petr import MLN, inverse_sigmoid
 ORION_COMMANDS = ("turn left", "turn right", "go straight", "follow lane", "change lane left", "change lane right")
 POSITION_RANGE = [-61.2, -61.2, -10.0, 61.2, 61.2, 10.0]
 # ORION's released front end (orion_stage3.py; MindDrive's the same, its det {fut_mode: 1, use_pe: true} and, for
-# its 0.5B, motion_map_decoder: true): 6 cameras of 640 x 640, EVA-02-L, 256-wide PETR heads -> 529 tokens.
+# its 0.5B, motion_map_decoder: true): 6 cameras of 640 x 640, EVA-02-L, 256-wide PETR heads -> 529 tokens; the
+# one-layer decoders' attention without bias (FlashMHA given dropout 0.0 as its bias flag), one sigmoid traj class.
 RELEASED = dict(image_height=640, image_width=640, cameras=6, embed_dims=256, num_heads=8, ffn_dims=2048, num_layers=6,
                 depth_num=64, backbone=dict(embed_dim=1024, depth=24, num_heads=16, patch_size=16, window_size=16,
                                             window_blocks=[i for i in range(23) if i % 3 != 2], pretrain_img_size=224),
                 det=dict(num_query=600, num_propagated=300, memory_len=600, topk_proposals=300, num_extra=256,
-                         num_memory=16, scene_memory_len=256),
+                         num_memory=16, scene_memory_len=256, qt_attn_bias=False, traj_num_cls=1),
                 map=dict(num_lane=1800, num_lanes_one2one=300, num_extra=256, memory_len=600, topk_proposals=300))
 PART_KEYS = {"backbone": ("embed_dim", "depth", "num_heads", "patch_size", "window_size", "pretrain_img_size"),
              "det": ("num_query", "num_propagated", "memory_len", "topk_proposals", "num_extra", "num_memory",
@@ -62,6 +63,25 @@ def lid_depths(count: int, start: float, far: float) -> torch.Tensor:
     """PETR's linearly increasing depth bins: start + (far - start) i (i + 1) / (count (count + 1))."""
     i = torch.arange(count, dtype=torch.float32)
     return start + (far - start) / (count * (1 + count)) * i * (i + 1)
+
+
+def check_sizes(config: dict) -> None:
+    """The sizes the front end's layers need of each other (ConfigError naming the rule), before any is built."""
+    det, map_, patch = config["det"], config["map"], config["backbone"]["patch_size"]
+    where = "scene encoder 'orion_front'"
+    expect(config["image_height"] == config["image_width"], ConfigError, f"{where}: square images (the published 640 x 640)")
+    expect(config["image_width"] % patch == 0, ConfigError,
+           f"{where}: image side {config['image_width']} is not a multiple of the backbone's patch_size {patch}")
+    expect(det["memory_len"] % det["topk_proposals"] == 0 and det["num_propagated"] <= det["memory_len"],
+           ConfigError, f"{where}: det memory_len a multiple of topk_proposals, num_propagated <= memory_len")
+    expect(det["topk_proposals"] <= det["num_query"] + det["num_propagated"], ConfigError,
+           f"{where}: det topk_proposals {det['topk_proposals']} > num_query + num_propagated "
+           f"{det['num_query'] + det['num_propagated']}: the memory keeps the top-k of those queries")
+    expect(map_["topk_proposals"] <= map_["num_lanes_one2one"], ConfigError,
+           f"{where}: map topk_proposals {map_['topk_proposals']} > num_lanes_one2one {map_['num_lanes_one2one']}: "
+           f"the memory keeps the top-k of the one-to-one lanes")
+    expect(isinstance(det.get("qt_attn_bias", True), bool) and det.get("traj_num_cls", 1) in (1, 2), ConfigError,
+           f"{where}: det qt_attn_bias must be true or false, traj_num_cls 1 (sigmoid) or 2 (softmax)")
 
 
 @register(SCENE_ENCODERS, "orion_front")
@@ -96,18 +116,17 @@ class OrionFrontEnd(SceneEncoder):
                     for k in keys if not isinstance(config[part].get(k), int) or config[part][k] < 1]
         expect(not missing, ConfigError, f"scene encoder 'orion_front': config lacks {missing} (positive integers; "
                                          f"config {config})")
-        expect(config["image_height"] == config["image_width"], ConfigError,
-               "scene encoder 'orion_front': square images (the published 640 x 640)")
-        det = config["det"]
-        expect(det["memory_len"] % det["topk_proposals"] == 0 and det["num_propagated"] <= det["memory_len"],
-               ConfigError, "scene encoder 'orion_front': det memory_len a multiple of topk_proposals, "
-                            "num_propagated <= memory_len")
+        check_sizes(config)
         if spec is not None:
             expect((spec.image_height, spec.image_width, spec.num_cameras) ==
                    (config["image_height"], config["image_width"], config["cameras"]), ConfigError,
                    f"scene encoder 'orion_front': images {config['image_height']}x{config['image_width']} x "
                    f"{config['cameras']} cameras, the spec has {spec.image_height}x{spec.image_width} x "
                    f"{spec.num_cameras}")
+            patch = config["backbone"]["patch_size"]
+            expect(spec.patch_size == patch, ConfigError,
+                   f"scene encoder 'orion_front': its backbone's patch_size is {patch}, the spec's {spec.patch_size}: "
+                   f"set patch_size: {patch} in the action head's metadata (a mapping's action_head)")
         return cls(config, hidden_size)
 
     @classmethod

@@ -9,6 +9,7 @@ import math
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 
 def inverse_sigmoid(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
@@ -46,16 +47,30 @@ class MLN(nn.Module):
 
 class PosAttention(nn.Module):
     """`attn` (in_proj_weight, in_proj_bias, out_proj): query + query_pos over key + key_pos, values the keys
-    without position; residual onto the query (MultiHeadAttentionwDropout)."""
+    without position; residual onto the query (MultiHeadAttentionwDropout). bias=False: no in_proj_bias and no
+    out_proj.bias, as the published FlashMHA(embed_dims, num_heads, dropout) builds it when dropout (passed as its
+    `bias` argument) is 0.0."""
 
-    def __init__(self, dim: int, heads: int):
+    def __init__(self, dim: int, heads: int, bias: bool = True):
         super().__init__()
-        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.attn = nn.MultiheadAttention(dim, heads, bias=bias, batch_first=True)
 
     def forward(self, query, key, query_pos=None, key_pos=None, mask=None) -> torch.Tensor:
+        """mask (Lq, Lk) bool: True where a query may not look. Written out rather than nn.MultiheadAttention's
+        forward, whose bias-free projection of a 3-D input takes a path (and rounding) that depends on whether
+        the weights require grad: a loaded model (frozen) and a built one would differ by float rounding."""
+        a = self.attn
         q = query if query_pos is None else query + query_pos                           # (B, Lq, D)
         k = key if key_pos is None else key + key_pos                                   # (B, Lk, D)
-        return self.attn(q, k, key, attn_mask=mask, need_weights=False)[0] + query
+        dim, heads = a.embed_dim, a.num_heads
+        w, b = a.in_proj_weight, a.in_proj_bias
+        parts = [F.linear(x.reshape(-1, dim), w[i * dim:(i + 1) * dim], None if b is None else b[i * dim:(i + 1) * dim])
+                 .view(x.shape[0], -1, heads, dim // heads).transpose(1, 2) for i, x in enumerate((q, k, key))]
+        scores = parts[0] @ parts[1].transpose(-1, -2) / math.sqrt(dim // heads)        # (B, heads, Lq, Lk)
+        if mask is not None:
+            scores = scores.masked_fill(mask, float("-inf"))
+        out = (scores.softmax(-1) @ parts[2]).transpose(1, 2).reshape(-1, dim)          # (B Lq, D)
+        return F.linear(out, a.out_proj.weight, a.out_proj.bias).view(query.shape) + query
 
 
 class FFN(nn.Module):
@@ -114,9 +129,9 @@ class PETRTransformer(nn.Module):
 class QTLayer(nn.Module):
     """transformer_layers: 0 cross-attention, 1 LN, 2 FFN, 3 LN (OrionTransformerDecoderLayer)."""
 
-    def __init__(self, dim: int, heads: int, ffn: int):
+    def __init__(self, dim: int, heads: int, ffn: int, bias: bool = True):
         super().__init__()
-        self.transformer_layers = nn.ModuleList([PosAttention(dim, heads), nn.LayerNorm(dim), FFN(dim, ffn),
+        self.transformer_layers = nn.ModuleList([PosAttention(dim, heads, bias), nn.LayerNorm(dim), FFN(dim, ffn),
                                                  nn.LayerNorm(dim)])
 
     def forward(self, query, key, query_pos=None, key_pos=None) -> torch.Tensor:
@@ -126,11 +141,11 @@ class QTLayer(nn.Module):
 
 class QTDecoder(nn.Module):
     """`_layers.0`: memory_decoder_cq / _mq and motion_decoder (OrionTransformerDecoder, one layer): the last
-    layer's output (B, Lq, D)."""
+    layer's output (B, Lq, D). bias: the attention's in_proj_bias / out_proj.bias (PosAttention)."""
 
-    def __init__(self, dim: int, heads: int, ffn: int, layers: int = 1):
+    def __init__(self, dim: int, heads: int, ffn: int, layers: int = 1, bias: bool = True):
         super().__init__()
-        self._layers = nn.ModuleList(QTLayer(dim, heads, ffn) for _ in range(layers))
+        self._layers = nn.ModuleList(QTLayer(dim, heads, ffn, bias) for _ in range(layers))
 
     def forward(self, query, key, query_pos=None, key_pos=None) -> torch.Tensor:
         for layer in self._layers:

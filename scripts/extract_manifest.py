@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""A manifest of ORION's / MindDrive's checkpoint as the authors' own code saves it, from their repository.
+
+    python scripts/extract_manifest.py --model orion --snapshot /path/to/Orion_25@2eddb62 --size tiny OUT.json.gz
+
+Run it with a Python that has the versions the authors pin (ORION: transformers 4.31.0, peft 0.12.0; MindDrive:
+transformers 4.45.2, peft 0.12.0; torch 2.13.0 here). It builds the authors' detector with their `build_model` on
+their released config (ORION: adzoo/orion/configs/orion_stage3.py; MindDrive:
+adzoo/minddrive/configs/minddrive_rl_ppo_train.py), at a tiny size (sizes only: manifest/sizes.py) saved by their
+own mmcv `save_checkpoint`, or at the released size on the meta device through the same `get_state_dict` that
+save_checkpoint calls, and writes every state-dict key with its shape and dtype, the keys that share storage, the
+file's top-level layout, the stubs and patches used (manifest/authors.py), and the convert --set overrides for
+the tiny sizes. The package's tests build a checkpoint from it (test/manifest_checkpoint.py); nothing of the
+authors' is needed then."""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "manifest"))
+
+import authors  # noqa: E402
+import sizes    # noqa: E402
+import stubs    # noqa: E402
+
+CONFIG = {"orion": "adzoo/orion/configs/orion_stage3.py", "minddrive": "adzoo/minddrive/configs/minddrive_rl_ppo_train.py"}
+LLM_CLASSES = {"orion": ["LlavaLlamaForCausalLM"], "minddrive": ["LlavaLlamaForCausalLM", "LlavaQwen2ForCausalLM"]}
+CONSTANT_VALUES = 256    # a frozen tensor this small has its values written (ranges, depth bins, code weights)
+FORMAT = "hybrid_vla_manifest/1"
+
+
+def build(model: str, snapshot: Path, tiny: bool):
+    """The authors' detector and its config; `patches` the size patches used."""
+    import torch
+    patches = authors.size_patches(model, sizes.TINY_LLM[model]["hidden_size"]) if tiny else []
+    root = authors.working_copy(snapshot, model, patches)
+    mmcv = authors.import_authors(root)
+    from mmcv.models import build_model
+    from mmcv.utils import Config
+    cfg = Config.fromfile(str(snapshot / CONFIG[model]))
+    if tiny:
+        sizes.tiny_config(cfg, model)
+    authors.patch_loaders(sizes.llm_config(model, tiny), LLM_CLASSES[model], sizes.tokenizer_base(model, tiny))
+    torch.manual_seed(0)
+    if tiny:
+        detector = build_model(cfg.model, train_cfg=cfg.get("train_cfg"), test_cfg=cfg.get("test_cfg"))
+    else:
+        with authors.parameters_on_meta():
+            detector = build_model(cfg.model, train_cfg=cfg.get("train_cfg"), test_cfg=cfg.get("test_cfg"))
+    return mmcv, detector, cfg, patches
+
+
+def saved_state(mmcv, detector, tiny: bool) -> tuple[dict, dict]:
+    """(state dict, the other top-level entries) as their save_checkpoint writes them (tiny: the file itself)."""
+    import torch
+    from mmcv.utils.checkpoint import get_state_dict, save_checkpoint
+    if not tiny:
+        return get_state_dict(detector), {"meta": {"mmcv_version": mmcv.__version__, "time": ""}}
+    with tempfile.TemporaryDirectory() as folder:
+        path = str(Path(folder) / "tiny.pth")
+        save_checkpoint(detector, path)
+        saved = torch.load(path, map_location="cpu", weights_only=False)
+    return saved.pop("state_dict"), saved
+
+
+def tensor_rows(state: dict, detector) -> list:
+    """[key, shape, dtype, alias (the first key of the same storage) or None, values or None] per key."""
+    frozen = {id(p) for p in detector.parameters() if not p.requires_grad} | {id(b) for b in detector.buffers()}
+    first, rows = {}, []
+    named = dict(detector.named_parameters(remove_duplicate=False))
+    named.update(dict(detector.named_buffers(remove_duplicate=False)))
+    for key, tensor in state.items():
+        source = named.get(key)
+        ident = id(source) if source is not None else (tensor.untyped_storage().data_ptr(), tensor.storage_offset())
+        alias = first.setdefault(ident, key)
+        small = tensor.device.type != "meta" and tensor.numel() <= CONSTANT_VALUES and source is not None \
+            and id(source) in frozen
+        rows.append([key, list(tensor.shape), str(tensor.dtype).replace("torch.", ""),
+                     None if alias == key else alias, tensor.flatten().tolist() if small else None])
+    return rows
+
+
+def versions() -> dict:
+    import peft
+    import torch
+    import transformers
+    return {"python": sys.version.split()[0], "torch": torch.__version__, "transformers": transformers.__version__,
+            "peft": peft.__version__}
+
+
+def snapshot_commit(snapshot: Path) -> str | None:
+    head = subprocess.run(["git", "-C", str(snapshot), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return head.stdout.strip() or None
+
+
+def manifest(model: str, snapshot: Path, tiny: bool, commit: str | None) -> dict:
+    mmcv, detector, cfg, patches = build(model, snapshot, tiny)
+    state, rest = saved_state(mmcv, detector, tiny)
+    added = len(detector.tokenizer.added)
+    return {"format": FORMAT, "model": model, "size": "tiny" if tiny else "released",
+            "snapshot": {"config": CONFIG[model], "commit": commit or snapshot_commit(snapshot)},
+            "versions": versions(), "stubbed_modules": stubs.stubbed(),
+            "stand_ins": ["LLM from_pretrained: the class built from llm_config (no weights loaded)",
+                          "AutoTokenizer.from_pretrained: a tokenizer of tokenizer_base ids, added tokens after"],
+            "size_patches": [{"file": authors.DETECTOR[model], "regex": p, "replacement": r} for p, r in patches],
+            "llm_config": sizes.llm_config(model, tiny), "tokenizer_base": sizes.tokenizer_base(model, tiny),
+            "added_tokens": list(detector.tokenizer.added),
+            "container": {"top_level": sorted(["state_dict", *rest]), "meta": sorted(rest.get("meta", {}))},
+            "mapping_sets": sizes.mapping_sets(model, cfg, tiny, added),
+            "tensors": tensor_rows(state, detector)}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", choices=sorted(CONFIG), required=True)
+    parser.add_argument("--snapshot", type=Path, required=True, help="the authors' repository at the named commit")
+    parser.add_argument("--commit", default=None, help="the snapshot's commit (when it is not a git work tree)")
+    parser.add_argument("--size", choices=["tiny", "released"], required=True)
+    parser.add_argument("out", type=Path, help="the manifest (.json, or .json.gz)")
+    args = parser.parse_args(argv)
+    data = manifest(args.model, args.snapshot, args.size == "tiny", args.commit)
+    text = json.dumps(data, separators=(",", ":"))
+    args.out.write_bytes(gzip.compress(text.encode(), mtime=0) if args.out.suffix == ".gz" else text.encode())
+    print(f"{args.out}: {len(data['tensors'])} tensors, {len(data['stubbed_modules'])} stubbed modules")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""A checkpoint in a published layout built from a manifest that scripts/extract_manifest.py wrote from the
+authors' own module tree (test/data/manifests/*.json.gz): every key, shape and dtype as their code saves it, the
+keys that share storage sharing it, the file's top-level entries, and the values the authors' code sets for small
+frozen tensors (ranges, depth bins); every other tensor seeded from its key. No network, no authors' code."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+
+MANIFESTS = Path(__file__).resolve().parent / "data" / "manifests"
+SCALE = 0.05
+
+
+def load_manifest(name: str) -> dict:
+    return json.loads(gzip.decompress((MANIFESTS / f"{name}.json.gz").read_bytes()))
+
+
+def _seeded(key: str, shape, dtype) -> torch.Tensor:
+    seed = int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "little")
+    generator = torch.Generator().manual_seed(seed)
+    if key.endswith(("norm.weight", "ln.weight", "ffn_ln.weight")) or ".norm" in key and key.endswith(".weight"):
+        return (1.0 + torch.randn(shape, generator=generator) * SCALE).to(dtype)
+    return (torch.randn(shape, generator=generator) * SCALE).to(dtype)
+
+
+def state_from_manifest(manifest: dict) -> dict:
+    """{key: tensor} as the manifest describes: shapes, dtypes, shared storage, recorded values, seeded rest."""
+    state = {}
+    for key, shape, dtype, alias, values in manifest["tensors"]:
+        if alias is not None:
+            state[key] = state[alias]
+            continue
+        torch_dtype = getattr(torch, dtype)
+        if values is not None:
+            state[key] = torch.tensor(values, dtype=torch_dtype).reshape(shape)
+        else:
+            state[key] = _seeded(key, shape, torch_dtype)
+    return state
+
+
+def write_pth(manifest: dict, path: Path) -> dict:
+    """The mmcv file (its top-level entries as the manifest lists them) -> the state dict written."""
+    state = state_from_manifest(manifest)
+    container = {"state_dict": state}
+    if "meta" in manifest["container"]["top_level"]:
+        container["meta"] = {k: "" for k in manifest["container"]["meta"]}
+    torch.save(container, path)
+    return state
+
+
+def llm_config_dir(manifest: dict, folder: Path) -> Path:
+    """The base LLM's config.json as the manifest's llm_config gives it (the transformers model type the
+    authors' LLaVA class extends: llama / qwen2)."""
+    config = dict(manifest["llm_config"])
+    config["model_type"] = {"llava_llama": "llama", "llava_qwen2": "qwen2"}.get(config["model_type"],
+                                                                             config["model_type"])
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def sets(manifest: dict) -> list:
+    return [tuple(s) for s in manifest["mapping_sets"]]
