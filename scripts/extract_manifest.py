@@ -11,7 +11,11 @@ own mmcv `save_checkpoint`, or at the released size on the meta device through t
 save_checkpoint calls, and writes every state-dict key with its shape and dtype, the keys that share storage, the
 file's top-level layout, the stubs and patches used (manifest/authors.py), and the convert --set overrides for
 the tiny sizes. The package's tests build a checkpoint from it (test/manifest_checkpoint.py); nothing of the
-authors' is needed then."""
+authors' is needed then.
+
+Also `--model alpamayo_r1 | alpamayo1_5` (NVlabs/alpamayo, NVlabs/alpamayo1.5, transformers 4.57.1: their
+save_pretrained; manifest/alpamayo.py) and `--model recogdrive` (the planner in its Lightning .ckpt, transformers
+4.37.2, pytorch-lightning, diffusers; manifest/recogdrive.py). Give --commit when the snapshot is not a git tree."""
 
 from __future__ import annotations
 
@@ -28,6 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "manifest"))
 import authors  # noqa: E402
 import sizes    # noqa: E402
 import stubs    # noqa: E402
+
+ALPAMAYO = ("alpamayo_r1", "alpamayo1_5")   # NVlabs/alpamayo, NVlabs/alpamayo1.5 (manifest/alpamayo.py)
+OTHERS = {"recogdrive": "recogdrive_manifest"}   # its planner (manifest/recogdrive.py)
 
 CONFIG = {"orion": "adzoo/orion/configs/orion_stage3.py", "minddrive": "adzoo/minddrive/configs/minddrive_rl_ppo_train.py"}
 LLM_CLASSES = {"orion": ["LlavaLlamaForCausalLM"], "minddrive": ["LlavaLlamaForCausalLM", "LlavaQwen2ForCausalLM"]}
@@ -87,11 +94,16 @@ def tensor_rows(state: dict, detector) -> list:
 
 
 def versions() -> dict:
-    import peft
+    import importlib.metadata
     import torch
     import transformers
-    return {"python": sys.version.split()[0], "torch": torch.__version__, "transformers": transformers.__version__,
-            "peft": peft.__version__}
+    found = {"python": sys.version.split()[0], "torch": torch.__version__, "transformers": transformers.__version__}
+    for name in ("peft", "hydra-core"):
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return found
 
 
 def snapshot_commit(snapshot: Path) -> str | None:
@@ -116,15 +128,50 @@ def manifest(model: str, snapshot: Path, tiny: bool, commit: str | None) -> dict
             "tensors": tensor_rows(state, detector)}
 
 
+def alpamayo_manifest(model: str, snapshot: Path, tiny: bool, commit: str | None) -> dict:
+    """An Alpamayo release as the authors' save_pretrained writes it (manifest/alpamayo.py)."""
+    import alpamayo
+    import alpamayo_sizes
+    built = alpamayo.build_and_save(model, snapshot, tiny)
+    sizes_used = alpamayo_sizes.TINY if tiny else alpamayo_sizes.RELEASED
+    return {"format": FORMAT, "model": model, "size": "tiny" if tiny else "released",
+            "snapshot": {"source": alpamayo.SOURCES[model], "commit": commit or snapshot_commit(snapshot)},
+            "versions": versions(), "stubbed_modules": stubs.stubbed(),
+            "tokenizer_base": sizes_used["tokenizer_base"], **alpamayo.manifest_fields(model, built),
+            "tensors": tensor_rows(built["state"], built["model"])}
+
+
+def recogdrive_manifest(model: str, snapshot: Path, tiny: bool, commit: str | None) -> dict:
+    """ReCogDrive's planner as their Lightning trainer writes it (manifest/recogdrive.py; the VLM is not built)."""
+    import torch
+    import recogdrive
+    dit = recogdrive.TINY_DIT if tiny else None
+    module, patches = recogdrive.build(snapshot, tiny, dit)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "planner.ckpt"
+        recogdrive.save_with_lightning(module, path)
+        saved = torch.load(path, map_location="cpu", weights_only=False)
+    state = saved.pop("state_dict")
+    return {"format": FORMAT, "model": model, "size": "tiny" if tiny else "released",
+            "snapshot": {"source": recogdrive.AGENT, "commit": commit or snapshot_commit(snapshot)},
+            "versions": versions(), "stubbed_modules": stubs.stubbed(),
+            "stand_ins": ["torch.nn.Module.cuda: the identity while the agent is built (no GPU)"],
+            "size_patches": [{"file": f, "regex": p, "replacement": r} for f, p, r in patches],
+            "dit": dit, "vlm_hidden": recogdrive.TINY_VLM_HIDDEN if tiny else 1536,
+            "container": {"top_level": sorted(["state_dict", *saved])},
+            "tensors": tensor_rows(state, module)}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", choices=sorted(CONFIG), required=True)
+    parser.add_argument("--model", choices=sorted([*CONFIG, *ALPAMAYO, *OTHERS]), required=True)
     parser.add_argument("--snapshot", type=Path, required=True, help="the authors' repository at the named commit")
     parser.add_argument("--commit", default=None, help="the snapshot's commit (when it is not a git work tree)")
     parser.add_argument("--size", choices=["tiny", "released"], required=True)
     parser.add_argument("out", type=Path, help="the manifest (.json, or .json.gz)")
     args = parser.parse_args(argv)
-    data = manifest(args.model, args.snapshot, args.size == "tiny", args.commit)
+    make = alpamayo_manifest if args.model in ALPAMAYO else globals().get(OTHERS.get(args.model, ""), manifest)
+    data = make(args.model, args.snapshot, args.size == "tiny", args.commit)
     text = json.dumps(data, separators=(",", ":"))
     args.out.write_bytes(gzip.compress(text.encode(), mtime=0) if args.out.suffix == ".gz" else text.encode())
     print(f"{args.out}: {len(data['tensors'])} tensors, {len(data['stubbed_modules'])} stubbed modules")

@@ -20,16 +20,17 @@ def load_manifest(name: str) -> dict:
     return json.loads(gzip.decompress((MANIFESTS / f"{name}.json.gz").read_bytes()))
 
 
-def _seeded(key: str, shape, dtype) -> torch.Tensor:
+def _seeded(key: str, shape, dtype, scale: float = SCALE) -> torch.Tensor:
     seed = int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "little")
     generator = torch.Generator().manual_seed(seed)
     if key.endswith(("norm.weight", "ln.weight", "ffn_ln.weight")) or ".norm" in key and key.endswith(".weight"):
-        return (1.0 + torch.randn(shape, generator=generator) * SCALE).to(dtype)
-    return (torch.randn(shape, generator=generator) * SCALE).to(dtype)
+        return (1.0 + torch.randn(shape, generator=generator) * scale).to(dtype)
+    return (torch.randn(shape, generator=generator) * scale).to(dtype)
 
 
-def state_from_manifest(manifest: dict) -> dict:
-    """{key: tensor} as the manifest describes: shapes, dtypes, shared storage, recorded values, seeded rest."""
+def state_from_manifest(manifest: dict, scale: float = SCALE) -> dict:
+    """{key: tensor} as the manifest describes: shapes, dtypes, shared storage, recorded values, seeded rest (each
+    N(0, scale^2) from its key's seed; norm weights 1 + that)."""
     state = {}
     for key, shape, dtype, alias, values in manifest["tensors"]:
         if alias is not None:
@@ -39,13 +40,13 @@ def state_from_manifest(manifest: dict) -> dict:
         if values is not None:
             state[key] = torch.tensor(values, dtype=torch_dtype).reshape(shape)
         else:
-            state[key] = _seeded(key, shape, torch_dtype)
+            state[key] = _seeded(key, shape, torch_dtype, scale)
     return state
 
 
-def write_pth(manifest: dict, path: Path) -> dict:
+def write_pth(manifest: dict, path: Path, scale: float = SCALE) -> dict:
     """The mmcv file (its top-level entries as the manifest lists them) -> the state dict written."""
-    state = state_from_manifest(manifest)
+    state = state_from_manifest(manifest, scale)
     container = {"state_dict": state}
     if "meta" in manifest["container"]["top_level"]:
         container["meta"] = {k: "" for k in manifest["container"]["meta"]}
@@ -66,3 +67,24 @@ def llm_config_dir(manifest: dict, folder: Path) -> Path:
 
 def sets(manifest: dict) -> list:
     return [tuple(s) for s in manifest["mapping_sets"]]
+
+
+def write_safetensors_release(manifest: dict, folder: Path) -> dict:
+    """A save_pretrained directory as the manifest lists it (manifest/alpamayo.py): config.json as the authors'
+    code wrote it, each safetensors file with its keys and metadata, the shard index when there is one, and the
+    backbone's config.json where a relative vlm_name_or_path points -> the state dict written."""
+    from safetensors.torch import save_file
+    state = state_from_manifest(manifest)
+    folder.mkdir(parents=True, exist_ok=True)
+    config = manifest["config_json"]
+    (folder / "config.json").write_text(json.dumps(config))
+    backbone = folder / config["vlm_name_or_path"]
+    backbone.mkdir(parents=True, exist_ok=True)
+    (backbone / "config.json").write_text(json.dumps(manifest["backbone_config"]))
+    container = manifest["container"]
+    for name, keys in container["files"].items():
+        save_file({k: state[k].contiguous() for k in keys}, str(folder / name), metadata=container["metadata"][name])
+    if container["index"] is not None:
+        weight_map = {k: name for name, keys in container["files"].items() for k in keys}
+        (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    return state

@@ -115,7 +115,7 @@ class Harness:
         """A list that gets each Frame the prefix serves (waypoint models), as the worker hands it on: its
         ego state, navigation and instruction as the model saw them."""
         served, serve = [], self.prefix.chunk_flow.serve
-        self.prefix.chunk_flow.serve = lambda frame, t0: (served.append(frame), serve(frame, t0))[1]
+        self.prefix.chunk_flow.serve = lambda frame, *rest: (served.append(frame), serve(frame, *rest))[1]
         return served
 
     def settle(self, seconds=0.5):

@@ -21,7 +21,7 @@ from hybrid_vla_ros.model.spec import VLASpec
 from hybrid_vla_ros.model.vla import VLAModel
 from manifest_checkpoint import MANIFESTS, llm_config_dir, load_manifest, sets, write_pth
 
-MODELS = sorted({p.name.split("_")[0] for p in MANIFESTS.glob("*_tiny.json.gz")})
+MODELS = sorted(n for n in ("minddrive", "orion") if (MANIFESTS / f"{n}_tiny.json.gz").is_file())
 # the one-layer decoders the authors build with FlashMHA(embed_dims, num_heads, dropout=0.0): no attention bias
 QT = {"orion": ("memory_decoder_cq", "memory_decoder_mq", "motion_decoder"),
       "minddrive": ("memory_decoder_cq", "memory_decoder_mq", "motion_decoder", "motion_map_decoder")}

@@ -27,7 +27,7 @@ QWEN3_VL_8B_VISION = dict(depth=27, hidden_size=1152, intermediate_size=4304, nu
                           num_position_embeddings=2304, deepstack_visual_indexes=[8, 16, 24])
 TRAJ_TOKENS = ("history", "future", "history_start", "future_start", "history_end", "future_end")
 # With add_special_tokens, the tokenizer gets <i0> .. <iN-1> then these, in this order (base_model.py
-# SPECIAL_TOKENS_KEYS): their ids follow from traj_token_start_idx and traj_vocab_size.
+# SPECIAL_TOKENS_KEYS): their ids follow from traj_token_start_idx and traj_vocab_size (and _special_ids).
 SPECIAL_KEYS = ("prompt_start", "prompt_end", "image_start", "image_pre_tkn", "image_end", "traj_history_start",
                 "traj_history_pre_tkn", "traj_history_end", "cot_start", "cot_end", "meta_action_start",
                 "meta_action_end", "traj_future_start", "traj_future_pre_tkn", "traj_future_end", "traj_history",
@@ -128,15 +128,27 @@ def expert_config(text_config, overrides: dict):
     return expert
 
 
-def _token_ids(raw: dict) -> tuple[dict, dict]:
+def _special_ids(raw: dict, image_token_id: int) -> dict:
+    """The ids add_special_tokens gives SPECIAL_KEYS after <i0> .. <iN-1>. A token the base vocabulary already
+    holds keeps its id and takes no new one (a tokenizer's add_tokens): Qwen3-VL's <|image_pad|> (the backbone's
+    image_token_id), told by vocab_size: 28 added tokens instead of 29, the ids after it one lower."""
+    first = int(raw["traj_token_start_idx"]) + int(raw["traj_vocab_size"])
+    reused = int(raw["vocab_size"]) - first == len(SPECIAL_KEYS) - 1
+    keys = [k for k in SPECIAL_KEYS if not (reused and k == "image_pad")]
+    special = {k: first + i for i, k in enumerate(keys)}
+    if reused:
+        special["image_pad"] = int(image_token_id)
+    return special
+
+
+def _token_ids(raw: dict, image_token_id: int) -> tuple[dict, dict]:
     ids = raw.get("traj_token_ids") or {}
     missing = [k for k in TRAJ_TOKENS if not isinstance(ids.get(k), int)]
     expect(not missing, ConfigError, f"config.json: traj_token_ids lacks {missing} (the release saves them)")
     traj = {k: int(ids[k]) for k in TRAJ_TOKENS}
     if not raw.get("add_special_tokens"):
         return traj, {}
-    first = int(raw["traj_token_start_idx"]) + int(raw["traj_vocab_size"])
-    special = {k: first + i for i, k in enumerate(SPECIAL_KEYS)}
+    special = _special_ids(raw, image_token_id)
     expect(special["traj_future_start"] == traj["future_start"], ConfigError,
            f"config.json: traj_token_ids.future_start={traj['future_start']}, but add_special_tokens puts "
            f"<|traj_future_start|> at {special['traj_future_start']} (<i0> + traj_vocab_size + 12)")
@@ -167,7 +179,7 @@ def parse(raw: dict, directory: Path | None = None) -> AlpamayoConfig:
         expect(isinstance(raw.get(name), int) and raw[name] > 0, ConfigError,
                f"{where}: {name}={raw.get(name)!r}, expected a positive integer (the release saves it)")
     vlm = vlm_config(raw, directory)
-    traj_ids, special = _token_ids(raw)
+    traj_ids, special = _token_ids(raw, vlm.image_token_id)
     return AlpamayoConfig(
         model_type=model_type, vlm=vlm, expert=expert_config(vlm.text_config, raw.get("expert_cfg")),
         vocab_size=int(raw["vocab_size"]), traj_token_start_idx=int(raw["traj_token_start_idx"]),
