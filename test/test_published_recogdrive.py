@@ -142,3 +142,19 @@ def test_a_wrong_shaped_or_missing_planner_tensor_is_refused_before_anything_is_
     with pytest.raises(ConfigError, match=r"'language_model\.model\.norm\.weight' is in both"):
         convert_checkpoint("internvl_chat", vlm, mapping, tmp_path / "out", also=[("ckpt", bad)])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["8b_planner.ckpt", "recogdrive_tiny.yaml"]   # no staging left
+
+
+def test_the_accelerate_trainer_s_planner_file_converts_through_also_ckpt(published, tmp_path):
+    """ReCogDrive's accelerate trainer saves {"state_dict": agent.state_dict()} and nothing else (keys
+    `action_head.*`, no `agent.` prefix, no epoch): the documented `--also ckpt:` reads it, and the converted
+    model plans as the one it was written from."""
+    model, state, vlm, _, image_token = published
+    planner = tmp_path / "recogdrive_agent_accelerate.ckpt"
+    torch.save({"state_dict": {k[len("agent."):]: v for k, v in state.items()}}, planner)
+    assert all(k.startswith("action_head.") for k in torch.load(planner, weights_only=True)["state_dict"])
+    report = convert_checkpoint("internvl_chat", vlm, mapping_for_tiny(tmp_path, image_token, model.spec),
+                                tmp_path / "out", also=[("ckpt", planner)])
+    assert report.counts["action_head"] == len(model.action_head.state_dict()) and not report.unread
+    converted = load_checkpoint(tmp_path / "out")
+    frame = synthetic_frame(model.spec, 0)
+    assert np.array_equal(reference_forward(converted, frame)[1].points, reference_forward(model, frame)[1].points)

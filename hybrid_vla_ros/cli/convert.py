@@ -29,8 +29,8 @@ def register(sub) -> None:
     p = sub.add_parser("convert", help="convert a published checkpoint to the package's layout by a mapping file "
                                        "(docs/CHECKPOINTS.md, Converting a published checkpoint)")
     p.add_argument("--from", dest="source_format", required=True, choices=FORMATS,
-                   help="pth: plain or mmcv state dict; ckpt: Lightning; safetensors: file or directory; "
-                        "internvl_chat: OpenGVLab remote-code directory")
+                   help="pth: plain or mmcv state dict; ckpt: Lightning, or a trainer's {'state_dict': ...} alone; "
+                        "safetensors: file or directory; internvl_chat: OpenGVLab remote-code directory")
     p.add_argument("--mapping", required=True,
                    help=f"a mapping file (YAML/JSON) or a shipped one: {', '.join(shipped_mappings()) or 'none'}")
     p.add_argument("--config", default=None,
