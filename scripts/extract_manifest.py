@@ -15,7 +15,10 @@ authors' is needed then.
 
 Also `--model alpamayo_r1 | alpamayo1_5` (NVlabs/alpamayo, NVlabs/alpamayo1.5, transformers 4.57.1: their
 save_pretrained; manifest/alpamayo.py) and `--model recogdrive` (the planner in its Lightning .ckpt, transformers
-4.37.2, pytorch-lightning, diffusers; manifest/recogdrive.py). Give --commit when the snapshot is not a git tree."""
+4.37.2, pytorch-lightning, diffusers; manifest/recogdrive.py), `--model recogdrive_vlm` (its InternVLChatModel's
+save_pretrained, the same venv; manifest/chat_vlm.py) and `--model simlingo --internvl OpenGVLab/InternVL-snapshot`
+(RenzKa/simlingo's DrivingModel; transformers 4.46.3, peft 0.13.2; manifest/simlingo.py). Give --commit when the
+snapshot is not a git tree."""
 
 from __future__ import annotations
 
@@ -34,7 +37,9 @@ import sizes    # noqa: E402
 import stubs    # noqa: E402
 
 ALPAMAYO = ("alpamayo_r1", "alpamayo1_5")   # NVlabs/alpamayo, NVlabs/alpamayo1.5 (manifest/alpamayo.py)
-OTHERS = {"recogdrive": "recogdrive_manifest"}   # its planner (manifest/recogdrive.py)
+OTHERS = {"recogdrive": "recogdrive_manifest",            # its planner (manifest/recogdrive.py)
+          "recogdrive_vlm": "recogdrive_vlm_manifest",    # its VLM (manifest/chat_vlm.py)
+          "simlingo": "simlingo_manifest"}                # its DrivingModel (manifest/simlingo.py)
 
 CONFIG = {"orion": "adzoo/orion/configs/orion_stage3.py", "minddrive": "adzoo/minddrive/configs/minddrive_rl_ppo_train.py"}
 LLM_CLASSES = {"orion": ["LlavaLlamaForCausalLM"], "minddrive": ["LlavaLlamaForCausalLM", "LlavaQwen2ForCausalLM"]}
@@ -162,16 +167,47 @@ def recogdrive_manifest(model: str, snapshot: Path, tiny: bool, commit: str | No
             "tensors": tensor_rows(state, module)}
 
 
+def recogdrive_vlm_manifest(model: str, snapshot: Path, tiny: bool, commit: str | None) -> dict:
+    """ReCogDrive's VLM: the InternVLChatModel its fork holds (internvl_chat/), saved by its save_pretrained."""
+    import chat_vlm
+    built = chat_vlm.build(snapshot / "internvl_chat", "internvl3_2b", tiny)
+    with tempfile.TemporaryDirectory() as folder:
+        saved = chat_vlm.save(built, Path(folder) / "saved", tiny)
+    return {"format": FORMAT, "model": model, "size": "tiny" if tiny else "released",
+            "snapshot": {"source": "internvl_chat/internvl/model/internvl_chat/modeling_internvl_chat.py",
+                         "commit": commit or snapshot_commit(snapshot)},
+            "versions": versions(), "stubbed_modules": stubs.stubbed(),
+            "stand_ins": [] if tiny else ["safetensors save_file: records (file, keys, metadata), meta tensors"],
+            "sizes": chat_vlm.chat_config("internvl3_2b", tiny),
+            "container": {k: saved[k] for k in ("files", "metadata", "index", "saved_files")},
+            "config_json": saved["config_json"], "tensors": tensor_rows(saved["state"], built)}
+
+
+def simlingo_manifest(model: str, snapshot: Path, tiny: bool, commit: str | None, internvl: Path | None = None) -> dict:
+    """SimLingo's DrivingModel as its agent's strict load_state_dict reads pytorch_model.pt (manifest/simlingo.py);
+    `internvl`: an OpenGVLab/InternVL snapshot (at simlingo.INTERNVL's commit)."""
+    import simlingo
+    assert internvl is not None, "--internvl: the OpenGVLab/InternVL snapshot SimLingo's InternVL2-1B code comes from"
+    built = simlingo.build(snapshot, tiny, internvl / "internvl_chat")
+    return {"format": FORMAT, "model": model, "size": "tiny" if tiny else "released",
+            "snapshot": {"source": simlingo.SOURCE, "commit": commit or snapshot_commit(snapshot),
+                         "internvl": simlingo.internvl_source()},
+            "versions": versions(), "stubbed_modules": stubs.stubbed(), **simlingo.manifest_fields(built, tiny),
+            "tensors": tensor_rows(built["state"], built["model"])}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", choices=sorted([*CONFIG, *ALPAMAYO, *OTHERS]), required=True)
     parser.add_argument("--snapshot", type=Path, required=True, help="the authors' repository at the named commit")
     parser.add_argument("--commit", default=None, help="the snapshot's commit (when it is not a git work tree)")
+    parser.add_argument("--internvl", type=Path, default=None, help="simlingo: an OpenGVLab/InternVL snapshot")
     parser.add_argument("--size", choices=["tiny", "released"], required=True)
     parser.add_argument("out", type=Path, help="the manifest (.json, or .json.gz)")
     args = parser.parse_args(argv)
     make = alpamayo_manifest if args.model in ALPAMAYO else globals().get(OTHERS.get(args.model, ""), manifest)
-    data = make(args.model, args.snapshot, args.size == "tiny", args.commit)
+    extra = {"internvl": args.internvl} if args.model == "simlingo" else {}
+    data = make(args.model, args.snapshot, args.size == "tiny", args.commit, **extra)
     text = json.dumps(data, separators=(",", ":"))
     args.out.write_bytes(gzip.compress(text.encode(), mtime=0) if args.out.suffix == ".gz" else text.encode())
     print(f"{args.out}: {len(data['tensors'])} tensors, {len(data['stubbed_modules'])} stubbed modules")

@@ -69,18 +69,13 @@ def sets(manifest: dict) -> list:
     return [tuple(s) for s in manifest["mapping_sets"]]
 
 
-def write_safetensors_release(manifest: dict, folder: Path) -> dict:
-    """A save_pretrained directory as the manifest lists it (manifest/alpamayo.py): config.json as the authors'
-    code wrote it, each safetensors file with its keys and metadata, the shard index when there is one, and the
-    backbone's config.json where a relative vlm_name_or_path points -> the state dict written."""
+def write_pretrained(manifest: dict, folder: Path) -> dict:
+    """A save_pretrained directory as the manifest lists it: config.json as the authors' code wrote it, each
+    safetensors file with its keys and metadata, the shard index when there is one -> the state dict written."""
     from safetensors.torch import save_file
     state = state_from_manifest(manifest)
     folder.mkdir(parents=True, exist_ok=True)
-    config = manifest["config_json"]
-    (folder / "config.json").write_text(json.dumps(config))
-    backbone = folder / config["vlm_name_or_path"]
-    backbone.mkdir(parents=True, exist_ok=True)
-    (backbone / "config.json").write_text(json.dumps(manifest["backbone_config"]))
+    (folder / "config.json").write_text(json.dumps(manifest["config_json"]))
     container = manifest["container"]
     for name, keys in container["files"].items():
         save_file({k: state[k].contiguous() for k in keys}, str(folder / name), metadata=container["metadata"][name])
@@ -88,3 +83,32 @@ def write_safetensors_release(manifest: dict, folder: Path) -> dict:
         weight_map = {k: name for name, keys in container["files"].items() for k in keys}
         (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
     return state
+
+
+def write_safetensors_release(manifest: dict, folder: Path) -> dict:
+    """An Alpamayo save_pretrained directory (manifest/alpamayo.py): write_pretrained, and the backbone's
+    config.json where a relative vlm_name_or_path points -> the state dict written."""
+    state = write_pretrained(manifest, folder)
+    backbone = folder / manifest["config_json"]["vlm_name_or_path"]
+    backbone.mkdir(parents=True, exist_ok=True)
+    (backbone / "config.json").write_text(json.dumps(manifest["backbone_config"]))
+    return state
+
+
+def meta_model_check(model, parts: dict) -> tuple[list, list]:
+    """The package's model (on the meta device) against routed parts ({"backbone": the native-named tensors,
+    "action_head": ..., "prompt_embeddings": ...}) -> ([(parameter, routed shape or None, wanted shape)], the
+    routed keys no parameter reads)."""
+    from hybrid_vla_ros.model.checkpoint import _checkpoint_key
+    wrong, used = [], set()
+    for name, param in model.named_parameters():
+        part = next((p for p in parts if p != "backbone" and name.startswith(p + ".")), "backbone")
+        key = name[len(part) + 1:]
+        if part == "backbone":
+            key = _checkpoint_key(key, parts["backbone"], model.family.key_prefixes)
+        got = parts[part].get(key) if key is not None else None
+        used.add((part, key))
+        if got is None or tuple(got.shape) != tuple(param.shape):
+            wrong.append((name, None if got is None else tuple(got.shape), tuple(param.shape)))
+    left = sorted(f"{part}: {k}" for part, tensors in parts.items() for k in tensors if (part, k) not in used)
+    return wrong, left

@@ -66,12 +66,12 @@ def mmcv_checkpoint(name: str, tmp_path) -> str:
     from hybrid_vla_ros.convert import convert_checkpoint
     from hybrid_vla_ros.model.checkpoint import save_checkpoint
     from hybrid_vla_ros.model.load import load_vla
-    from test_published_orion_minddrive import PRESETS, WRITERS, mapping_for_tiny
+    from test_published_orion_minddrive import PRESETS, WRITERS, tiny_sets
     model = load_vla(preset=PRESETS[name])
     saved = save_checkpoint(model, tmp_path / "saved")
     WRITERS[name](saved, tmp_path / f"{name}.pth", model.spec, model.scene_encoder.state_dict())
-    convert_checkpoint("pth", tmp_path / f"{name}.pth", str(mapping_for_tiny(tmp_path, name, model.spec)),
-                       tmp_path / name, config_dir=saved)
+    convert_checkpoint("pth", tmp_path / f"{name}.pth", name, tmp_path / name, config_dir=saved,   # shipped mapping,
+                       sets=tiny_sets(name, model.spec))                                         # tiny sizes set
     return str(tmp_path / name)
 
 

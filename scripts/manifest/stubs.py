@@ -66,7 +66,7 @@ class StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         if top not in self.roots:
             return None
         for finder in sys.meta_path:
-            if finder is self:
+            if isinstance(finder, StubFinder):      # another stub finder: not an installed module
                 continue
             try:
                 spec = finder.find_spec(fullname, path, target)
