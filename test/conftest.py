@@ -1,4 +1,6 @@
+import gc
 import os
+import time
 
 import pytest
 
@@ -11,6 +13,43 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 from hybrid_vla_ros.ros.launch_support.dds import use_large_frame_profile  # noqa: E402
 
 use_large_frame_profile()
+
+
+# ---- the garbage collector's pauses (issue 50: frames held for seconds in a long suite, not in the test alone) ----
+# A full collection holds the GIL: every thread of this process, the graphs' stage workers and executors included,
+# stops meanwhile, and this process accumulates objects test after test (0.94 s for one full collection after
+# three graph test files under load). The import-time heap is frozen once collected (ros/launch_support/session.py
+# does the same for a node process), and the longest collections are reported at the end.
+_GC_PAUSES: list[tuple[float, int, str]] = []
+_GC_STARTED: list[float] = []
+_CURRENT_TEST: list[str] = [""]
+
+
+def _on_gc(phase, info):
+    if phase == "start":
+        _GC_STARTED[:] = [time.perf_counter()]
+    elif _GC_STARTED:
+        _GC_PAUSES.append((time.perf_counter() - _GC_STARTED[0], info["generation"], _CURRENT_TEST[0]))
+        _GC_PAUSES.sort(reverse=True)
+        del _GC_PAUSES[5:]
+
+
+def pytest_collection_finish(session):
+    gc.collect()
+    gc.freeze()
+    gc.callbacks.append(_on_gc)
+
+
+def pytest_runtest_setup(item):
+    _CURRENT_TEST[0] = item.nodeid
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _on_gc in gc.callbacks:
+        gc.callbacks.remove(_on_gc)
+    if _GC_PAUSES:
+        terminalreporter.write_line("longest garbage-collector pauses (s, generation, test): " + "; ".join(
+            f"{s:.3f} g{g} {t}" for s, g, t in _GC_PAUSES[:3]))
 
 
 @pytest.fixture

@@ -109,3 +109,21 @@ def test_an_ended_worker_tells_the_cpu_its_thread_used_and_not_its_idle_time():
     time.sleep(0.3)                     # idle in the mailbox: no CPU
     worker.close(5.0, drain=True)
     assert not worker.alive and 0.2 <= worker.cpu_s < 0.28, worker.cpu_s
+
+
+def test_a_node_process_freezes_its_start_up_heap_before_it_serves(context):
+    """spin_until_stopped (every node process's loop) collects once and freezes the start-up heap, so the cyclic
+    GC's full collections, which hold the GIL and stop the stage workers, no longer walk it (issue 50)."""
+    import gc
+    from rclpy.executors import SingleThreadedExecutor
+    from hybrid_vla_ros.ros.launch_support.session import spin_until_stopped
+    executor = SingleThreadedExecutor(context=context)
+    try:
+        made_at_start_up = {"weights": [1.0]}   # a container the collector tracks
+        assert any(o is made_at_start_up for o in gc.get_objects())
+        frozen_before = gc.get_freeze_count()
+        spin_until_stopped(executor, done=lambda: True)
+        assert gc.get_freeze_count() > frozen_before
+        assert not any(o is made_at_start_up for o in gc.get_objects())   # frozen: no collection walks it
+    finally:
+        executor.shutdown()
