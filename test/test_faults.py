@@ -176,7 +176,8 @@ def test_each_node_killed_mid_drive_comes_back_and_every_frame_is_accounted_for(
         assert kill["recovered"], kill
         shown = {k: kill.get(k) for k in ("node", "published", "delivered", "dropped_counted", "dropped_reasons",
                                           "lost_in_killed_process", "frames_shed_by_dds", "frames_unaccounted",
-                                          "unaccounted_published_s", "unaccounted_handed_s", "t_back_s",
+                                          "unaccounted_published_s", "unaccounted_handed_s",
+                                          "unaccounted_outside_camera_reports", "t_back_s",
                                           "max_latency_s")}
         assert kill["frames_unaccounted"] == 0, json.dumps(shown, default=str)   # whole: pytest elides a dict
         assert kill["delivered"] > 0, kill
@@ -217,6 +218,10 @@ def test_loss_in_the_killed_process_is_exactly_what_it_held_not_a_latency_window
     # 8: handed before the kill, newer than 7: held by it; 9: handed while it was down
     assert kill["lost_in_killed_process"] == 2 and kill["dropped_counted"] == 1
     assert kill["frames_unaccounted"] == 2 and kill["unaccounted_published_s"] == [-5.2, -2.2]   # 3 and 6
+    assert kill["unaccounted_outside_camera_reports"] == 2   # no camera report of the prefix brackets them
+    ledger.prefix_cameras = [(1, ((0, 0),)), (1, ((5, 6),))]   # one process's reports: stamps (0, 6] bracketed
+    account(ledger, [kill], end=20.0)
+    assert kill["unaccounted_outside_camera_reports"] == 0
     scheduler = {"node": "hybrid_vla_scheduler", "t_kill": 8.2, "t_back": None}
     account(ledger, [scheduler], end=20.0)
     assert scheduler["lost_in_killed_process"] == 0            # the scheduler holds no frames

@@ -79,6 +79,17 @@ def shed_by_dds(ledger: Ledger, silent: list[int]) -> set[int]:
     return {s for s, seen in verdicts.items() if len(seen) == cameras and all(seen.values())}
 
 
+def covered_by_camera_reports(ledger: Ledger, stamp: int) -> bool:
+    """Whether two consecutive camera-count reports of one prefix process bracket the stamp (last_a < stamp <=
+    last_b on every camera): only then can shed_by_dds tell whether DDS shed the frame. A frame before a prefix
+    process's first report (start-up, a respawn) is not covered: lost there, it stays unaccounted."""
+    runs: dict[int, list] = {}
+    for pid, cameras in ledger.prefix_cameras:
+        runs.setdefault(pid, []).append(cameras)
+    return any(all(last_a >= 0 and last_a < stamp <= last_b for (_, last_a), (_, last_b) in zip(a, b))
+               for samples in runs.values() for a, b in zip(samples, samples[1:]))
+
+
 def frame_fate(ledger: Ledger, kill: dict, stamp: int, t_pub: float, back: float) -> str | None:
     if stamp in ledger.delivered:
         return "delivered"
@@ -109,6 +120,7 @@ def account(ledger: Ledger, kills: list[dict], end: float) -> None:
         reasons: dict = {}
         unaccounted: list[float] = []
         handed: list[float | None] = []
+        uncovered = 0   # unaccounted frames no pair of the prefix's camera reports brackets (where to look)
         for stamp, t_pub, fate in frames:
             counts["published"] += 1
             if fate == "delivered":
@@ -124,8 +136,10 @@ def account(ledger: Ledger, kills: list[dict], end: float) -> None:
                 counts["frames_unaccounted"] += 1
                 unaccounted.append(round(t_pub - kill["t_kill"], 3))
                 handed.append(round(ledger.handed[stamp] - kill["t_kill"], 3) if stamp in ledger.handed else None)
+                uncovered += not covered_by_camera_reports(ledger, stamp)
         kill.update(counts, dropped_reasons=reasons, max_latency_s=round(latency, 3),
                     unaccounted_published_s=unaccounted[:50],  # relative to the kill: where to look
                     unaccounted_handed_s=handed[:50],          # ... and when the prefix handed each on (None: never)
+                    unaccounted_outside_camera_reports=uncovered,
                     t_back_s=round(kill["t_back"] - kill["t_kill"], 3) if kill["t_back"] else None,
                     partitions_after=sorted({p for t, p in ledger.partitions if t > kill["t_kill"]}))
