@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from ros_harness import Harness, wait_until
+from test_retime_graph import Ego as RetimeEgo
 
 SLOW_S = 0.3           # extra suffix compute per frame: the frames sent before the reset are in flight over it
 # The slow case: the first frame in flight takes LONG_S on the suffix (the second waits behind it): both are
@@ -31,38 +32,22 @@ OVERRIDES = {"hybrid_vla_suffix": {"frame_id": "map", "output_retime": True, "ou
                                    "output_pose_jump_m": 2.0, "output_pose_jump_rad": 0.3}}
 
 
-class Ego:
+class Ego(RetimeEgo):
     """The ego's odometry: a straight line at SPEED, moved RESET_M to its left from `reset()` on."""
+    speed, heading, z = SPEED, HEADING, 0.0
 
     def __init__(self, node):
-        from nav_msgs.msg import Odometry
-        self.pub = node.create_publisher(Odometry, "/localization/kinematic_state", 50)
-        self.t0_ns, self.reset_ns, self.sent = time.time_ns(), None, []   # sent: (stamp_ns, x, y)
-        self.next = time.monotonic()
+        super().__init__(node)
+        self.reset_ns, self.next = None, time.monotonic()
 
     def pose(self, stamp_ns: int) -> tuple[float, float]:
-        s = SPEED * (stamp_ns - self.t0_ns) / 1e9
+        x, y = super().pose(stamp_ns)
         side = RESET_M if self.reset_ns is not None and stamp_ns >= self.reset_ns else 0.0
-        return (10.0 + s * math.cos(HEADING) - side * math.sin(HEADING),
-                -4.0 + s * math.sin(HEADING) + side * math.cos(HEADING))
+        return x - side * math.sin(HEADING), y + side * math.cos(HEADING)
 
     def reset(self) -> None:
         self.reset_ns = time.time_ns()
         self.publish()
-
-    def publish(self) -> None:
-        from nav_msgs.msg import Odometry
-        from hybrid_vla_ros.ros import convert
-        stamp = time.time_ns()
-        odom = Odometry()
-        odom.header.frame_id = "map"
-        convert.ns_to_stamp(stamp, odom.header.stamp)
-        x, y = self.pose(stamp)
-        odom.pose.pose.position.x, odom.pose.pose.position.y = x, y
-        odom.pose.pose.orientation.z, odom.pose.pose.orientation.w = math.sin(HEADING / 2), math.cos(HEADING / 2)
-        odom.twist.twist.linear.x = SPEED
-        self.pub.publish(odom)
-        self.sent.append((stamp, x, y))
 
     def tick(self, h: Harness, timeout: float) -> None:
         """Odometry every ODOM_PERIOD_S while the graph spins."""

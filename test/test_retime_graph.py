@@ -33,7 +33,8 @@ OVERRIDES = {"hybrid_vla_suffix": {"output_type": "auto", "frame_id": "map", "ou
 
 
 class Ego:
-    """The ego's odometry: a straight line at SPEED, published with its wall-clock stamps (kept, to compare)."""
+    """The ego's odometry: a straight line at `speed`, published with its wall-clock stamps (kept, to compare)."""
+    speed, heading, z = SPEED, HEADING, Z
 
     def __init__(self, node):
         from nav_msgs.msg import Odometry
@@ -41,8 +42,8 @@ class Ego:
         self.t0_ns, self.sent = time.time_ns(), []    # (stamp_ns, x, y)
 
     def pose(self, stamp_ns: int) -> tuple[float, float]:
-        s = SPEED * (stamp_ns - self.t0_ns) / 1e9
-        return 10.0 + s * math.cos(HEADING), -4.0 + s * math.sin(HEADING)
+        s = self.speed * (stamp_ns - self.t0_ns) / 1e9
+        return 10.0 + s * math.cos(self.heading), -4.0 + s * math.sin(self.heading)
 
     def publish(self) -> None:
         from nav_msgs.msg import Odometry
@@ -52,9 +53,10 @@ class Ego:
         odom.header.frame_id = "map"
         convert.ns_to_stamp(stamp, odom.header.stamp)
         x, y = self.pose(stamp)
-        odom.pose.pose.position.x, odom.pose.pose.position.y, odom.pose.pose.position.z = x, y, Z
-        odom.pose.pose.orientation.z, odom.pose.pose.orientation.w = math.sin(HEADING / 2), math.cos(HEADING / 2)
-        odom.twist.twist.linear.x = SPEED
+        odom.pose.pose.position.x, odom.pose.pose.position.y, odom.pose.pose.position.z = x, y, self.z
+        odom.pose.pose.orientation.z = math.sin(self.heading / 2)
+        odom.pose.pose.orientation.w = math.cos(self.heading / 2)
+        odom.twist.twist.linear.x = self.speed
         self.pub.publish(odom)
         self.sent.append((stamp, x, y))
 
