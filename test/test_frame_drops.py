@@ -49,3 +49,24 @@ def test_an_inactive_prefix_counts_one_drop_per_camera_set_with_its_stamp(domain
         assert h.prefix.health.dropped == len(lost), (h.prefix.health.drop_reasons, lost)   # each one, stamped
     finally:
         h.close()
+
+
+@pytest.mark.slow
+def test_a_loss_reported_before_a_reader_matched_still_reaches_it(domain):
+    """~/debug/dropped_frames keeps its last 50 reports for a late reader (transient local): a node's writer and a
+    reader match separately, and a frame lost just after start-up or a respawn was reported to nobody yet, so an
+    observer accounting for every frame (bench --scenario faults) saw it lost silently (issue 50)."""
+    from diagnostic_msgs.msg import DiagnosticStatus
+    from hybrid_vla_ros.ros.topics import LOST_QOS
+    h = Harness()
+    try:
+        h.prefix.trigger_deactivate()
+        stamp = 888_000_000_000
+        h.publish_images(h.frame(0).images, stamp)
+        assert wait_until(lambda: h.prefix.health.drop_reasons.get("inactive", 0) >= 1, h.spin, 10)
+        lost = []   # a reader that comes after the report was sent
+        h.node.create_subscription(DiagnosticStatus, "/hybrid_vla_prefix/debug/dropped_frames",
+                                   lambda m: lost.append({kv.key: kv.value for kv in m.values}), LOST_QOS)
+        assert wait_until(lambda: any(int(m["stamp_ns"]) == stamp for m in lost), h.spin, 10), lost
+    finally:
+        h.close()

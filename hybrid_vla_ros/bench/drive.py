@@ -110,7 +110,7 @@ class Camera:
         from rclpy.node import Node
         from rclpy.qos import qos_profile_sensor_data
         from sensor_msgs.msg import Image
-        from ..ros.topics import PREFIX_INFO_TOPIC, TRAJECTORY_TOPIC
+        from ..ros.topics import LOST_QOS, PREFIX_INFO_TOPIC, TRAJECTORY_TOPIC
         self.spec = get_preset(preset)
         self.context = rclpy.Context()
         rclpy.init(context=self.context)
@@ -124,7 +124,7 @@ class Camera:
         sub(PathMsg, TRAJECTORY_TOPIC, self._on_trajectory, 100)
         sub(DiagnosticStatus, PREFIX_INFO_TOPIC, self._on_frame_info, 100)
         for node in ("hybrid_vla_prefix", "hybrid_vla_suffix"):
-            sub(DiagnosticStatus, f"/{node}/debug/dropped_frames", self._on_lost, 100)
+            sub(DiagnosticStatus, f"/{node}/debug/dropped_frames", self._on_lost, LOST_QOS)
         from diagnostic_msgs.msg import DiagnosticArray
         sub(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
         self.prefix_images = 0  # camera images the prefix's callbacks got (its diagnostics; one incarnation)

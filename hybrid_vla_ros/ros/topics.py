@@ -75,3 +75,7 @@ BOUNDARY_QOS = QoSProfile(depth=10, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 TOKENS_QOS = QoSProfile(depth=50)
 # Partition point: the current value for late joiners.
 PARTITION_QOS = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+# Lost frames (~/debug/dropped_frames): the last 50 kept for a reader that matches late (a node's writer and a
+# reader match separately: a frame lost just after start-up or a respawn was reported to nobody, and a frame
+# nothing accounts for looked lost silently).
+LOST_QOS = QoSProfile(depth=50, durability=DurabilityPolicy.TRANSIENT_LOCAL)

@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import convert
 from ..nodes.diagnostics import quiet_events
-from ..topics import CANDIDATES_TOPIC, TRAJECTORY_INFO_TOPIC as INFO_TOPIC, TRAJECTORY_TOPIC
+from ..topics import CANDIDATES_TOPIC, LOST_QOS, TRAJECTORY_INFO_TOPIC as INFO_TOPIC, TRAJECTORY_TOPIC
 from .record import Recorder
 from .replay import Replayer
 
@@ -39,7 +39,7 @@ class Driver:
         subscribe(DiagnosticArray, "/diagnostics", self._on_diagnostics, 50)
         self.lost: list[dict] = []  # every frame a node reports lost (~/debug/dropped_frames), with the reason
         for node in ("hybrid_vla_prefix", "hybrid_vla_suffix"):
-            subscribe(DiagnosticStatus, f"/{node}/debug/dropped_frames", self._on_lost, 50)
+            subscribe(DiagnosticStatus, f"/{node}/debug/dropped_frames", self._on_lost, LOST_QOS)
 
     def count_answers_from(self, first_stamp: int):
         """From here on count the answers to the bag's frames (stamped from first_stamp on) -> their count, a

@@ -18,6 +18,7 @@ from .lifecycle import ManagedNode
 from .model_cache import shared_model
 from .parameters import ParameterTable
 from ..params import chosen_cores
+from ..topics import LOST_QOS
 
 
 class StageNode(ManagedNode):
@@ -43,7 +44,7 @@ class StageNode(ManagedNode):
         p = self.params
         try:   # cores first: refused before the model loads, with the cores asked and those allowed
             check_allowed(chosen_cores(p["cores"]))
-            self.lost_pub = self.configured_publisher(DiagnosticStatus, "~/debug/dropped_frames", 50)
+            self.lost_pub = self.configured_publisher(DiagnosticStatus, "~/debug/dropped_frames", LOST_QOS)
             self.health.listener = self._report_lost
             self.model = shared_model(p["model.preset"], p["model.checkpoint"])
             self.zone = Zone.from_parameters(p["dynamic_zone_min"], p["dynamic_zone_max"], p["partition_point"],
