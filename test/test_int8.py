@@ -49,15 +49,16 @@ def drive_frames(drive):
 # ---- the linear -------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("rows", [1, 5, 64, 300])
-@pytest.mark.parametrize("act_range", [(127.0, 128), (63.0, 64)], ids=["8-bit", "7-bit"])
+@pytest.mark.parametrize("act_range", [None, (63.0, 64)], ids=["this-cpu", "7-bit"])
 def test_int8_linear_is_within_a_few_percent_of_fp32_at_any_row_count(rows, act_range):
-    """Per-token activations: a decode step's single row and a frame's hundreds alike; the 7-bit range is what
-    a CPU without VNNI runs."""
+    """Per-token activations: a decode step's single row and a frame's hundreds alike, in the range this CPU runs
+    (None: activation_range(), 8 bits with VNNI) and in 7 bits, what a CPU without VNNI runs. (8 bits forced on a
+    CPU without VNNI saturate oneDNN's int16 pair sums: 11-20% error on an AVX2-only EPYC, issue 50's machine.)"""
     torch.manual_seed(rows)
     linear = nn.Linear(96, 80)
     x = torch.randn(2, rows, 96) * torch.linspace(0.1, 10, rows)[None, :, None]   # rows of very different size
     layer = Int8Linear(linear, act_range=act_range)
-    bound = 0.02 if act_range[0] > 63 else 0.04
+    bound = 0.02 if layer.act_max > 63 else 0.04
     with torch.inference_mode():
         assert relative_error(layer(x), linear(x)) < bound
         # each row's own scale: the smallest row is as precise as the largest
