@@ -1,5 +1,5 @@
 """`hybrid-vla`: one sub-command family per area, each module registering its own sub-commands:
-engine (verify, info, run, export), bench (bench, memory), profile (profile, --roofline), plan (plan), graph (graph, demo, schema), launch_file (launch), bags (record, replay,
+engine (verify, info, run, export), bench (bench, memory), profile (profile, --roofline), plan (plan), graph (graph, demo, schema), launch_file (launch), bags (record, replay, seat-report,
 make-sample-drive), learn (train), convert (convert). Heavy imports (torch, rclpy) happen inside the commands, after the stop handler is in
 place, so a Ctrl-C at any moment ends the program cleanly."""
 

@@ -1,4 +1,4 @@
-"""rosbag2 commands: record, replay, make-sample-drive."""
+"""rosbag2 commands: record, replay, make-sample-drive, seat-report."""
 
 from __future__ import annotations
 
@@ -101,6 +101,19 @@ def cmd_make_sample_drive(args) -> int:
     return 0
 
 
+def cmd_seat_report(args) -> int:
+    from ..bench.seat.table import seat_plot, seat_table
+    from ..bench.seat.timing import analyse
+    from ..report import write_report
+    from ..ros.bags.seat_bag import read_seat_bag
+    report = analyse(read_seat_bag(args.bag, args.topic), args.consumer_hz, args.window_s)
+    print(seat_table(report))
+    write_report(report, args.json)
+    if args.plot:
+        seat_plot(report, args.plot)
+    return 0
+
+
 def register(sub) -> None:
     p = sub.add_parser("record", help="record topics to a rosbag2 folder")
     p.add_argument("--out", required=True)
@@ -132,3 +145,15 @@ def register(sub) -> None:
                         "future path, instead of plain synthetic frames")
     p.add_argument("--seed", type=int, default=0, help="--road: the drive's seed")
     p.set_defaults(func=cmd_make_sample_drive)
+
+    p = sub.add_parser("seat-report", help="how a recorded planner output fills the diffusion planner's seat: rate, "
+                                           "points, horizon, stamps, what a 10 Hz consumer with a 0.2 s window holds")
+    p.add_argument("bag", help="a rosbag2 folder holding CandidateTrajectories (or a Trajectory topic)")
+    p.add_argument("--topic", default=None, help="the topic to report (default: the bag's one CandidateTrajectories "
+                                                 "topic, else its one Trajectory topic)")
+    p.add_argument("--json", default=None, metavar="FILE", help="write the whole report (with per-set ages) here")
+    p.add_argument("--plot", default=None, metavar="PNG", help="plot the newest set's age and the intervals here")
+    p.add_argument("--consumer-hz", type=float, default=10.0, help="the consumer's timer rate (the concatenator's: 10)")
+    p.add_argument("--window-s", type=float, default=0.2,
+                   help="the consumer keeps a set while now - stamp <= this (the concatenator's duration_time: 0.2)")
+    p.set_defaults(func=cmd_seat_report)
