@@ -72,7 +72,7 @@ def write(path, messages):
 
 def report_of(path, **kw):
     from hybrid_vla_ros.bench.seat.timing import analyse
-    from hybrid_vla_ros.ros.bags.seat_bag import read_seat_bag
+    from hybrid_vla_ros.bench.seat.bag import read_seat_bag
     return analyse(read_seat_bag(path, kw.pop("topic", None)), **kw)
 
 

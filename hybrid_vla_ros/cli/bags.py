@@ -105,7 +105,7 @@ def cmd_seat_report(args) -> int:
     from ..bench.seat.table import seat_plot, seat_table
     from ..bench.seat.timing import analyse
     from ..report import write_report
-    from ..ros.bags.seat_bag import read_seat_bag
+    from ..bench.seat.bag import read_seat_bag
     report = analyse(read_seat_bag(args.bag, args.topic), args.consumer_hz, args.window_s)
     print(seat_table(report))
     write_report(report, args.json)

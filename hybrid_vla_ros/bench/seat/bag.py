@@ -11,9 +11,9 @@ from pathlib import Path
 
 from rosbags.serde import SerdeError
 
-from ...bench.seat.timing import WAITS_MS, CandidateSet, FrameInfo, Recording
+from ...ros.bags.storage import bag_info, header_stamp_ns, stream_bag, typestore_with
+from .timing import WAITS_MS, CandidateSet, FrameInfo, Recording
 from ...errors import ConfigError, expect
-from .storage import bag_info, header_stamp_ns, stream_bag, typestore_with
 
 CANDIDATES_TYPE = "autoware_internal_planning_msgs/msg/CandidateTrajectories"
 TRAJECTORY_TYPES = ("autoware_planning_msgs/msg/Trajectory", "autoware_auto_planning_msgs/msg/Trajectory")
