@@ -185,6 +185,14 @@ class Probe:
         rclpy.shutdown(context=self.context)
 
 
+def resend_until(probe, answered, frames: int = 30) -> None:
+    """Send frames until `answered()` (DDS matching is asymmetric at start-up: the first may go to nobody)."""
+    for seq in range(frames):
+        probe.send_frame(seq)
+        if wait_until(answered, probe.spin, 2.0):
+            return
+
+
 def publishers_of(node, name: str) -> dict:
     """Topic -> types the graph knows `name` publishes; {} while the graph cache has not learnt the node yet (a
     node's lifecycle services can answer before its node entry reaches this participant: one run in six here
@@ -233,10 +241,7 @@ def launch_serves_and_stops(tmp_path, monkeypatch, launch_file, single_process, 
         assert wait_until(lambda: TRAJECTORY in publishers_of(probe.node, "hybrid_vla_suffix"), probe.spin, 30), \
             publishers_of(probe.node, "hybrid_vla_suffix")
         assert wait_until(lambda: all(p.get_subscription_count() for p in probe.images), probe.spin, 30)
-        for seq in range(30):  # DDS matching is asymmetric at start-up: resend until one comes through
-            probe.send_frame(seq)
-            if wait_until(lambda: probe.paths, probe.spin, 2.0):
-                break
+        resend_until(probe, lambda: probe.paths)
         assert probe.paths, "no trajectory on the remapped output"
         assert (CANDIDATES in publishers_of(probe.node, "hybrid_vla_suffix")) == HAS_CANDIDATES
         if HAS_CANDIDATES:  # on the remapped output/trajectories, with the trajectory's stamp

@@ -15,7 +15,7 @@ import pytest
 
 from ros_harness import TINY_OVERRIDES, domain_id, wait_until
 from test_launch import (CANDIDATES, HAS_CANDIDATES, KINEMATIC, TRAJECTORY, Probe, launch_paths, publishers_of,
-                         terminal_signals)
+                         resend_until, terminal_signals)
 
 SEAT = "hybrid_vla_diffusion_seat.launch.xml"
 NODES = ("hybrid_vla_prefix", "hybrid_vla_suffix", "hybrid_vla_scheduler")
@@ -134,10 +134,7 @@ def candidates_arrive(probe_class) -> None:
             assert wait_until(lambda: probe.state(node) == "active", probe.spin, 120), f"{node} not active"
         assert wait_until(lambda: CANDIDATES in publishers_of(probe.node, "hybrid_vla_suffix"), probe.spin, 30)
         assert wait_until(lambda: all(p.get_subscription_count() for p in probe.images), probe.spin, 30)
-        for seq in range(30):   # DDS matching is asymmetric at start-up: resend until one comes through
-            probe.send_frame(seq)
-            if wait_until(lambda: probe.candidates, probe.spin, 2.0):
-                break
+        resend_until(probe, lambda: probe.candidates)
         assert probe.candidates, "no CandidateTrajectories on the seat's output_trajectories"
         shared = lambda: ({stamp_to_ns(c.candidate_trajectories[0].header.stamp) for c in probe.candidates}  # noqa: E731
                           & {stamp_to_ns(p.header.stamp) for p in probe.paths})
