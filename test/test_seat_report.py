@@ -146,6 +146,20 @@ def test_a_set_exactly_a_window_old_at_receipt_is_held_only_at_the_tick_of_its_r
     assert wider["held_ticks_min"] == wider["held_time"] == 1.0
 
 
+def test_receipts_closer_together_than_a_consumer_period_are_judged_on_the_phases_that_tick():
+    """Six sets received within 75 ms (a replayed drive's burst: what CI's recording of the demo gave): a 10 Hz
+    consumer's phases past 75 ms have no tick in that span and count for nothing, not a division by zero; the
+    eight that tick find the newest set held (stamps 10 ms before each receipt)."""
+    import numpy as np
+    from hybrid_vla_ros.bench.seat.timing import held_share
+    receive = T0 + np.arange(6, dtype=np.int64) * 15 * MS
+    share = held_share(receive, receive - 10 * MS, np.ones(6, dtype=bool), hz=10.0, window_s=0.2, phases=10)
+    assert share["held_ticks_min"] == share["held_ticks_max"] == share["held_time"] == 1.0
+    assert share["ticks"] == 0.8    # ticks per phase, over every phase: 8 ticks in 10 phases
+    stale = held_share(receive, receive - 300 * MS, np.ones(6, dtype=bool), hz=10.0, window_s=0.2, phases=10)
+    assert stale["held_ticks_max"] == stale["held_time"] == 0.0
+
+
 def test_a_sim_time_recording_is_judged_on_its_clock(tmp_path):
     """Received on the recorder's wall clock 10 ms after a /clock message, stamped on a sim clock 1000 s behind
     100 ms before that message's value: with /clock in the bag the ages are what a use_sim_time consumer reads,

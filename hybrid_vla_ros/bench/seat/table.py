@@ -23,7 +23,7 @@ def _consumer(consumer: dict | None) -> tuple[str, str]:
     if not consumer:
         return "consumer", "- (fewer than 2 sets)"
     key = f"{consumer['hz']:g} Hz consumer, {consumer['window_s']:g} s"
-    return key, (f"newest set held at {consumer['held_ticks_mean']:.0%} of {consumer['ticks']} ticks "
+    return key, (f"newest set held at {consumer['held_ticks_mean']:.0%} of {consumer['ticks']:g} ticks "
                  f"({consumer['held_ticks_min']:.0%} to {consumer['held_ticks_max']:.0%} by tick phase); "
                  f"{consumer['held_time']:.0%} of the time")
 

@@ -75,8 +75,9 @@ def held_share(receive_ns: np.ndarray, stamp_ns: np.ndarray, valid: np.ndarray, 
                window_s: float = WINDOW_S, phases: int = PHASES) -> dict | None:
     """How often a consumer ticking at `hz` finds the newest set received within `window_s` of its stamp (now -
     stamp <= window, the concatenator's test), from the first set's receipt to the last's. Ticks: one series per
-    phase (0, 1/phases, ... of a period after the first receipt): the share of the worst, mean and best phase;
-    time: the share of that span during which the newest set is held (the mean over every phase)."""
+    phase (0, 1/phases, ... of a period after the first receipt; a phase whose first tick falls after the last
+    receipt, in a span shorter than a period, has none and counts for nothing): the share of the worst, mean and
+    best phase; time: the share of that span during which the newest set is held (the mean over every phase)."""
     expect(hz > 0 and window_s >= 0 and phases >= 1, ConfigError,
            f"consumer {hz} Hz, window {window_s} s, {phases} phases: need hz > 0, window >= 0, phases >= 1")
     if len(receive_ns) < 2 or receive_ns[-1] <= receive_ns[0]:
@@ -85,13 +86,15 @@ def held_share(receive_ns: np.ndarray, stamp_ns: np.ndarray, valid: np.ndarray, 
     shares, ticks_total = [], 0
     for phase in range(phases):
         ticks = np.arange(receive_ns[0] + phase * period // phases, receive_ns[-1], period, dtype=np.int64)
+        if not len(ticks):
+            continue
         newest = np.searchsorted(receive_ns, ticks, side="right") - 1
         held = valid[newest] & (ticks - stamp_ns[newest] <= window)
         shares.append(int(held.sum()) / len(ticks))
         ticks_total += len(ticks)
     until = np.minimum(receive_ns[1:], stamp_ns[:-1] + window)   # held from each receipt until this, if later
     held_ns = np.where(valid[:-1], np.clip(until - receive_ns[:-1], 0, None), 0)
-    return {"hz": hz, "window_s": window_s, "ticks": ticks_total // phases, "held_ticks_min": min(shares),
+    return {"hz": hz, "window_s": window_s, "ticks": round(ticks_total / phases, 1), "held_ticks_min": min(shares),
             "held_ticks_mean": float(np.mean(shares)), "held_ticks_max": max(shares),
             "held_time": int(held_ns.sum()) / int(receive_ns[-1] - receive_ns[0])}
 
