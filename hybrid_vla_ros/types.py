@@ -1,5 +1,5 @@
 """Plain data that flows through the engine: a camera frame in, a boundary state between stages,
-a trajectory out. No ROS types here; ros/convert.py translates."""
+a trajectory out. No ROS types here; ros/messages.py translates."""
 
 from __future__ import annotations
 
@@ -28,10 +28,25 @@ class EgoState:
 
 @dataclass
 class Pose2D:
-    """The ego pose in the map frame (from the kinematic state matched to a frame's stamp)."""
+    """A planar pose in a fixed frame (the map; the simulator's world): x, y (m), yaw (rad, counter-clockwise from
+    x). The ego's: from the kinematic state matched to a frame's stamp. Its ego frame: x forward, y left.
+
+    The package's one pair of planar transforms: to_ego / from_ego take x and y as floats or as arrays of one
+    shape (an (N, 2) array xy: `*xy.T`) and return (x, y) of that shape."""
     x: float = 0.0
     y: float = 0.0
     yaw: float = 0.0
+
+    def to_ego(self, x, y):
+        """Points in the fixed frame -> (x forward, y left) in this pose's ego frame."""
+        c, s = math.cos(self.yaw), math.sin(self.yaw)
+        dx, dy = x - self.x, y - self.y
+        return c * dx + s * dy, -s * dx + c * dy
+
+    def from_ego(self, x, y):
+        """Points in this pose's ego frame -> the fixed frame."""
+        c, s = math.cos(self.yaw), math.sin(self.yaw)
+        return self.x + c * x - s * y, self.y + s * x + c * y
 
     @staticmethod
     def between(a: "Pose2D", b: "Pose2D", w: float) -> "Pose2D":
@@ -108,10 +123,8 @@ class Trajectory:
 
     def in_map(self, pose: Pose2D) -> np.ndarray:
         """The points moved from the ego frame into the map frame at `pose`: (N, 5), same columns."""
-        c, s = np.cos(pose.yaw), np.sin(pose.yaw)
         out = self.points.copy()
-        x, y = self.points[:, 0], self.points[:, 1]
-        out[:, 0], out[:, 1] = pose.x + c * x - s * y, pose.y + s * x + c * y
+        out[:, 0], out[:, 1] = pose.from_ego(self.points[:, 0], self.points[:, 1])
         out[:, 2] = self.points[:, 2] + pose.yaw
         return out
 

@@ -26,15 +26,15 @@ def stamp_ns(seq: int) -> int:
 
 def message(seq: int, camera: int, height: int, width: int, kind: str):
     from sensor_msgs.msg import CompressedImage, Image
-    from hybrid_vla_ros.ros import convert
+    from hybrid_vla_ros.ros import messages
     image = camera_image(seq, camera, height, width)
     if kind in ("jpeg", "png"):
-        msg = convert.array_to_compressed(image, CompressedImage(), kind)
+        msg = messages.array_to_compressed(image, CompressedImage(), kind)
     else:
-        msg = convert.array_to_image(image, Image())
+        msg = messages.array_to_image(image, Image())
         if kind == "bgr8":
             msg.encoding, msg.data = "bgr8", image[..., ::-1].tobytes()
-    convert.ns_to_stamp(stamp_ns(seq), msg.header.stamp)
+    messages.ns_to_stamp(stamp_ns(seq), msg.header.stamp)
     return msg
 
 

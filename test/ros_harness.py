@@ -58,7 +58,7 @@ class Harness:
         from rclpy.node import Node
         from sensor_msgs.msg import Image
         from std_msgs.msg import UInt8MultiArray
-        from hybrid_vla_ros.ros.convert import resolve_trajectory_type
+        from hybrid_vla_ros.ros.messages import resolve_trajectory_type
         from hybrid_vla_ros.ros.launch_support.bringup import InProcessGraph, graph_params
         from hybrid_vla_ros.ros.topics import BOUNDARY_QOS, BOUNDARY_TOPIC, TRAJECTORY_TOPIC
         merged = {k: {**v, **(overrides or {}).get(k, {})} for k, v in TINY_OVERRIDES.items()}
@@ -96,11 +96,11 @@ class Harness:
 
     def publish_images(self, images, stamp_ns, encoding="rgb8"):
         from sensor_msgs.msg import Image
-        from hybrid_vla_ros.ros import convert
+        from hybrid_vla_ros.ros import messages
         for pub, image in zip(self.image_pubs, images):
-            msg = convert.array_to_image(np.ascontiguousarray(image), Image())
+            msg = messages.array_to_image(np.ascontiguousarray(image), Image())
             msg.encoding = encoding
-            convert.ns_to_stamp(stamp_ns, msg.header.stamp)
+            messages.ns_to_stamp(stamp_ns, msg.header.stamp)
             pub.publish(msg)
 
     def send_frame(self, seq, wait=True):

@@ -11,10 +11,10 @@ pytestmark = pytest.mark.slow
 
 def accel_msg(stamp_ns, ax):
     from geometry_msgs.msg import AccelWithCovarianceStamped
-    from hybrid_vla_ros.ros import convert
+    from hybrid_vla_ros.ros import messages
     msg = AccelWithCovarianceStamped()
     msg.header.frame_id = "base_link"
-    convert.ns_to_stamp(stamp_ns, msg.header.stamp)
+    messages.ns_to_stamp(stamp_ns, msg.header.stamp)
     msg.accel.accel.linear.x = float(ax)
     return msg
 

@@ -42,13 +42,14 @@ def camera_sets(n=FRAMES):
     return [[rng.integers(0, 256, (32, 32, 3), dtype=np.uint8) for _ in CAMERAS] for _ in range(n)]
 
 
-def odometry(stamp_ns):
+def odometry(stamp_ns, origin_ns=0):
+    """The car's odometry at stamp_ns, on the time since origin_ns."""
     from nav_msgs.msg import Odometry
-    from hybrid_vla_ros.ros import convert
-    t = stamp_ns / 1e9
+    from hybrid_vla_ros.ros import messages
+    t = (stamp_ns - origin_ns) / 1e9
     msg = Odometry()
     msg.header.frame_id = "map"
-    convert.ns_to_stamp(stamp_ns, msg.header.stamp)
+    messages.ns_to_stamp(stamp_ns, msg.header.stamp)
     yaw = 0.05 * t                                # a gentle left turn at 5 m/s
     msg.pose.pose.position.x, msg.pose.pose.position.y = 5.0 * t * np.cos(yaw), 5.0 * t * np.sin(yaw)
     msg.pose.pose.orientation.z, msg.pose.pose.orientation.w = np.sin(yaw / 2), np.cos(yaw / 2)
@@ -56,15 +57,17 @@ def odometry(stamp_ns):
     return msg
 
 
-def expected(model, sets, guidance, kinematic=True):
-    """run_reference per frame on the inputs the prefix builds (frame_inputs: its own test below)."""
-    from hybrid_vla_ros.ros import convert
+def expected(model, sets, guidance, kinematic=True, stamps=None, origin_ns=0):
+    """run_reference per frame on the inputs the prefix builds (frame_inputs: its own test below); the frames
+    stamped BASE_NS, BASE_NS + 0.1 s, ... unless `stamps` says, the odometry's time from origin_ns."""
+    from hybrid_vla_ros.ros import messages
     text, history, out = PromptText.from_release(model.checkpoint_directory), ImageHistory(), []
     flow = alpamayo.FlowSettings(STEPS, GUIDANCE if guidance else 1.0)
     for k, cameras in enumerate(sets):
-        stamp = BASE_NS + k * 100_000_000
-        poses = np.array([[p.x, p.y, p.yaw] for p in (convert.odometry_to_pose(odometry(stamp - j * 100_000_000))
-                                                        for j in range(15, -1, -1))]) if kinematic else still_history()
+        stamp = BASE_NS + k * 100_000_000 if stamps is None else stamps[k]
+        poses = np.array([[p.x, p.y, p.yaw] for p in (
+            messages.odometry_to_pose(odometry(stamp - j * 100_000_000, origin_ns))
+            for j in range(15, -1, -1))]) if kinematic else still_history()
         inputs = frame_inputs(model, history.add(cameras)[0], poses, text, route=guidance)
         seed = step_seed(SEED, stamp, 0)
         with pinned(None, 1):   # the nodes' thread count (graph_params)
@@ -112,10 +115,8 @@ class Driver:
         self.executor.add_node(self.node)
         self.spin = spin or (lambda timeout=0.02: self.executor.spin_once(timeout_sec=timeout))
 
-    def drive(self, sets, timeout_s):
-        """Odometry up to the last frame, then each frame's images; one trajectory awaited per frame."""
-        from sensor_msgs.msg import Image
-        from hybrid_vla_ros.ros import convert
+    def ready(self, timeout_s):
+        """Both stages up, their camera readers and trajectory writers matched with this node."""
         from hybrid_vla_ros.ros.topics import TRAJECTORY_INFO_TOPIC, TRAJECTORY_TOPIC
         assert wait_until(lambda: all(p.get_subscription_count() for p in self.cams + [self.odom]), self.spin,
                           timeout_s), "the prefix did not come up"
@@ -124,14 +125,23 @@ class Driver:
         assert wait_until(lambda: self.reports.matched("hybrid_vla_prefix", "subscription", *CAMERAS) and
                           self.reports.matched("hybrid_vla_suffix", "publisher", TRAJECTORY_TOPIC,
                                                TRAJECTORY_INFO_TOPIC), self.spin, timeout_s), self.reports.values
+
+    def send(self, cameras, stamp_ns):
+        from sensor_msgs.msg import Image
+        from hybrid_vla_ros.ros import messages
+        for pub, image in zip(self.cams, cameras):
+            msg = messages.array_to_image(image, Image())
+            messages.ns_to_stamp(stamp_ns, msg.header.stamp)
+            pub.publish(msg)
+
+    def drive(self, sets, timeout_s):
+        """Odometry up to the last frame, then each frame's images; one trajectory awaited per frame."""
+        self.ready(timeout_s)
         for stamp in range(0, BASE_NS + len(sets) * 100_000_000, 100_000_000):
             self.odom.publish(odometry(stamp))   # reliable: delivered once this writer matched the reader
         self.spin(0.2)
         for k, cameras in enumerate(sets):
-            for pub, image in zip(self.cams, cameras):
-                msg = convert.array_to_image(image, Image())
-                convert.ns_to_stamp(BASE_NS + k * 100_000_000, msg.header.stamp)
-                pub.publish(msg)
+            self.send(cameras, BASE_NS + k * 100_000_000)
             assert wait_until(lambda: len(self.paths) > k and len(self.infos) > k, self.spin, timeout_s), \
                 f"no trajectory for frame {k}"
         return self.paths, self.infos

@@ -210,14 +210,17 @@ def test_timings_are_per_side_and_phase(r15):
     assert split.result.timings["total_ms"] >= split.phase_ms("prefix", "expert")
 
 
-def test_the_bench_times_native_and_split_per_phase_and_finds_them_equal():
-    from hybrid_vla_ros.engine.expert_split.bench import bench
-    lines = []
-    report = bench(reasoning=2, steps=2, partitions=[1, 2], repeats=1, out=lines.append)   # DeepStack: 2, 1 left
+def test_the_bench_times_native_and_split_per_phase_and_finds_them_equal(tmp_path, capsys):
+    from hybrid_vla_ros.cli import main      # bench/expert_split/phases.py through its command
+    path = tmp_path / "phases.json"
+    code = main(["bench", "--preset", "alpamayo-bench", "--scenario", "split-phases", "--reasoning-tokens", "2",
+                 "--flow-steps", "2", "--cuts", "1,2", "--repeat", "1", "--json", str(path)])   # DeepStack: 2, 1 left
+    report = json.loads(path.read_text())
+    assert code == 0 and report["exact"] and report["repeats"] == 1 and report["steps"] == 2
     assert set(report["rows"]) == {"native", "split p=1", "split p=2"}
     assert all(row["exact"] for row in report["rows"].values())
     assert all(row["prefill"] > 0 and row["expert"] > 0 for row in report["rows"].values())
-    assert "expert/step" in lines[0]
+    assert "expert/step" in capsys.readouterr().out.splitlines()[1]
 
 
 def test_a_token_outside_the_vocabulary_is_refused_by_the_prefix(r1):

@@ -16,8 +16,7 @@ from hybrid_vla_ros.convert.internvl_chat import native_config, native_tensors
 from hybrid_vla_ros.convert.route import merge_adapters, route
 from hybrid_vla_ros.engine.verify import verify_partitions
 from hybrid_vla_ros.model.checkpoint import load_checkpoint
-from hybrid_vla_ros.model.families import load_backbone_config, spec_fields
-from hybrid_vla_ros.model.families.base import get_family
+from hybrid_vla_ros.model.families import get_family, load_backbone_config, spec_fields
 from hybrid_vla_ros.model.load import load_vla
 from hybrid_vla_ros.model.seeded import parameters_on_meta
 from hybrid_vla_ros.model.spec import VLASpec

@@ -265,11 +265,11 @@ class Probe:
         from sensor_msgs.msg import Image
         from hybrid_vla_ros.model.inputs import synthetic_frame
         from hybrid_vla_ros.model.presets import get_preset
-        from hybrid_vla_ros.ros import convert
+        from hybrid_vla_ros.ros import messages
         frame = synthetic_frame(get_preset("tiny"), seq, stamp_ns=time.time_ns())
         for pub, image in zip(self.images, frame.images):
-            msg = convert.array_to_image(np.ascontiguousarray(image), Image())
-            convert.ns_to_stamp(frame.stamp_ns, msg.header.stamp)
+            msg = messages.array_to_image(np.ascontiguousarray(image), Image())
+            messages.ns_to_stamp(frame.stamp_ns, msg.header.stamp)
             pub.publish(msg)
 
     def close(self):

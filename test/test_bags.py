@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from hybrid_vla_ros.errors import ConfigError
-from hybrid_vla_ros.ros import convert
+from hybrid_vla_ros.ros import messages
 from hybrid_vla_ros.ros.bags.storage import with_header_stamp
 from hybrid_vla_ros.ros.bags.storage import (BagMessage, BagWriter, bag_info, find_msg_file, header_stamp_ns,
                                              msg_dependencies, read_bag, typestore_with)
@@ -27,7 +27,7 @@ def image(topic: str, stamp_ns: int, receive_ns: int) -> BagMessage:
     from rclpy.serialization import serialize_message
     from sensor_msgs.msg import CompressedImage
     msg = CompressedImage()
-    convert.ns_to_stamp(stamp_ns, msg.header.stamp)
+    messages.ns_to_stamp(stamp_ns, msg.header.stamp)
     return BagMessage(receive_ns, topic, "sensor_msgs/msg/CompressedImage", serialize_message(msg))
 
 
@@ -160,7 +160,7 @@ def test_replay_of_a_real_drive_gives_one_trajectory_per_frame_and_records_back_
 
     def content(path):  # the CDR bytes may differ in trailing alignment padding; the messages may not
         msgs = [deserialize_message(m.raw, CompressedImage) for m in read_bag(path)[0] if m.topic in TOPICS]
-        return sorted((convert.stamp_to_ns(m.header.stamp), m.header.frame_id, bytes(m.data)) for m in msgs)
+        return sorted((messages.stamp_to_ns(m.header.stamp), m.header.frame_id, bytes(m.data)) for m in msgs)
     assert content(tmp_path / "rec") == content(bag)
 
 

@@ -13,7 +13,7 @@ from sensor_msgs.msg import CompressedImage, Image
 from camera_publisher import CAMERAS, message
 from hybrid_vla_ros.engine.stages import reference_forward
 from hybrid_vla_ros.model.load import load_vla
-from hybrid_vla_ros.ros import convert
+from hybrid_vla_ros.ros import messages
 from hybrid_vla_ros.types import EgoState, Frame
 from ros_harness import Harness, wait_until
 
@@ -22,7 +22,7 @@ PUBLISHER = Path(__file__).with_name("camera_publisher.py")
 
 
 def expected_points(seq, height, width, kind, instruction):
-    decode = convert.compressed_to_array if kind in ("jpeg", "png") else convert.image_to_array
+    decode = messages.compressed_to_array if kind in ("jpeg", "png") else messages.image_to_array
     images = [decode(message(seq, cam, height, width, kind), "t") for cam in range(len(CAMERAS))]
     frame = Frame(images=images, seq=seq, ego=EgoState(), instruction=instruction)
     return reference_forward(load_vla(preset="tiny"), frame)[1].points

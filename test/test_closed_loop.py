@@ -7,12 +7,12 @@ import math
 import numpy as np
 import pytest
 
-from hybrid_vla_ros.learn.closed_loop.car import CarState, Plan, control, step
-from hybrid_vla_ros.learn.closed_loop.loop import DT_S, Drive, Record, drive_scenario
-from hybrid_vla_ros.learn.closed_loop.metrics import aggregate, route_metrics
-from hybrid_vla_ros.learn.closed_loop.policy import OraclePolicy
-from hybrid_vla_ros.learn.closed_loop.timing import ModeTiming, instant, mode_timings, orion_paper
-from hybrid_vla_ros.learn.closed_loop.world import Lead, Light, Scenario
+from hybrid_vla_ros.sim.car import CarState, Plan, control, step
+from hybrid_vla_ros.sim.loop import DT_S, Drive, Record, drive_scenario
+from hybrid_vla_ros.sim.metrics import aggregate, route_metrics
+from hybrid_vla_ros.sim.policy import OraclePolicy
+from hybrid_vla_ros.sim.timing import ModeTiming, instant, mode_timings, orion_paper
+from hybrid_vla_ros.sim.world import Lead, Light, Scenario
 
 
 def straight(lead=None, light=None, length=100.0, speed=10.0) -> Scenario:
@@ -119,8 +119,8 @@ def test_later_plans_never_help_the_oracle_and_retiming_recovers():
 
 def test_the_shipped_model_drives_a_few_steps():
     from hybrid_vla_ros.model.load import load_vla
-    from hybrid_vla_ros.learn.closed_loop.policy import ModelPolicy
-    from hybrid_vla_ros.learn.closed_loop.world import random_scenario
+    from hybrid_vla_ros.learn.closed_loop.model_policy import ModelPolicy
+    from hybrid_vla_ros.sim.world import random_scenario
     policy = ModelPolicy(load_vla(checkpoint="builtin:drive"))
     drive = Drive(random_scenario(0), policy, mode_timings(orion_paper())["pipelined_retimed"])
     rec = drive.run(max_time_s=1.5)
@@ -132,9 +132,9 @@ def test_the_shipped_model_completes_held_out_routes_at_its_own_latency():
     """The shipped model drives (docs/DRIVING.md: 16 of 20 held-out routes with no infraction at this machine's
     latency): two of them, end to end, with the plan of every frame taking effect at once (instant timing)."""
     from hybrid_vla_ros.model.load import load_vla
-    from hybrid_vla_ros.learn.closed_loop.loop import CAMERA_PERIOD_S
-    from hybrid_vla_ros.learn.closed_loop.policy import ModelPolicy
-    from hybrid_vla_ros.learn.closed_loop.world import random_scenario
+    from hybrid_vla_ros.sim.loop import CAMERA_PERIOD_S
+    from hybrid_vla_ros.learn.closed_loop.model_policy import ModelPolicy
+    from hybrid_vla_ros.sim.world import random_scenario
     policy = ModelPolicy(load_vla(checkpoint="builtin:drive"))
     for seed in (0, 1):
         metrics = route_metrics(Drive(random_scenario(seed), policy, instant(CAMERA_PERIOD_S)).run())

@@ -1,4 +1,4 @@
-"""The real graph in the closed loop (issue 41, item 4): learn/closed_loop's world as a node (/clock, camera,
+"""The real graph in the closed loop (issue 41, item 4): the simulator's world (sim/) as a node (/clock, camera,
 odometry), the three nodes with use_sim_time, the shipped drive model's plans applied as they arrive over DDS; the
 drive's metrics come out as the engine-side closed loop computes them."""
 
@@ -23,7 +23,7 @@ def drive_params():
 
 
 def test_the_graph_drives_the_world_with_its_plans_as_they_arrive(domain):
-    from hybrid_vla_ros.learn.closed_loop.loop import CAMERA_PERIOD_S
+    from hybrid_vla_ros.sim.loop import CAMERA_PERIOD_S
     from hybrid_vla_ros.model.load import load_vla
     from hybrid_vla_ros.ros.closed_loop.run import drive_in_loop
     spec = load_vla(checkpoint="builtin:drive").spec

@@ -1,4 +1,4 @@
-"""Issue 39 item 5: the decode-heavy bench (engine/expert_split/frames_bench.py, `hybrid-vla bench --preset
+"""Issue 39 item 5: the decode-heavy bench (bench/expert_split/decode_heavy.py, `hybrid-vla bench --preset
 alpamayo-bench`) and the decode-heavy plan (plan/decode_heavy.py). Behaviour, not speed."""
 
 import json
@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from hybrid_vla_ros.model.families.base import get_family
+from hybrid_vla_ros.model.families import get_family
 from hybrid_vla_ros.model.presets import get_preset
 from hybrid_vla_ros.plan.decode_heavy import decode_heavy_section, decode_lines, native_row, split_row, shapes_of
 
@@ -58,6 +58,13 @@ def test_bench_refuses_decode_options_for_a_real_size_preset(capsys):
     from hybrid_vla_ros.cli import main
     assert main(["bench", "--preset", "alpamayo-r1-like", "--reasoning-tokens", "8"]) == 2
     assert "alpamayo-bench" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option", [["--cuts", "0,4"], ["--serialise"]])
+def test_bench_refuses_split_phases_options_in_another_scenario(capsys, option):
+    from hybrid_vla_ros.cli import main
+    assert main(["bench", "--preset", "alpamayo-bench", *option]) == 2
+    assert "--scenario split-phases only" in capsys.readouterr().err
 
 
 def _described_plan() -> tuple:
@@ -125,7 +132,7 @@ def test_plan_lines_show_every_length_and_where_it_stops_paying(section):
 
 def test_bench_period_counts_only_frames_admitted_when_a_slot_freed():
     from hybrid_vla_ros.engine.expert_split.frames import FrameOut
-    from hybrid_vla_ros.engine.expert_split.frames_bench import median_run, steady_gaps
+    from hybrid_vla_ros.bench.expert_split.decode_heavy import median_run, steady_gaps
     outs = [FrameOut(i, i, admitted=0.0, done=d) for i, d in enumerate((1.0, 1.1, 2.0, 2.1, 3.0))]
     assert steady_gaps(outs, 2) == pytest.approx([900.0, 100.0, 900.0])     # frames 0, 1 started together
     assert steady_gaps(outs[:2], 2) == pytest.approx([550.0])                # too few: the run's time per frame

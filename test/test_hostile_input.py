@@ -115,12 +115,12 @@ def test_shared_memory_slot_descriptor(data, with_magic):
        st.integers(-2, 40), st.integers(-2, 40), st.integers(-4, 200), st.binary(max_size=4096))
 def test_raw_camera_image(encoding, height, width, step, data):
     from sensor_msgs.msg import Image
-    from hybrid_vla_ros.ros import convert
+    from hybrid_vla_ros.ros import messages
     msg = Image()
     msg.encoding, msg.height, msg.width, msg.step = encoding, max(0, height), max(0, width), max(0, step)
     msg.data = data
     try:
-        out = convert.image_to_array(msg, "fuzz camera")
+        out = messages.image_to_array(msg, "fuzz camera")
     except InputError:
         return
     assert out.dtype == np.uint8 and out.shape == (msg.height, msg.width, 3)
@@ -130,11 +130,11 @@ def test_raw_camera_image(encoding, height, width, step, data):
 @given(st.sampled_from(["jpeg", "png", "rgb8; jpeg compressed rgb8", "bmp", ""]), st.binary(max_size=2048))
 def test_compressed_camera_image(fmt, data):
     from sensor_msgs.msg import CompressedImage
-    from hybrid_vla_ros.ros import convert
+    from hybrid_vla_ros.ros import messages
     msg = CompressedImage()
     msg.format, msg.data = fmt, data
     try:
-        out = convert.compressed_to_array(msg, "fuzz camera")
+        out = messages.compressed_to_array(msg, "fuzz camera")
     except InputError:
         return
     assert out.dtype == np.uint8 and out.ndim == 3 and out.shape[2] == 3

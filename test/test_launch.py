@@ -165,16 +165,16 @@ class Probe:
         from sensor_msgs.msg import Image
         from hybrid_vla_ros.model.inputs import synthetic_frame
         from hybrid_vla_ros.model.presets import get_preset
-        from hybrid_vla_ros.ros import convert
+        from hybrid_vla_ros.ros import messages
         stamp = time.time_ns()
         frame = synthetic_frame(get_preset("tiny"), seq, stamp_ns=stamp)
         odom = Odometry()
         odom.header.frame_id = "map"   # the shipped suffix's frame_id: a pose in another frame is refused
-        convert.ns_to_stamp(stamp, odom.header.stamp)
+        messages.ns_to_stamp(stamp, odom.header.stamp)
         self.odometry.publish(odom)
         for pub, image in zip(self.images, frame.images):
-            msg = convert.array_to_image(np.ascontiguousarray(image), Image())
-            convert.ns_to_stamp(stamp, msg.header.stamp)
+            msg = messages.array_to_image(np.ascontiguousarray(image), Image())
+            messages.ns_to_stamp(stamp, msg.header.stamp)
             pub.publish(msg)
 
     def close(self):
@@ -245,7 +245,7 @@ def launch_serves_and_stops(tmp_path, monkeypatch, launch_file, single_process, 
         assert probe.paths, "no trajectory on the remapped output"
         assert (CANDIDATES in publishers_of(probe.node, "hybrid_vla_suffix")) == HAS_CANDIDATES
         if HAS_CANDIDATES:  # on the remapped output/trajectories, with the trajectory's stamp
-            from hybrid_vla_ros.ros.convert import stamp_to_ns
+            from hybrid_vla_ros.ros.messages import stamp_to_ns
             shared = lambda: ({stamp_to_ns(c.candidate_trajectories[0].header.stamp) for c in probe.candidates}  # noqa: E731
                               & {stamp_to_ns(p.header.stamp) for p in probe.paths})
             assert wait_until(shared, probe.spin, 10), "no CandidateTrajectories with a trajectory's stamp"

@@ -133,7 +133,7 @@ def test_the_seat_starts_from_the_command_candidates_arrive_and_ctrl_c_stops_it_
 def candidates_arrive(probe_class) -> None:
     """The three nodes come up active; a frame sent gives CandidateTrajectories on the seat's
     output_trajectories with the stamp of the Trajectory on output_trajectory."""
-    from hybrid_vla_ros.ros.convert import stamp_to_ns
+    from hybrid_vla_ros.ros.messages import stamp_to_ns
     probe = probe_class()
     try:
         for node in NODES:

@@ -46,9 +46,9 @@ def test_no_sample_is_missing_and_the_failure_lasts_until_a_sample_fresh_for_tha
 # ---- the prefix node over DDS ----------------------------------------------------------------------------
 def odometry(stamp_ns, speed_mps):
     from nav_msgs.msg import Odometry
-    from hybrid_vla_ros.ros import convert
+    from hybrid_vla_ros.ros import messages
     msg = Odometry()
-    convert.ns_to_stamp(stamp_ns, msg.header.stamp)
+    messages.ns_to_stamp(stamp_ns, msg.header.stamp)
     msg.twist.twist.linear.x = float(speed_mps)
     return msg
 

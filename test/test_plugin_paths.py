@@ -2,8 +2,10 @@
 "Writing your own scene encoder and head"), and the names that are refused: a path that does not lead to a
 plugin of the right kind, and an installed entry point named like a shipped plugin (it would be shadowed)."""
 
+import ast
 import dataclasses
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +18,9 @@ from hybrid_vla_ros.engine.verify import verify_partitions
 from hybrid_vla_ros.errors import ConfigError
 from hybrid_vla_ros.model.checkpoint import HEAD_FILE, SCENE_FILE, load_checkpoint, save_checkpoint
 from hybrid_vla_ros.model.inputs import encode_frame, synthetic_frame
-from hybrid_vla_ros.model.plugins import HEADS, SCENE_ENCODERS, WaypointHead, plugin_class, register
+from hybrid_vla_ros.model import registry
+from hybrid_vla_ros.model.families import Family, family_names, get_family
+from hybrid_vla_ros.model.plugins import HEADS, SCENE_ENCODERS, plugin_class, plugin_names
 from hybrid_vla_ros.model.preprocess import preprocess
 from hybrid_vla_ros.model.spec import VLASpec
 from hybrid_vla_ros.model.presets import get_preset
@@ -140,10 +144,26 @@ def test_an_entry_point_of_the_wrong_kind_is_refused(tmp_path, monkeypatch):
         plugin_class(SCENE_ENCODERS, "spy")
 
 
-def test_registering_a_shipped_name_again_is_refused_naming_both():
-    class Mine(WaypointHead):
-        pass
-    with pytest.raises(ConfigError, match=r"plugin 'gru' \(.*test_plugin_paths:.*Mine\) registered twice: "
-                                          r"hybrid_vla_ros.model.plugins.heads:GruHead already has that name"):
-        register(HEADS, "gru")(Mine)
-    assert plugin_class(HEADS, "gru").__name__ == "GruHead"
+def test_the_registry_table_gives_each_shipped_name_once_and_each_entry_is_what_its_group_asks():
+    """model/registry.py's one table: a name written twice would be kept silently (the last one), so none is;
+    every entry imports to a class of its group, a family under its own `name`."""
+    for node in ast.walk(ast.parse(Path(registry.__file__).read_text())):
+        if isinstance(node, ast.Dict):
+            keys = [k.value for k in node.keys if isinstance(k, ast.Constant)]
+            assert len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)
+    assert {"qwen2_vl", "internvl", "scene_qwen3"} <= set(family_names())
+    for name in family_names():
+        assert isinstance(get_family(name), Family) and get_family(name).name == name
+    for group, base in ((HEADS, "WaypointHead"), (SCENE_ENCODERS, "SceneEncoder")):
+        for name in plugin_names(group):
+            cls = plugin_class(group, name)
+            assert cls.plugin_name == name and base in [c.__name__ for c in cls.__mro__]
+
+
+def test_a_family_entry_naming_another_family_is_refused(monkeypatch):
+    monkeypatch.setattr(registry, "_FAMILIES", {})
+    monkeypatch.setitem(registry._TABLE[registry.FAMILIES], "llava",
+                        "hybrid_vla_ros.model.families.qwen2_vl:Qwen2VLFamily")
+    with pytest.raises(ConfigError, match=r"'llava' \(hybrid_vla_ros.model.families.qwen2_vl:Qwen2VLFamily\) is not "
+                                          r"a Family named 'llava'"):
+        get_family("llava")

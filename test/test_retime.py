@@ -162,12 +162,12 @@ def test_a_path_carries_the_retimed_points_at_their_absolute_times_and_the_egos_
     """nav_msgs/Path (output_type path, or RViz) gets the same points as the Trajectory: header stamp = the
     publish time, each pose stamped with the time the car is to be there, z = the ego's."""
     from nav_msgs.msg import Path
-    from hybrid_vla_ros.ros import convert
+    from hybrid_vla_ros.ros import messages
     _, out = retimed(age_ms=800.0)
     frame = Trajectory(curve_plan(), seq=3, stamp_ns=FRAME_NS, partition=2)
-    msg = convert.trajectory_to_msg(frame, Path, "path", "map", out.points, stamp_ns=out.stamp_ns, z=out.z)
-    assert convert.stamp_to_ns(msg.header.stamp) == out.stamp_ns == FRAME_NS + 800 * MS
-    assert [convert.stamp_to_ns(p.header.stamp) - out.stamp_ns for p in msg.poses] == \
+    msg = messages.trajectory_to_msg(frame, Path, "path", "map", out.points, stamp_ns=out.stamp_ns, z=out.z)
+    assert messages.stamp_to_ns(msg.header.stamp) == out.stamp_ns == FRAME_NS + 800 * MS
+    assert [messages.stamp_to_ns(p.header.stamp) - out.stamp_ns for p in msg.poses] == \
         [k * 100 * MS for k in range(len(out.points))]
     xyz = np.array([[p.pose.position.x, p.pose.position.y, p.pose.position.z] for p in msg.poses])
     np.testing.assert_allclose(xyz, np.column_stack([out.points[:, :2], np.full(len(out.points), 12.5)]))

@@ -47,11 +47,11 @@ class Ego:
 
     def publish(self) -> None:
         from nav_msgs.msg import Odometry
-        from hybrid_vla_ros.ros import convert
+        from hybrid_vla_ros.ros import messages
         stamp = time.time_ns()
         odom = Odometry()
         odom.header.frame_id = "map"
-        convert.ns_to_stamp(stamp, odom.header.stamp)
+        messages.ns_to_stamp(stamp, odom.header.stamp)
         x, y = self.pose(stamp)
         odom.pose.pose.position.x, odom.pose.pose.position.y, odom.pose.pose.position.z = x, y, self.z
         odom.pose.pose.orientation.z = math.sin(self.heading / 2)

@@ -14,7 +14,7 @@ from hybrid_vla_ros.engine.handover.endpoints import ENVELOPE, HandoverEncoder
 from hybrid_vla_ros.engine.stages import reference_forward
 from hybrid_vla_ros.types import EgoState
 from hybrid_vla_ros.model.load import load_vla
-from hybrid_vla_ros.ros import convert
+from hybrid_vla_ros.ros import messages
 
 from ros_harness import CAMERAS, TINY_OVERRIDES, Harness, domain_id, wait_until
 
@@ -107,7 +107,7 @@ def test_bad_images_are_rejected_counted_and_the_next_frame_is_served(harness):
                            encoding="yuv422")                                         # 4:2:2 needs an even width
     harness.settle(0.5)
     from sensor_msgs.msg import Image
-    msg = convert.array_to_image(frame.images[0], Image())
+    msg = messages.array_to_image(frame.images[0], Image())
     msg.data = bytes(msg.data)[:-10]                                                  # truncated
     harness.image_pubs[0].publish(msg)
     harness.settle(0.5)
@@ -465,7 +465,7 @@ def odometry(stamp_ns: int, x: float, y: float, yaw: float, frame_id: str = "map
     from nav_msgs.msg import Odometry
     odom = Odometry()
     odom.header.frame_id = frame_id
-    convert.ns_to_stamp(stamp_ns, odom.header.stamp)
+    messages.ns_to_stamp(stamp_ns, odom.header.stamp)
     odom.pose.pose.position.x, odom.pose.pose.position.y = x, y
     odom.pose.pose.orientation.z, odom.pose.pose.orientation.w = math.sin(yaw / 2), math.cos(yaw / 2)
     return odom
@@ -538,7 +538,7 @@ def test_kinematic_state_is_matched_to_frames_by_stamp(domain):
             for stamp, speed in ((frame.stamp_ns - 50_000_000, 1.0), (frame.stamp_ns, 5.0 + seq),
                                  (frame.stamp_ns + 80_000_000, 99.0)):  # before, matching, after the frame
                 odom = Odometry()
-                convert.ns_to_stamp(stamp, odom.header.stamp)
+                messages.ns_to_stamp(stamp, odom.header.stamp)
                 odom.twist.twist.linear.x = speed
                 pub.publish(odom)
             h.settle(0.2)

@@ -28,10 +28,10 @@ def test_a_lanelet_route_message_becomes_the_route_s_plain_data(tmp_path):
 
 def odometry(stamp_ns, x, y, yaw):
     from nav_msgs.msg import Odometry
-    from hybrid_vla_ros.ros import convert
+    from hybrid_vla_ros.ros import messages
     msg = Odometry()
     msg.header.frame_id = "map"
-    convert.ns_to_stamp(stamp_ns, msg.header.stamp)
+    messages.ns_to_stamp(stamp_ns, msg.header.stamp)
     msg.pose.pose.position.x, msg.pose.pose.position.y = float(x), float(y)
     msg.pose.pose.orientation.z, msg.pose.pose.orientation.w = math.sin(yaw / 2), math.cos(yaw / 2)
     return msg

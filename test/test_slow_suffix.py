@@ -62,10 +62,10 @@ class Observer:
 
     def publish(self, frame) -> None:
         from sensor_msgs.msg import Image
-        from hybrid_vla_ros.ros import convert
+        from hybrid_vla_ros.ros import messages
         for pub, image in zip(self.cameras, frame.images):
-            msg = convert.array_to_image(image, Image())
-            convert.ns_to_stamp(frame.stamp_ns, msg.header.stamp)
+            msg = messages.array_to_image(image, Image())
+            messages.ns_to_stamp(frame.stamp_ns, msg.header.stamp)
             pub.publish(msg)
         self.published.append(time.monotonic())
 

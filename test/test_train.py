@@ -80,9 +80,9 @@ def test_closed_loop_frames_are_the_model_s_own_views_labelled_by_the_ground_tru
     as rendered for it, with the ground-truth driver's waypoints from that scene."""
     from hybrid_vla_ros.cli.learn import training_samples
     from hybrid_vla_ros.learn.closed_loop.dagger import RecordingPolicy
-    from hybrid_vla_ros.learn.closed_loop.loop import CAMERA_PERIOD_S, Drive
-    from hybrid_vla_ros.learn.closed_loop.timing import instant
-    from hybrid_vla_ros.learn.closed_loop.world import random_scenario
+    from hybrid_vla_ros.sim.loop import CAMERA_PERIOD_S, Drive
+    from hybrid_vla_ros.sim.timing import instant
+    from hybrid_vla_ros.sim.world import random_scenario
     from hybrid_vla_ros.learn.train import TRAIN_SEED_BASE
     from hybrid_vla_ros.sim.road import ground_truth
     model = load_vla(preset="drive")   # seeded weights: it leaves the lane soon, which is what makes it short

@@ -94,7 +94,7 @@ def trajectories_in(bag_dir) -> dict[int, np.ndarray]:
     from nav_msgs.msg import Path
     from rclpy.serialization import deserialize_message
     from hybrid_vla_ros.ros.bags.storage import read_bag
-    from hybrid_vla_ros.ros.convert import stamp_to_ns
+    from hybrid_vla_ros.ros.messages import stamp_to_ns
     from hybrid_vla_ros.ros.topics import TRAJECTORY_TOPIC
     out = {}
     for message in read_bag(bag_dir)[0]:

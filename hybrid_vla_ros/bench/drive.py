@@ -129,11 +129,11 @@ class Camera:
         sub(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
         self.prefix_images = 0  # camera images the prefix's callbacks got (its diagnostics; one incarnation)
         frame = synthetic_frame(self.spec, 0)
-        from ..ros import convert
-        self.messages = [convert.array_to_image(np.ascontiguousarray(img), Image()) for img in frame.images]
+        from ..ros import messages
+        self.messages = [messages.array_to_image(np.ascontiguousarray(img), Image()) for img in frame.images]
 
     def _on_trajectory(self, msg) -> None:
-        from ..ros.convert import stamp_to_ns
+        from ..ros.messages import stamp_to_ns
         stamp = stamp_to_ns(msg.header.stamp)
         self.ledger.published_twice += stamp in self.ledger.delivered
         self.ledger.delivered.setdefault(stamp, time.monotonic())
@@ -165,7 +165,7 @@ class Camera:
 
     def publish(self) -> int:
         """One frame: every camera with the same stamp (now, wall clock). -> the stamp."""
-        from ..ros.convert import ns_to_stamp
+        from ..ros.messages import ns_to_stamp
         stamp = time.time_ns()
         for pub, msg in zip(self.pubs, self.messages):
             ns_to_stamp(stamp, msg.header.stamp)

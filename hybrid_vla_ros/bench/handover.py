@@ -43,13 +43,13 @@ def _inline_through_a_message(state: BoundaryState, repeats: int) -> dict | None
     except ImportError:
         return None
     from ..engine.handover.endpoints import HandoverDecoder, HandoverEncoder
-    from ..ros import convert
+    from ..ros import messages
     encoder, decoder, times = HandoverEncoder("inline", 1, "bench"), HandoverDecoder(), []
     for seq in range(repeats):
         state.seq = seq
         t0 = time.perf_counter()
-        msg = convert.boundary_to_msg(encoder.encode(state), UInt8MultiArray())
-        received, _ = decoder.decode(convert.boundary_from_msg(msg))
+        msg = messages.boundary_to_msg(encoder.encode(state), UInt8MultiArray())
+        received, _ = decoder.decode(messages.boundary_from_msg(msg))
         times.append((time.perf_counter() - t0) * 1e3)
         assert received.seq == seq
     return percentiles(times[2:])

@@ -18,6 +18,9 @@ import resource
 import subprocess
 import sys
 
+from ..errors import ConfigError, HybridVLAError
+
+REFUSED = 2             # a child's exit status when its stage refused (its one line on stderr)
 TARGET_FRACTION = 0.15  # weights_rss within 15% of weight_bytes
 BASELINE_CODE = ("import resource, torch, psutil; "
                  "print(psutil.Process().memory_info().rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)")
@@ -64,6 +67,8 @@ def built_modules(stage) -> list:
 def _child(args: list[str]) -> str:
     """Runs `python ARGS`; -> its last stdout line."""
     out = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=1800)
+    if out.returncode == REFUSED:   # the stage refused the model or an option: its one line
+        raise ConfigError(out.stderr.strip().splitlines()[-1])
     if out.returncode != 0:
         raise RuntimeError(f"memory child {args[:3]} failed: {out.stderr.strip()[-2000:]}")
     return out.stdout.strip().splitlines()[-1]
@@ -101,7 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu")
     a = p.parse_args(argv)
     zone = tuple(int(x) for x in a.zone.split(",")) if a.zone else None
-    print(json.dumps(stage_in_this_process(a.stage, a.checkpoint, a.preset, a.partition, zone, a.dtype, a.device)))
+    try:
+        report = stage_in_this_process(a.stage, a.checkpoint, a.preset, a.partition, zone, a.dtype, a.device)
+    except HybridVLAError as exc:
+        print(f"{a.stage} stage: {exc}", file=sys.stderr)
+        return REFUSED
+    print(json.dumps(report))
     return 0
 
 

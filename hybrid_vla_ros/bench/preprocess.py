@@ -23,7 +23,7 @@ def _camera_images(count: int, height: int, width: int) -> list[np.ndarray]:
 
 def _messages(images: list[np.ndarray]) -> dict[str, list]:
     """The same images as the prefix node receives them: rgb8, yuv422 (UYVY) and jpeg messages."""
-    from ..ros.convert import array_to_compressed
+    from ..ros.messages import array_to_compressed
     h, w = images[0].shape[:2]
     raw = [SimpleNamespace(encoding="rgb8", height=h, width=w, step=w * 3, data=img.tobytes()) for img in images]
     yuv = [SimpleNamespace(encoding="yuv422", height=h, width=w, step=w * 2, data=img[..., :2].tobytes())
@@ -43,7 +43,7 @@ def _timed(fn, frames: int) -> dict:
 
 
 def run_preprocess_bench(model, placement, width: int, height: int, frames: int = 10) -> dict:
-    from ..ros.convert import compressed_to_array, image_to_array
+    from ..ros.messages import compressed_to_array, image_to_array
     spec, cores = model.spec, default_stage_cores(0)
     images = _camera_images(spec.num_cameras, height, width)
     msgs = _messages(images)

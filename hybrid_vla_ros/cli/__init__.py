@@ -24,7 +24,9 @@ def main(argv=None) -> int:
     stop.install()  # first: a signal from here on is a stop request, never a KeyboardInterrupt mid-start-up
     args = build_parser().parse_args(argv)
     from ..errors import HybridVLAError
+    from .common import refuse_unserved
     try:
+        refuse_unserved(args)   # a model this command does not serve: one line, with what serves it
         code = args.func(args)
     except stop.StopRequested:
         code = 0

@@ -39,7 +39,7 @@ def add_args(parser) -> None:
 def run_graph(args) -> int:
     """--graph: each held-out scenario driven by the graph (ros/closed_loop/run.py); a row per scenario + the mean."""
     from ..learn.closed_loop.evaluate import HELD_OUT_BELOW
-    from ..learn.closed_loop.metrics import aggregate
+    from ..sim.metrics import aggregate
     from ..errors import ConfigError, expect
     from ..model.load import load_vla
     from ..report import write_report
@@ -79,9 +79,9 @@ def run_graph(args) -> int:
 
 def run_animation(args, policy) -> int:
     from ..errors import ConfigError, expect
-    from ..learn.closed_loop.animate import RecordingDrive, animate
+    from ..sim.animate import RecordingDrive, animate
     from ..learn.closed_loop.evaluate import HELD_OUT_BELOW, timings
-    from ..learn.closed_loop.world import random_scenario
+    from ..sim.world import random_scenario
     from ..model.presets import get_preset
     expect(0 <= args.seed < HELD_OUT_BELOW, ConfigError, f"--animate: a held-out seed 0..{HELD_OUT_BELOW - 1}")
     profile = next(p for p in args.timing.split(",") if p)
@@ -102,7 +102,8 @@ def run(args) -> int:
     if args.graph:
         return run_graph(args)
     from ..learn.closed_loop.evaluate import evaluate, plot_paths, table_lines
-    from ..learn.closed_loop.policy import ModelPolicy, OraclePolicy
+    from ..learn.closed_loop.model_policy import ModelPolicy
+    from ..sim.policy import OraclePolicy
     from ..report import progress_printer, write_report
     if args.oracle:
         policy = OraclePolicy()

@@ -7,9 +7,10 @@ import json
 
 
 def add_model_args(parser: argparse.ArgumentParser, default_preset: str | None = "tiny") -> None:
-    from ..model.presets import PRESETS
+    from ..model.presets import ALPAMAYO_PRESETS, PRESETS
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--preset", default=None, help=f"named preset, one of {sorted(PRESETS)} (default {default_preset})")
+    group.add_argument("--preset", default=None, help=f"named preset, one of {sorted(PRESETS)}, or an Alpamayo "
+                       f"release's: {sorted(ALPAMAYO_PRESETS)} (default {default_preset})")
     group.add_argument("--checkpoint", default=None,
                        help="local Hugging Face model directory (config.json, safetensors, action_head.safetensors)")
     parser.add_argument("--fresh-head", action="store_true",
@@ -33,10 +34,10 @@ def model_from_args(args, shapes_only: bool = False, dtype=None, lazy: bool | No
     a whole model held here as well would not fit beside them at real size)."""
     import torch
     from ..model.load import load_vla
-    from ..model.presets import get_preset
+    from ..model.presets import ALPAMAYO_PRESETS, get_preset
     preset = args.preset if args.preset or args.checkpoint else args.default_preset
     if lazy is None or dtype is not None:
-        lazy = dtype is None and preset is not None and get_preset(preset).real_size
+        lazy = dtype is None and preset not in (None, *ALPAMAYO_PRESETS) and get_preset(preset).real_size
     return load_vla(preset=preset, checkpoint=args.checkpoint, shapes_only=shapes_only, lazy=lazy,
                     dtype=dtype or torch.float32, fresh_head=getattr(args, "fresh_head", False))
 
@@ -69,3 +70,64 @@ def refuse_unless_default(parser_defaults: dict, args, options: list[str], why: 
     given = [f"--{o.replace('_', '-')}" for o in options if getattr(args, o) != parser_defaults[o]]
     if given:
         raise ConfigError(f"{', '.join(given)} do(es) not apply {why}")
+
+
+# Models that only some commands serve: what they are, and what serves them (refuse_unserved).
+WHAT = {"alpamayo": "is an Alpamayo release (a flow-matching expert over the VLM's per-layer cache)",
+        "expert_shapes": "sizes an Alpamayo release: its expert head reads the VLM's per-layer keys/values, so it "
+                         "runs only in a release's own model",
+        "tokens": "decodes action tokens"}
+SERVED_BY = {
+    "alpamayo": "`hybrid-vla verify` (its split against the unsplit reference at every cut) and the ROS graph's prefix "
+                "and suffix nodes (`hybrid-vla graph` with model.checkpoint a release directory); "
+                "`hybrid-vla bench --preset alpamayo-bench` times the split on a reduced 1.5; shapes: `hybrid-vla "
+                "info --preset alpamayo-r1-like`",
+    "expert_shapes": "`hybrid-vla info` and `plan` (its shapes, bytes and predicted costs); to run the split: "
+                     "--preset tiny-alpamayo-r1 / tiny-alpamayo-1.5 or a release directory as --checkpoint; "
+                     "`hybrid-vla bench --preset alpamayo-bench` times it on a reduced 1.5",
+    "tokens": "`hybrid-vla info`, `export`, `make-sample-drive`, `bench --head action-tokens` (ActionFlow's packed "
+              "decoding) and the ROS graph's packed nodes (`hybrid-vla graph` with model.preset)"}
+
+
+def model_kind(args) -> str | None:
+    """'alpamayo' (a release directory or an Alpamayo preset), 'expert_shapes' (a preset with the Alpamayo
+    expert as its head), 'tokens' (an action-token preset or checkpoint), or None (any other model, or a
+    command without one)."""
+    from ..model.presets import ALPAMAYO_PRESETS, PRESETS
+    if not hasattr(args, "preset"):
+        return None
+    if getattr(args, "checkpoint", None):
+        from ..model.checkpoint_files import inspect_checkpoint
+        from ..model.load import resolve_checkpoint
+        from ..model.plugins.alpamayo.config import is_release
+        directory = resolve_checkpoint(args.checkpoint)
+        if is_release(directory):
+            return "alpamayo"
+        files = inspect_checkpoint(directory, getattr(args, "fresh_head", False))   # its head's metadata only
+        return "tokens" if files.vla.get("action_head") == "tokens" else None
+    preset = args.preset or getattr(args, "default_preset", None)
+    if preset in ALPAMAYO_PRESETS:
+        return "alpamayo"
+    spec = PRESETS.get(preset)
+    if spec is None:
+        return None
+    return "expert_shapes" if spec.head == "alpamayo_expert" else "tokens" if spec.action_head == "tokens" else None
+
+
+def serves(args, kind: str) -> bool:
+    if kind == "alpamayo":
+        return args.command == "verify"
+    if kind == "expert_shapes":
+        return args.command in ("info", "plan")
+    return args.command in ("info", "export", "make-sample-drive") or (
+        args.command == "bench" and getattr(args, "head", None) == "action-tokens")
+
+
+def refuse_unserved(args) -> None:
+    """A model the command cannot serve: refused before anything loads, in one line with what would serve it."""
+    from ..errors import ConfigError
+    kind = model_kind(args)
+    if kind is not None and not serves(args, kind):
+        name = getattr(args, "checkpoint", None) or args.preset or args.default_preset
+        raise ConfigError(f"model '{name}' {WHAT[kind]}: `hybrid-vla {args.command}` does not serve it; served by "
+                          f"{SERVED_BY[kind]}")

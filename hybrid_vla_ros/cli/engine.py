@@ -10,11 +10,43 @@ from .common import add_model_args, add_placement_args, emit, model_from_args, p
 
 
 def cmd_verify(args) -> int:
+    from ..engine.expert_split.verify import is_alpamayo
     from ..engine.verify import verify_partitions
+    refuse_real_size(args)
     model = model_from_args(args)
+    if is_alpamayo(model):   # a release directory or an Alpamayo preset: run_split vs run_reference
+        return verify_alpamayo(args, model)
     result = verify_partitions(model, placement_from_args(args, model), frames=args.frames)
     emit(result, args.json, lambda r: [f"{r['preset']} ({r['family']}, {r['num_blocks']} blocks, {r['dtype']})"] +
          [f"  p={x['partition']:3d}  max_abs_diff={x['max_abs_diff']:.3e}" for x in r["results"]])
+    return 0 if result["max_abs_diff"] <= args.tolerance else 1
+
+
+def refuse_real_size(args) -> None:
+    """verify runs the whole model unsplit beside every cut: a real-size preset (weights drawn per stage on
+    demand, model/seeded.py) would need all of them at once, in fp32."""
+    from ..errors import ConfigError
+    from ..model.presets import ALPAMAYO_PRESETS, get_preset
+    if args.preset is None or args.preset in ALPAMAYO_PRESETS or not get_preset(args.preset).real_size:
+        return
+    raise ConfigError(f"preset '{args.preset}' is real size: verify runs the unsplit model beside every cut, so it "
+                      f"would draw every weight at once; verify a unit-test-size model of the same code path "
+                      f"(--preset tiny-qwen3vl for Qwen3-VL, tiny-alpamayo-r1 / tiny-alpamayo-1.5 for an Alpamayo "
+                      f"release's split, or the tiny preset of its family) or a --checkpoint; its shapes: "
+                      f"`hybrid-vla info --preset {args.preset}`")
+
+
+def verify_alpamayo(args, model) -> int:
+    from ..engine.expert_split.verify import report_lines, verify_split
+    from ..errors import ConfigError
+    given = [f"{flag} {value}" for flag, value, default in (("--prefix-device", args.prefix_device, ("auto", "cpu")),
+             ("--dtype", args.dtype, ("fp32",)), ("--suffix-dtype", args.suffix_dtype, (None, "fp32")))
+             if value not in default]
+    if given:
+        raise ConfigError(f"{', '.join(given)}: an Alpamayo model is verified in fp32 on the CPU, both sides in this "
+                          f"process (engine/expert_split); leave them out")
+    result = verify_split(model, frames=args.frames)
+    emit(result, args.json, report_lines)
     return 0 if result["max_abs_diff"] <= args.tolerance else 1
 
 

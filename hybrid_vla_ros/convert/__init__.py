@@ -9,15 +9,11 @@ write.py         the output directory, and its check against the model it descri
 run.py           the whole conversion and its report
 """
 
-from importlib import import_module
+from ..lazy import lazy_attributes
 
-_WHERE = {"Mapping": "mapping", "load_mapping": "mapping", "shipped_mappings": "mapping", "Report": "run",
-          "convert_checkpoint": "run", "load_pickled": "safe_load"}
+_WHERE = {"Mapping": ".mapping:Mapping", "load_mapping": ".mapping:load_mapping",
+          "shipped_mappings": ".mapping:shipped_mappings", "Report": ".run:Report",
+          "convert_checkpoint": ".run:convert_checkpoint", "load_pickled": ".safe_load:load_pickled"}
 __all__ = sorted(_WHERE)
-
-
-def __getattr__(name: str):
-    """Imported on first use: the CLI's parser reads the shipped mappings' names without importing torch."""
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(f".{_WHERE[name]}", __name__), name)
+# each name imported from its module on first use: the CLI's parser reads the shipped mappings' names without torch
+__getattr__ = lazy_attributes(__name__, _WHERE)

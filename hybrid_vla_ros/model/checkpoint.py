@@ -36,7 +36,7 @@ from ..errors import ConfigError, expect
 from .checkpoint_files import (CONFIG_FILE, HEAD_FILE, HEAD_FORMAT, HEAD_PREFIX, INDEX_FILE, OPTIONAL_FIELDS,
                                PROCESSOR_FILE, PROMPT_FILE, PROMPT_PREFIX, SCENE_FILE, SCENE_FORMAT, SCENE_PREFIX,
                                SCENE_SPEC_FIELDS, TOKEN_FIELDS, VLA_FIELDS, WEIGHTS_FILE, CheckpointFiles, _opened,
-                               checkpoint_spec, inspect_checkpoint, plain_tensors)
+                               checkpoint_spec, inspect_checkpoint, plain_tensors, read_tensor)
 from .lora import adapter_source, is_adapter_parameter, save_adapters
 from .preprocess import ImageProcessing
 from .tokenize.prompt import has_tokenizer, load_prompt
@@ -81,21 +81,6 @@ def _checkpoint_key(key: str, available, key_prefixes) -> str | None:
                  if key.startswith(ours) and theirs + key[len(ours):] in available), None)
 
 
-def _read(handle, path: Path, key: str, expected: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    expect(key in handle.keys(), ConfigError, f"checkpoint file '{path}': tensor '{key}' is missing")
-    tensor = handle.get_tensor(key)
-    expect(tuple(tensor.shape) == tuple(expected.shape), ConfigError,
-           f"checkpoint file '{path}': tensor '{key}' has shape {tuple(tensor.shape)}, the config implies "
-           f"{tuple(expected.shape)}")
-    expect(tensor.is_floating_point() == expected.is_floating_point(), ConfigError,
-           f"checkpoint file '{path}': tensor '{key}' has dtype {tensor.dtype}, expected a "
-           f"{'floating point' if expected.is_floating_point() else 'integer'} tensor")
-    # Our own memory, not the file's mapping: resident as read (a map pulls in neighbouring tensors' pages
-    # on each fault, and follows the file if it is replaced while the car runs).
-    converted = tensor.to(dtype) if tensor.is_floating_point() else tensor
-    return converted.clone() if converted.data_ptr() == tensor.data_ptr() else converted
-
-
 def _source(files: CheckpointFiles, name: str, key_prefixes) -> tuple[Path, str]:
     """Our parameter name -> (file, key in it)."""
     if name.startswith(HEAD_PREFIX):
@@ -130,7 +115,7 @@ def materialise(model: VLAModel, files: CheckpointFiles, modules, dtype: torch.d
         # a file opened per tensor: its mapped pages are let go at once (open for the whole read, the
         # pages the copies came from stay resident until the end: peak RSS 1.4x higher on `bench`)
         with _opened(path, device) as handle:
-            tensor = _read(handle, path, key, param, dtype)
+            tensor = read_tensor(handle, path, key, param, dtype)
         owner, leaf = _owner(model, name)
         owner._parameters[leaf] = nn.Parameter(tensor, requires_grad=False)
         files.read_keys.add(key)

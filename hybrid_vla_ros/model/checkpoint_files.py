@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 from safetensors import SafetensorError, safe_open
 
 from ..errors import ConfigError, expect
@@ -101,6 +102,23 @@ def _opened(path: Path, device: str = "cpu"):
             yield handle
     except (SafetensorError, OSError) as exc:
         raise ConfigError(f"checkpoint file '{path}' is corrupt or unreadable ({exc})") from exc
+
+
+def read_tensor(handle, path: Path, key: str, expected: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Tensor `key` of an opened safetensors file, checked against `expected` (shape, float or not), floats in
+    `dtype`; the model's loader and Alpamayo's release reader (plugins/alpamayo/release.py) read through it."""
+    expect(key in handle.keys(), ConfigError, f"checkpoint file '{path}': tensor '{key}' is missing")
+    tensor = handle.get_tensor(key)
+    expect(tuple(tensor.shape) == tuple(expected.shape), ConfigError,
+           f"checkpoint file '{path}': tensor '{key}' has shape {tuple(tensor.shape)}, the config implies "
+           f"{tuple(expected.shape)}")
+    expect(tensor.is_floating_point() == expected.is_floating_point(), ConfigError,
+           f"checkpoint file '{path}': tensor '{key}' has dtype {tensor.dtype}, expected a "
+           f"{'floating point' if expected.is_floating_point() else 'integer'} tensor")
+    # Our own memory, not the file's mapping: resident as read (a map pulls in neighbouring tensors' pages
+    # on each fault, and follows the file if it is replaced while the car runs).
+    converted = tensor.to(dtype) if tensor.is_floating_point() else tensor
+    return converted.clone() if converted.data_ptr() == tensor.data_ptr() else converted
 
 
 def _head_metadata(directory: Path, fresh_head: bool) -> tuple[Path | None, dict]:

@@ -10,7 +10,7 @@ import torch
 from ..errors import ConfigError, expect
 from .checkpoint import ensure_loaded, load_checkpoint
 from .plugins import alpamayo
-from .presets import get_preset
+from .presets import ALPAMAYO_PRESETS, get_preset
 from .vla import VLAModel, build_model
 
 
@@ -46,6 +46,9 @@ def load_vla(preset: str | None = None, checkpoint: str | None = None, dtype: to
                                          shapes_only=shapes_only or lazy)               # serve it: ros/nodes/alpamayo)
         return load_checkpoint(resolve_checkpoint(checkpoint), dtype=dtype,
                                keep=(lambda m: []) if shapes_only or lazy else keep, fresh_head=fresh_head)
+    if preset in ALPAMAYO_PRESETS:   # an Alpamayo release at unit-test size: its own model, built whole
+        from .plugins.alpamayo.tiny import build_preset
+        return build_preset(preset, dtype, shapes_only)
     spec = get_preset(preset)
     if shapes_only:
         return build_model(spec, dtype=dtype, device="meta")

@@ -193,12 +193,13 @@ PRESETS: dict[str, VLASpec] = {
                              head_hidden=1024, num_waypoints=6, real_size=True,
                              notes="Qwen3-VL-8B shapes, 4 cameras x 4 frames of 320 x 576 (2880 image tokens), "
                                    "like Alpamayo 1"),
-    # Alpamayo 1 as released: the VLM above (vocab: Qwen's 151669 + 4000 <iN> + 29 special tokens) and its
-    # flow-matching expert as the head (model/plugins/alpamayo/head.py): expert_cfg over the VLM's text config,
+    # Alpamayo 1 as released: the VLM above (vocab: Qwen's 151669 + 4000 <iN> + 28 added special tokens, of the 29
+    # listed: <|image_pad|> is Qwen's own) and its flow-matching expert as the head (model/plugins/alpamayo/head.py):
+    # expert_cfg over the VLM's text config,
     # 64 (acceleration, curvature) steps of 0.1 s. Expert sizes: hidden 2048 as third-party ports read it, the rest
     # fitted to the model card's 2.3B (the released config.json is gated); docs/CHECKPOINTS.md.
     "alpamayo-r1-like": VLASpec(name="alpamayo-r1-like", family="qwen3_vl", num_blocks=36, hidden_size=4096,
-                                num_heads=32, num_kv_heads=8, intermediate_size=12288, vocab_size=155698,
+                                num_heads=32, num_kv_heads=8, intermediate_size=12288, vocab_size=155697,
                                 vision_depth=27, vision_hidden=1152, vision_heads=16, vision_intermediate=4304,
                                 patch_size=16, deepstack_blocks=3, image_height=320, image_width=576,
                                 num_cameras=16, text_tokens=128, head="alpamayo_expert",
@@ -237,6 +238,15 @@ PRESETS: dict[str, VLASpec] = {
 }
 
 
+# Alpamayo releases at unit-test size (model/plugins/alpamayo/tiny.py): their own model, not a VLASpec; load_vla
+# builds them, `hybrid-vla verify` checks their split at every cut.
+ALPAMAYO_PRESETS = {"tiny-alpamayo-r1": "alpamayo_r1", "tiny-alpamayo-1.5": "alpamayo1_5"}
+
+
 def get_preset(name: str) -> VLASpec:
-    expect(name in PRESETS, ConfigError, f"unknown preset '{name}'; known presets: {sorted(PRESETS)}")
+    expect(name not in ALPAMAYO_PRESETS, ConfigError,
+           f"preset '{name}' is an Alpamayo release at unit-test size: it loads as its own model, not a VLA spec "
+           f"(hybrid_vla_ros.model.load.load_vla builds it; `hybrid-vla verify --preset {name}` checks its split)")
+    expect(name in PRESETS, ConfigError,
+           f"unknown preset '{name}'; known presets: {sorted(PRESETS)}, Alpamayo: {sorted(ALPAMAYO_PRESETS)}")
     return PRESETS[name]

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError, expect
-from .families import family_names, get_family
+from .registry import SCENE_ENCODERS, family_names, get_family, plugin_class
 from .tokenize.tokens import MIN_VOCAB
 
 ACTION_HEADS = ("waypoints", "tokens")
@@ -167,6 +167,15 @@ class VLASpec:
     def slot_tokens(self) -> int:
         """Slot tokens in the prompt: one per input of every prompt slot."""
         return sum(len(slot["inputs"]) for slot in self.prompt_slots)
+
+    def backbone_config(self):
+        """The transformers config of the spec's backbone (its family's build_config)."""
+        return get_family(self.family).build_config(self)
+
+    def scene_tokens(self) -> int:
+        """Scene tokens per frame: the scene encoder plugin's tokens_for(scene_config). The family and the head
+        plugins ask the spec: they are entries of the registry's table, which they therefore never import."""
+        return plugin_class(SCENE_ENCODERS, self.scene_encoder).tokens_for(self.scene_config)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

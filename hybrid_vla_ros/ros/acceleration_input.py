@@ -16,7 +16,7 @@ import threading
 from geometry_msgs.msg import AccelWithCovarianceStamped
 
 from ..engine.pipeline.camera_sync import StampedHistory
-from . import convert
+from . import messages
 
 MATCH_S = 0.5   # ~10 periods of Autoware's 50 Hz acceleration; a sample further from the frame is not its
 
@@ -31,7 +31,7 @@ class AccelerationInput:
         node.configured_subscription(AccelWithCovarianceStamped, "~/input/acceleration", self._on_accel, 50)
 
     def _on_accel(self, msg) -> None:
-        self.history.add(convert.stamp_to_ns(msg.header.stamp), float(msg.accel.accel.linear.x))
+        self.history.add(messages.stamp_to_ns(msg.header.stamp), float(msg.accel.accel.linear.x))
         self.received += 1
 
     def apply(self, frame) -> None:

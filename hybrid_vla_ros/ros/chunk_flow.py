@@ -26,7 +26,7 @@ from std_msgs.msg import UInt8MultiArray
 from ..engine.chunking import chunk_count, parse_chunks
 from ..engine.scheduling.partition import boundary_bytes
 from ..errors import ConfigError, HybridVLAError, expect
-from . import convert
+from . import messages
 from .nodes.diagnostics import publish_frame_info
 from .topics import BOUNDARY_QOS
 
@@ -99,7 +99,7 @@ class PrefixChunks:
                 else:
                     node.flight.prefix_finished(state.timings["prefix_ms"] / 1e3, handed_to_suffix=kind == "inproc")
                 node._report_reclaimed(state)
-                node.pub.publish(convert.boundary_to_msg(envelope, UInt8MultiArray()))
+                node.pub.publish(messages.boundary_to_msg(envelope, UInt8MultiArray()))
                 sent += 1
                 self.states_sent += 1
         except HybridVLAError as exc:

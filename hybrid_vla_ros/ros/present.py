@@ -14,7 +14,7 @@ from ..engine.pose_steps import PoseSteps
 from ..engine.retime import CurrentPose, JumpLimits, RetimeError, retime
 from ..errors import ConfigError, NonFiniteError
 from ..types import Pose2D
-from . import convert
+from . import messages
 
 POSE_SKEW_NS = 50_000_000   # the kinematic state matched to a frame lies within this of its stamp (sensor
 # time: ~1 m at 20 m/s, whatever the model's size); it may arrive late by half a frame period (time_limits.py)
@@ -52,7 +52,7 @@ class PresentOutput:
         jumped (a localization reset) is kept as it comes, and its step from the sample before noted (judged
         with the pose jump allowances of the moment): a frame is matched to the samples around its own stamp,
         so only the frames stamped before the reset and published after it meet it (refused, pose_jump)."""
-        stamp_ns, pose = convert.stamp_to_ns(msg.header.stamp), convert.odometry_to_pose(msg)
+        stamp_ns, pose = messages.stamp_to_ns(msg.header.stamp), messages.odometry_to_pose(msg)
         self.node.poses.add(stamp_ns, pose)
         twist = msg.twist.twist
         sample = CurrentPose(stamp_ns, pose.x, pose.y, pose.yaw, float(msg.pose.pose.position.z),

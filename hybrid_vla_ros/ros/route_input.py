@@ -22,7 +22,7 @@ from ..engine.pipeline.camera_sync import StampedHistory
 from ..errors import HybridVLAError
 from ..route import Navigation, Route, check_template, instruction, load_map, load_map_bytes, navigate, why_default
 from ..types import Pose2D
-from . import convert
+from . import messages
 
 LATCHED = QoSProfile(depth=1, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE,
                      durability=DurabilityPolicy.TRANSIENT_LOCAL)
@@ -116,7 +116,7 @@ class RouteInput:
                                            f"keeping {self.map_source or 'no map'}")
 
     def add_odometry(self, msg) -> None:
-        self.poses.add(convert.stamp_to_ns(msg.header.stamp), convert.odometry_to_pose(msg))
+        self.poses.add(messages.stamp_to_ns(msg.header.stamp), messages.odometry_to_pose(msg))
 
     # ---- per frame -------------------------------------------------------------------------------------
     def pose_at(self, stamp_ns: int) -> Pose2D | None:

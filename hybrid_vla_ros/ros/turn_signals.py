@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..route import turn_indicator
 from ..types import Pose2D
-from .convert import ns_to_stamp
+from .messages import ns_to_stamp
 from .route_input import RouteInput
 
 TURN_INDICATORS_QOS_DEPTH = 1   # Autoware's interface: reliable, depth 1 (the newest command is the command)

@@ -1,12 +1,11 @@
-"""Polyline helpers in the map frame (ROS-free, numpy): projection, arc length, points ahead, ego frame."""
+"""Polyline helpers in the map frame (ROS-free, numpy): projection, arc length, points ahead (the ego frame:
+types.Pose2D.to_ego)."""
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
-
-from ..types import Pose2D
 
 
 def arc_lengths(line: np.ndarray) -> np.ndarray:
@@ -50,10 +49,3 @@ def heading_change(line: np.ndarray) -> float:
     """Radians the (N, 2) polyline turns from its first segment to its last (left positive, in (-pi, pi])."""
     first, last = line[1] - line[0], line[-1] - line[-2]
     return math.remainder(math.atan2(last[1], last[0]) - math.atan2(first[1], first[0]), 2.0 * math.pi)
-
-
-def to_ego(pose: Pose2D, xy) -> tuple[float, float]:
-    """A map-frame point -> (x forward, y left) in the ego frame at `pose`."""
-    dx, dy = float(xy[0]) - pose.x, float(xy[1]) - pose.y
-    c, s = math.cos(pose.yaw), math.sin(pose.yaw)
-    return c * dx + s * dy, -s * dx + c * dy

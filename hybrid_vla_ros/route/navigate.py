@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..types import Navigation, Pose2D
-from .geometry import cut, heading_change, point_at, project, to_ego, arc_lengths
+from .geometry import cut, heading_change, point_at, project, arc_lengths
 from .lanes import LaneMap
 
 TURN_FALLBACK_DEG = 30.0   # a lanelet without turn_direction whose centreline turns more than this is a turn
@@ -138,8 +138,9 @@ def navigate(lane_map: LaneMap | None, route: Route | None, pose: Pose2D | None,
         command, distance = ("arrive" if total <= horizon_m else "follow lane"), total
     else:
         command, distance = maneuver if maneuver[1] <= horizon_m else ("follow lane", maneuver[1])
-    return Navigation(command, float(distance), to_ego(pose, (route.goal.x, route.goal.y)),
-                      to_ego(pose, point_at(line, min(lookahead_m, total))), "route")
+    goal = pose.to_ego(route.goal.x, route.goal.y)
+    target = pose.to_ego(*point_at(line, min(lookahead_m, total)))
+    return Navigation(command, float(distance), tuple(map(float, goal)), tuple(map(float, target)), "route")
 
 
 def why_default(lane_map: LaneMap | None, route: Route | None, pose: Pose2D | None) -> str | None:

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..types import Pose2D
+
 CAMERA_HEIGHT_M = 1.4
 LANE_LINE_M = 0.15
 LEAD_SIZE_M = (1.8, 1.5)        # width, height
@@ -26,6 +28,10 @@ LATERAL_ACCEL_MPS2 = 2.0
 ACCEL_LIMITS_MPS2 = (-4.0, 1.5)
 TIME_GAP_S = 1.5
 STANDSTILL_GAP_M = 4.0
+# The road's curves, the drives' and the closed-loop world's (world.py): kappa(s) = sum of CURVE_WAVES sinusoids
+# a sin(2 pi s / period + phase) in the arc length s, each parameter drawn uniform in its range.
+CURVE_WAVES = 3
+CURVE_RANGES = {"amp": (0.002, 0.009), "period": (60.0, 200.0), "phase": (0.0, 2 * math.pi)}   # 1/m, m, rad
 
 
 @dataclass(frozen=True)
@@ -67,8 +73,7 @@ def render(scene: RoadScene, height: int, width: int, yaw_rad: float = 0.0, fov_
     below = np.maximum(rows - horizon, 1e-3)
     # ray through each pixel, camera frame (forward, left, up) -> ego frame by the yaw
     fwd, left = np.ones_like(cols), -(cols - width / 2) / focal
-    dx = fwd * math.cos(yaw_rad) - left * math.sin(yaw_rad)
-    dy = fwd * math.sin(yaw_rad) + left * math.cos(yaw_rad)
+    dx, dy = Pose2D(0.0, 0.0, yaw_rad).from_ego(fwd, left)
     t = CAMERA_HEIGHT_M * focal / below                                          # ground distance along the ray
     x, y = t * dx, t * dy                                                        # (H, W) ground points
     ground = (rows > horizon) & (x > 0.5)
@@ -107,8 +112,7 @@ def _draw_lead(image, distance, scene: RoadScene, focal, horizon, yaw_rad, width
     """The lead vehicle as a dark box standing on the lane centre, occluding what lies behind it."""
     x = scene.lead_m
     y = float(scene.centre_y(np.array(x)))
-    fwd = x * math.cos(yaw_rad) + y * math.sin(yaw_rad)                           # into the camera frame
-    left = -x * math.sin(yaw_rad) + y * math.cos(yaw_rad)
+    fwd, left = Pose2D(0.0, 0.0, yaw_rad).to_ego(x, y)                             # into the camera frame
     if fwd < 1.0:
         return image, distance
     half_w, tall = LEAD_SIZE_M[0] / 2, LEAD_SIZE_M[1]
@@ -145,7 +149,7 @@ def ground_truth(scene: RoadScene, waypoints: int, dt_s: float, sim_dt_s: float 
         lookahead = max(4.0, 1.0 * speed)
         gx = px + lookahead * math.cos(yaw)                                       # lane point ahead (ego frame)
         gy = float(scene.centre_y(np.array(gx)))
-        local_y = -(gx - px) * math.sin(yaw) + (gy - py) * math.cos(yaw)          # in the car's frame
+        _, local_y = Pose2D(px, py, yaw).to_ego(gx, gy)                            # in the car's frame
         curvature = 2.0 * local_y / (lookahead * lookahead)
         yaw += speed * curvature * sim_dt_s
         px += speed * math.cos(yaw) * sim_dt_s
@@ -161,6 +165,20 @@ def constant_velocity(scene: RoadScene, waypoints: int, dt_s: float) -> np.ndarr
     """The baseline: straight ahead at the current speed -> (waypoints, 2) x, y."""
     t = np.arange(1, waypoints + 1) * dt_s
     return np.column_stack([scene.speed_mps * t, np.zeros(waypoints)])
+
+
+# ---- the road's curves ---------------------------------------------------------------------------------------
+
+def draw_curves(rng: np.random.Generator, order: tuple[str, ...] = ("period", "phase", "amp")) -> tuple:
+    """The curve waves -> (amplitudes, periods, phases), each (CURVE_WAVES,), drawn in `order` (a drive's order by
+    default; the closed-loop world draws amp, period, phase: each seed keeps its road)."""
+    drawn = {name: rng.uniform(*CURVE_RANGES[name], CURVE_WAVES) for name in order}
+    return drawn["amp"], drawn["period"], drawn["phase"]
+
+
+def wave_curvature(s, amps, periods_m, phases):
+    """kappa (1/m) at arc length s (a float or an array) of the waves."""
+    return sum(a * np.sin(2 * np.pi * s / p + ph) for a, p, ph in zip(amps, periods_m, phases))
 
 
 # ---- a drive: scenes that evolve smoothly, frame by frame ---------------------------------------------------
@@ -184,20 +202,19 @@ def drive(seed: int, frames: int, cameras: int, height: int, width: int, waypoin
     Deterministic from the seed."""
     rng = np.random.default_rng(seed)
     first = random_scene(rng)
-    periods = rng.uniform(60.0, 200.0, 3)                                # metres per curvature wave
-    phases, amps = rng.uniform(0, 2 * math.pi, 3), rng.uniform(0.002, 0.009, 3)
+    amps, periods, phases = draw_curves(rng)
     distance, speed = 0.0, first.speed_mps
     offset, heading = first.offset_m, first.heading_rad
     lead, lead_speed = first.lead_m, first.lead_speed_mps
     lead_target = lead_speed
     for seq in range(frames):
-        curvature = float(sum(a * math.sin(2 * math.pi * distance / p + ph) for a, p, ph in zip(amps, periods, phases)))
-        scene = RoadScene(curvature, offset, heading, first.width_m, speed, lead, lead_speed, first.brightness,
+        kappa = float(wave_curvature(distance, amps, periods, phases))
+        scene = RoadScene(kappa, offset, heading, first.width_m, speed, lead, lead_speed, first.brightness,
                           first.fog_m, first.noise)
         truth = ground_truth(scene, waypoints, dt_s)
         images = [render(scene, height, width, CAMERA_YAWS_RAD[c % len(CAMERA_YAWS_RAD)], rng=rng)
                   for c in range(cameras)]
-        yield DriveFrame(seq, scene, images, truth, yaw_rate_rps=float(speed * curvature))
+        yield DriveFrame(seq, scene, images, truth, yaw_rate_rps=float(speed * kappa))
         # advance one frame period along the rollout's first step
         step = ground_truth(scene, 1, 1.0 / rate_hz)[0]
         distance += step[0]

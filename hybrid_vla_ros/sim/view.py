@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..report import pyplot
+from ..types import Pose2D
 from .road import project_to_image
 
 
@@ -45,13 +46,6 @@ def dead_reckoning(frames: list[ViewFrame]) -> np.ndarray:
     return np.array(poses)
 
 
-def to_world(pose: np.ndarray, points_xy: np.ndarray) -> np.ndarray:
-    """Ego-frame points (N, 2) -> the drive's frame, given the ego pose (x, y, yaw)."""
-    c, s = np.cos(pose[2]), np.sin(pose[2])
-    return np.column_stack([pose[0] + c * points_xy[:, 0] - s * points_xy[:, 1],
-                            pose[1] + s * points_xy[:, 0] + c * points_xy[:, 1]])
-
-
 def displacement_errors(frames: list[ViewFrame]) -> dict:
     """ADE / FDE (m) of the predictions against the ground truth, over frames that have both."""
     pairs = [(f.predicted_xy, f.truth_xy) for f in frames if f.predicted_xy is not None and f.truth_xy is not None
@@ -79,8 +73,8 @@ def _birds_eye_panel(ax, frames: list[ViewFrame], poses: np.ndarray, every: int)
     for i in range(0, len(frames), every):
         for points, colour in ((frames[i].truth_xy, "green"), (frames[i].predicted_xy, "magenta")):
             if points is not None:
-                world = to_world(poses[i], points)
-                ax.plot(world[:, 1], world[:, 0], color=colour, lw=0.9, alpha=0.8)
+                x, y = Pose2D(*poses[i]).from_ego(points[:, 0], points[:, 1])      # the drive's frame
+                ax.plot(y, x, color=colour, lw=0.9, alpha=0.8)
     ax.plot([], [], color="green", label="ground truth")
     ax.plot([], [], color="magenta", label="model")
     ax.set_aspect("equal", adjustable="datalim")

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from ...errors import ConfigError, InputError, expect
+from ...types import Pose2D
 from ...model.plugins.alpamayo.reference import AlpamayoInputs
 
 CAMERAS, FRAMES_PER_CAMERA = 4, 4
@@ -99,11 +100,9 @@ def ego_history(poses: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
     """(T, 3) map-frame x, y, yaw, oldest first, the last at the frame's stamp -> xyz (1, 1, T, 3) and rotations
     (1, 1, T, 3, 3) in the t0 ego frame (z = 0)."""
     poses = np.asarray(poses, dtype=np.float64)
-    x0, y0, yaw0 = poses[-1]
-    c, s = np.cos(yaw0), np.sin(yaw0)
-    dx, dy = poses[:, 0] - x0, poses[:, 1] - y0
-    xyz = np.stack([c * dx + s * dy, -s * dx + c * dy, np.zeros(len(poses))], -1)          # (T, 3)
-    yaw = poses[:, 2] - yaw0
+    now = Pose2D(*poses[-1])
+    xyz = np.stack([*now.to_ego(poses[:, 0], poses[:, 1]), np.zeros(len(poses))], -1)       # (T, 3)
+    yaw = poses[:, 2] - now.yaw
     rot = np.zeros((len(poses), 3, 3))
     rot[:, 0, 0], rot[:, 0, 1], rot[:, 1, 0], rot[:, 1, 1] = np.cos(yaw), -np.sin(yaw), np.sin(yaw), np.cos(yaw)
     rot[:, 2, 2] = 1.0

@@ -9,9 +9,10 @@ blocks.py      the per-layer pieces both sides run (VLM blocks, expert layers, h
 prefix.py      the prefix side
 suffix.py      the suffix side
 runner.py      one frame serially: AlpamayoSplit / run_split, crossings logged, timings per side and phase
-bench.py       native (run_reference) vs split-serial, per phase, on a reduced model
 frames.py      several frames through the split, each side on its own pinned thread; frames in flight overlap
-frames_bench.py  `hybrid-vla bench --preset alpamayo-bench`: native vs serial vs pipelined across frames
+verify.py      `hybrid-vla verify` for an Alpamayo model: split vs unsplit at every cut, with and without guidance
+
+Measured by bench/expert_split/ (`hybrid-vla bench --preset alpamayo-bench`).
 """
 
 from .runner import AlpamayoSplit, Crossing, SplitResult, run_split  # noqa: F401

@@ -6,12 +6,13 @@ faster than the road drives' driver ever lets it), which open-loop drives do not
 
 from __future__ import annotations
 
+from ...sim.loop import CAMERA_PERIOD_S, Drive
+from ...sim.policy import View, render_frame
 from ...sim.road import ground_truth
+from ...sim.timing import instant
+from ...sim.world import random_scenario
 from ..train import TRAIN_SEED_BASE, Sample
-from .loop import CAMERA_PERIOD_S, Drive
-from .policy import ModelPolicy, View, render_frame
-from .timing import instant
-from .world import random_scenario
+from .model_policy import ModelPolicy
 
 
 class RecordingPolicy:

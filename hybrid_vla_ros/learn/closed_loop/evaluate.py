@@ -12,10 +12,10 @@ import numpy as np
 
 from ... import stop
 from ...errors import ConfigError, expect
-from .loop import CAMERA_PERIOD_S, Drive
-from .metrics import aggregate, route_metrics
-from .timing import MODES, PROFILES, StageMs, instant, measured, mode_timings, orion_paper, orion_planned
-from .world import random_scenario
+from ...sim.loop import CAMERA_PERIOD_S, Drive
+from ...sim.metrics import aggregate, route_metrics
+from ...sim.timing import MODES, PROFILES, StageMs, instant, measured, mode_timings, orion_paper, orion_planned
+from ...sim.world import random_scenario
 
 HELD_OUT_BELOW = 1000   # learn/train.py TRAIN_SEED_BASE: training drives use seeds from 1000 on
 NOTE = ("world in simulated time: each plan takes effect at its mode's latency after the first stage takes its "
@@ -98,7 +98,7 @@ def table_lines(report: dict) -> list[str]:
 def plot_paths(report: dict, path) -> None:
     """Bird's-eye paths of every mode on one scenario, one panel per timing profile, the road drawn."""
     from ...report import pyplot
-    from .world import Road
+    from ...sim.world import Road
     plt = pyplot()
     scenario = random_scenario(report["paths_seed"], lights=report["lights"])
     road = Road(scenario)

@@ -1,18 +1,13 @@
-"""The interface every backbone family implements, and the registry that finds them.
+"""The interface every backbone family implements (model/registry.py finds them by name).
 
 A family is one module in this folder (vLLM's `model_executor/models/` shape): it says its HF config and
 model classes, how it embeds images, its position ids, its prompt's token layout, its image preprocessing
 defaults and its checkpoint key layouts. The engine, the loader and the prompt ask the family through this
 interface; nothing outside this folder tests a family's name. Adding a family = a new module here that
-subclasses `Family` and decorates it with `@register`, its preset(s) in model/presets.py, and its tests.
+subclasses `Family`, its line in model/registry.py's table, its preset(s) in model/presets.py, and its tests.
 """
 
 from __future__ import annotations
-
-import importlib
-import json
-import pkgutil
-from pathlib import Path
 
 import torch
 
@@ -20,8 +15,6 @@ from ...errors import ConfigError, expect
 from ..tokenize.tokens import BOS, PAD
 
 ATTN_IMPL = "sdpa"
-_REGISTRY: dict[str, "Family"] = {}
-_DISCOVERED = False
 
 
 class Family:
@@ -139,44 +132,6 @@ class Family:
         return vlm.language_model
 
 
-def register(cls: type[Family]) -> type[Family]:
-    """Class decorator: one instance of the family under its name."""
-    family = cls()
-    expect(family.name and family.name not in _REGISTRY, ConfigError, f"family {family.name!r} registered twice")
-    _REGISTRY[family.name] = family
-    return cls
-
-
-def _families() -> dict[str, Family]:
-    """Every module of this folder registers its families when imported (first use imports them all)."""
-    global _DISCOVERED
-    if not _DISCOVERED:
-        package = __name__.rpartition(".")[0]
-        for info in pkgutil.iter_modules([str(Path(__file__).parent)]):
-            if info.name != "base":
-                importlib.import_module(f"{package}.{info.name}")
-        _DISCOVERED = True
-    return _REGISTRY
-
-
-def family_names() -> tuple[str, ...]:
-    return tuple(sorted(_families()))
-
-
-def get_family(name: str) -> Family:
-    families = _families()
-    expect(name in families, ConfigError, f"family '{name}' is not one of {sorted(families)}")
-    return families[name]
-
-
-def family_of_model_type(model_type) -> Family | None:
-    return next((f for f in _families().values() if model_type in f.model_types), None)
-
-
-def supported_model_types() -> list[str]:
-    return sorted(t for f in _families().values() for t in f.model_types)
-
-
 def text_fields(spec) -> dict:
     """The decoder's config fields every family shares, from a VLASpec."""
     return dict(hidden_size=spec.hidden_size, num_hidden_layers=spec.num_blocks,
@@ -184,38 +139,3 @@ def text_fields(spec) -> dict:
                 intermediate_size=spec.intermediate_size, vocab_size=spec.vocab_size,
                 max_position_embeddings=4096, rms_norm_eps=1e-6, bos_token_id=BOS,
                 eos_token_id=None, pad_token_id=PAD)
-
-
-def load_backbone_config(directory: Path):
-    """config.json of a checkpoint directory -> the transformers config, offline; unknown families refused."""
-    from transformers import AutoConfig
-    path = directory / "config.json"
-    try:
-        model_type = json.loads(path.read_text()).get("model_type")
-    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as exc:
-        raise ConfigError(f"checkpoint '{path}': not a JSON object ({exc})") from exc
-    expect(isinstance(model_type, str) and family_of_model_type(model_type) is not None, ConfigError,
-           f"checkpoint '{path}': model_type {model_type!r} is not supported; supported: {supported_model_types()}")
-    try:
-        return AutoConfig.from_pretrained(str(directory), local_files_only=True, attn_implementation=ATTN_IMPL)
-    except Exception as exc:  # noqa: BLE001 - transformers/huggingface_hub raise their own validation types
-        raise ConfigError(f"checkpoint '{path}': transformers cannot read it ({type(exc).__name__}: {exc})") from exc
-
-
-def spec_fields(config, own_tokenizer: bool = False) -> dict:
-    """VLASpec fields implied by a backbone config (the VLA's own fields come from the head's metadata).
-    Without its own tokenizer, a checkpoint must use the built-in prompt's special-token ids."""
-    family = family_of_model_type(config.model_type)
-    for name, ours in family.special_token_fields.items():
-        theirs = getattr(config, name, ours)
-        expect(own_tokenizer or theirs in (ours, None), ConfigError,
-               f"checkpoint config: {name}={theirs}, the built-in prompt layout uses {ours}; a checkpoint with "
-               f"other special tokens must bring its tokenizer (tokenizer.json; docs/CHECKPOINTS.md)")
-    text = config.get_text_config()
-    shared = dict(family=family.name, num_blocks=text.num_hidden_layers, hidden_size=text.hidden_size,
-                  num_heads=text.num_attention_heads, num_kv_heads=text.num_key_value_heads,
-                  intermediate_size=text.intermediate_size, vocab_size=text.vocab_size)
-    vision = getattr(config, "vision_config", None)   # a scene-encoded LLM has none
-    if vision is not None:
-        shared["patch_size"] = vision.patch_size
-    return {**shared, **family.vision_spec_fields(config)}

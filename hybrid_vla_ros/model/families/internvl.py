@@ -17,7 +17,7 @@ from transformers import InternVLConfig, InternVLModel, InternVLVisionConfig, Qw
 
 from ...errors import ConfigError, expect
 from ..tokenize.tokens import IMAGE_TOKEN
-from .base import ATTN_IMPL, Family, register, text_fields
+from .base import ATTN_IMPL, Family, text_fields
 
 DOWNSAMPLE_RATIO = 0.5          # every published InternVL 2 / 2.5 / 3 checkpoint
 TEXT_MODEL_TYPES = ("qwen2", "qwen3", "llama")  # llama: what InternVL3-9B / 2.5-2B, 8B convert to
@@ -32,7 +32,6 @@ def _square(value, what: str, source: str) -> int:
     return sides[0]
 
 
-@register
 class InternVLFamily(Family):
     name = "internvl"
     model_types = ("internvl",)

@@ -8,10 +8,9 @@ import torch
 from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaModel
 
 from ..tokenize.tokens import IMAGE_TOKEN
-from .base import ATTN_IMPL, Family, register, text_fields
+from .base import ATTN_IMPL, Family, text_fields
 
 
-@register
 class LlavaFamily(Family):
     name = "llava"
     model_types = ("llava",)

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from transformers.models.qwen2_5_vl import Qwen2_5_VLConfig, Qwen2_5_VLModel
 
-from .base import register
 from .qwen2_vl import Qwen2VLFamily
 
 
-@register
 class Qwen2_5VLFamily(Qwen2VLFamily):
     name = "qwen2_5_vl"
     model_types = ("qwen2_5_vl",)

@@ -10,7 +10,7 @@ import torch
 from transformers import Qwen2VLConfig, Qwen2VLModel
 
 from ..tokenize.tokens import IMAGE_TOKEN, VIDEO_TOKEN, VISION_END, VISION_START
-from .base import ATTN_IMPL, Family, register, text_fields
+from .base import ATTN_IMPL, Family, text_fields
 
 
 def mrope_section(head_dim: int) -> list[int]:
@@ -21,7 +21,6 @@ def mrope_section(head_dim: int) -> list[int]:
     return [temporal, height, half - temporal - height]
 
 
-@register
 class Qwen2VLFamily(Family):
     name = "qwen2_vl"
     model_types = ("qwen2_vl",)

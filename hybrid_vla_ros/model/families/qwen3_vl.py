@@ -15,7 +15,7 @@ import torch
 from transformers.models.qwen3_vl import Qwen3VLConfig, Qwen3VLModel
 
 from ...types import DeepStack
-from .base import ATTN_IMPL, register, text_fields
+from .base import ATTN_IMPL, text_fields
 from .qwen2_5_vl import Qwen2_5VLFamily
 from .qwen2_vl import Qwen2VLFamily
 
@@ -35,7 +35,6 @@ def deepstack_indexes(vision_depth: int, blocks: int) -> list[int]:
     return [(i + 1) * vision_depth // (blocks + 1) for i in range(blocks)]
 
 
-@register
 class Qwen3VLFamily(Qwen2VLFamily):
     name = "qwen3_vl"
     model_types = ("qwen3_vl",)

@@ -13,7 +13,7 @@ from transformers import LlamaConfig, LlamaModel, Qwen2Config, Qwen2Model, Qwen3
 
 from ...errors import ConfigError, expect
 from ..tokenize.tokens import IMAGE_TOKEN, VISION_END, VISION_START
-from .base import ATTN_IMPL, Family, register, text_fields
+from .base import ATTN_IMPL, Family, text_fields
 
 
 class SceneLLMFamily(Family):
@@ -41,9 +41,7 @@ class SceneLLMFamily(Family):
         expect(spec.deepstack_blocks == 0, ConfigError, f"spec '{spec.name}': {self.name} has no DeepStack")
 
     def image_blocks(self, spec) -> tuple[int, int]:
-        from ..plugins import SCENE_ENCODERS, plugin_class
-        encoder = plugin_class(SCENE_ENCODERS, spec.scene_encoder)
-        return 1, encoder.tokens_for(spec.scene_config)
+        return 1, spec.scene_tokens()             # the scene encoder plugin's tokens_for(scene_config)
 
     def image_tokens_per_camera(self, spec) -> int:
         return self.image_blocks(spec)[1]
@@ -78,20 +76,17 @@ class SceneLLMFamily(Family):
         return vlm
 
 
-@register
 class SceneLlamaFamily(SceneLLMFamily):
     name = "scene_llama"
     model_types = ("llama",)
 
 
-@register
 class SceneQwen2Family(SceneLLMFamily):
     name = "scene_qwen2"
     model_types = ("qwen2",)
     config_class, backbone_class, rope_theta = Qwen2Config, Qwen2Model, 1_000_000.0
 
 
-@register
 class SceneQwen3Family(SceneLLMFamily):
     name = "scene_qwen3"
     model_types = ("qwen3",)

@@ -33,7 +33,6 @@ from ...errors import ConfigError, expect
 from ...types import NAV_COMMANDS
 from .heads import WaypointHead
 from .recogdrive_dit import PlannerDiT
-from .registry import HEADS, register
 
 # ReCogDrive's pose normalisation (NAVSIM): a pose value v in [-1, 1] is (v + 1) / 2 * range + minimum; x, y, heading
 RECOGDRIVE_DENORM = [[66.74, -1.57], [42.0, -19.68], [3.53, -1.67]]
@@ -83,7 +82,6 @@ def cosine_alpha_bar(train_steps: int) -> list[float]:
     return torch.cumprod(1.0 - betas, dim=0).tolist()
 
 
-@register(HEADS, "ddim_planner")
 class DdimPlannerHead(WaypointHead):
     """ReCogDrive's planner (module docstring). config: num_waypoints (N, the published action_horizon 8),
     head_hidden (D = heads * head_dim), query_tokens (read by no layer: the planner reads the whole sequence);

@@ -24,7 +24,6 @@ from torch import nn
 from ...errors import ConfigError, expect
 from ...types import NAV_COMMANDS
 from .heads import STEP, WaypointHead, mlp as _mlp, mlp_stack
-from .registry import HEADS, register
 
 
 # ORION's planner modes, in its command2hot order (CARLA's RoadOption - 1; VOID -> lane follow)
@@ -51,7 +50,6 @@ def _check_modes(name: str, modes) -> list[str]:
     return list(modes)
 
 
-@register(HEADS, "command_modes")
 class CommandModesHead(WaypointHead):
     """config: num_waypoints, head_hidden, query_tokens; mode_commands (default ORION_MODES): the command each
     planner mode is for. The planner maps the query tokens' states to every mode's plan; the command picks one."""
@@ -75,7 +73,6 @@ class CommandModesHead(WaypointHead):
         return {"waypoints": chosen, "mode": mode, "mode_command": [self.mode_commands[int(m)] for m in mode]}
 
 
-@register(HEADS, "meta_decision")
 class MetaDecisionHead(WaypointHead):
     """MindDrive's two heads. Decision: the logits over K meta-action tokens at `decision_position` (default -2:
     the token before the answer's, as MindDrive reads it) of pass `decision_pass`, through `decision_rows` (K, H),
@@ -131,7 +128,6 @@ class MetaDecisionHead(WaypointHead):
         return out
 
 
-@register(HEADS, "route_speed")
 class RouteSpeedHead(WaypointHead):
     """SimLingo's two heads over its learned queries (the prompt's last route_queries + speed_queries tokens, in
     that order): route (route_queries, 2) positions from MLP(H, route_hidden..., 2) per query, cumulated, reported

@@ -26,7 +26,6 @@ import torch
 from torch import nn
 
 from ...errors import ConfigError, expect
-from .registry import HEADS, register
 
 
 STEP = 4   # a waypoint step: dx, dy, heading, speed
@@ -70,7 +69,6 @@ def head_config(spec) -> dict:
             "query_tokens": spec.query_tokens * spec.num_passes, **spec.head_config}
 
 
-@register(HEADS, "mlp")
 class MlpHead(WaypointHead):
 
     def __init__(self, config: dict, hidden_size: int):
@@ -87,7 +85,6 @@ class MlpHead(WaypointHead):
         return raw.view(-1, self.num_waypoints, 4)                                     # (B, N, 4)
 
 
-@register(HEADS, "gru")
 class GruHead(WaypointHead):
     """h0 from the query tokens' states; each step's input is the previous step's output (zeros first)."""
 

@@ -34,7 +34,6 @@ from torch import nn
 from torch.nn import functional as F
 
 from ...errors import ConfigError, expect
-from .registry import SCENE_ENCODERS, register
 
 
 class SceneEncoder(nn.Module):
@@ -131,7 +130,6 @@ QUERY_SCENE_KEYS = ("patch_size", "image_height", "image_width", "cameras", "wid
 GEOMETRY_DEFAULTS = {"depth_bins": 4, "depth_max_m": 60.0}   # with geometry: true
 
 
-@register(SCENE_ENCODERS, "query_scene")
 class QueryScene(SceneEncoder):
 
     def __init__(self, config: dict, hidden_size: int):

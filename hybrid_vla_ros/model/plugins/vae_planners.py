@@ -30,7 +30,6 @@ from torch import nn
 from ...errors import ConfigError, expect
 from .driving_heads import MINDDRIVE_SPEEDS, ORION_MODES, _check_modes, _mode_of
 from .heads import WaypointHead
-from .registry import HEADS, register
 
 LATENT, GRU_LAYERS, LOG_SIGMA = 32, 4, (-5.0, 5.0)
 # MindDrive's path modes in its PA_MAPPING order (lanefollow, straight, turn_left, change_lane_left, turn_right,
@@ -126,7 +125,6 @@ def _check_width(name: str, width: int) -> None:
            f"into {GRU_LAYERS} rows)")
 
 
-@register(HEADS, "orion_vae")
 class OrionVaeHead(WaypointHead):
     """config: num_waypoints (6), query_tokens (1: `<waypoint_ego>`); mode_commands (default ORION_MODES), seed."""
     side_inputs = ("command", "noise_seed")
@@ -154,7 +152,6 @@ class OrionVaeHead(WaypointHead):
                 "mode_command": [self.mode_commands[int(m)] for m in mode]}
 
 
-@register(HEADS, "minddrive_vae")
 class MindDriveVaeHead(WaypointHead):
     """config: num_waypoints (6 speed steps), query_tokens (2 per pass: <waypoint_ego>, <path_waypoint_ego>);
     decision_tokens (the 7 speed tokens' ids), decision_labels (MINDDRIVE_SPEEDS), decision_pass (0),

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import convert
+from .. import messages
 from ..nodes.diagnostics import quiet_events
 from ..topics import CANDIDATES_TOPIC, LOST_QOS, TRAJECTORY_INFO_TOPIC as INFO_TOPIC, TRAJECTORY_TOPIC
 from .record import Recorder
@@ -62,7 +62,7 @@ class Driver:
                 self.storage)
 
     def _trajectory_type(self) -> str:
-        _, kind, _ = convert.resolve_trajectory_type(self.output_type)
+        _, kind, _ = messages.resolve_trajectory_type(self.output_type)
         return {"autoware": "autoware_planning_msgs/msg/Trajectory",
                 "autoware_auto": "autoware_auto_planning_msgs/msg/Trajectory", "path": "nav_msgs/msg/Path"}[kind]
 
@@ -76,7 +76,7 @@ class Driver:
     def _on_trajectory(self, msg) -> None:
         poses = getattr(msg, "poses", None) or getattr(msg, "points", [])
         xy = np.array([[p.pose.position.x, p.pose.position.y] for p in poses])
-        self.trajectories[convert.stamp_to_ns(msg.header.stamp)] = xy
+        self.trajectories[messages.stamp_to_ns(msg.header.stamp)] = xy
 
     def _on_lost(self, msg) -> None:
         values = {kv.key: kv.value for kv in msg.values}

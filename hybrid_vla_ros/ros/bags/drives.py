@@ -15,7 +15,7 @@ import numpy as np
 from ...errors import ConfigError, InputError, expect
 from ...model.presets import get_preset
 from ...types import Trajectory
-from .. import convert
+from .. import messages
 from ...context import camera_info_topic, quaternion_of, sample_rig
 from .storage import BagWriter, latched_qos, reliable_qos, sensor_qos, typestore_with
 from ..topics import KINEMATIC_TOPIC, ROUTE_TOPIC
@@ -62,7 +62,7 @@ def write_drive(path: str | Path, camera_topics: list[str], steps: Iterable[Driv
                 writer.write(ROUTE_TOPIC, "autoware_planning_msgs/msg/LaneletRoute", START_NS - 2,
                              serialize_message(route_to_msg(route)))
             odom = Odometry()
-            convert.ns_to_stamp(stamp, odom.header.stamp)
+            messages.ns_to_stamp(stamp, odom.header.stamp)
             odom.header.frame_id, odom.child_frame_id = "map", "base_link"
             odom.twist.twist.linear.x, odom.twist.twist.angular.z = step.speed_mps, step.yaw_rate_rps
             if step.pose is not None:
@@ -71,13 +71,13 @@ def write_drive(path: str | Path, camera_topics: list[str], steps: Iterable[Driv
                 pose.orientation.z, pose.orientation.w = np.sin(step.pose[2] / 2), np.cos(step.pose[2] / 2)
             out = [(stamp + low // 2, KINEMATIC_TOPIC, "nav_msgs/msg/Odometry", serialize_message(odom))]
             if step.truth is not None:
-                truth = convert.trajectory_to_msg(Trajectory(points=step.truth, seq=seq, stamp_ns=stamp, partition=-1),
+                truth = messages.trajectory_to_msg(Trajectory(points=step.truth, seq=seq, stamp_ns=stamp, partition=-1),
                                                   PathMsg, "path", "base_link")
                 out.append((stamp + low // 2, GROUND_TRUTH_TOPIC, "nav_msgs/msg/Path", serialize_message(truth)))
             for index, topic in enumerate(camera_topics):
-                msg = convert.array_to_compressed(step.images[index], CompressedImage()) if compressed \
-                    else convert.array_to_image(step.images[index], Image())
-                convert.ns_to_stamp(stamp, msg.header.stamp)
+                msg = messages.array_to_compressed(step.images[index], CompressedImage()) if compressed \
+                    else messages.array_to_image(step.images[index], Image())
+                messages.ns_to_stamp(stamp, msg.header.stamp)
                 msg.header.frame_id = f"camera{index}/camera_optical_link"
                 out.append((stamp + int(rng.integers(low, high + 1)), topic, camera_type, serialize_message(msg)))
                 if rig is not None:   # its CameraInfo, received just before the image
@@ -141,7 +141,7 @@ class ContextRecording:
         msg = CameraInfo(width=int(shape[1]), height=int(shape[0]), distortion_model="plumb_bob",
                          d=[0.0] * 5, k=k.ravel().tolist(), r=[1.0, 0, 0, 0, 1.0, 0, 0, 0, 1.0],
                          p=np.hstack([k, np.zeros((3, 1))]).ravel().tolist())
-        convert.ns_to_stamp(stamp, msg.header.stamp)
+        messages.ns_to_stamp(stamp, msg.header.stamp)
         msg.header.frame_id = frame_id
         return [(receive_ns, self.topics[index], "sensor_msgs/msg/CameraInfo", serialize_message(msg))]
 
@@ -185,15 +185,15 @@ def read_drive_view(path: str | Path, camera_topic: str | None = None, predictio
             continue
         try:
             msg = store.deserialize_cdr(message.raw, message.msgtype)
-            stamp = convert.stamp_to_ns(msg.header.stamp)
+            stamp = messages.stamp_to_ns(msg.header.stamp)
             if message.topic == KINEMATIC_TOPIC:
                 odometry[stamp] = (float(msg.twist.twist.linear.x), float(msg.twist.twist.angular.z))
             elif message.topic == GROUND_TRUTH_TOPIC:
                 truths[stamp] = np.array([[p.pose.position.x, p.pose.position.y,
-                                           (convert.stamp_to_ns(p.header.stamp) - stamp) * 1e-9] for p in msg.poses])
+                                           (messages.stamp_to_ns(p.header.stamp) - stamp) * 1e-9] for p in msg.poses])
             else:
-                images[stamp] = (convert.compressed_to_array(msg, message.topic) if hasattr(msg, "format")
-                                 else convert.image_to_array(msg, message.topic))
+                images[stamp] = (messages.compressed_to_array(msg, message.topic) if hasattr(msg, "format")
+                                 else messages.image_to_array(msg, message.topic))
         except (InputError, ValueError, IndexError, KeyError, AttributeError, struct.error, UnicodeDecodeError):
             # a picture of the drive: a damaged message is left out
             continue

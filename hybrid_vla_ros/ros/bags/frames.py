@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ...errors import InputError
 from ...types import EgoState, Frame
-from .. import convert
+from .. import messages
 from ..topics import KINEMATIC_TOPIC
 from .replay import CAMERA_TYPES, bag_frames
 from .storage import bag_info, typestore_with
@@ -39,8 +39,8 @@ def drive_frames(path: str | Path, num_cameras: int, limit: int | None = None,
                 if message.topic == KINEMATIC_TOPIC:
                     ego = EgoState(float(msg.twist.twist.linear.x), float(msg.twist.twist.angular.z))
                 elif message.topic in cameras:
-                    images[message.topic] = (convert.compressed_to_array(msg, message.topic) if hasattr(msg, "format")
-                                             else convert.image_to_array(msg, message.topic))
+                    images[message.topic] = (messages.compressed_to_array(msg, message.topic) if hasattr(msg, "format")
+                                             else messages.image_to_array(msg, message.topic))
         except _DAMAGED:
             skipped["damaged"] += 1
             continue

@@ -1,2 +1,2 @@
 """The closed-loop world in the ROS graph (issue 41, item 4): world_node.py publishes /clock, the cameras and the
-odometry of learn/closed_loop's world and drives its car with the suffix's plans; run.py runs it beside the graph."""
+odometry of the simulator's world (sim/) and drives its car with the suffix's plans; run.py runs it beside the graph."""

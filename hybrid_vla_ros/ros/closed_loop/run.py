@@ -1,5 +1,5 @@
 """The graph in the loop: the three nodes in one process (use_sim_time, the world's /clock) and the world node
-beside them, until the drive ends -> the drive's metrics (learn/closed_loop/metrics.py route_metrics) and what the
+beside them, until the drive ends -> the drive's metrics (sim/metrics.py route_metrics) and what the
 world saw of the graph (plans received and refused, frames served)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import time
 
 from ... import stop
 from ...errors import ConfigError, expect
-from ...learn.closed_loop.loop import DT_S
-from ...learn.closed_loop.metrics import route_metrics
+from ...sim.loop import DT_S
+from ...sim.metrics import route_metrics
 from ..launch_support.bringup import InProcessGraph
 from ..launch_support.session import ros_context
 from .world_node import WorldNode

@@ -1,9 +1,9 @@
-"""hybrid_vla_world: learn/closed_loop's world as a ROS node, for the graph in the loop.
+"""hybrid_vla_world: the simulator's closed-loop world (sim/) as a ROS node, for the graph in the loop.
 
 Out: /clock (world time, START_NS + t: the graph's nodes run with use_sim_time), each camera's sensor_msgs/Image
 (rgb8, stamped at its capture), the ego's nav_msgs/Odometry on the kinematic-state topic (map-frame pose = world
 coordinates, speed and yaw rate; stamped with the frame). In: the suffix's trajectories (base_link plans, stamped
-with their camera frame): each takes effect at the next world step (learn/closed_loop/external.py).
+with their camera frame): each takes effect at the next world step (sim/external.py).
 
 World time follows the wall clock x time_scale: each timer tick (every DT_S / time_scale) advances as many DT_S
 steps as are due since the first plan (a late tick catches up, MAX_CATCH_UP steps at most; the rest is reported as
@@ -22,10 +22,10 @@ from rclpy.qos import qos_profile_sensor_data
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import Image
 
-from ...learn.closed_loop.external import ExternalDrive
-from ...learn.closed_loop.loop import DT_S
-from ...learn.closed_loop.world import random_scenario
-from .. import convert
+from ...sim.external import ExternalDrive
+from ...sim.loop import DT_S
+from ...sim.world import random_scenario
+from .. import messages
 from ..topics import KINEMATIC_TOPIC, TRAJECTORY_TOPIC
 
 NODE_NAME = "hybrid_vla_world"
@@ -41,7 +41,7 @@ class WorldNode(Node):
         self.clock = self.create_publisher(Clock, "/clock", 10)
         self.cameras = [self.create_publisher(Image, topic, qos_profile_sensor_data) for topic in camera_topics]
         self.odometry = self.create_publisher(Odometry, KINEMATIC_TOPIC, 10)
-        msg_cls, _, _ = convert.resolve_trajectory_type(output_type)
+        msg_cls, _, _ = messages.resolve_trajectory_type(output_type)
         self.create_subscription(msg_cls, TRAJECTORY_TOPIC, self._on_plan, 10)
         self.plans_received = self.plans_refused = 0
         self._sent_first = 0.0
@@ -70,14 +70,14 @@ class WorldNode(Node):
 
     def _publish_clock(self) -> None:
         msg = Clock()
-        convert.ns_to_stamp(self.drive.now_ns(), msg.clock)
+        messages.ns_to_stamp(self.drive.now_ns(), msg.clock)
         self.clock.publish(msg)
 
     def _publish_frame(self, index: int) -> None:
         frame = self.drive.frame(index)
         self._publish_clock()
         odom = Odometry()
-        convert.ns_to_stamp(frame.stamp_ns, odom.header.stamp)
+        messages.ns_to_stamp(frame.stamp_ns, odom.header.stamp)
         odom.header.frame_id, odom.child_frame_id = "map", "base_link"
         car = self.drive.car
         odom.pose.pose.position.x, odom.pose.pose.position.y = float(car.x), float(car.y)
@@ -85,14 +85,14 @@ class WorldNode(Node):
         odom.twist.twist.linear.x, odom.twist.twist.angular.z = float(car.v), float(car.yaw_rate)
         self.odometry.publish(odom)
         for i, pub in enumerate(self.cameras):
-            msg = convert.array_to_image(frame.images[i], Image())
-            convert.ns_to_stamp(frame.stamp_ns, msg.header.stamp)
+            msg = messages.array_to_image(frame.images[i], Image())
+            messages.ns_to_stamp(frame.stamp_ns, msg.header.stamp)
             msg.header.frame_id = f"camera{i}/camera_optical_link"
             pub.publish(msg)
 
     def _on_plan(self, msg) -> None:
-        index = ExternalDrive.index_of(convert.stamp_to_ns(msg.header.stamp))
-        if self.drive.receive(convert.msg_to_points(msg), index):
+        index = ExternalDrive.index_of(messages.stamp_to_ns(msg.header.stamp))
+        if self.drive.receive(messages.msg_to_points(msg), index):
             self.plans_received += 1
         else:
             self.plans_refused += 1

@@ -29,8 +29,9 @@ from ...engine.decode.policy import DecodePolicy
 from ...engine.placement import CPU
 from ...engine.pipeline.worker import StageWorker
 from ...errors import ConfigError, HybridVLAError, expect
-from .. import convert
+from .. import messages
 from ..topics import TOKENS_QOS
+from .serving.answers import AnswerInput
 
 LOSSLESS_FRAMES = 64   # input_policy lossless: frames waiting for a packed slot (a replay queues them all)
 
@@ -58,20 +59,13 @@ class PackedPrefixLoop:
         self.step_pub = node.configured_publisher(DiagnosticStatus, "~/debug/step_info", 100)
         self.worker = StageWorker("prefix", self._step, source=self.server.next_group, cores=node.cores,
                                   threads=p["threads"] or None, health=node.health, on_error=node._on_worker_error)
-        node.configured_subscription(UInt8MultiArray, "~/input/action_tokens", self._on_tokens, TOKENS_QOS)
+        AnswerInput(node, self.server.tokens_in, "invalid_tokens")   # ~/input/action_tokens: each step's tokens
         self.worker.start()
 
     def submit(self, frame) -> None:
         dropped = self.server.submit(frame)
         if dropped is not None:
             self.node.health.drop(self.lossy_reason, dropped.stamp_ns)
-
-    def _on_tokens(self, msg) -> None:
-        """Taken in any state: they answer this node's own steps (frames in flight finish after deactivate)."""
-        try:
-            self.server.tokens_in(bytes(msg.data))
-        except HybridVLAError as exc:
-            self.node._reject("invalid_tokens", exc)
 
     def _step(self, group: int) -> None:
         """One group's packed step (the worker's handler): publish its bytes, then account for the frames
@@ -84,7 +78,7 @@ class PackedPrefixLoop:
         self.server.take_completed()  # the suffix publishes the actions; here they only free their slots
         if sent is None:
             return
-        self.node.pub.publish(convert.boundary_to_msg(sent.payload, UInt8MultiArray()))
+        self.node.pub.publish(messages.boundary_to_msg(sent.payload, UInt8MultiArray()))
         self._publish_info(sent)
         self.node.health.record(sent.prefix_ms)
         self.node.diagnostics.publish_time(sent.prefix_ms)

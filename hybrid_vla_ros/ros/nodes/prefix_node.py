@@ -24,7 +24,7 @@ from ...engine.pipeline.worker import StageWorker
 from ...errors import ConfigError, HybridVLAError, expect
 from ...model.load import model_id
 from ...types import EgoState, Frame
-from .. import acceleration_input, convert, route_input
+from .. import acceleration_input, messages, route_input
 from ..chunk_flow import PrefixChunks
 from .diagnostics import DiagnosticsPublisher, reported_shm_domains
 from .stage_node import StageNode, graph_scope
@@ -137,19 +137,19 @@ class PrefixNode(StageNode):
         """Headers are checked here; pixels are decoded only for a complete camera set the worker takes
         (a set the synchroniser or the input policy drops is never decoded). Inactive: a complete set is one
         drop ('inactive', with its stamp), however many cameras it has."""
-        image_ns = convert.stamp_to_ns(msg.header.stamp)
+        image_ns = messages.stamp_to_ns(msg.header.stamp)
         self.camera_counts.took(camera, image_ns, self.active)
         if self.active:
             where = f"camera {camera} ({self.camera_topics[camera]})"
             try:
-                (convert.check_compressed_msg if compressed else convert.check_image_msg)(msg, where)
+                (messages.check_compressed_msg if compressed else messages.check_image_msg)(msg, where)
             except HybridVLAError as exc:
                 self._reject("invalid_image", exc)
                 return
         ready = self.sync.add(camera, image_ns, msg)
         if ready is not None and self.accepting(stamp_ns=ready[1]):
-            messages, stamp_ns = ready
-            frame = Frame(images=messages, seq=self.seq, stamp_ns=stamp_ns, ego=None,
+            camera_msgs, stamp_ns = ready
+            frame = Frame(images=camera_msgs, seq=self.seq, stamp_ns=stamp_ns, ego=None,
                           instruction=self.params["instruction"], arrival_ns=time.time_ns())
             self.seq += 1
             (self.ego_gate.add if self.ego_gate is not None else self._submit)(frame)
@@ -158,7 +158,7 @@ class PrefixNode(StageNode):
         """The frame's camera messages -> (H, W, 3) uint8 RGB arrays, on the worker's thread."""
         compressed = self.params["image_transport"] == "compressed"
         limit = int(self.params["max_image_megapixels"] * 1e6)
-        decode = convert.compressed_to_array if compressed else convert.image_to_array
+        decode = messages.compressed_to_array if compressed else messages.image_to_array
         self.camera_counts.decoded += len(frame.images)
         try:
             frame.images = [decode(msg, f"camera {i} ({self.camera_topics[i]})", limit)
@@ -169,7 +169,7 @@ class PrefixNode(StageNode):
         return True
 
     def _on_odometry(self, msg: Odometry) -> None:
-        self.ego_history.add(convert.stamp_to_ns(msg.header.stamp), convert.odometry_to_ego(msg))
+        self.ego_history.add(messages.stamp_to_ns(msg.header.stamp), messages.odometry_to_ego(msg))
         self.route.add_odometry(msg)   # the map-frame pose: the frame's navigation (ros/route_input.py)
         self.ego_gate.poll()
 

@@ -142,10 +142,10 @@ class SchedulerNode(ManagedNode):
 
     # ---- policy ----------------------------------------------------------------------------------------
     def _num_blocks(self) -> int:
+        from ...model.presets import ALPAMAYO_PRESETS, get_preset
         p = self.params
-        if p["model.checkpoint"]:
+        if p["model.checkpoint"] or p["model.preset"] in ALPAMAYO_PRESETS:   # not a VLASpec: the model's own count
             return shared_model(p["model.preset"], p["model.checkpoint"]).num_blocks
-        from ...model.presets import get_preset
         return get_preset(p["model.preset"]).num_blocks
 
     def _make_policy(self):

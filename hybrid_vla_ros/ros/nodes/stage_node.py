@@ -49,6 +49,7 @@ class StageNode(ManagedNode):
             self.model = shared_model(p["model.preset"], p["model.checkpoint"])
             self.zone = Zone.from_parameters(p["dynamic_zone_min"], p["dynamic_zone_max"], p["partition_point"],
                                              self.model.num_blocks)
+            self.configure_output()   # the suffix's output path, the same for every model (serving/output.py)
             self.expert = expert_stage(self, self.table)   # an Alpamayo release: its own stage (alpamayo/)
             if self.expert is None:
                 self.configure_stage()
@@ -59,6 +60,9 @@ class StageNode(ManagedNode):
 
     def configure_stage(self) -> None:
         raise NotImplementedError
+
+    def configure_output(self) -> None:
+        """What the node builds for every model before its stage (the suffix: its output path)."""
 
     def _report_lost(self, kind: str, reason: str, stamp_ns: int) -> None:
         """One frame lost in this node (dropped, rejected or failed), on ~/debug/dropped_frames: with the

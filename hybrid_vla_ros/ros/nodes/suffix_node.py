@@ -4,41 +4,33 @@ from __future__ import annotations
 
 import time
 
-from diagnostic_msgs.msg import DiagnosticStatus
-from nav_msgs.msg import Odometry
 from std_msgs.msg import UInt8MultiArray
 
-from ...engine.pipeline.stamp_order import stamp_order
 from ...engine.cpu import bind_memory_to_node, cores_of_numa_node, cpu_backend_report, default_stage_cores
 from ...engine.dtype_choice import DtypeChoice, Int8Gate, choose_suffix_dtype
 from ...engine.handover.endpoints import HOST_ID, HandoverDecoder, envelope_stamp
 from ...engine.actionflow.codec import is_packed_state
 from ...engine.placement import CPU, Placement, parse_boundary_dtype, parse_suffix_dtype
-from ...engine.pipeline.camera_sync import StampedHistory
 from ...engine.stages import SuffixStage
 from ...engine.pipeline.worker import StageWorker
-from ...errors import ConfigError, HybridVLAError, NonFiniteError, expect, expect_finite
-from ...types import Pose2D
+from ...errors import ConfigError, HybridVLAError, expect
 from ...model.load import model_id
-from .. import convert
-from ..candidates import CandidateOutput
-from ..present import PresentOutput
-from ..turn_signals import TurnSignalOutput
-from ..chunk_flow import SuffixChunks, frame_compute_ms
-from .diagnostics import DiagnosticsPublisher, cpu_load_check, publish_trajectory_info
+from .. import messages
+from ..chunk_flow import SuffixChunks
+from .diagnostics import DiagnosticsPublisher, cpu_load_check
+from .serving.output import SuffixOutput
 from .stage_node import StageNode, graph_scope
 from .packed_stage import PackedSuffixSteps
 from .standby import SuffixRole
-from .time_limits import SuffixTimeLimits, timeline, waits_to_suffix, with_output_wait
+from .time_limits import waits_to_suffix
 from ..params import chosen_cores
 from ..topics import STANDBY_NODE
 
 NODE_NAME = "hybrid_vla_suffix"
 SUFFIX_QUEUE = 64  # boundary states waiting for the suffix worker (the limit of max_in_flight)
-EGO_FRAME = "base_link"
 
 
-class SuffixNode(StageNode):
+class SuffixNode(SuffixOutput, StageNode):
     def __init__(self, node_name: str = NODE_NAME, **kwargs):
         self.worker = self.decoder = self.packed = self.output = self.role = self.cores = None
         self.memory_binding = "not requested (numa_node = -1)"
@@ -58,13 +50,7 @@ class SuffixNode(StageNode):
         packed = self.model.spec.action_head == "tokens"
         self.stage = None if packed else SuffixStage(self.model, p["partition_point"], placement, self.zone,
                                                      any_boundary_dtype=self.boundary_dtype is None)
-        self.msg_cls, self.output_kind, reason = convert.resolve_trajectory_type(p["output_type"])
         self.decoder = HandoverDecoder(scope=graph_scope(self), model_id=model_id(self.model))
-        self.last_stamp_ns = -1
-        self.limits = SuffixTimeLimits(self)   # max_output_age_ms and the pose wait, from measured times
-        self.pub = self.configured_publisher(self.msg_cls, "~/output/trajectory", 10)
-        self.candidates = CandidateOutput(self, p["generator_name"])  # ~/output/trajectories (ros/candidates.py)
-        self.info_pub = self.configured_publisher(DiagnosticStatus, "~/debug/trajectory_info", 10)
         self.packed = PackedSuffixSteps(self) if packed else None  # ActionFlow (ros/nodes/packed_stage.py)
         self.chunk_flow = SuffixChunks(self, packed)   # chunked frames' states (ros/chunk_flow.py)
         # Bounded like the prefix: in one process the prefix's in-flight gate keeps at most max_in_flight here;
@@ -74,20 +60,10 @@ class SuffixNode(StageNode):
                                   threads=p["threads"] or None, health=self.health, on_start=self._bind_memory,
                                   on_error=self._on_worker_error, stamp_of=lambda item: envelope_stamp(item[0])).start()
         self.configured_subscription(UInt8MultiArray, "~/input/boundary_state", self._on_boundary, self.chunk_flow.qos())
-        self.poses = StampedHistory(between=Pose2D.between) if p["frame_id"] != EGO_FRAME else None
-        self.present = PresentOutput(self)   # where and when the output is: matched pose, re-timing (ros/present.py)
-        self.signals = TurnSignalOutput(self)   # ~/output/turn_indicators from the route (ros/turn_signals.py)
-        if self.poses is not None:  # the map-frame output needs the ego pose of each frame
-            self.configured_subscription(Odometry, "~/input/kinematic_state", self._on_odometry, 50)
-            # ... and may wait for it (limits.pose_wait_s): on a thread of its own, never the compute thread's
-            self.output = StageWorker("output", self._publish_now, policy="lossless", capacity=4 * SUFFIX_QUEUE,
-                                      health=self.health, on_error=self._on_worker_error,
-                                      stamp_of=lambda item: item[0].stamp_ns).start()
-        self.markers = self._marker_publisher()
         self.role = self._standby_role() if p["warm_standby"] else None
         self.diagnostics = DiagnosticsPublisher(self, self.health, self.worker, self._extra_checks)
         self.configured_timer(p["diagnostics_period_s"], self.diagnostics.publish)
-        self._log_configuration(reason, placement)
+        self._log_configuration(placement)
 
     def _standby_role(self) -> SuffixRole:
         expect(self.packed is None, ConfigError, f"warm_standby: model '{self.model.spec.name}' decodes action "
@@ -108,14 +84,11 @@ class SuffixNode(StageNode):
         return choose_suffix_dtype(spec.hidden_size, spec.intermediate_size, self.cores,
                                    int8=Int8Gate.of(self.model, self.params["int8_max_deviation_m"]))
 
-    def _log_configuration(self, reason: str, placement) -> None:
+    def _log_configuration(self, placement) -> None:
         p = self.params
         backend = cpu_backend_report(placement.suffix_dtype)
         self.get_logger().info(
-            f"suffix: publishing {self.msg_cls.__module__.split('.')[0]}/{self.msg_cls.__name__} on "
-            f"~/output/trajectory ({reason}); {self.candidates.describe()}; {self.present.describe()}; "
-            f"{self.signals.describe()}; "
-            f"blocks from zone {list(self.zone)}, dtype "
+            f"suffix: {self.describe_output()}; blocks from zone {list(self.zone)}, dtype "
             f"{self.dtype_choice.dtype} ({self.dtype_choice.reason}), "
             f"worker cores {self.cores or 'unpinned'}"
             + (f" (NUMA node {p['numa_node']})" if p["numa_node"] >= 0 and not chosen_cores(p["cores"]) else "")
@@ -125,11 +98,10 @@ class SuffixNode(StageNode):
     def release_stage(self) -> None:
         if self.worker is not None:
             self.worker.close()
-        if self.output is not None:
-            self.output.close(drain=True)
+        self.close_output()
         if self.decoder is not None:
             self.decoder.close()
-        self.worker = self.decoder = self.output = None
+        self.worker = self.decoder = None
 
     def _bind_memory(self) -> None:
         """Runs on the pinned worker thread: bind its allocations to the NUMA node, then re-copy the suffix's
@@ -142,41 +114,14 @@ class SuffixNode(StageNode):
             self.stage.rematerialise()
         self.get_logger().info(f"suffix memory on NUMA node {node}: {self.memory_binding}")
 
-    def _marker_publisher(self):
-        try:
-            from visualization_msgs.msg import MarkerArray
-        except ImportError:
-            self.get_logger().info("visualization_msgs not importable: no ~/debug/markers")
-            return None
-        return self.configured_publisher(MarkerArray, "~/debug/markers", 1)
-
-    def _on_odometry(self, msg) -> None:
-        """A pose in another frame than the output's would put the trajectory in the wrong place: refused,
-        counted (odometry_frame_mismatch); its frames then go out as pose_missing."""
-        frame = msg.header.frame_id.lstrip("/")
-        if frame != self.params["frame_id"]:  # an empty frame_id says nothing: refused too
-            self.health.reject("odometry_frame_mismatch")
-            self.get_logger().warning(f"kinematic state in frame '{frame}', the trajectory's frame_id is "
-                                      f"'{self.params['frame_id']}': refused", throttle_duration_sec=1.0)
-            return
-        self.present.add_odometry(msg)
-
     def activated(self) -> None:
+        self.limits.started_ns = time.time_ns()   # states that arrived long before this are replayed history
         if self.expert is not None:   # an Alpamayo release (ros/nodes/alpamayo/)
             return self.expert.activated()
-        self.limits.started_ns = time.time_ns()   # states that arrived long before this are replayed history
         self.diagnostics.publish()  # at once: the prefix learns where this receiver is before the first frame
 
-    def _publish_markers(self, points, stamp_ns: int) -> None:
-        if self.markers is None:
-            return
-        from geometry_msgs.msg import Point
-        from visualization_msgs.msg import Marker, MarkerArray
-        self.markers.publish(convert.trajectory_markers(points, self.params["frame_id"], stamp_ns, MarkerArray,
-                                                        Marker, Point))
-
     def _on_boundary(self, msg: UInt8MultiArray) -> None:
-        data = convert.boundary_from_msg(msg)
+        data = messages.boundary_from_msg(msg)
         if self.role is not None and not self.role.active:
             self.role.keep((data, time.perf_counter()), envelope_stamp(data))   # unread: a shm slot is the active's
         elif self.chunk_flow.accepting(envelope_stamp(data)):   # a frame's chunks count one drop when inactive
@@ -234,58 +179,6 @@ class SuffixNode(StageNode):
             **waits_to_suffix(state.arrival_ns, received)})
         self.health.record(ms)
         self.diagnostics.publish_time(ms)
-
-    def _older(self, stamp_ns: int, what: str) -> bool:
-        """Refused (out_of_order) when not newer than the last one published, unless time went back (a bag
-        loop, /clock reset: engine/pipeline/stamp_order.py), which starts the order over."""
-        order = stamp_order(self.last_stamp_ns, stamp_ns)
-        if order == "jump":
-            self.last_stamp_ns = -1
-        elif order == "older":
-            self._reject("out_of_order", ConfigError(
-                f"{what} has stamp {stamp_ns}, not newer than {self.last_stamp_ns}"), stamp_ns)
-        return order == "older"
-
-    def publish_trajectory(self, trajectory, arrival_ns: int, values: dict) -> None:
-        """A finished frame's trajectory in the output frame, its markers and its info (in the map frame from
-        the output thread, which may wait for the frame's pose; in the ego frame at once)."""
-        item = (trajectory, arrival_ns, {**values, "done": time.perf_counter()})   # output_wait_ms from it
-        if self.output is None:
-            self._publish_now(item)
-        else:
-            self.output.submit(item)
-
-    def _publish_now(self, item) -> None:
-        """Not published when older than the last one (out_of_order), without a pose, stale by now, too old
-        to re-time or non-finite (each counted)."""
-        trajectory, arrival_ns, values = item
-        values = with_output_wait(values)
-        if self._older(trajectory.stamp_ns, f"trajectory of frame {trajectory.seq}"):
-            return
-        self.last_stamp_ns = trajectory.stamp_ns
-        placed = self.present.locate(trajectory)   # (points in the output frame, the frame's pose) or None
-        if placed is None or not self.limits.fresh(
-                trajectory.seq, trajectory.stamp_ns, arrival_ns, queue_s=float(values.get("queue_ms", 0)) / 1e3,
-                compute_s=frame_compute_ms(values) / 1e3, final=True):
-            return
-        out = self.present.timed(trajectory, *placed)   # stamped now, from the ego now (output_retime), or as is
-        if out is None:   # too old to re-time (or no current pose): counted there; where its time went, logged
-            self.get_logger().warning(timeline(trajectory, values), throttle_duration_sec=1.0)
-            return
-        try:  # the last gate before the car, for every kind of model and output frame
-            expect_finite(out.points, "nonfinite_output", f"trajectory of frame {trajectory.seq}")
-        except NonFiniteError as exc:
-            self._reject(exc.reason, exc, trajectory.stamp_ns)
-            return
-        frame_id = self.params["frame_id"]
-        msg = convert.trajectory_to_msg(trajectory, self.msg_cls, self.output_kind, frame_id, out.points,
-                                        stamp_ns=out.stamp_ns, z=out.z)
-        turn = self.signals.command(out.stamp_ns, self.present.current_pose(), float(out.points[0, 3]))  # ego now
-        self.pub.publish(msg)
-        self.candidates.publish(msg, out.points, out.stamp_ns, frame_id, out.z, turn)  # same stamp, frame, points
-        self.signals.publish(turn)
-        self._publish_markers(out.points, out.stamp_ns)
-        publish_trajectory_info(self.info_pub, self.get_name(), trajectory, {**values, **out.info})  # camera stamp
 
     def _extra_checks(self):
         role = ([self.role.check()] if self.role is not None else []) + (self.packed.checks() if self.packed else [])

@@ -14,21 +14,17 @@ decode.py        prefill and the sampled reasoning decode
 reference.py     the whole frame unsplit, with checks of its inputs
 release.py       a released directory -> the model
 head.py          the expert as a waypoint-head plugin (presets, `hybrid-vla info`)
+tiny.py          the tiny R1 / 1.5 presets (seeded toy Qwen3-VL, the releases' vocabulary layout)
 """
 
-from importlib import import_module
+from ....lazy import lazy_attributes
 
-from . import head  # noqa: F401  (registers the `alpamayo_expert` head; imports nothing above plugins/)
-
-_WHERE = {"RELEASES": "config", "AlpamayoConfig": "config", "is_release": "config", "parse": "config",
-          "Sampling": "decode", "FlowSettings": "flow", "AlpamayoModel": "model", "AlpamayoInputs": "reference",
-          "AlpamayoResult": "reference", "check_inputs": "reference", "run_reference": "reference",
-          "build": "release", "load_release": "release"}
+_WHERE = {"RELEASES": ".config:RELEASES", "AlpamayoConfig": ".config:AlpamayoConfig",
+          "is_release": ".config:is_release", "parse": ".config:parse", "Sampling": ".decode:Sampling",
+          "FlowSettings": ".flow:FlowSettings", "AlpamayoModel": ".model:AlpamayoModel",
+          "AlpamayoInputs": ".reference:AlpamayoInputs", "AlpamayoResult": ".reference:AlpamayoResult",
+          "check_inputs": ".reference:check_inputs", "run_reference": ".reference:run_reference",
+          "build": ".release:build", "load_release": ".release:load_release"}
 __all__ = sorted(_WHERE)
-
-
-def __getattr__(name: str):
-    """Imported on first use: release.py reads checkpoints through model/checkpoint.py, which imports plugins/."""
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(f".{_WHERE[name]}", __name__), name)
+# each name imported from its module on first use: importing the package, or one of its modules, loads no other
+__getattr__ = lazy_attributes(__name__, _WHERE)

@@ -34,6 +34,9 @@ SPECIAL_KEYS = ("prompt_start", "prompt_end", "image_start", "image_pre_tkn", "i
                 "traj_future", "image_pad", "vectorized_wm", "vectorized_wm_start", "vectorized_wm_end",
                 "vectorized_wm_pre_tkn", "route_start", "route_pad", "route_end", "question_start", "question_end",
                 "answer_start", "answer_end")
+# Alpamayo 1.5 names the unused ones <|_padding_0|> .. <|_padding_8|> (alpamayo1_5 base_model.py), at these places
+PADDED_1_5 = ("image_pre_tkn", "traj_history_pre_tkn", "meta_action_start", "meta_action_end", "traj_future_pre_tkn",
+              "vectorized_wm", "vectorized_wm_start", "vectorized_wm_end", "vectorized_wm_pre_tkn")
 
 
 @dataclass(frozen=True)
@@ -90,14 +93,28 @@ def _strip(cfg) -> dict:
     return {k: v for k, v in (cfg or {}).items() if not k.startswith("_")}
 
 
-def vlm_config(raw: dict, directory: Path | None):
-    """The VLM's Qwen3VLConfig: `vlm_name_or_path` as a local directory (relative to the release or absolute),
-    else one of the known backbones' shapes; its text vocab set to the release's vocab_size."""
-    from transformers.models.qwen3_vl import Qwen3VLConfig
+def special_tokens(model_type: str) -> dict:
+    """SPECIAL_KEYS -> the token text the release adds at that place (`<|key|>`; 1.5's `<|_padding_i|>`)."""
+    padded = {key: f"_padding_{i}" for i, key in enumerate(PADDED_1_5)} if model_type == "alpamayo1_5" else {}
+    return {key: f"<|{padded.get(key, key)}|>" for key in SPECIAL_KEYS}
+
+
+def vlm_directory(raw: dict, directory: Path | None) -> Path | None:
+    """`vlm_name_or_path` as a local directory with a config.json (relative to the release or absolute)."""
     name = raw.get("vlm_name_or_path") or QWEN3_VL_8B
     local = [p for p in ((directory / name) if directory else None, Path(name)) if p and (p / "config.json").is_file()]
-    if local:
-        config = Qwen3VLConfig.from_pretrained(str(local[0]), local_files_only=True)
+    return local[0] if local else None
+
+
+def vlm_config(raw: dict, directory: Path | None, config=None):
+    """The VLM's Qwen3VLConfig: `config` when given (a preset's), else from vlm_directory, else one of the known
+    backbones' shapes; its text vocab set to the release's vocab_size."""
+    from transformers.models.qwen3_vl import Qwen3VLConfig
+    name, local = raw.get("vlm_name_or_path") or QWEN3_VL_8B, vlm_directory(raw, directory)
+    if config is not None:
+        config = copy.deepcopy(config)
+    elif local:
+        config = Qwen3VLConfig.from_pretrained(str(local), local_files_only=True)
     else:
         expect(name in KNOWN_VLMS, ConfigError,
                f"vlm_name_or_path {name!r}: no such local directory with a config.json, and not one of the known "
@@ -170,15 +187,16 @@ def _history(raw: dict) -> dict:
             "ego_xyz_max": list(cfg.get("ego_xyz_max", (4, 4, 10)))}
 
 
-def parse(raw: dict, directory: Path | None = None) -> AlpamayoConfig:
-    """config.json's dict -> AlpamayoConfig, or ConfigError naming the field."""
+def parse(raw: dict, directory: Path | None = None, vlm=None) -> AlpamayoConfig:
+    """config.json's dict -> AlpamayoConfig, or ConfigError naming the field. vlm: the backbone's Qwen3VLConfig
+    (a preset's; default: from vlm_name_or_path)."""
     where = f"'{directory / 'config.json'}'" if directory else "config"
     model_type = raw.get("model_type")
     expect(model_type in RELEASES, ConfigError, f"{where}: model_type {model_type!r} is not one of {list(RELEASES)}")
     for name in ("traj_token_start_idx", "traj_vocab_size", "vocab_size"):
         expect(isinstance(raw.get(name), int) and raw[name] > 0, ConfigError,
                f"{where}: {name}={raw.get(name)!r}, expected a positive integer (the release saves it)")
-    vlm = vlm_config(raw, directory)
+    vlm = vlm_config(raw, directory, vlm)
     traj_ids, special = _token_ids(raw, vlm.image_token_id)
     return AlpamayoConfig(
         model_type=model_type, vlm=vlm, expert=expert_config(vlm.text_config, raw.get("expert_cfg")),

@@ -11,14 +11,12 @@ from torch import nn
 
 from ....errors import ConfigError
 from ..heads import WaypointHead
-from ..registry import HEADS, register
 from .action_proj import in_proj_from
 from .config import expert_config
 from .expert import build_expert
 from .model import ACTION_CHANNELS
 
 
-@register(HEADS, "alpamayo_expert")
 class AlpamayoExpertHead(WaypointHead):
 
     def __init__(self, config: dict, text_config):
@@ -30,10 +28,9 @@ class AlpamayoExpertHead(WaypointHead):
 
     @classmethod
     def from_config(cls, config: dict, hidden_size: int, spec=None) -> "AlpamayoExpertHead":
-        from ...families import get_family
         if spec is None:
             raise ConfigError("head 'alpamayo_expert': needs the spec (its VLM's text config)")
-        return cls(config, get_family(spec.family).build_config(spec).text_config)
+        return cls(config, spec.backbone_config().text_config)
 
     def forward(self, query_hidden: torch.Tensor) -> torch.Tensor:
         raise ConfigError("head 'alpamayo_expert' reads the VLM's per-layer keys/values, not the query tokens' "

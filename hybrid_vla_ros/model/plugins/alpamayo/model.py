@@ -37,9 +37,9 @@ class AlpamayoModel(nn.Module):
         raise ConfigError(f"an {self.config.release} release loads as its own model and runs unsplit "
                           f"(hybrid_vla_ros.model.plugins.alpamayo.run_reference) or split at a cut "
                           f"(hybrid_vla_ros.engine.expert_split.run_split), and the prefix and suffix nodes serve it "
-                          f"with their own stage (ros/nodes/alpamayo/); the block-split stages and the hybrid-vla "
-                          f"commands built on them do not take it (issue 39). For its shapes: "
-                          f"hybrid-vla info --preset alpamayo-r1-like")
+                          f"with their own stage (ros/nodes/alpamayo/); `hybrid-vla verify` checks its split at "
+                          f"every cut; the block-split stages and the hybrid-vla commands built on them do not take "
+                          f"it (issue 39). For its shapes: hybrid-vla info --preset alpamayo-r1-like")
 
     @property
     def num_blocks(self) -> int:

@@ -3,6 +3,9 @@
     config.json                          model_type alpamayo_r1 / alpamayo1_5 and the release's fields (config.py)
     model.safetensors                    or model-0000X-of-0000N.safetensors + model.safetensors.index.json
     <vlm_name_or_path>/config.json       optional: the backbone's Qwen3-VL config, when it names a local folder
+    tokenizer.json, tokenizer_config.json  optional, here or in that folder: extended as the authors' code extends
+                                         it, each of its trajectory, special and vision tokens must have the id
+                                         config.json implies (refused at load naming the first that differs)
 
 Every tensor the config implies must be there in its shape; a tensor the model has no place for is refused
 (a different architecture would otherwise load half-read). The model is built on the meta device and each
@@ -17,10 +20,9 @@ import torch
 from torch import nn
 
 from ....errors import ConfigError, expect
-from ...checkpoint import _read
-from ...checkpoint_files import _opened, _weight_map
+from ...checkpoint_files import _opened, _weight_map, read_tensor
 from ...seeded import parameters_on_meta
-from .config import parse, read_json
+from .config import TRAJ_TOKENS, parse, read_json, special_tokens, vlm_directory
 from .model import AlpamayoModel
 
 SHOWN = 5   # keys named in an error message
@@ -63,7 +65,7 @@ def _read_all(model: AlpamayoModel, weight_map: dict, dtype: torch.dtype) -> Non
         path = weight_map[name]
         with _opened(path) as handle:
             wanted = dtype if parameter else current.dtype
-            _set(model, name, _read(handle, path, name, current, wanted), parameter)
+            _set(model, name, read_tensor(handle, path, name, current, wanted), parameter)
 
 
 def load_release(directory, dtype: torch.dtype = torch.float32, shapes_only: bool = False) -> AlpamayoModel:
@@ -71,6 +73,7 @@ def load_release(directory, dtype: torch.dtype = torch.float32, shapes_only: boo
     directory = Path(directory)
     expect(directory.is_dir(), ConfigError, f"Alpamayo checkpoint '{directory}': no such directory")
     config = parse(read_json(directory / "config.json"), directory)
+    check_tokenizer(config, directory)
     weight_map = _weight_map(directory)
     model = build(config)
     _check_keys(model, weight_map, directory)
@@ -78,3 +81,60 @@ def load_release(directory, dtype: torch.dtype = torch.float32, shapes_only: boo
         _read_all(model, weight_map, dtype)
     model.checkpoint_directory = directory
     return model.eval()
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+VISION_TOKENS = {"<|vision_start|>": "vision_start_token_id", "<|vision_end|>": "vision_end_token_id",
+                 "<|image_pad|>": "image_token_id", "<|video_pad|>": "video_token_id"}
+
+
+def tokenizer_directory(config, directory: Path) -> Path | None:
+    """The release's own tokenizer, else the backbone's local folder's (the processor the authors' code loads)."""
+    for folder in (directory, vlm_directory(config.raw, directory)):
+        if folder is not None and any((folder / name).is_file() for name in TOKENIZER_FILES):
+            return folder
+    return None
+
+
+def extend_as_released(tokenizer, config) -> None:
+    """The tokens the releases' code adds to the backbone's tokenizer (base_model.py _build_tokenizer): <i0> ..,
+    then every special token (add_special_tokens) or the trajectory ones; a token it already has keeps its id."""
+    tokenizer.add_tokens([f"<i{v}>" for v in range(config.traj_vocab_size)])
+    names = list(special_tokens(config.model_type).values()) if config.special_ids else \
+        [f"<|traj_{k}|>" for k in TRAJ_TOKENS]
+    tokenizer.add_tokens(names, special_tokens=True)
+
+
+def implied_ids(config) -> dict:
+    """Token text -> the id config.json implies for it (the backbone's vision tokens from its config)."""
+    vlm, last = config.vlm, config.traj_vocab_size - 1
+    ids = {token: int(getattr(vlm, field)) for token, field in VISION_TOKENS.items()
+           if getattr(vlm, field, None) is not None}
+    ids.update({"<i0>": config.traj_token_start_idx, f"<i{last}>": config.traj_token_start_idx + last})
+    ids.update({f"<|traj_{k}|>": v for k, v in config.traj_token_ids.items()})
+    names = special_tokens(config.model_type)
+    ids.update({names[k]: v for k, v in config.special_ids.items() if k != "image_pad"})
+    return ids
+
+
+def check_tokenizer(config, directory: Path) -> None:
+    """A tokenizer beside the release (or its backbone) whose tokens disagree with config.json: ConfigError naming
+    the token (the prompts' ids would not be the tokens the release was trained on)."""
+    folder = tokenizer_directory(config, directory)
+    if folder is None:
+        return
+    from transformers import AutoTokenizer
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except (OSError, ValueError, TypeError) as exc:
+        raise ConfigError(f"Alpamayo checkpoint '{directory}': the tokenizer in '{folder}' cannot be loaded "
+                          f"({exc})") from None
+    extend_as_released(tokenizer, config)
+    where = f"Alpamayo checkpoint '{directory}': the tokenizer in '{folder}'"
+    for token, wanted in implied_ids(config).items():
+        got = tokenizer.convert_tokens_to_ids(token)
+        expect(got == wanted, ConfigError, f"{where} gives {token} the id {got}, config.json implies {wanted} "
+               f"(vocab_size, traj_token_start_idx, traj_token_ids and the backbone's token ids); refused")
+    expect(len(tokenizer) == config.vocab_size, ConfigError,
+           f"{where} has {len(tokenizer)} tokens with the release's added, config.json's vocab_size is "
+           f"{config.vocab_size}; refused")

@@ -33,7 +33,6 @@ from torch import nn
 
 from ....errors import ConfigError, expect
 from ....types import NAV_COMMANDS
-from ..registry import SCENE_ENCODERS, register
 from ..scene_encoders import SceneEncoder
 from .det_head import DetHead
 from .eva_vit import EVAViT
@@ -84,7 +83,6 @@ def check_sizes(config: dict) -> None:
            f"{where}: det qt_attn_bias must be true or false, traj_num_cls 1 (sigmoid) or 2 (softmax)")
 
 
-@register(SCENE_ENCODERS, "orion_front")
 class OrionFrontEnd(SceneEncoder):
     side_inputs = ("lidar2img", "cameras_known", "ego_pose", "ego_status", "command")
 

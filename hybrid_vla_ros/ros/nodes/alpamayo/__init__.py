@@ -23,6 +23,8 @@ def with_weights(model):
     """The release with its weights read: one per directory per process (the node's shared model is read
     shapes-only; the prefix and the suffix in one process share this one)."""
     from ....model.plugins.alpamayo import load_release
+    if model.checkpoint_directory is None:   # an Alpamayo preset (model/plugins/alpamayo/tiny.py): built whole
+        return model
     directory = str(model.checkpoint_directory)
     with _LOCK:
         if directory not in _WEIGHTS:

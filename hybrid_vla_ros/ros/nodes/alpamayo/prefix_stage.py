@@ -9,7 +9,8 @@ queued). A frame is refused, and counted, when its images do not fit (invalid_im
 still), no suffix is linked within token_timeout_s (suffix_absent: both topics matched; a frame waits for one, as
 at start-up), or its exchange fails here (suffix_timeout: token_timeout_s, -1 = 60 s; invalid_answer;
 nonfinite_boundary). A frame the suffix refuses is counted there. ~/debug/frame_info per frame sent: the prefix's
-ms per phase, the seed, the cut.
+ms per phase and their sum (prefix_ms: the scheduler joins it by stamp with the suffix's trajectory_info), the
+seed, the cut. ~/input/partition_point (the scheduler's) moves the cut at the next frame, as the parameter does.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
 from nav_msgs.msg import Odometry
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image
-from std_msgs.msg import UInt8MultiArray
+from std_msgs.msg import Int32, UInt8MultiArray
 
 from ....engine.expert_serve.frame_inputs import (CAMERAS, ImageHistory, PromptText, frame_inputs, history_poses,
                                                   still_history)
@@ -29,9 +30,10 @@ from ....engine.pipeline.camera_sync import CameraSync, StampedHistory
 from ....engine.pipeline.worker import StageWorker
 from ....errors import ConfigError, HybridVLAError, expect
 from ....types import Pose2D
-from ... import convert
+from ... import messages
 from ...params import chosen_cores
 from ...topics import TOKENS_QOS
+from ..serving.answers import AnswerInput
 from ..diagnostics import DiagnosticsPublisher, matched_peers
 from .settings import stage_settings
 
@@ -65,11 +67,12 @@ class AlpamayoPrefixStage:
         self.poses = StampedHistory(between=Pose2D.between) if p["use_kinematic_state"] else None
         self.pub = node.configured_publisher(UInt8MultiArray, "~/output/boundary_state", TOKENS_QOS)
         self.info_pub = node.configured_publisher(DiagnosticStatus, "~/debug/frame_info", 10)
-        self.answers = node.configured_subscription(UInt8MultiArray, "~/input/action_tokens", self._on_answer,
-                                                    TOKENS_QOS)
+        self.answers = AnswerInput(node, self.server.answer, "invalid_answer")   # ~/input/action_tokens
         self._subscribe_cameras(p["camera_topics"], p["image_transport"] == "compressed")
         if self.poses is not None:
             node.configured_subscription(Odometry, "~/input/kinematic_state", self._on_odometry, 50)
+        # the scheduler's cut (node.stage is the server): checked against the zone, taken at the next frame
+        node.configured_subscription(Int32, "~/input/partition_point", node._on_partition_topic, 10)
         lossless = p["input_policy"] == "lossless"
         self.worker = StageWorker("prefix", self._serve, policy=p["input_policy"],
                                   capacity=LOSSLESS_FRAMES if lossless else 1, cores=chosen_cores(p["cores"]) or None,
@@ -95,26 +98,20 @@ class AlpamayoPrefixStage:
     # ---- the executor's thread ---------------------------------------------------------------------------
     def _on_image(self, camera: int, msg) -> None:
         try:
-            (convert.check_compressed_msg if self.compressed else convert.check_image_msg)(
+            (messages.check_compressed_msg if self.compressed else messages.check_image_msg)(
                 msg, f"camera {camera} ({self.topics[camera]})")
         except HybridVLAError as exc:
             self.node._reject("invalid_image", exc)
             return
-        ready = self.sync.add(camera, convert.stamp_to_ns(msg.header.stamp), msg)
+        ready = self.sync.add(camera, messages.stamp_to_ns(msg.header.stamp), msg)
         if ready is None or not self.node.accepting(stamp_ns=ready[1]):
             return
-        messages, padded = self.images.add(ready[0])   # the history keeps every complete set, served or not
-        self.worker.submit(_Taken(messages, padded, self.seq, ready[1]))   # a drop is counted there
+        camera_msgs, padded = self.images.add(ready[0])   # the history keeps every complete set, served or not
+        self.worker.submit(_Taken(camera_msgs, padded, self.seq, ready[1]))   # a drop is counted there
         self.seq += 1
 
     def _on_odometry(self, msg: Odometry) -> None:
-        self.poses.add(convert.stamp_to_ns(msg.header.stamp), convert.odometry_to_pose(msg))
-
-    def _on_answer(self, msg) -> None:
-        try:
-            self.server.answer(bytes(msg.data))
-        except HybridVLAError as exc:
-            self.node._reject("invalid_answer", exc)
+        self.poses.add(messages.stamp_to_ns(msg.header.stamp), messages.odometry_to_pose(msg))
 
     # ---- the worker's thread -----------------------------------------------------------------------------
     def _serve(self, taken: _Taken) -> None:
@@ -137,7 +134,7 @@ class AlpamayoPrefixStage:
     def _linked(self) -> bool:
         """A suffix is there both ways: this boundary writer counts its reader, and this answers reader counts its
         writer (that writer, in turn, waits to count this reader before its first answer: the suffix stage)."""
-        return matched_peers(self.node, self.pub) > 0 and matched_peers(self.node, self.answers) > 0
+        return matched_peers(self.node, self.pub) > 0 and matched_peers(self.node, self.answers.subscription) > 0
 
     def _job(self, taken: _Taken) -> PrefixJob | None:
         """The frame's inputs (None: refused, counted)."""
@@ -150,7 +147,7 @@ class AlpamayoPrefixStage:
             return None
         try:
             limit = int(self.node.params["max_image_megapixels"] * 1e6)
-            decode = convert.compressed_to_array if self.compressed else convert.image_to_array
+            decode = messages.compressed_to_array if self.compressed else messages.image_to_array
             images = [decode(m, f"camera image {i}", limit) for i, m in enumerate(taken.messages)]
             inputs = frame_inputs(self.model, images, poses, self.text, route=self.guidance)
         except HybridVLAError as exc:
@@ -172,6 +169,7 @@ class AlpamayoPrefixStage:
     def _publish_info(self, outcome, taken: _Taken, ms: float) -> None:
         s = outcome.settings
         values = {"stamp_ns": taken.stamp_ns, "seq": taken.seq, "partition": s.partition, "seed": s.seed,
+                  "prefix_ms": f"{sum(outcome.times.values()):.3f}",   # the compute (the scheduler's sample)
                   "frame_ms": f"{ms:.3f}", "images_padded": taken.padded,
                   **{f"prefix_{k}_ms": f"{v:.3f}" for k, v in outcome.times.items()}}
         self.info_pub.publish(DiagnosticStatus(name=f"{self.node.get_name()}: frame", values=[

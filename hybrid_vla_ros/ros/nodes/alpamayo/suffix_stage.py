@@ -1,9 +1,9 @@
 """The suffix node's stage for an Alpamayo release: each message of the prefix (~/input/boundary_state) answered by
 AlpamayoSuffixServer on the worker's thread (answers on ~/output/action_tokens, reliable and volatile:
-TOKENS_QOS); per finished frame one trajectory on ~/output/trajectory (the node's output_type; frame_id base_link:
-the t0 ego frame as predicted; any other: moved with the frame's map pose from the prefix's odometry) and
-~/debug/trajectory_info: the decoded token ids and their count, why the decode ended (stop_token / max_tokens),
-the seed, the expert's Euler steps and each side's ms per phase (expert time per side included).
+TOKENS_QOS); each finished frame's trajectory (the t0 ego frame as predicted) goes out through the node's one output
+path (serving/output.py: in frame_id with the suffix's odometry, re-timed, CandidateTrajectories, turn signals,
+markers), its ~/debug/trajectory_info with the decoded token ids and their count, why the decode ended (stop_token /
+max_tokens), the seed, the expert's Euler steps and each side's ms per phase (expert time per side included).
 A frame the server refuses (non-finite boundary, damaged or out-of-turn message) is counted here with its reason;
 the prefix hears it and moves on.
 """
@@ -13,20 +13,17 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticStatus
 from std_msgs.msg import UInt8MultiArray
 
 from ....engine.expert_serve.suffix_server import AlpamayoSuffixServer, SuffixFrame
 from ....engine.pipeline.worker import StageWorker
-from ....errors import ConfigError, HybridVLAError, NonFiniteError, expect_finite
-from ....types import Pose2D, Trajectory
-from ... import convert
+from ....errors import ConfigError, HybridVLAError
+from ....types import Trajectory
 from ...params import chosen_cores
 from ...topics import TOKENS_QOS
-from ..diagnostics import DiagnosticsPublisher, publish_trajectory_info
+from ..diagnostics import DiagnosticsPublisher
 
 QUEUE = 256          # messages waiting for the worker (a frame sends 1 + tokens + steps of them)
-EGO_FRAME = "base_link"
 
 
 def trajectory_points(xyz: np.ndarray, heading: np.ndarray, dt: float) -> np.ndarray:
@@ -47,10 +44,6 @@ class AlpamayoSuffixStage:
         p = node.params
         self.node, self.model = node, model
         self.server = AlpamayoSuffixServer(model)
-        self.msg_cls, self.kind, reason = convert.resolve_trajectory_type(p["output_type"])
-        self.frame_id = p["frame_id"]
-        self.pub = node.configured_publisher(self.msg_cls, "~/output/trajectory", 10)
-        self.info_pub = node.configured_publisher(DiagnosticStatus, "~/debug/trajectory_info", 10)
         self.answer_pub = node.configured_publisher(UInt8MultiArray, "~/output/action_tokens", TOKENS_QOS)
         node.configured_subscription(UInt8MultiArray, "~/input/boundary_state", self._on_message, TOKENS_QOS)
         self.worker = StageWorker("suffix", self._handle, policy="lossless", capacity=QUEUE,
@@ -59,8 +52,8 @@ class AlpamayoSuffixStage:
         self.diagnostics = node.diagnostics = DiagnosticsPublisher(node, node.health, self.worker, self.checks)
         node.configured_timer(p["diagnostics_period_s"], self.diagnostics.publish)
         self.frames = 0
-        node.get_logger().info(f"suffix: {model.config.release} ({model.num_blocks} blocks), publishing "
-                               f"{self.msg_cls.__name__} in {self.frame_id} ({reason})")
+        node.get_logger().info(f"suffix: {model.config.release} ({model.num_blocks} blocks), "
+                               f"{node.describe_output()}")
 
     def _on_message(self, msg) -> None:
         """Taken in any state: a frame started before a deactivate finishes (its prefix waits for the answers)."""
@@ -93,23 +86,12 @@ class AlpamayoSuffixStage:
             time.sleep(0.01)
 
     def _publish(self, frame: SuffixFrame, queue_ms: float) -> None:
+        """The frame's trajectory to the node's output path (which places, re-times, checks and counts it)."""
         result, tag = frame.result, frame.tag
         points = trajectory_points(result.xyz.double().numpy(), result.heading.double().numpy(),
                                    self.model.action_space.dt)
         trajectory = Trajectory(points, tag.seq, tag.stamp_ns, frame.settings.partition)
-        if self.frame_id != EGO_FRAME:
-            if frame.pose is None:   # the prefix had no odometry (use_kinematic_state false)
-                self.node._reject("pose_missing", ConfigError(f"frame {tag.seq}: no map pose from the prefix for "
-                                                              f"frame_id {self.frame_id}"), tag.stamp_ns)
-                return
-            points = trajectory.in_map(Pose2D(*frame.pose))
-        try:
-            expect_finite(points, "nonfinite_output", f"trajectory of frame {tag.seq}")
-        except NonFiniteError as exc:
-            self.node._reject(exc.reason, exc, tag.stamp_ns)
-            return
-        self.pub.publish(convert.trajectory_to_msg(trajectory, self.msg_cls, self.kind, self.frame_id, points))
-        publish_trajectory_info(self.info_pub, self.node.get_name(), trajectory, self._values(frame, queue_ms))
+        self.node.publish_trajectory(trajectory, tag.arrival_ns, self._values(frame, queue_ms))
         suffix_ms = sum(frame.times["suffix"].values())
         self.frames += 1
         self.node.health.record(suffix_ms)
@@ -128,8 +110,9 @@ class AlpamayoSuffixStage:
 
     def checks(self) -> list:
         s = self.server
-        return [("alpamayo", 0, f"{self.model.config.release}: {self.frames} frames out",
-                 {"frames": str(self.frames), "frames_replaced": str(s.replaced), "frames_aborted": str(s.aborted)})]
+        return [("alpamayo", 0, f"{self.model.config.release}: {self.frames} frames finished",
+                 {"frames": str(self.frames), "frames_replaced": str(s.replaced), "frames_aborted": str(s.aborted)}),
+                *self.node.output_checks()]
 
     def activated(self) -> None:
         self.diagnostics.publish()

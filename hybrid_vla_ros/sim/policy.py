@@ -1,12 +1,10 @@
-"""Policies: a camera frame's view of the world -> a plan (N, 5) in the ego frame of that frame: x, y,
-heading, speed, time from the frame (s).
+"""Policies of the simulator: a camera frame's view of the world -> a plan (N, 5) in the ego frame of that frame:
+x, y, heading, speed, time from the frame (s).
 
-- ModelPolicy: the model through the engine's stages, native cut (PrefixStage(L) + SuffixStage(L), fp32 on
-  the CPU: the hybrid fp32 split at any p gives bit-identical plans, docs/DRIVING.md, so one forward serves
-  every mode; the modes differ in when the plan takes effect). The image: road.render of the scene from the
-  car's pose, the sensor noise drawn from (scenario seed, frame index).
 - OraclePolicy: the drives' own ground-truth driver (road.ground_truth) on the same scene: what the model
   was trained to imitate, exact, no camera (deterministic and fast: the tests' policy).
+- render_frame: the camera frame a model sees of a view (road.render of the scene from the car's pose, the
+  sensor noise drawn from (scenario seed, frame index)); the model as a policy is learn/closed_loop/model_policy.py.
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...sim.road import RoadScene, ground_truth, render
+from .road import CAMERA_YAWS_RAD, RoadScene, ground_truth, render
 
 
 @dataclass(frozen=True)
@@ -38,27 +36,10 @@ class OraclePolicy:
         return np.column_stack([truth, t])                                             # (N, 5)
 
 
-class ModelPolicy:
-    def __init__(self, model):
-        from ...engine.stages import PrefixStage, SuffixStage
-        self.model, self.spec = model, model.spec
-        self.name = model.spec.name
-        L = model.num_blocks
-        self.prefix, self.suffix = PrefixStage(model, L), SuffixStage(model, L)
-
-    def frame(self, view: View):
-        return render_frame(view, self.spec)
-
-    def __call__(self, view: View) -> np.ndarray:
-        trajectory = self.suffix.run(self.prefix.run(self.frame(view)))
-        return np.asarray(trajectory.points, dtype=np.float64)                         # (N, 5)
-
-
 def render_frame(view: View, spec):
     """The frame a model with `spec`'s cameras sees of `view`: road.render per camera (the sensor noise drawn from
     the scenario seed and the frame index), stamped at the frame's time (index x 100 ms)."""
-    from ...types import EgoState, Frame
-    from ...sim.road import CAMERA_YAWS_RAD
+    from ..types import EgoState, Frame
     rng = np.random.default_rng([view.seed, view.index])
     images = [render(view.scene, spec.image_height, spec.image_width, CAMERA_YAWS_RAD[c % len(CAMERA_YAWS_RAD)],
                      rng=rng) for c in range(spec.num_cameras)]

@@ -1,9 +1,9 @@
 """`hybrid-vla bench --preset alpamayo-bench --reasoning-tokens N --flow-steps K`: a decode-heavy model's modes
-side by side on the reduced Alpamayo 1.5 of bench.py (8 blocks of hidden 512, a 256-wide expert, seeded weights),
+side by side on the reduced Alpamayo 1.5 of reduced.py (8 blocks of hidden 512, a 256-wide expert, seeded weights),
 the same frames (seeds 0, 1, ...) in each mode, one run:
 
     native     run_reference, one frame after the other, one thread on the prefix's cores (the GPU stand-in)
-    serial     the split (frames.py), each side one thread on its own cores, one frame at a time
+    serial     the split (engine/expert_split/frames.py), each side one thread on its own cores, one frame at a time
     serial_one_core  the same with both sides' threads on the prefix's cores (a control: the split's own cost
                without a wake-up on another core between the ~2 x (n + K) tasks of a frame)
     pipelined  the same with `max_in_flight` frames admitted: frame t's prefill on the prefix overlaps frame
@@ -23,15 +23,16 @@ import time
 
 import torch
 
+from ...engine.cpu import allowed_cores, pinned, split_cores
+from ...engine.expert_split.frames import FrameStream
 from ...model.plugins.alpamayo.decode import Sampling
 from ...model.plugins.alpamayo.flow import FlowSettings
 from ...model.plugins.alpamayo.reference import run_reference
 from ...report import percentiles
-from ..cpu import allowed_cores, pinned, split_cores
-from .bench import _native, reduced_inputs, reduced_model
-from .frames import FrameStream
+from . import PRESET
+from .phases import native_phases
+from .reduced import reduced_inputs, reduced_model
 
-PRESET = "alpamayo-bench"
 PHASES = ("prefill", "decode", "unguided", "flow_setup", "expert", "trajectory")
 PACKED_MISSING = ("packed (several frames' decode steps in one forward, as ActionFlow packs them) is not built for "
                   "Alpamayo: each frame's decode step attends over its own DynamicCache inside transformers' "
@@ -56,13 +57,14 @@ def _periods(done: list[float]) -> list[float]:
 
 def run_native(model, frames, sampling, flow, guidance, cores, warmup) -> tuple[dict, list]:
     """run_reference per frame on the prefix's cores (one thread). Per call: the expert step from every steady
-    frame's flow time; prefill and decode step from bench.py's _native (run_reference's functions one by one)."""
+    frame's flow time; prefill and decode step from phases.py's native_phases (run_reference's functions one by
+    one)."""
     refs, done = [], []
     with pinned(cores, 1):
         for seed, inputs in frames:
             refs.append(run_reference(model, inputs, seed, sampling, flow, guidance))
             done.append(time.perf_counter())
-        phases, _ = _native(model, frames[-1][1], sampling, flow, guidance, frames[-1][0])
+        phases, _ = native_phases(model, frames[-1][1], sampling, flow, guidance, frames[-1][0])
     steady = _steady(refs, warmup)
     per_call = {"prefill": phases["prefill"], "decode": phases["decode"],
                 "expert": statistics.median(r.timings["flow_ms"] / flow.steps for r in steady)}
@@ -239,46 +241,3 @@ def plot(report: dict, path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-
-def add_args(parser) -> None:
-    """The decode-heavy bench's own options on `hybrid-vla bench` (the rest: --partition, --frames, --warmup,
-    --max-in-flight, --json, --plot)."""
-    parser.add_argument("--reasoning-tokens", type=int, default=None,
-                        help=f"decode-heavy (--preset {PRESET}): reasoning tokens per frame (max_new_tokens; default 32)")
-    parser.add_argument("--flow-steps", type=int, default=None,
-                        help=f"decode-heavy (--preset {PRESET}): Euler steps of the action expert (default 10)")
-    parser.add_argument("--guidance", action="store_true",
-                        help="decode-heavy: Alpamayo 1.5's classifier-free guidance (a second cache, expert on both)")
-
-
-def wants(args) -> bool:
-    """The decode-heavy bench was asked for (its preset, or one of its options); other presets refused with it."""
-    from ...errors import ConfigError
-    asked = args.preset == PRESET or args.scenario == "decode-heavy"
-    options = args.reasoning_tokens is not None or args.flow_steps is not None or args.guidance
-    if not (asked or options):
-        return False
-    if args.preset not in (None, PRESET) or args.checkpoint:
-        raise ConfigError(f"--reasoning-tokens / --flow-steps / --guidance / --scenario decode-heavy run the reduced "
-                          f"Alpamayo (--preset {PRESET}) only; a real-size one does not run here: "
-                          f"hybrid-vla plan --preset alpamayo-r1-like --gpu l20 --cpu xeon-8470q --dtype bf16")
-    return True
-
-
-def cli(args) -> int:
-    """`hybrid-vla bench --preset alpamayo-bench ...`: run, print the table, write --json / --plot."""
-    from ...errors import ConfigError
-    from ...report import progress_printer, write_report
-    reasoning = 32 if args.reasoning_tokens is None else args.reasoning_tokens
-    steps = 10 if args.flow_steps is None else args.flow_steps
-    if reasoning < 1 or steps < 1 or (args.frames or 6) < 2:
-        raise ConfigError("--reasoning-tokens and --flow-steps: at least 1; --frames: at least 2 (a period)")
-    report = run_decode_heavy(reasoning, steps, args.frames or 6, args.warmup, args.partition, args.max_in_flight,
-                              args.guidance, progress=progress_printer("decode-heavy"), repeat=max(1, args.repeat))
-    write_report(report, args.json)
-    if args.plot:
-        plot(report, args.plot)
-    print("\n".join(table(report)))
-    print(f"full report: {args.json}" if args.json else "(--json FILE writes the full report)")
-    return 0 if report["exact"] else 1

@@ -13,7 +13,7 @@ from sensor_msgs.msg import CompressedImage, Image
 
 from hybrid_vla_ros.types import BoundaryState, Trajectory
 from hybrid_vla_ros.errors import InputError
-from hybrid_vla_ros.ros import convert
+from hybrid_vla_ros.ros import messages
 
 
 def rgb(h=4, w=5):
@@ -22,7 +22,7 @@ def rgb(h=4, w=5):
 
 def test_rgb8_round_trip():
     image = rgb()
-    np.testing.assert_array_equal(convert.image_to_array(convert.array_to_image(image, Image()), "t"), image)
+    np.testing.assert_array_equal(messages.image_to_array(messages.array_to_image(image, Image()), "t"), image)
 
 
 def test_bgr_rgba_mono_and_row_padding_are_converted_to_rgb():
@@ -31,18 +31,18 @@ def test_bgr_rgba_mono_and_row_padding_are_converted_to_rgb():
     rows = np.zeros((4, 16), np.uint8)
     rows[:, :15] = image[..., ::-1].reshape(4, 15)
     msg.data = rows.tobytes()
-    np.testing.assert_array_equal(convert.image_to_array(msg, "t"), image)
+    np.testing.assert_array_equal(messages.image_to_array(msg, "t"), image)
     rgba = np.concatenate([image, np.full((4, 5, 1), 255, np.uint8)], axis=2)
     msg = Image(height=4, width=5, encoding="rgba8", step=20, data=rgba.tobytes())
-    np.testing.assert_array_equal(convert.image_to_array(msg, "t"), image)
+    np.testing.assert_array_equal(messages.image_to_array(msg, "t"), image)
     mono = Image(height=4, width=5, encoding="mono8", step=5, data=bytes(range(20)))
-    assert convert.image_to_array(mono, "t").shape == (4, 5, 3)
+    assert messages.image_to_array(mono, "t").shape == (4, 5, 3)
 
 
 def test_unknown_encoding_is_rejected_with_the_supported_list():
     msg = Image(height=4, width=5, encoding="bayer_rggb8", step=5, data=bytes(20))
     with pytest.raises(InputError, match=r"cam0: image encoding 'bayer_rggb8' is not supported; expected one of"):
-        convert.image_to_array(msg, "cam0")
+        messages.image_to_array(msg, "cam0")
 
 
 def bt601_yuv(image):
@@ -65,43 +65,43 @@ def test_yuv422_cameras_decode_to_the_rgb_they_were_encoded_from(encoding, order
     rows = np.zeros((6, 20), np.uint8)                                               # 4 bytes of row padding
     rows[:, :16] = packed
     msg = Image(height=6, width=8, encoding=encoding, step=20, data=rows.tobytes())
-    out = convert.image_to_array(msg, "cam")
+    out = messages.image_to_array(msg, "cam")
     assert out.shape == (6, 8, 3) and np.abs(out.astype(int) - image).max() <= 2
     white = Image(height=1, width=2, encoding=encoding, step=4,
                   data=bytes([128, 235, 128, 235] if order == "UYVY" else [235, 128, 235, 128]))
-    assert convert.image_to_array(white, "cam").tolist() == [[[255, 255, 255]] * 2]
+    assert messages.image_to_array(white, "cam").tolist() == [[[255, 255, 255]] * 2]
 
 
 def test_yuv422_needs_an_even_width_and_two_bytes_per_pixel():
     with pytest.raises(InputError, match="yuv422 needs an even width, got 5"):
-        convert.image_to_array(Image(height=2, width=5, encoding="yuv422", step=10, data=bytes(20)), "cam")
+        messages.image_to_array(Image(height=2, width=5, encoding="yuv422", step=10, data=bytes(20)), "cam")
     with pytest.raises(InputError, match=r"step 6 is smaller than width 4 x 2 bytes"):
-        convert.image_to_array(Image(height=2, width=4, encoding="yuv422", step=6, data=bytes(12)), "cam")
+        messages.image_to_array(Image(height=2, width=4, encoding="yuv422", step=6, data=bytes(12)), "cam")
 
 
 def test_camera_images_of_any_size_decode_at_their_own_size():
     big = np.random.default_rng(1).integers(0, 256, (720, 1280, 3), dtype=np.uint8)
-    np.testing.assert_array_equal(convert.image_to_array(convert.array_to_image(big, Image()), "t"), big)
-    out = convert.compressed_to_array(convert.array_to_compressed(big, CompressedImage(), "png"), "t")
+    np.testing.assert_array_equal(messages.image_to_array(messages.array_to_image(big, Image()), "t"), big)
+    out = messages.compressed_to_array(messages.array_to_compressed(big, CompressedImage(), "png"), "t")
     np.testing.assert_array_equal(out, big)
 
 
 def test_truncated_image_data_is_rejected():
-    msg = convert.array_to_image(rgb(), Image())
+    msg = messages.array_to_image(rgb(), Image())
     msg.data = bytes(msg.data)[:-7]
     with pytest.raises(InputError, match=r"53 data bytes, expected step 15 x height 4 = 60 \(truncated image\?\)"):
-        convert.image_to_array(msg, "cam")
+        messages.image_to_array(msg, "cam")
 
 
 def test_compressed_jpeg_and_png_decode_and_garbage_is_rejected():
     image = np.full((16, 16, 3), 128, np.uint8)
     for fmt in ("jpeg", "png"):
-        out = convert.compressed_to_array(convert.array_to_compressed(image, CompressedImage(), fmt), "t")
+        out = messages.compressed_to_array(messages.array_to_compressed(image, CompressedImage(), fmt), "t")
         assert out.shape == (16, 16, 3) and abs(int(out.mean()) - 128) <= 2
     with pytest.raises(InputError, match="compressed image could not be decoded"):
-        convert.compressed_to_array(CompressedImage(format="jpeg", data=b"not a jpeg"), "cam2")
+        messages.compressed_to_array(CompressedImage(format="jpeg", data=b"not a jpeg"), "cam2")
     with pytest.raises(InputError, match="compressed format 'theora' is not supported"):
-        convert.compressed_to_array(CompressedImage(format="theora", data=b"x"), "cam2")
+        messages.compressed_to_array(CompressedImage(format="theora", data=b"x"), "cam2")
 
 
 def _blank_png(width: int, height: int) -> bytes:
@@ -125,23 +125,23 @@ def test_a_small_png_declaring_tens_of_megapixels_is_refused_before_decoding():
     assert len(data) < 1_000_000
     msg = CompressedImage(format="png", data=data)
     with pytest.raises(InputError, match=r"declares 8000x8000 = 64.0 MP, above max_image_megapixels 40"):
-        convert.compressed_to_array(msg, "camera 0")
-    small = convert.compressed_to_array(CompressedImage(format="png", data=_blank_png(64, 48)), "camera 0")
+        messages.compressed_to_array(msg, "camera 0")
+    small = messages.compressed_to_array(CompressedImage(format="png", data=_blank_png(64, 48)), "camera 0")
     assert small.shape == (48, 64, 3)
     with pytest.raises(InputError, match="above max_image_megapixels 0.001"):
-        convert.compressed_to_array(CompressedImage(format="png", data=_blank_png(64, 48)), "camera 0", 1000)
+        messages.compressed_to_array(CompressedImage(format="png", data=_blank_png(64, 48)), "camera 0", 1000)
 
 
 def test_a_raw_image_above_the_pixel_limit_is_refused():
-    msg = convert.array_to_image(np.zeros((40, 30, 3), np.uint8), Image())
+    msg = messages.array_to_image(np.zeros((40, 30, 3), np.uint8), Image())
     with pytest.raises(InputError, match=r"30x40 = 0.0 MP, above max_image_megapixels 0.001"):
-        convert.image_to_array(msg, "camera 0", max_pixels=1000)
+        messages.image_to_array(msg, "camera 0", max_pixels=1000)
 
 
 def test_odometry_gives_speed_and_yaw_rate():
     odom = Odometry()
     odom.twist.twist.linear.x, odom.twist.twist.angular.z = 4.5, -0.2
-    ego = convert.odometry_to_ego(odom)
+    ego = messages.odometry_to_ego(odom)
     assert (ego.speed_mps, ego.yaw_rate_rps) == (4.5, -0.2)
 
 
@@ -151,7 +151,7 @@ def trajectory():
 
 
 def test_trajectory_to_path_keeps_positions_heading_and_stamp():
-    msg = convert.trajectory_to_msg(trajectory(), Path, "path", "base_link")
+    msg = messages.trajectory_to_msg(trajectory(), Path, "path", "base_link")
     assert msg.header.frame_id == "base_link" and (msg.header.stamp.sec, msg.header.stamp.nanosec) == (1, 500_000_000)
     assert [(p.pose.position.x, p.pose.position.y) for p in msg.poses] == [(1.0, 0.1), (2.0, 0.3)]
     q = msg.poses[1].pose.orientation
@@ -200,7 +200,7 @@ def autoware_classes():
 
 def test_trajectory_to_the_upstream_autoware_layout_fills_acceleration():
     Trajectory_, _ = autoware_classes()
-    msg = convert.trajectory_to_msg(trajectory(), Trajectory_, "autoware", "map")
+    msg = messages.trajectory_to_msg(trajectory(), Trajectory_, "autoware", "map")
     assert msg.header.frame_id == "map"
     assert [p.longitudinal_velocity_mps for p in msg.points] == [5.0, 5.5]
     assert [(p.time_from_start.sec, p.time_from_start.nanosec) for p in msg.points] == [(0, 500_000_000), (1, 0)]
@@ -219,7 +219,7 @@ def test_map_frame_points_are_rotated_by_the_yaw_and_moved_to_the_pose():
 
 def test_output_type_falls_back_to_path_and_says_why():
     import importlib.util
-    cls, kind, reason = convert.resolve_trajectory_type("auto")
+    cls, kind, reason = messages.resolve_trajectory_type("auto")
     if importlib.util.find_spec("autoware_planning_msgs"):
         assert kind == "autoware"
     else:
@@ -229,7 +229,7 @@ def test_output_type_falls_back_to_path_and_says_why():
 def test_an_explicitly_requested_autoware_type_that_is_missing_is_refused():
     import importlib.util
     if importlib.util.find_spec("autoware_auto_planning_msgs"):
-        assert convert.resolve_trajectory_type("autoware_auto")[1] == "autoware_auto"
+        assert messages.resolve_trajectory_type("autoware_auto")[1] == "autoware_auto"
     else:
         with pytest.raises(InputError, match="output_type 'autoware_auto': no trajectory message type importable"):
-            convert.resolve_trajectory_type("autoware_auto")
+            messages.resolve_trajectory_type("autoware_auto")

@@ -46,8 +46,8 @@ class RecordingDrive(Drive):
 def animate(stills: list[Still], scenario, title: str, path, fps: int = 10) -> int:
     """Write the GIF -> the number of frames in it."""
     from matplotlib.animation import FuncAnimation, PillowWriter
-    from ...errors import ConfigError, expect
-    from ...report import pyplot
+    from ..errors import ConfigError, expect
+    from ..report import pyplot
     expect(bool(stills), ConfigError, f"animation '{path}': the drive recorded no frame with a plan")
     plt = pyplot()
     step = max(1, -(-len(stills) // MAX_FRAMES))

@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...engine.retime import CurrentPose, RetimeError, retime
-from ...types import Pose2D
+from ..engine.retime import CurrentPose, RetimeError, retime
+from ..types import Pose2D, Trajectory
 from .car import CarState, Plan, control, step
 from .policy import View
 from .timing import ModeTiming
-from .world import Pose, Road, Scenario, random_scenario, scene_at, to_world
+from .world import Road, Scenario, random_scenario, scene_at
 
 DT_S = 0.02
 CAMERA_PERIOD_S = 0.1
@@ -62,14 +62,14 @@ def _ns(t: float) -> int:
     return int(round(t * 1e9))
 
 
-def apply_plan(plan_ego: np.ndarray, capture: Pose, capture_t: float, car: CarState, now: float,
+def apply_plan(plan_ego: np.ndarray, capture: Pose2D, capture_t: float, car: CarState, now: float,
                retimed: bool) -> Plan | None:
     """A delivered plan (N, 5) ego frame of its capture -> the controller's world plan from `now`."""
     origin = capture if retimed else car.pose
     stamp = capture_t if retimed else now
-    world = np.column_stack([to_world(origin, plan_ego[:, :2]), plan_ego[:, 2] + origin.yaw, plan_ego[:, 3:5]])
+    world = Trajectory(plan_ego, seq=0, stamp_ns=0, partition=0).in_map(origin)
     try:
-        r = retime(world, Pose2D(origin.x, origin.y, origin.yaw), _ns(stamp), _ns(now),
+        r = retime(world, origin, _ns(stamp), _ns(now),
                    CurrentPose(_ns(now), car.x, car.y, car.yaw), RESAMPLE_S)
     except RetimeError:
         return None
@@ -81,9 +81,8 @@ class Drive:
         self.sc, self.policy, self.timing = scenario, policy, timing
         self.road = Road(scenario)
         start = self.road.point(0.0)
-        c, s = math.cos(start.yaw), math.sin(start.yaw)
-        off = scenario.start_offset_m
-        self.car = CarState(start.x - s * off, start.y + c * off, start.yaw, scenario.start_speed_mps)
+        x, y = start.from_ego(0.0, scenario.start_offset_m)                   # left of the lane centre
+        self.car = CarState(x, y, start.yaw, scenario.start_speed_mps)
         self.lead_s = scenario.lead.start_s if scenario.lead else None
         self.s_ego, self.t = 0.0, 0.0
         self.snapshots: dict[int, tuple] = {}        # frame index -> (time, pose, view)

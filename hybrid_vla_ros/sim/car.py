@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .world import Pose
+from ..types import Pose2D
 
 WHEELBASE_M = 2.7
 MAX_STEER_RAD = 0.6
@@ -42,8 +42,8 @@ class CarState:
     accel: float = 0.0
 
     @property
-    def pose(self) -> Pose:
-        return Pose(self.x, self.y, self.yaw)
+    def pose(self) -> Pose2D:
+        return Pose2D(self.x, self.y, self.yaw)
 
     @property
     def yaw_rate(self) -> float:
@@ -90,7 +90,7 @@ def control(car: CarState, plan: Plan, t: float) -> tuple[float, float]:
     ld = max(LOOKAHEAD_MIN_M, LOOKAHEAD_S * car.v)
     target = lookahead_point(pts[:, :2], float(pts[-1, 2]), car, ld)
     dx, dy = target[0] - car.x, target[1] - car.y
-    lateral = -dx * math.sin(car.yaw) + dy * math.cos(car.yaw)
+    _, lateral = car.pose.to_ego(target[0], target[1])                     # left of the car, in its frame
     dist2 = max(dx * dx + dy * dy, 1e-6)
     steer = math.atan(2.0 * lateral / dist2 * WHEELBASE_M)
     v_ref = float(np.interp(t - plan.t0 + SPEED_PREVIEW_S, pts[:, 4], pts[:, 3]))

@@ -33,7 +33,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from ...plan.paper import PAPER_MODELS
+from ..plan.paper import PAPER_MODELS
 
 CHUNKS = 4
 MODES = ("native", "serial", "pipelined", "chunked", "pipelined_retimed", "native_retimed")
@@ -85,9 +85,9 @@ def orion_planned(progress=None) -> StageMs:
     """The planner's ORION on L20 (fp32) + Xeon 8470Q (bf16) at its best cut (measures one real-size block here)."""
     import torch
 
-    from ...model.load import load_vla
-    from ...plan.hardware import PARTS_GPU, XEON_8470Q
-    from ...plan.run import plan_described
+    from ..model.load import load_vla
+    from ..plan.hardware import PARTS_GPU, XEON_8470Q
+    from ..plan.run import plan_described
     paper = PAPER_MODELS["orion"]
     blocks = load_vla(preset=paper.block_preset, lazy=True)
     result = plan_described(blocks, PARTS_GPU["l20"], "l20", XEON_8470Q, torch.float32, torch.bfloat16,
@@ -103,7 +103,7 @@ def measured(model, frames: list, partition: int | None = None, repeats: int = 5
     """Per-frame stage times (ms) of the engine on `model` here, the fastest of the repeats (the least disturbed
     by other load): native = PrefixStage(L) + SuffixStage(L) (norm + head), hybrid = PrefixStage(p) +
     SuffixStage(p), p = L // 2 by default; in-process handover (0)."""
-    from ...engine.stages import PrefixStage, SuffixStage
+    from ..engine.stages import PrefixStage, SuffixStage
     L = model.num_blocks
     p = partition if partition is not None else L // 2
 

@@ -1,7 +1,7 @@
 """The closed-loop world, in world coordinates (x east, y north, metres; yaw counter-clockwise from x).
 
-Road: a lane whose centre line has the curvature kappa(s) = sum of three sinusoids in the arc length s (the
-amplitudes and periods of sim/road.py's drives, so the model sees curves of its training distribution),
+Road: a lane whose centre line has the curvature kappa(s) = sum of three sinusoids in the arc length s (road.py's
+curves: the drives' ranges and formula, so the model sees curves of its training distribution),
 integrated into a polyline every ROAD_STEP_M; the lane `width_m` wide. A lead vehicle drives on the lane
 centre with its own speed profile: cruise, brake at `brake_mps2` to `slow_mps` at `brake_at_s`, hold
 `hold_s`, accelerate back at 1.5 m/s^2. An optional traffic light: a stop line at `light_s`, red in
@@ -17,19 +17,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...sim.road import STANDSTILL_GAP_M, TIME_GAP_S, RoadScene
+from ..types import Pose2D
+from .road import STANDSTILL_GAP_M, TIME_GAP_S, RoadScene, draw_curves, wave_curvature
 
 ROAD_STEP_M = 0.5
 FIT_AHEAD_M = 45.0
 ROAD_EXTRA_M = 120.0        # road beyond the route's end (lookahead, the lead driving on)
 LEAD_ACCEL_MPS2 = 1.5
-
-
-@dataclass(frozen=True)
-class Pose:
-    x: float
-    y: float
-    yaw: float
 
 
 @dataclass(frozen=True)
@@ -83,9 +77,7 @@ class Road:
     def __init__(self, sc: Scenario):
         self.width_m = sc.width_m
         s = np.arange(-20.0, sc.length_m + ROAD_EXTRA_M, ROAD_STEP_M)                   # (N,)
-        kappa = sum(a * np.sin(2 * np.pi * np.maximum(s, 0) / p + ph) for a, p, ph in zip(sc.amps, sc.periods_m,
-                                                                                              sc.phases))
-        kappa = np.where(s < 0, 0.0, kappa)
+        kappa = np.where(s < 0, 0.0, wave_curvature(np.maximum(s, 0), sc.amps, sc.periods_m, sc.phases))
         theta = np.concatenate([[0.0], np.cumsum(kappa[:-1] * ROAD_STEP_M)])            # straight until s = 0
         theta -= np.interp(0.0, s, theta)
         x = np.concatenate([[0.0], np.cumsum(np.cos(theta[:-1]) * ROAD_STEP_M)])
@@ -93,9 +85,9 @@ class Road:
         self.s, self.theta = s, theta
         self.x, self.y = x - np.interp(0.0, s, x), y - np.interp(0.0, s, y)            # s = 0 at the origin
 
-    def point(self, s: float) -> Pose:
+    def point(self, s: float) -> Pose2D:
         """The centre line at arc length s, heading along the lane."""
-        return Pose(float(np.interp(s, self.s, self.x)), float(np.interp(s, self.s, self.y)),
+        return Pose2D(float(np.interp(s, self.s, self.x)), float(np.interp(s, self.s, self.y)),
                     float(np.interp(s, self.s, self.theta)))
 
     def project(self, x: float, y: float, near_s: float | None = None) -> tuple[float, float]:
@@ -106,36 +98,22 @@ class Road:
             d2 = np.where(np.abs(self.s - near_s) < 30.0, d2, np.inf)
         i = int(np.argmin(d2))
         i = min(max(i, 0), len(self.s) - 2)
-        c, s_ = math.cos(self.theta[i]), math.sin(self.theta[i])
+        c, s_ = math.cos(self.theta[i]), math.sin(self.theta[i])           # onto the segment: along it, left of it
         dx, dy = x - self.x[i], y - self.y[i]
         return float(self.s[i] + dx * c + dy * s_), float(-dx * s_ + dy * c)
 
 
-def to_ego(pose: Pose, xy: np.ndarray) -> np.ndarray:
-    """World points (N, 2) -> the ego frame of `pose` (x forward, y left). (N, 2)"""
-    c, s = math.cos(pose.yaw), math.sin(pose.yaw)
-    dx, dy = xy[:, 0] - pose.x, xy[:, 1] - pose.y
-    return np.column_stack([c * dx + s * dy, -s * dx + c * dy])
-
-
-def to_world(pose: Pose, xy: np.ndarray) -> np.ndarray:
-    """Ego-frame points (N, 2) of `pose` -> world. (N, 2)"""
-    c, s = math.cos(pose.yaw), math.sin(pose.yaw)
-    return np.column_stack([pose.x + c * xy[:, 0] - s * xy[:, 1], pose.y + s * xy[:, 0] + c * xy[:, 1]])
-
-
-def scene_at(road: Road, sc: Scenario, pose: Pose, speed: float, lead_s: float | None, lead_speed: float,
+def scene_at(road: Road, sc: Scenario, pose: Pose2D, speed: float, lead_s: float | None, lead_speed: float,
              near_s: float | None = None) -> RoadScene:
     """What the cameras see from `pose`: the renderer's lane parabola fitted to the centre line ahead."""
     s0, _ = road.project(pose.x, pose.y, near_s)
     ahead = np.arange(s0 - 2.0, s0 + FIT_AHEAD_M, 1.0)                                 # (K,)
-    centre = np.column_stack([np.interp(ahead, road.s, road.x), np.interp(ahead, road.s, road.y)])
-    local = to_ego(pose, centre)                                                       # (K, 2)
-    c2, c1, c0 = np.polyfit(local[:, 0], local[:, 1], 2)                               # y = c0 + c1 x + c2 x^2
+    forward, left = pose.to_ego(np.interp(ahead, road.s, road.x), np.interp(ahead, road.s, road.y))   # (K,) each
+    c2, c1, c0 = np.polyfit(forward, left, 2)                                          # y = c0 + c1 x + c2 x^2
     lead_m = None
     if lead_s is not None and 0.0 < lead_s - s0 < 60.0:
         at = road.point(lead_s)
-        lead_m = float(to_ego(pose, np.array([[at.x, at.y]]))[0, 0])
+        lead_m = float(pose.to_ego(at.x, at.y)[0])
     brightness, fog, noise = sc.look
     return RoadScene(curvature=float(2 * c2), offset_m=float(c0), heading_rad=float(c1), width_m=sc.width_m,
                      speed_mps=speed, lead_m=lead_m if lead_m and lead_m > 1.0 else None, lead_speed_mps=lead_speed,
@@ -144,9 +122,9 @@ def scene_at(road: Road, sc: Scenario, pose: Pose, speed: float, lead_s: float |
 
 def random_scenario(seed: int, lead_probability: float = 0.8, lights: bool = False,
                     length_m: float = 150.0) -> Scenario:
-    """One scenario, deterministic from the seed (the road's waves as road.drive draws them)."""
+    """One scenario, deterministic from the seed (the road's curves: road.draw_curves, in the world's order)."""
     rng = np.random.default_rng([41, seed])
-    amps, periods, phases = rng.uniform(0.002, 0.009, 3), rng.uniform(60.0, 200.0, 3), rng.uniform(0, 2 * np.pi, 3)
+    amps, periods, phases = draw_curves(rng, order=("amp", "period", "phase"))
     start_speed = float(rng.uniform(7.0, 12.0))
     lead = None
     if rng.random() < lead_probability:

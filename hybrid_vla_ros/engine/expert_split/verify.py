@@ -1,0 +1,100 @@
+"""`hybrid-vla verify` for an Alpamayo model: the split (runner.py run_split) against the unsplit reference
+(run_reference) at every cut p, for the sampled decode and the expert's flow, without and (Alpamayo 1.5) with
+route guidance. The model: a release directory, or a preset of model/plugins/alpamayo/tiny.py. Per p the largest
+absolute difference of the trajectory (positions, rotations, actions) over the frames and both cases; a frame
+whose reasoning tokens differ counts as inf.
+
+Frames: synthetic, as the prefix node builds them (engine/expert_serve/frame_inputs.py): 4 cameras x 4 frames of
+32 x 32 px (seeded noise), 16 poses of ego history at 5 m/s in a gentle left turn, fixed text ids and a route span;
+frame i samples with seed i."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...model.plugins.alpamayo.decode import Sampling
+from ...model.plugins.alpamayo.flow import FlowSettings
+from ...model.plugins.alpamayo.reference import run_reference
+from ..expert_serve.frame_inputs import CAMERAS, FRAMES_PER_CAMERA, HISTORY_POSES, PromptText, frame_inputs
+from .runner import run_split
+
+REASONING_TOKENS = 16          # decode up to this many tokens per frame (the release's 256: minutes per cut)
+GUIDANCE_WEIGHT = 2.0          # 1.5's classifier-free guidance, when its config sets none (1.0 = no guidance)
+IMAGE_SIDE = 32                # patch 16 x merge 2: one image token per image
+TEXT = PromptText(system=tuple(range(10, 22)), user=tuple(range(50, 60)), route=(40, 41, 42))
+
+
+def is_alpamayo(model) -> bool:
+    from ...model.plugins.alpamayo.model import AlpamayoModel
+    return isinstance(model, AlpamayoModel)
+
+
+def model_name(model) -> str:
+    directory = getattr(model, "checkpoint_directory", None)
+    return getattr(model, "preset_name", None) or (directory.name if directory is not None else "alpamayo")
+
+
+def synthetic_inputs(model, seq: int, route: bool):
+    """Frame `seq`'s inputs (the module's docstring)."""
+    rng = np.random.default_rng(seq)
+    images = [rng.integers(0, 256, (IMAGE_SIDE, IMAGE_SIDE, 3), dtype=np.uint8)
+              for _ in range(CAMERAS * FRAMES_PER_CAMERA)]
+    t = np.arange(HISTORY_POSES) * 0.1
+    yaw = 0.05 * t
+    poses = np.stack([5.0 * t * np.cos(yaw), 5.0 * t * np.sin(yaw), yaw], -1)               # (16, 3)
+    return frame_inputs(model, images, poses, TEXT, route)
+
+
+def guidance_cases(model) -> tuple[bool, ...]:
+    """Without guidance always; with it where the release has it (1.5, route tokens in its config)."""
+    cfg = model.config
+    return (False, True) if cfg.model_type == "alpamayo1_5" and "route_start" in cfg.special_ids else (False,)
+
+
+def flow_settings(model, guidance: bool) -> FlowSettings:
+    released = FlowSettings.from_config(model.config.flow)
+    weight = released.guidance_weight if released.guidance_weight != 1.0 else GUIDANCE_WEIGHT
+    return FlowSettings(released.steps, weight if guidance else 1.0)
+
+
+def difference(got, want) -> float:
+    """The largest absolute difference of two results' trajectories; inf when their reasoning differs."""
+    if got.tokens != want.tokens:
+        return float("inf")
+    return max(float((a.float() - b.float()).abs().max()) for a, b in
+               ((got.xyz, want.xyz), (got.rotation, want.rotation), (got.actions, want.actions)))
+
+
+def verify_split(model, frames: int = 2, reasoning_tokens: int = REASONING_TOKENS) -> dict:
+    """Split vs unsplit at every cut (the module's docstring); the report has verify_partitions' keys."""
+    sampling = Sampling(max_new_tokens=reasoning_tokens)
+    cases = guidance_cases(model)
+    runs = [(seq, guided, synthetic_inputs(model, seq, guided), flow_settings(model, guided))
+            for seq in range(frames) for guided in cases]
+    references = [run_reference(model, inputs, seq, sampling, flow, guided) for seq, guided, inputs, flow in runs]
+    results = []
+    for p in range(model.num_blocks + 1):
+        worst = {guided: 0.0 for guided in cases}
+        for (seq, guided, inputs, flow), reference in zip(runs, references):
+            split = run_split(model, inputs, p, seq, sampling, flow, guided)
+            worst[guided] = max(worst[guided], difference(split.result, reference))
+        results.append({"partition": p, "max_abs_diff": max(worst.values()),
+                        "unguided_max_abs_diff": worst[False], **({"guided_max_abs_diff": worst[True]}
+                                                                   if True in worst else {})})
+    return {"preset": model_name(model), "family": model.config.model_type, "release": model.config.release,
+            "num_blocks": model.num_blocks, "dtype": "fp32", "placement": "cpu, both sides in this process",
+            "frames": frames, "reasoning_tokens": reasoning_tokens, "flow_steps": runs[0][3].steps,
+            "guidance": list(cases), "results": results,
+            "max_abs_diff": max(r["max_abs_diff"] for r in results)}
+
+
+def report_lines(r: dict) -> list[str]:
+    """verify's text output for an Alpamayo model, in the layout it prints for the others."""
+    cases = "without and with guidance" if True in r["guidance"] else "without guidance"
+    lines = [f"{r['preset']} ({r['family']}, {r['num_blocks']} blocks, {r['dtype']}; decode up to "
+             f"{r['reasoning_tokens']} tokens + {r['flow_steps']} expert steps, {cases})"]
+    for x in r["results"]:
+        detail = f"  (no guidance {x['unguided_max_abs_diff']:.3e}, guidance {x['guided_max_abs_diff']:.3e})" \
+            if "guided_max_abs_diff" in x else ""
+        lines.append(f"  p={x['partition']:3d}  max_abs_diff={x['max_abs_diff']:.3e}{detail}")
+    return lines

@@ -1,0 +1,139 @@
+"""Issue 51: `hybrid-vla verify` on an Alpamayo model runs its split (engine/expert_split run_split) against the
+unsplit reference (run_reference) at every cut, decode + expert, without and (1.5) with route guidance, and
+prints 0.0 at every p; a real-size preset is refused in one line instead of dying on the meta device; every
+command given a model it does not serve says so in one line, with what serves it."""
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from hybrid_vla_ros.cli import main
+from hybrid_vla_ros.engine.expert_split import run_split
+from hybrid_vla_ros.engine.expert_split.verify import difference, flow_settings, synthetic_inputs
+from hybrid_vla_ros.model.load import load_vla
+from hybrid_vla_ros.model.plugins.alpamayo import Sampling, run_reference
+from hybrid_vla_ros.model.presets import ALPAMAYO_PRESETS
+
+LINE = re.compile(r"^  p=\s*(\d+)  max_abs_diff=(\S+)(?:  \(no guidance (\S+), guidance (\S+)\))?$")
+
+
+def verify_lines(capsys, *args) -> tuple[int, list[str]]:
+    code = main(["verify", *args])
+    return code, capsys.readouterr().out.splitlines()
+
+
+@pytest.mark.parametrize("name", sorted(ALPAMAYO_PRESETS))
+def test_verify_prints_zero_at_every_cut_for_the_tiny_alpamayo_presets(capsys, name):
+    code, lines = verify_lines(capsys, "--preset", name, "--frames", "1")
+    assert code == 0, lines
+    guided = name == "tiny-alpamayo-1.5"
+    assert lines[0].startswith(f"{name} (") and ("without and with guidance" in lines[0]) == guided
+    rows = [LINE.match(line) for line in lines[1:]]
+    assert all(rows) and [int(r.group(1)) for r in rows] == list(range(5))       # 4 blocks: p = 0 .. 4
+    for row in rows:
+        values = [float(v) for v in row.groups()[1:] if v is not None]
+        assert values == [0.0] * (3 if guided else 1), row.group(0)
+
+
+def test_verify_json_has_both_guidance_cases_for_1_5(capsys):
+    code = main(["verify", "--preset", "tiny-alpamayo-1.5", "--frames", "1", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["guidance"] == [False, True] and report["family"] == "alpamayo1_5"
+    assert [r["partition"] for r in report["results"]] == list(range(report["num_blocks"] + 1))
+    assert all(r["unguided_max_abs_diff"] == r["guided_max_abs_diff"] == 0.0 for r in report["results"])
+
+
+def test_the_comparison_sees_a_different_sample_and_guidance_changes_the_trajectory():
+    """What verify compares can differ: another seed changes the split's result, guidance the reference's."""
+    model = load_vla(preset="tiny-alpamayo-1.5")
+    sampling = Sampling(max_new_tokens=4)
+    inputs = synthetic_inputs(model, 0, route=True)
+    plain = run_reference(model, inputs, 0, sampling, flow_settings(model, False), False)
+    guided = run_reference(model, inputs, 0, sampling, flow_settings(model, True), True)
+    assert plain.tokens == guided.tokens and difference(guided, plain) > 0
+    other = run_split(model, inputs, 2, 1, sampling, flow_settings(model, True), True).result
+    assert difference(other, guided) > 0
+
+
+def test_the_presets_are_seeded_the_same_on_every_build():
+    a, b = load_vla(preset="tiny-alpamayo-r1"), load_vla(preset="tiny-alpamayo-r1")
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+
+
+def test_verify_refuses_an_alpamayo_model_in_another_dtype(capsys):
+    assert main(["verify", "--preset", "tiny-alpamayo-r1", "--dtype", "bf16"]) == 2
+    assert "--dtype bf16" in capsys.readouterr().err
+
+
+def test_verify_on_the_real_size_alpamayo_preset_is_one_line_not_a_meta_device_traceback():
+    out = subprocess.run([sys.executable, "-m", "hybrid_vla_ros.cli", "verify", "--preset", "alpamayo-like"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().count("\n") == 0 and "real size" in out.stderr and "tiny-alpamayo" in out.stderr
+
+
+# command -> the arguments it needs besides the model
+COMMANDS = {"verify": [], "info": [], "run": ["--frames", "1"], "export": ["--out", "{tmp}/export"],
+            "bench": ["--frames", "2"], "memory": ["--partition", "1"], "profile": [], "plan": [],
+            "calibrate": ["--out", "{tmp}/cal"], "train": ["--out", "{tmp}/train", "--steps", "1"],
+            "eval": ["--drives", "1"], "make-sample-drive": ["--out", "{tmp}/drive", "--frames", "2"]}
+SERVED = {"tiny-act": {"info", "export", "make-sample-drive"}, "tiny-alpamayo-1.5": {"verify"},
+          "tiny-alpamayo-r1": {"verify"}, "alpamayo-r1-like": {"info", "plan"}}
+# preset -> what its refusal must name as serving it
+SERVED_BY = {"tiny-act": "`bench --head action-tokens`", "tiny-alpamayo-1.5": "`hybrid-vla verify`",
+             "tiny-alpamayo-r1": "`hybrid-vla verify`", "alpamayo-r1-like": "--preset tiny-alpamayo-r1"}
+
+
+@pytest.mark.parametrize("command, preset", [(c, p) for p in sorted(SERVED) for c in sorted(COMMANDS)
+                                             if c not in SERVED[p]])
+def test_a_command_that_does_not_serve_a_model_says_so_in_one_line_with_what_serves_it(capsys, tmp_path, command,
+                                                                                       preset):
+    args = [a.format(tmp=tmp_path) for a in COMMANDS[command]]
+    assert main([command, "--preset", preset, *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith(f"hybrid-vla {command}: error: model '{preset}'"), err
+    assert f"`hybrid-vla {command}` does not serve it; served by" in err
+    assert SERVED_BY[preset] in err
+
+
+def test_bench_with_action_tokens_serves_an_action_token_model():
+    from argparse import Namespace
+    from hybrid_vla_ros.cli.common import refuse_unserved
+    refuse_unserved(Namespace(command="bench", preset="tiny-act", checkpoint=None, default_preset="tiny",
+                              head="action-tokens"))
+
+
+def test_verify_takes_a_release_directory_as_its_authors_save_it(capsys, tmp_path):
+    from manifest_checkpoint import load_manifest, write_safetensors_release
+    write_safetensors_release(load_manifest("alpamayo1_5_tiny"), tmp_path)
+    code, lines = verify_lines(capsys, "--checkpoint", str(tmp_path), "--frames", "1")
+    assert code == 0 and lines[0].startswith(f"{tmp_path.name} (alpamayo1_5, ")
+    rows = [LINE.match(line) for line in lines[1:]]
+    assert all(rows) and all(float(v) == 0.0 for r in rows for v in r.groups()[1:])
+
+
+def test_an_action_token_checkpoint_is_told_apart_by_its_heads_metadata(capsys, tmp_path):
+    assert main(["export", "--preset", "tiny-act", "--out", str(tmp_path / "act")]) == 0
+    capsys.readouterr()
+    assert main(["train", "--checkpoint", str(tmp_path / "act"), "--out", str(tmp_path / "train")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "decodes action tokens: `hybrid-vla train` does not serve it" in err
+
+
+def test_memory_passes_its_stage_processes_refusal_on_in_one_line():
+    out = subprocess.run([sys.executable, "-m", "hybrid_vla_ros.cli", "memory", "--preset", "tiny", "--partition", "9"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and "Traceback" not in out.stderr and out.stderr.strip().count("\n") == 0
+    assert "partition: 9 is outside 0..4" in out.stderr
+
+
+def test_the_nodes_take_an_alpamayo_preset_as_built_with_nothing_to_read():
+    """The prefix and suffix nodes' stage (ros/nodes/alpamayo) serves the preset's own weights: no directory."""
+    from hybrid_vla_ros.ros.nodes.alpamayo import with_weights
+    model = load_vla(preset="tiny-alpamayo-r1", lazy=True)
+    assert model.checkpoint_directory is None and with_weights(model) is model
+    assert all(p.device.type == "cpu" for p in model.parameters())
