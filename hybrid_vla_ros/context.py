@@ -1,6 +1,6 @@
 """The frame's context, as data (issue 38, item 1): per-camera geometry, the ego pose, ego status, pose history
 and the route's navigation, in one typed structure for scene encoders, heads and prompt builders. ROS-free:
-ros/context_input.py fills it from CameraInfo, /tf_static and odometry; the boundary codec carries it.
+ros/inputs/context_input.py fills it from CameraInfo, /tf_static and odometry; the boundary codec carries it.
 
 Conventions. base_link: x forward, y left, z up (REP 103). A camera's optical frame: z forward, x right, y down
 (REP 103's `_optical` frames, as CameraInfo's K assumes). cam_from_base maps a point in base_link to the camera
@@ -151,7 +151,7 @@ def _unknown_status() -> np.ndarray:
 @dataclass(eq=False)
 class FrameContext:
     """What a frame's model may read besides pixels and prompt. Every piece may be unknown (None, or its
-    `known` mask False); a model that declares a piece needed never sees it unknown (ros/context_input.py).
+    `known` mask False); a model that declares a piece needed never sees it unknown (ros/inputs/context_input.py).
 
     cameras:      one entry per camera, in camera order (None: no CameraInfo or no /tf_static for it yet)
     ego_pose:     (4, 4) map_from_base at the frame's stamp, or None

@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from hybrid_vla_ros.ros.candidates import indicator_field
+from hybrid_vla_ros.ros.outputs.candidates import indicator_field
 from hybrid_vla_ros.ros.topics import CANDIDATES_TOPIC, KINEMATIC_TOPIC, REMAPS, TURN_INDICATORS_TOPIC
 from ros_harness import Harness, wait_until
 from test_route_graph import odometry, route_msg
@@ -24,7 +24,7 @@ def with_route(h: Harness, ids) -> None:
     from autoware_planning_msgs.msg import LaneletRoute
     from nav_msgs.msg import Odometry
     from hybrid_vla_ros.route.example_map import intersection_route
-    from hybrid_vla_ros.ros.route_input import LATCHED
+    from hybrid_vla_ros.ros.inputs.route_input import LATCHED
     routes = h.node.create_publisher(LaneletRoute, REMAPS["hybrid_vla_suffix"]["~/input/route"], LATCHED)
     routes.publish(route_msg(intersection_route(ids, "left")))
     assert wait_until(lambda: h.suffix.signals.route.routes_received == 1, h.spin, 20)

@@ -1,7 +1,5 @@
 """Test harness: the real graph (rclpy over loopback DDS) on the tiny model, plus a driver node."""
 
-import itertools
-import os
 import time
 
 import numpy as np
@@ -9,6 +7,8 @@ import numpy as np
 from hybrid_vla_ros.model.inputs import synthetic_frame
 from hybrid_vla_ros.model.presets import get_preset
 from hybrid_vla_ros.ros.nodes.diagnostics import EndpointReports  # noqa: F401 (the tests' import of it)
+
+from domains import domain_id  # noqa: F401 (the tests' import of it)
 
 CAMERAS = ["/test/cam0/image", "/test/cam1/image"]
 ZONE = {"model.preset": "tiny", "partition_point": 2, "dynamic_zone_min": 1, "dynamic_zone_max": 3}
@@ -32,14 +32,6 @@ TINY_OVERRIDES = {
 }
 
 
-_DOMAINS = itertools.count()
-
-
-def domain_id(offset: int | None = None) -> int:
-    """A DDS domain for one test: consecutive tests of a run never share one (a stale participant of the last
-    test must not answer for this one's nodes); runs in parallel start at different places (pid)."""
-    step = next(_DOMAINS) if offset is None else offset
-    return 100 + (os.getpid() * 7 + step) % 100
 
 
 def wait_until(predicate, spin, timeout_s=20.0):

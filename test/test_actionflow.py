@@ -155,4 +155,5 @@ def test_bench_graph_entry_serves_every_frame_through_the_nodes_in_processes(act
     from hybrid_vla_ros.bench.actionflow import run_packed_graph
     report = {"split": {"prefix_cores": [0], "suffix_cores": [1]}}
     entry = run_packed_graph(act_models["tiny-act"], 2, 2, 4, 2, report)
-    assert entry["completed"] == 4 and entry["transport"] == "packed" and entry["frames_per_s"] > 0
+    assert entry["completed"] == 4 and entry["transport"] == "packed" and entry["frames_per_s"] > 0, entry
+    assert entry["duplicate_infos"] == 0, entry

@@ -41,7 +41,7 @@ def need_real_messages() -> None:
 
 
 def expected_id(name: str) -> str:
-    from hybrid_vla_ros.ros.candidates import GENERATOR_NAMESPACE
+    from hybrid_vla_ros.ros.outputs.candidates import GENERATOR_NAMESPACE
     return uuid.uuid5(GENERATOR_NAMESPACE, name).hex
 
 
@@ -120,7 +120,7 @@ def test_generator_id_is_the_same_after_a_restart_and_follows_generator_name(dom
     need_real_messages()
     from autoware_internal_planning_msgs.msg import CandidateTrajectories
     from hybrid_vla_ros.errors import ConfigError
-    from hybrid_vla_ros.ros.candidates import generator_uuid
+    from hybrid_vla_ros.ros.outputs.candidates import generator_uuid
     ids = []
     for name in ("hybrid_vla", "hybrid_vla", "vla_night_model"):  # a restart, then another generator
         h = autoware_harness(generator_name=name)
@@ -135,7 +135,7 @@ def test_generator_id_is_the_same_after_a_restart_and_follows_generator_name(dom
             h.close()
     assert ids[0] == ids[1] == (expected_id("hybrid_vla"), "hybrid_vla")
     assert ids[2] == (expected_id("vla_night_model"), "vla_night_model") and ids[2][0] != ids[0][0]
-    other = subprocess.run([sys.executable, "-c", "from hybrid_vla_ros.ros.candidates import generator_uuid; "
+    other = subprocess.run([sys.executable, "-c", "from hybrid_vla_ros.ros.outputs.candidates import generator_uuid; "
                             "print(generator_uuid('hybrid_vla').hex)"], capture_output=True, text=True, timeout=60)
     assert other.stdout.strip() == ids[0][0], other.stderr  # another interpreter (hash seed) derives the same id
     with pytest.raises(ConfigError, match="generator_name='  ': must not be empty"):

@@ -71,7 +71,8 @@ def test_colcon_installs_what_ros2_launch_and_the_nodes_look_for(install):
         assert script.read_text().splitlines()[0] == f"#!{sys.executable}", script
     installed = site_packages(install) / PACKAGE
     assert files(installed / "data") == files(ROOT / PACKAGE / "data")  # model, drives, DDS profile
-    assert (installed / "ros" / "candidates.py").is_file()
+    for module in ("ros/outputs/candidates.py", "ros/inputs/route_input.py"):  # the subpackages find_packages adds
+        assert (installed / module).is_file(), module
 
 
 CHECK = """

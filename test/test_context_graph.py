@@ -95,7 +95,7 @@ def test_a_frame_whose_geometry_arrives_just_after_its_images_is_served(domain, 
     from rclpy.qos import DurabilityPolicy, QoSProfile
     from sensor_msgs.msg import CameraInfo
     from tf2_msgs.msg import TFMessage
-    from hybrid_vla_ros.ros import context_input
+    from hybrid_vla_ros.ros.inputs import context_input
     monkeypatch.setattr(context_input, "FIRST_ARRIVAL_WAIT_S", 20.0)   # the mechanism, not the shipped 0.5 s
     h = Harness({k: dict(v) for k, v in context_model.items()})
     try:

@@ -58,3 +58,21 @@ def test_the_graph_gives_what_the_engine_gives_on_the_demo_drive(tmp_path):
         native = reference_forward(model, s.frame)[1].points
         # both on this thread, the same modules on the same (1, S, H) rows: the same kernels (test_partition.py, EXACT)
         assert np.array_equal(suffix.run(prefix.run(s.frame)).points, native)
+
+
+def test_a_second_answer_to_a_frame_is_counted_apart_not_taken_for_a_frame():
+    """Two graphs on one DDS domain replaying the same sample drive (its stamps are fixed) both answer each
+    frame: the summary counts each frame once, from its first answer, and says how many answers were extra."""
+    from types import SimpleNamespace
+    from hybrid_vla_ros.ros.demo import summarise
+    sent = [(1000 + k, 10.0 + k) for k in range(4)]
+    infos = [{"stamp_ns": str(stamp), "received": wall + 0.2, "partition": "2", "transport": "inline"}
+             for stamp, wall in sent]
+    infos += [{"stamp_ns": str(1000 + k), "received": 10.5 + k, "partition": "3", "transport": "inline"} for k in (0, 2)]
+    driver = SimpleNamespace(infos=infos, replayer=SimpleNamespace(published_frames=sent, presumed_lost=0,
+                                                                   incomplete_frames=0),
+                             rejections={}, graph_drops={}, lost=[], sync_discarded=0)
+    summary = summarise(driver, 4, 5.0)
+    assert summary["trajectories"] == 4 and summary["dropped"] == 0 and summary["duplicate_infos"] == 2
+    assert [p for _, p in summary["partition_over_time"]] == [2, 2, 2, 2]   # the first answers, not the echoes
+    assert summary["latency_ms"]["p50"] == pytest.approx(200.0)

@@ -1,5 +1,5 @@
 """The frame's context as data (hybrid_vla_ros/context.py), its place on the boundary (codec version 4), and
-the prefix-side input's refusals (ros/context_input.py with a stand-in node: no DDS here)."""
+the prefix-side input's refusals (ros/inputs/context_input.py with a stand-in node: no DDS here)."""
 
 import dataclasses
 import importlib.util
@@ -195,7 +195,7 @@ def need_tf2_msgs() -> None:
 def test_a_frame_lacking_a_needed_piece_is_refused_and_counted():
     need_tf2_msgs()
     from hybrid_vla_ros.engine.pipeline.camera_sync import StampedHistory
-    from hybrid_vla_ros.ros.context_input import ContextInput
+    from hybrid_vla_ros.ros.inputs.context_input import ContextInput
     poses = StampedHistory(between=Pose2D.between)
     params = {"sync_skew_ms": 20.0, "use_kinematic_state": True, "pose_history": 2, "pose_history_step_s": 0.5,
               "camera_topics": ["/a/image", "/b/image/compressed"], "camera_info_topics": ["auto"]}

@@ -1,7 +1,7 @@
 """Localization resets found between consecutive odometry samples (engine/pose_steps.py): the gap the whole-age
 pose_jump check leaves (issue 50: its 1 g term grows with the frame's age, so a 40 m reset at 10 m/s hid in a
 frame older than ~1.9 s), closed by judging every step over its own stamp gap. The frames go through what the
-suffix node does with them (ros/present.py): matched in a StampedHistory, the jumps since the frame taken with
+suffix node does with them (ros/outputs/present.py): matched in a StampedHistory, the jumps since the frame taken with
 the ego's newest sample, re-timed by engine/retime.py."""
 
 import math
@@ -29,7 +29,7 @@ def at(ms: float, speed: float = 10.0, reset_ms: float | None = None, sideways: 
 
 
 def feed(samples, history: StampedHistory, steps: PoseSteps) -> None:
-    for sample in samples:   # as ros/present.py add_odometry: kept for matching, the step judged
+    for sample in samples:   # as ros/outputs/present.py add_odometry: kept for matching, the step judged
         history.add(sample.stamp_ns, Pose2D(sample.x, sample.y, sample.yaw))
         steps.add(sample, JUMP)
 

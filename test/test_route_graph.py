@@ -13,12 +13,12 @@ pytest.importorskip("autoware_planning_msgs.msg", reason="the real Autoware mess
 
 def route_msg(route):
     """Route (plain data) -> a real LaneletRoute, as Autoware's mission planner fills it."""
-    from hybrid_vla_ros.ros.route_input import route_to_msg
+    from hybrid_vla_ros.ros.inputs.route_input import route_to_msg
     return route_to_msg(route)
 
 
 def test_a_lanelet_route_message_becomes_the_route_s_plain_data(tmp_path):
-    from hybrid_vla_ros.ros.route_input import route_from_msg
+    from hybrid_vla_ros.ros.inputs.route_input import route_from_msg
     ids = write_intersection_map(tmp_path / "m.osm")
     route = intersection_route(ids, "left")
     back = route_from_msg(route_msg(route))
@@ -49,7 +49,7 @@ def test_the_prefix_s_frames_follow_the_route_it_hears(domain, tmp_path):
     from autoware_planning_msgs.msg import LaneletRoute
     from diagnostic_msgs.msg import DiagnosticArray
     from nav_msgs.msg import Odometry
-    from hybrid_vla_ros.ros.route_input import LATCHED
+    from hybrid_vla_ros.ros.inputs.route_input import LATCHED
     from hybrid_vla_ros.ros.topics import KINEMATIC_TOPIC, REMAPS
     from ros_harness import Harness, wait_until
     ids = write_intersection_map(tmp_path / "intersection.osm")
@@ -109,7 +109,7 @@ def test_without_a_map_frames_keep_the_instruction_parameter_and_are_counted(dom
 def test_without_the_autoware_messages_there_is_no_route_input_and_the_log_says_so_once(monkeypatch):
     import sys
     from types import SimpleNamespace
-    from hybrid_vla_ros.ros.route_input import RouteInput
+    from hybrid_vla_ros.ros.inputs.route_input import RouteInput
     monkeypatch.setitem(sys.modules, "autoware_planning_msgs.msg", None)   # import fails as where it is absent
     subscribed, said = [], []
     node = SimpleNamespace(configured_subscription=lambda *args: subscribed.append(args[1]),

@@ -18,7 +18,7 @@ def test_the_route_s_command_reaches_the_suffix_head_and_picks_its_plan(domain, 
     from autoware_planning_msgs.msg import LaneletRoute
     from nav_msgs.msg import Odometry
     from hybrid_vla_ros.engine.stages import reference_forward
-    from hybrid_vla_ros.ros.route_input import LATCHED
+    from hybrid_vla_ros.ros.inputs.route_input import LATCHED
     from hybrid_vla_ros.ros.topics import KINEMATIC_TOPIC, REMAPS
     from rclpy.qos import DurabilityPolicy, QoSProfile
     from sensor_msgs.msg import CameraInfo

@@ -36,6 +36,18 @@ def test_an_explicit_value_is_kept_and_below_the_measured_time_says_why_every_fr
     assert not resolve("max_output_age_ms", 5000.0, "ms", 2.4, *OUTPUT_AGE, loss="stale_output").warning
 
 
+def test_a_conversation_frames_age_limit_counts_its_whole_latency_not_the_suffixs_share():
+    """The output age limit scales with a frame's own time: for a frame served as a conversation (Alpamayo's
+    decode and expert steps, action tokens) that is its latency since arrival, the prefix's prefill and every
+    exchange in it, not the few ms of suffix compute (review of the one output path: a release cut high would
+    otherwise lose its first frames as stale_output); a chunked frame's from its first chunk; else the suffix's."""
+    from hybrid_vla_ros.ros.chunk_flow import frame_compute_ms
+    assert frame_compute_ms({"suffix_ms": "5.0", "latency_ms": "900.0", "queue_ms": "1.0"}) == 900.0
+    assert frame_compute_ms({"latency_ms": "420.0"}) == 420.0
+    assert frame_compute_ms({"frame_ms": "300.0", "queue_ms": "20.0", "suffix_ms": "90.0"}) == 280.0
+    assert frame_compute_ms({"suffix_ms": "90.0", "queue_ms": "3.0"}) == 90.0
+
+
 def test_waits_are_half_a_measured_period_at_least_a_tenth_of_a_second():
     assert wait_s(0.0) == 0.1 and wait_s(0.05) == 0.1 and wait_s(3.0) == 1.5
 

@@ -30,7 +30,7 @@ def test_the_route_runs_on_the_vector_map_autoware_latches_not_on_map_path(domai
     from autoware_planning_msgs.msg import LaneletRoute
     from diagnostic_msgs.msg import DiagnosticArray
     from nav_msgs.msg import Odometry
-    from hybrid_vla_ros.ros.route_input import LATCHED, route_to_msg
+    from hybrid_vla_ros.ros.inputs.route_input import LATCHED, route_to_msg
     from hybrid_vla_ros.ros.topics import KINEMATIC_TOPIC, REMAPS, ROUTE_TOPIC, VECTOR_MAP_TOPIC
     from ros_harness import Harness, wait_until
     from test_route_graph import navigation_diagnostic, odometry

@@ -13,7 +13,7 @@ from pathlib import Path
 def main(topic: str) -> int:
     import rclpy
     from autoware_map_msgs.msg import LaneletMapBin
-    from hybrid_vla_ros.ros.route_input import LATCHED
+    from hybrid_vla_ros.ros.inputs.route_input import LATCHED
     context = rclpy.Context()
     rclpy.init(context=context)
     node = rclpy.create_node("vector_map_publisher", context=context)

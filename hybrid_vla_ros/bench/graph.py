@@ -65,6 +65,7 @@ def run_graph_mode(model: VLAModel, placement: Placement, partition: int, frames
     return {"partition": partition, "max_in_flight": max_in_flight, "chunks": params["hybrid_vla_prefix"]["chunks"],
             "frames": frames,
             "completed": summary["trajectories"], "dropped": summary["dropped"], "wall_s": summary["wall_s"],
+            "duplicate_infos": summary["duplicate_infos"],
             "period_ms": summary["period_ms"], "latency_ms": summary["latency_ms"],
             "suffix_compute_ms": summary["suffix_compute_ms"], "suffix_queue_ms": summary["suffix_queue_ms"],
             "transport": ",".join(summary["transports"]),

@@ -68,7 +68,9 @@ def _child(args: list[str]) -> str:
     """Runs `python ARGS`; -> its last stdout line."""
     out = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=1800)
     if out.returncode == REFUSED:   # the stage refused the model or an option: its one line
-        raise ConfigError(out.stderr.strip().splitlines()[-1])
+        lines = out.stderr.strip().splitlines()   # its one line: the stage's own, else the last said
+        said = [line for line in lines if line.startswith(("prefix stage:", "suffix stage:"))]
+        raise ConfigError((said or lines or [f"memory child {args[:3]} refused, saying nothing"])[-1])
     if out.returncode != 0:
         raise RuntimeError(f"memory child {args[:3]} failed: {out.stderr.strip()[-2000:]}")
     return out.stdout.strip().splitlines()[-1]

@@ -79,7 +79,8 @@ WHAT = {"alpamayo": "is an Alpamayo release (a flow-matching expert over the VLM
         "tokens": "decodes action tokens"}
 SERVED_BY = {
     "alpamayo": "`hybrid-vla verify` (its split against the unsplit reference at every cut) and the ROS graph's prefix "
-                "and suffix nodes (`hybrid-vla graph` with model.checkpoint a release directory); "
+                "and suffix nodes (`hybrid-vla graph` with model.checkpoint a release directory or model.preset "
+                "tiny-alpamayo-r1 / tiny-alpamayo-1.5); "
                 "`hybrid-vla bench --preset alpamayo-bench` times the split on a reduced 1.5; shapes: `hybrid-vla "
                 "info --preset alpamayo-r1-like`",
     "expert_shapes": "`hybrid-vla info` and `plan` (its shapes, bytes and predicted costs); to run the split: "
@@ -124,10 +125,19 @@ def serves(args, kind: str) -> bool:
 
 
 def refuse_unserved(args) -> None:
-    """A model the command cannot serve: refused before anything loads, in one line with what would serve it."""
+    """A model the command cannot serve: refused before the model loads (a checkpoint's config is read to tell its
+    kind), in one line with what would serve it."""
     from ..errors import ConfigError
     kind = model_kind(args)
     if kind is not None and not serves(args, kind):
         name = getattr(args, "checkpoint", None) or args.preset or args.default_preset
         raise ConfigError(f"model '{name}' {WHAT[kind]}: `hybrid-vla {args.command}` does not serve it; served by "
                           f"{SERVED_BY[kind]}")
+
+
+def save_report(report: dict, args, plot=None) -> None:
+    """A command's report to --json FILE, and drawn by `plot` to --plot FILE where both are given."""
+    from ..report import write_report
+    write_report(report, args.json)
+    if plot is not None and getattr(args, "plot", None):
+        plot(report, args.plot)

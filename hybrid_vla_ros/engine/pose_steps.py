@@ -63,7 +63,7 @@ def _finite(sample: CurrentPose) -> bool:
 
 class PoseSteps:
     """The jumps of one odometry stream, in stamp order. Not thread-safe: its owner holds a lock around `add`
-    and `since` (ros/present.py)."""
+    and `since` (ros/outputs/present.py)."""
 
     def __init__(self, keep: int = KEEP):
         self.last: CurrentPose | None = None

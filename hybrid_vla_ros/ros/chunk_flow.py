@@ -52,11 +52,13 @@ def boundary_qos(depth: int) -> QoSProfile:
 
 
 def frame_compute_ms(values: dict) -> float:
-    """A published frame's own time in the suffix, for its age limit (from its trajectory info): a chunked one's
-    from its first chunk taken to its trajectory (frame_ms less queue_ms), not per chunk."""
+    """A published frame's own time, for its age limit (from its trajectory info): a chunked one's from its first
+    chunk taken to its trajectory (frame_ms less queue_ms), not per chunk; a frame served as a conversation (tokens
+    answered back: action tokens, Alpamayo's decode and expert steps) its whole latency since it arrived, of which
+    the suffix's own share (suffix_ms) is a part; else the suffix's time."""
     if "frame_ms" in values:
         return float(values["frame_ms"]) - float(values["queue_ms"])
-    return float(values.get("suffix_ms") or values.get("latency_ms") or 0)
+    return float(values.get("latency_ms") or values.get("suffix_ms") or 0)
 
 
 class PrefixChunks:

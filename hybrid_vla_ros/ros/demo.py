@@ -54,13 +54,18 @@ def write_sample_drive(path: str | Path, preset, camera_topics: list[str], frame
 
 def summarise(driver: Driver, published: int, wall_s: float) -> dict:
     sent = {stamp: wall for stamp, wall in driver.replayer.published_frames}
-    infos = sorted(driver.infos, key=lambda i: i["received"])
+    # one answer per frame: a second info for a stamp is another graph on this DDS domain answering the same
+    # drive (the shipped sample drives' stamps are fixed), counted, never taken for a frame of this one
+    first: dict[int, dict] = {}
+    for info in sorted(driver.infos, key=lambda i: i["received"]):
+        first.setdefault(int(info["stamp_ns"]), info)
+    infos = list(first.values())
     latencies = [(i["received"] - sent[int(i["stamp_ns"])]) * 1e3 for i in infos if int(i["stamp_ns"]) in sent]
     received = [i["received"] for i in infos]
     periods = [(b - a) * 1e3 for a, b in zip(received, received[1:])]
     return {
         "frames_published": published, "trajectories": len(infos), "dropped": published - len(infos),
-        "wall_s": wall_s,
+        "wall_s": wall_s, "duplicate_infos": len(driver.infos) - len(infos),
         "period_ms": percentiles(periods),
         "latency_ms": percentiles(latencies),
         # (an action-token model's frames span several packed steps: their infos carry latency_ms instead)

@@ -131,7 +131,7 @@ def flow_params() -> list[ParamSpec]:
     ]
 
 
-# ---- the suffix's output re-timed to the present (engine/retime.py, ros/present.py) ----------------------------
+# ---- the suffix's output re-timed to the present (engine/retime.py, ros/outputs/present.py) ------------------------
 
 def retime_params() -> list[ParamSpec]:
     return [

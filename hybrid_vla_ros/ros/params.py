@@ -35,7 +35,7 @@ def _packing(pack: str, groups: str) -> list[ParamSpec]:
 
 
 def _route() -> list[ParamSpec]:
-    """The route as navigation input (route/, ros/route_input.py): the map and the target point's distance."""
+    """The route as navigation input (route/, ros/inputs/route_input.py): the map and the target point's distance."""
     return [
         ParamSpec("map_path", "string", "lanelet2 map (.osm; .bin: lanelet2's binary format) of the route on "
                   "~/input/route (autoware_planning_msgs/LaneletRoute): each frame's navigation (next maneuver, goal "
@@ -158,7 +158,7 @@ SUFFIX_PARAMS = _common_model() + [
     ParamSpec("frame_id", "string", "frame of the output trajectory: base_link = the ego frame as predicted; any "
               "other (map) = waypoints moved with the pose of ~/input/kinematic_state matched to the frame"),
     *retime_params(),   # output_retime and its step and pose jump allowances (engine/retime.py)
-    *_route(),   # the route: the turn indicators of ~/output/turn_indicators (ros/turn_signals.py)
+    *_route(),   # the route: the turn indicators of ~/output/turn_indicators (ros/outputs/turn_signals.py)
 ]
 
 SCHEDULER_PARAMS = [

@@ -1,6 +1,6 @@
 """The route as the model's navigation input (ROS-free): a lanelet2 map and Autoware's LaneletRoute as plain
 data -> the next maneuver, the goal and a target point in the ego frame (Navigation, types.py) -> the prompt's
-instruction and the turn indicator. The ROS side is ros/route_input.py."""
+instruction and the turn indicator. The ROS side is ros/inputs/route_input.py."""
 
 from ..types import NAV_COMMANDS, Navigation
 from .lanes import Lane, LaneMap, load_map

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ...bench.expert_split import PRESET
 from ...report import write_report
+from ..common import save_report
 
 SCENARIOS = ("decode-heavy", "split-phases")
 
@@ -61,9 +62,7 @@ def decode_heavy(args) -> int:
     repeat = 1 if args.repeat is None else max(1, args.repeat)
     report = run_decode_heavy(reasoning, steps, args.frames or 6, args.warmup, args.partition, args.max_in_flight,
                               args.guidance, progress=progress_printer("decode-heavy"), repeat=repeat)
-    write_report(report, args.json)
-    if args.plot:
-        plot(report, args.plot)
+    save_report(report, args, plot)
     print("\n".join(table(report)))
     print(f"full report: {args.json}" if args.json else "(--json FILE writes the full report)")
     return 0 if report["exact"] else 1

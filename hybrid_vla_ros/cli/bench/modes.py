@@ -3,8 +3,7 @@ side by side on one model."""
 
 from __future__ import annotations
 
-from ...report import write_report
-from ..common import model_from_args, placement_from_args
+from ..common import model_from_args, placement_from_args, save_report
 from .expert_split import cmd_expert_split, wants
 from .scenarios import MODES_FRAMES, WITH_MODEL, bench_actionflow, bench_faults
 
@@ -32,9 +31,7 @@ def cmd_bench(args) -> int:
                        partition=args.partition, transports=transports, max_in_flight=args.max_in_flight,
                        warmup=args.warmup, modes=modes, progress=progress_printer("bench"), peer=not args.no_peer,
                        chunks=parse_chunks(args.chunks), gil=args.gil)
-    write_report(report, args.json)
-    if args.plot:
-        plot_bench(report, args.plot)
+    save_report(report, args, plot_bench)
     print(f"{report['preset']}: {report['num_blocks']} blocks, partition {report['partition']}, "
           f"{report['frames']} frames; {report['devices']['prefix']} | {report['devices']['suffix']}")
     print(modes_table(report))

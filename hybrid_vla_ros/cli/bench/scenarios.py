@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from ...report import write_report
-from ..common import model_from_args, placement_from_args
+from ..common import model_from_args, placement_from_args, save_report
 
 MODES_FRAMES, LOAD_STEP_FRAMES = 24, 80
 
@@ -29,9 +29,7 @@ def bench_load_step(args, model) -> int:
                            progress=progress_printer("load-step"),
                            step_off=args.step_off if args.step_off > 0 else None, zone=zone, budget_bytes=budget,
                            sweep_frames=args.sweep_frames)
-    write_report(report, args.json)
-    if args.plot:
-        plot_load_step(report, args.plot)
+    save_report(report, args, plot_load_step)
     ratio, sched, prior = report["scheduler_vs_best_static"], report["scheduler_period_ms"], report["prior"]
     print(f"load-step on {report['preset']} (zone {report['zone']}, load on frames {report['step_on_frame']}.."
           f"{report['step_off_frame']}, {report['sweep_frames_per_partition']} frames per static p)")
@@ -67,9 +65,7 @@ def bench_chunk_curve(args, model) -> int:
     chunkings = [c for c in args.chunks.split(",") if c] if "," in args.chunks else CURVE_DEFAULT
     report = run_chunk_curve(model, placement, partition, chunkings, frames, (prefix_cores, suffix_cores),
                              args.warmup, args.max_in_flight, progress_printer("chunk-curve"))
-    write_report(report, args.json)
-    if args.plot:
-        plot_chunk_curve(report, args.plot)
+    save_report(report, args, plot_chunk_curve)
     print(f"chunk-curve on {report['preset']} p={partition}, {report['sequence_length']} tokens, "
           f"{report['frames']} frames per point")
     print(curve_table(report))
@@ -88,9 +84,7 @@ def bench_preprocess(args, model) -> int:
     except ValueError as exc:
         raise ConfigError(f"--camera '{args.camera}': expected WIDTHxHEIGHT, e.g. 1920x1080") from exc
     report = run_preprocess_bench(model, placement_from_args(args, model), width, height, args.frames or 10)
-    write_report(report, args.json)
-    if args.plot:
-        plot_preprocess(report, args.plot)
+    save_report(report, args, plot_preprocess)
     print(f"{report['preset']}: {report['cameras']} cameras x {report['camera']} -> {report['input']} on "
           f"{report['prefix_device']}, cores {report['cores']}")
     print(key_value_table([(k, f"{v['p50']:.1f} ms (p99 {v['p99']:.1f})") for k, v in report.items()
@@ -114,9 +108,7 @@ def bench_actionflow(args) -> int:
         raise ConfigError(f"--repeat {repeat}: expected at least 1 run per configuration")
     report = run_actionflow_bench(model, packs, frames=args.frames or 24, partition=args.partition,
                                   progress=progress_printer("actionflow"), graph=args.graph, repeat=repeat)
-    write_report(report, args.json)
-    if args.plot:
-        plot_actionflow(report, args.plot)
+    save_report(report, args, plot_actionflow)
     rows = [("sequential (HF cache)", f"{report['sequential']['frames_per_s']:.2f} frames/s")]
     for k, e in report["pack"].items():
         split = report["split"]["pack"][k]
@@ -137,9 +129,7 @@ def bench_faults(args) -> int:
     from ...report import key_value_table, progress_printer
     report = run_faults(preset=args.preset or "tiny", soak_frames=args.soak_frames,
                         progress=progress_printer("faults"))
-    write_report(report, args.json)
-    if args.plot:
-        plot_faults(report, args.plot)
+    save_report(report, args, plot_faults)
     rows = [(k["node"], f"recovered {k['recovered']}, first trajectory after {k['seconds_to_first_trajectory']} s, "
                         f"lost {k['lost_in_killed_process']}, dropped {k['dropped_counted']}, unaccounted "
                         f"{k['frames_unaccounted']}") for k in report["kills"]]

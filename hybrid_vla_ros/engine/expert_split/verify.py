@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...errors import ConfigError, expect
 from ...model.plugins.alpamayo.decode import Sampling
 from ...model.plugins.alpamayo.flow import FlowSettings
 from ...model.plugins.alpamayo.reference import run_reference
@@ -67,6 +68,8 @@ def difference(got, want) -> float:
 
 def verify_split(model, frames: int = 2, reasoning_tokens: int = REASONING_TOKENS) -> dict:
     """Split vs unsplit at every cut (the module's docstring); the report has verify_partitions' keys."""
+    expect(frames >= 1 and reasoning_tokens >= 1, ConfigError,
+           f"{frames} frame(s), {reasoning_tokens} reasoning token(s): the check needs at least one of each")
     sampling = Sampling(max_new_tokens=reasoning_tokens)
     cases = guidance_cases(model)
     runs = [(seq, guided, synthetic_inputs(model, seq, guided), flow_settings(model, guided))

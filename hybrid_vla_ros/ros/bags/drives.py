@@ -58,7 +58,7 @@ def write_drive(path: str | Path, camera_topics: list[str], steps: Iterable[Driv
             if rig is not None and seq == 0:
                 rig.tf_static(step.images, START_NS - 1)
             if route is not None and seq == 0:
-                from ..route_input import route_to_msg
+                from ..inputs.route_input import route_to_msg
                 writer.write(ROUTE_TOPIC, "autoware_planning_msgs/msg/LaneletRoute", START_NS - 2,
                              serialize_message(route_to_msg(route)))
             odom = Odometry()

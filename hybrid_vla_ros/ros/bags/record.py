@@ -25,7 +25,7 @@ CONTEXT_TYPES = {"camera_info": "sensor_msgs/msg/CameraInfo", "/tf_static": "tf2
 
 
 def with_context(topics: dict[str, str | None], camera_topics: list[str]) -> dict[str, str | None]:
-    """`topics` plus what a frame's context is made of (ros/context_input.py): each camera's CameraInfo (its
+    """`topics` plus what a frame's context is made of (ros/inputs/context_input.py): each camera's CameraInfo (its
     image_transport sibling, `<ns>/camera_info`) and /tf_static."""
     extra = {camera_info_topic(t): CONTEXT_TYPES["camera_info"] for t in camera_topics}
     return {**topics, **extra, "/tf_static": CONTEXT_TYPES["/tf_static"]}

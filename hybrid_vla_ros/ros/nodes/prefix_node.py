@@ -17,14 +17,15 @@ from ...engine.pipeline.flight import FlightControl
 from ...engine.handover.endpoints import HOST_ID, PROCESS_REGISTRY, HandoverEncoder
 from ...engine.placement import Placement
 from ...engine.stages import PrefixStage
-from ..context_input import ContextInput
+from ..inputs.context_input import ContextInput
 from ...engine.pipeline.camera_sync import CameraSync, StampedHistory, StateFreshness, WaitForState
 from ...engine.pipeline.stamp_order import stamp_order
 from ...engine.pipeline.worker import StageWorker
 from ...errors import ConfigError, HybridVLAError, expect
 from ...model.load import model_id
 from ...types import EgoState, Frame
-from .. import acceleration_input, messages, route_input
+from .. import messages
+from ..inputs import acceleration_input, route_input
 from ..chunk_flow import PrefixChunks
 from .diagnostics import DiagnosticsPublisher, reported_shm_domains
 from .stage_node import StageNode, graph_scope
@@ -170,7 +171,7 @@ class PrefixNode(StageNode):
 
     def _on_odometry(self, msg: Odometry) -> None:
         self.ego_history.add(messages.stamp_to_ns(msg.header.stamp), messages.odometry_to_ego(msg))
-        self.route.add_odometry(msg)   # the map-frame pose: the frame's navigation (ros/route_input.py)
+        self.route.add_odometry(msg)   # the map-frame pose: the frame's navigation (ros/inputs/route_input.py)
         self.ego_gate.poll()
 
     def ego_at(self, stamp_ns: int) -> EgoState | None:

@@ -50,7 +50,7 @@ class SuffixRole:
         self.takeovers = 0
         self.pub = node.configured_publisher(DiagnosticStatus, SUFFIX_ROLE_TOPIC, 10)
         node.configured_subscription(DiagnosticStatus, SUFFIX_ROLE_TOPIC, self._on_beat, 10)
-        # the frames' camera stamps: a re-timed trajectory's header is its publish time (ros/present.py)
+        # the frames' camera stamps: a re-timed trajectory's header is its publish time (ros/outputs/present.py)
         node.configured_subscription(DiagnosticStatus, "~/debug/trajectory_info", self._on_published, 10)
         node.configured_timer(BEAT_S, self._tick)
 

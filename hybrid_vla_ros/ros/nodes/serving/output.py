@@ -1,10 +1,11 @@
 """The suffix node's one output path, whatever the model (a waypoint head, action tokens, an Alpamayo release): a
 finished frame's Trajectory goes to `publish_trajectory`, which places it in the output frame with the suffix's own
-odometry (ros/present.py), re-times it to the present (output_retime), refuses it when out of order, stale
-(max_output_age_ms), without a pose or non-finite (each counted), and publishes ~/output/trajectory,
-~/output/trajectories (CandidateTrajectories, ros/candidates.py), ~/output/turn_indicators (ros/turn_signals.py),
-~/debug/markers and ~/debug/trajectory_info. In a world frame (frame_id other than base_link) it runs on a thread
-of its own, which may wait for the frame's pose; in base_link at once, on the caller's thread."""
+odometry (ros/outputs/present.py), re-times it to the present (output_retime), refuses it when out of order,
+stale (max_output_age_ms), without a pose or non-finite (each counted), and publishes ~/output/trajectory,
+~/output/trajectories (CandidateTrajectories, ros/outputs/candidates.py), ~/output/turn_indicators
+(ros/outputs/turn_signals.py), ~/debug/markers and ~/debug/trajectory_info. In a world frame (frame_id other than
+base_link) it runs on a thread of its own, which may wait for the frame's pose; in base_link at once, on the
+caller's thread."""
 
 from __future__ import annotations
 
@@ -19,10 +20,10 @@ from ....engine.pipeline.worker import StageWorker
 from ....errors import ConfigError, NonFiniteError, expect_finite
 from ....types import Pose2D
 from ... import messages
-from ...candidates import CandidateOutput
+from ...outputs.candidates import CandidateOutput
 from ...chunk_flow import frame_compute_ms
-from ...present import PresentOutput
-from ...turn_signals import TurnSignalOutput
+from ...outputs.present import PresentOutput
+from ...outputs.turn_signals import TurnSignalOutput
 from ..diagnostics import publish_trajectory_info
 from ..time_limits import SuffixTimeLimits, timeline, with_output_wait
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import uuid
 
-from ..errors import ConfigError, expect
-from .messages import ns_to_stamp, trajectory_points
+from ...errors import ConfigError, expect
+from ..messages import ns_to_stamp, trajectory_points
 
 # The namespace of generator ids: fixed forever (changing it would change every generator's id).
 GENERATOR_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "urn:hybrid_vla_ros:trajectory_generator")

@@ -18,11 +18,11 @@ from collections import Counter
 
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
-from ..engine.pipeline.camera_sync import StampedHistory
-from ..errors import HybridVLAError
-from ..route import Navigation, Route, check_template, instruction, load_map, load_map_bytes, navigate, why_default
-from ..types import Pose2D
-from . import messages
+from ...engine.pipeline.camera_sync import StampedHistory
+from ...errors import HybridVLAError
+from ...route import Navigation, Route, check_template, instruction, load_map, load_map_bytes, navigate, why_default
+from ...types import Pose2D
+from .. import messages
 
 LATCHED = QoSProfile(depth=1, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE,
                      durability=DurabilityPolicy.TRANSIENT_LOCAL)

@@ -24,9 +24,9 @@ import numpy as np
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import CameraInfo
 
-from ..context import (BASE_FRAME, EGO_STATUS, CONTEXT_PIECES, CameraGeometry, FrameContext, TransformTree,
-                       camera_info_topic, pose_matrix, transform)
-from ..errors import ConfigError, expect
+from ...context import (BASE_FRAME, EGO_STATUS, CONTEXT_PIECES, CameraGeometry, FrameContext, TransformTree,
+                        camera_info_topic, pose_matrix, transform)
+from ...errors import ConfigError, expect
 
 FIRST_ARRIVAL_WAIT_S = 0.5   # a needed piece never seen yet: the frame lacking it waits this long for it, once
 TF_STATIC_QOS = QoSProfile(depth=100, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE,

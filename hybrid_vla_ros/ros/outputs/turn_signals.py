@@ -1,19 +1,20 @@
 """The suffix's turn indicators: autoware_vehicle_msgs/TurnIndicatorsCommand on `~/output/turn_indicators`
 (Autoware's planning output `/planning/turn_indicators_cmd`), one per published trajectory, stamped with it.
 
-The command comes from the route's next maneuver seen from the ego's newest pose (ros/route_input.py,
+The command comes from the route's next maneuver seen from the ego's newest pose (ros/inputs/route_input.py,
 hybrid_vla_ros/route/): ENABLE_LEFT / ENABLE_RIGHT before a turn or lane change within the route's signal
 distance, else DISABLE (Autoware's interface: NO_COMMAND is never sent as a topic). The newer
 CandidateTrajectory (1.14.0) carries the same command in `turn_indicators_command`; the older (1.12.1) has no
-such field and gets none (ros/candidates.py). Published only where autoware_vehicle_msgs is importable; elsewhere the start-up log says why.
+such field and gets none (ros/outputs/candidates.py). Published only where autoware_vehicle_msgs is importable;
+elsewhere the start-up log says why.
 """
 
 from __future__ import annotations
 
-from ..route import turn_indicator
-from ..types import Pose2D
-from .messages import ns_to_stamp
-from .route_input import RouteInput
+from ...route import turn_indicator
+from ...types import Pose2D
+from ..messages import ns_to_stamp
+from ..inputs.route_input import RouteInput
 
 TURN_INDICATORS_QOS_DEPTH = 1   # Autoware's interface: reliable, depth 1 (the newest command is the command)
 

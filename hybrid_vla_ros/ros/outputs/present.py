@@ -9,12 +9,12 @@ import math
 import threading
 from typing import NamedTuple
 
-from ..engine.pipeline.stamp_order import stamp_order
-from ..engine.pose_steps import PoseSteps
-from ..engine.retime import CurrentPose, JumpLimits, RetimeError, retime
-from ..errors import ConfigError, NonFiniteError
-from ..types import Pose2D
-from . import messages
+from ...engine.pipeline.stamp_order import stamp_order
+from ...engine.pose_steps import PoseSteps
+from ...engine.retime import CurrentPose, JumpLimits, RetimeError, retime
+from ...errors import ConfigError, NonFiniteError
+from ...types import Pose2D
+from .. import messages
 
 POSE_SKEW_NS = 50_000_000   # the kinematic state matched to a frame lies within this of its stamp (sensor
 # time: ~1 m at 20 m/s, whatever the model's size); it may arrive late by half a frame period (time_limits.py)

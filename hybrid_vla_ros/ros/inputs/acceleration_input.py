@@ -15,8 +15,8 @@ import threading
 
 from geometry_msgs.msg import AccelWithCovarianceStamped
 
-from ..engine.pipeline.camera_sync import StampedHistory
-from . import messages
+from ...engine.pipeline.camera_sync import StampedHistory
+from .. import messages
 
 MATCH_S = 0.5   # ~10 periods of Autoware's 50 Hz acceleration; a sample further from the frame is not its
 
