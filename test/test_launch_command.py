@@ -38,10 +38,13 @@ def needs_launch():
     ROS 2, else ../shared/vendor/ros2_launch beside the checkout), not where this test process could find one."""
     from hybrid_vla_ros.cli.launch_file import launch_packages
     from hybrid_vla_ros.errors import ConfigError
+    path = list(sys.path)
     try:
         launch_packages()
     except ConfigError as exc:
         pytest.skip(f"hybrid-vla launch finds no launch here: {exc}")
+    finally:   # asked, not installed: the vendored launch stays off this process's path (later tests decide
+        sys.path[:] = path   # their own launch environment from what is importable)
 
 
 @pytest.mark.parametrize("args, message", [
