@@ -29,11 +29,14 @@ def test_the_graph_drives_the_world_with_its_plans_as_they_arrive(domain):
     spec = load_vla(checkpoint="builtin:drive").spec
     out = drive_in_loop(drive_params(), spec, seed=3, time_scale=1.0, max_time_s=4.0, timeout_s=180.0)
     frames = 4.0 / CAMERA_PERIOD_S
-    # The drive ran its 4 world seconds on the graph's plans: most frames answered, each plan a little late.
+    # The drive ran its 4 world seconds on the graph's plans: most frames answered, none before its capture. The
+    # world's time moves in steps of DT_S (20 ms): a plan answered within one step is applied at its capture's
+    # world time, age 0 (a quiet fresh-clone run got 0.0 for every plan), so the age is >= 0, not > 0.
     assert out["end"] in ("timeout", "completed", "collision", "route_deviation"), out
     assert out["seconds"] == pytest.approx(4.0, abs=0.05) or out["end"] != "timeout", out
     assert out["plans_received"] >= frames / 4, out
-    assert 0.0 < out["mean_plan_age_s"] < 2.0 and math.isfinite(out["driving_score"]), out
+    assert out["mean_plan_age_s"] is not None and 0.0 <= out["mean_plan_age_s"] < 2.0, out
+    assert math.isfinite(out["driving_score"]), out
     assert out["completion"] > 0.0 and np.isfinite(out["mean_abs_jerk"]), out
 
 
