@@ -15,8 +15,9 @@ SPIN_STEP_S = 0.1
 
 def _init(args, context) -> None:
     import rclpy
-    from .dds import use_large_frame_profile
+    from .dds import reclaim_dead_participant_segments, use_large_frame_profile
     use_large_frame_profile()  # before the first participant of this process reads its profile
+    reclaim_dead_participant_segments()  # what killed processes left in /dev/shm (real memory)
     try:
         from rclpy.signals import SignalHandlerOptions
         rclpy.init(args=args, context=context, signal_handler_options=SignalHandlerOptions.NO)
