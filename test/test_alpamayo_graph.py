@@ -13,6 +13,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 
 from published_alpamayo import write_release
 from ros_harness import EndpointReports, wait_until
@@ -206,12 +207,19 @@ def test_1_5_is_served_in_one_process_exactly(releases, domain):
         sets = camera_sets(3)
         paths, infos = driver.drive(sets, timeout_s=60)
         check(paths, infos, expected(suffix.expert.model, sets, True))
-        assert dict(prefix.health.rejected) == {"invalid_answer": 1}
-        assert dict(suffix.health.rejected) == {"invalid_boundary": 1}
+        assert dict(prefix.health.rejected) == {"invalid_answer": 1, "old_message": 1}
+        assert dict(suffix.health.rejected) == {"invalid_boundary": 1, "old_message": 1}
     finally:
         driver.close()
         graph.shutdown()
         rclpy.shutdown(context=context)
+
+
+def damaged_forward(width: int = 8) -> bytes:
+    """A decode step's message of frame 9 (run 1, stamp 5) cut short in its tensor: the head still names it."""
+    from hybrid_vla_ros.engine.expert_split.crossings import TokensState
+    state = TokensState(torch.zeros(1, 1, width), torch.zeros(3, 1, 1, dtype=torch.long), 0)
+    return envelope.encode_forward(envelope.Forward(envelope.Tag(1, 9, 5), 1, envelope.CROSSING, state))[:-3]
 
 
 def damage(driver, prefix, suffix):
@@ -221,10 +229,13 @@ def damage(driver, prefix, suffix):
     forward = driver.node.create_publisher(UInt8MultiArray, BOUNDARY_TOPIC, TOKENS_QOS)
     back = driver.node.create_publisher(UInt8MultiArray, ACTION_TOKENS_TOPIC, TOKENS_QOS)
     assert wait_until(lambda: forward.get_subscription_count() and back.get_subscription_count(), driver.spin, 10)
-    forward.publish(UInt8MultiArray(data=envelope.FORWARD_HEAD.pack(b"HVAF", 1, 1, 1, 9, 1, 5, 0) + b"HVLX"))
+    damaged = damaged_forward()
+    forward.publish(UInt8MultiArray(data=damaged))                  # names its frame: refused, answered, counted
+    forward.publish(UInt8MultiArray(data=b"HVAF" + damaged[4:]))    # the format HVLM replaced: counted as old
+    back.publish(UInt8MultiArray(data=b"HVLM" + bytes(3)))
     back.publish(UInt8MultiArray(data=b"HVAB" + bytes(3)))
-    assert wait_until(lambda: suffix.health.rejected["invalid_boundary"] == 1
-                      and prefix.health.rejected["invalid_answer"] == 1, driver.spin, 10)
+    assert wait_until(lambda: suffix.health.rejected == {"invalid_boundary": 1, "old_message": 1}
+                      and prefix.health.rejected == {"invalid_answer": 1, "old_message": 1}, driver.spin, 10)
 
 
 def test_frame_inputs_follow_the_processor_layout(releases):

@@ -6,14 +6,16 @@ import dataclasses
 import threading
 import time
 
+import pytest
 import torch
 
-from test_alpamayo_graph import SAMPLING, SEED, camera_sets, releases  # noqa: F401 (releases: the fixture)
+from test_alpamayo_graph import SAMPLING, SEED, camera_sets, damaged_forward, releases  # noqa: F401 (releases: the fixture)
 from hybrid_vla_ros.engine.expert_serve import envelope
 from hybrid_vla_ros.engine.expert_serve.frame_inputs import PromptText, frame_inputs, still_history
 from hybrid_vla_ros.engine.expert_serve.prefix_server import AlpamayoPrefixServer, PrefixJob
 from hybrid_vla_ros.engine.expert_serve.suffix_server import AlpamayoSuffixServer
 from hybrid_vla_ros.engine.expert_split.crossings import TokensState
+from hybrid_vla_ros.engine.handover.message import OldMessageError
 from hybrid_vla_ros.model.plugins import alpamayo
 
 
@@ -56,8 +58,10 @@ def test_a_bad_crossing_refuses_its_frame_with_the_reason_and_the_next_is_served
     refused = [r.refused for r in replies if r.refused]
     assert not outcome.sent and not outcome.counted_here and outcome.reason == "nonfinite_boundary"
     assert [(tag.seq, reason) for tag, reason, _ in refused] == [(0, "nonfinite_boundary")]
-    damaged = envelope.FORWARD_HEAD.pack(b"HVAF", 1, 1, 1, 9, 1, 5, 0) + envelope.TIMES.pack(0, 0, 0, 0) + b"HVLX"
+    damaged = damaged_forward()
     assert suffix.handle(damaged).refused[:2] == (envelope.Tag(1, 9, 5), "invalid_boundary")   # refused, named
+    with pytest.raises(OldMessageError, match="Alpamayo forward message"):     # the format HVLM replaced: no frame
+        suffix.handle(b"HVAF" + damaged[4:])
     outcome, replies = serve(prefix, suffix, PrefixJob(inputs, 1, 2000))
     ref = alpamayo.run_reference(model, inputs, outcome.settings.seed, SAMPLING, alpamayo.FlowSettings(2))
     assert outcome.sent and torch.equal(replies[-1].finished.result.xyz, ref.xyz)

@@ -11,9 +11,10 @@ import torch
 
 from published_alpamayo import SPECIAL, release_inputs, write_release
 from hybrid_vla_ros.engine.expert_split import AlpamayoSplit, run_split
-from hybrid_vla_ros.engine.expert_split import wire
+from hybrid_vla_ros.engine.expert_split.crossings import FORWARD as FORWARD_CROSSINGS
 from hybrid_vla_ros.engine.expert_split.crossings import (ActionState, ExpertState, PromptState, TokenChoice,
-                                                         TokensState)
+                                                         TokensState, code_of, from_entry, roundtrip)
+from hybrid_vla_ros.engine.handover import message as hvlm
 from hybrid_vla_ros.engine.expert_split.runner import BACK, FORWARD
 from hybrid_vla_ros.errors import ConfigError, InputError, NonFiniteError
 from hybrid_vla_ros.model.plugins import alpamayo
@@ -105,9 +106,8 @@ def test_every_crossing_survives_serialisation_and_the_result_stays_exact(r15):
     carried = []
 
     def transport(state):
-        data = wire.encode(state)
         carried.append(state)
-        return wire.decode(data)
+        return roundtrip(state)
 
     for p in (0, 2, BLOCKS):
         carried.clear()
@@ -192,14 +192,19 @@ def test_a_non_finite_crossing_is_refused_with_the_reason(r1, kind, field, match
 
 def test_a_damaged_or_foreign_payload_is_refused():
     state = TokensState(torch.zeros(1, 1, 64), torch.zeros(3, 1, 1, dtype=torch.long), 0)
-    data = wire.encode(state)
-    assert torch.equal(wire.decode(data).hidden, state.hidden)
+    entry = hvlm.Entry(3, 5, crossing=code_of(state, FORWARD_CROSSINGS, "test"), parts=hvlm.crossing_parts(state))
+    data = hvlm.encode(hvlm.Message(hvlm.KINDS["alpamayo"], hvlm.FORWARD, [entry]))
+    assert torch.equal(from_entry(hvlm.decode(data).entries[0], FORWARD_CROSSINGS, "test").hidden, state.hidden)
     with pytest.raises(InputError, match="trailing"):
-        wire.decode(data + b"\0")
-    with pytest.raises(InputError, match="magic"):
-        wire.decode(b"HVLB" + data[4:])
+        hvlm.decode(data + b"\0")
+    with pytest.raises(hvlm.OldMessageError, match="Alpamayo crossing"):   # the format HVLM replaced
+        hvlm.decode(b"HVLX" + data[4:])
     with pytest.raises(InputError, match="truncated"):
-        wire.decode(data[:-3])
+        hvlm.decode(data[:-3])
+    with pytest.raises(InputError, match="cannot cross this way"):          # an answer's kind sent forward
+        from_entry(hvlm.Entry(3, 5, crossing=4, parts={}), FORWARD_CROSSINGS, "test")
+    with pytest.raises(InputError, match="no field for parts"):
+        from_entry(dataclasses.replace(entry, parts={**entry.parts, "token": 1}), FORWARD_CROSSINGS, "test")
 
 
 def test_timings_are_per_side_and_phase(r15):

@@ -14,7 +14,7 @@ import time
 import torch
 
 from ...engine.expert_split.runner import run_split
-from ...engine.expert_split.wire import roundtrip
+from ...engine.expert_split.crossings import roundtrip
 from ...model.plugins.alpamayo.decode import Sampling, feed, new_cache, prefill, sample
 from ...model.plugins.alpamayo.flow import FlowSettings
 from ...model.plugins.alpamayo.reference import fused_prompt, run_reference

@@ -24,7 +24,7 @@ def add_args(parser) -> None:
                              f"both)")
     parser.add_argument("--cuts", default="", help="split-phases: comma-separated cuts (default 0, L/2, L)")
     parser.add_argument("--serialise", action="store_true",
-                        help="split-phases: every crossing as bytes and back (engine/expert_split/wire.py)")
+                        help="split-phases: every crossing as bytes and back (HVLM: engine/handover/message.py)")
 
 
 def wants(args) -> bool:

@@ -1,36 +1,28 @@
-"""The frame envelope around a crossing (wire.py) when the two sides of a split Alpamayo frame run in two servers
-that share only bytes (prefix_server.py, suffix_server.py): which frame and which message of it, and on a frame's
-first message the settings it runs by. Never pickle.
-
-Forward (prefix -> suffix), little endian:
-    head     "<4sHBQQIqq"  magic b"HVAF", version 1, kind (CROSSING / ABORT), run, seq, index, stamp_ns, arrival_ns
-    times    "<4d"         the prefix's ms so far for this frame: prefill, decode, unguided, expert
-    opening  (index 0 only) "<iQddiidB3dB"  partition, seed, temperature, top_p, max_new_tokens, steps,
-             guidance_weight, guidance, the frame's map pose x, y, yaw, pose known
-    crossing wire.encode bytes (CROSSING only)
-Back (suffix -> prefix): head "<4sHBQQIq" magic b"HVAB" (no arrival), then wire.encode bytes (CROSSING) or a
-UTF-8 "reason\\nmessage" (REFUSED: the suffix gave the frame up and counted it).
-
+"""A split Alpamayo frame's messages between two servers that share only bytes (prefix_server.py,
+suffix_server.py), as HVLM messages (engine/handover/message.py, kind `alpamayo`): one entry per message naming
+the frame (run, seq, stamp, arrival) and the message's index in it, the crossing's fields as the entry's parts
+(crossings.py), the prefix's ms so far per phase (`times`), and on a frame's first message the settings it runs by
+(`seed`, `temperature`, `top_p`, `max_new_tokens`, `flow_steps`, `guidance_weight`, `guidance`; the cut in the
+header). Back (suffix -> prefix): a TokenChoice / ActionState entry, or REFUSED with `reason` and `text`.
 `run` is random per prefix server: an answer to a frame of an earlier run never matches one of this run.
 """
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
 
 from ...errors import InputError, expect
 from ...model.plugins.alpamayo.decode import Sampling
 from ...model.plugins.alpamayo.flow import FlowSettings
-from ..expert_split import wire
+from ..expert_split.crossings import BACK as BACK_CROSSINGS
+from ..expert_split.crossings import FORWARD as FORWARD_CROSSINGS
+from ..expert_split.crossings import code_of, from_entry
+from ..handover import message as hvlm
 
-FORWARD_MAGIC, BACK_MAGIC, VERSION = b"HVAF", b"HVAB", 1
+KIND = hvlm.KINDS["alpamayo"]
 CROSSING, ABORT, REFUSED = 1, 2, 3
-FORWARD_HEAD = struct.Struct("<4sHBQQIqq")
-BACK_HEAD = struct.Struct("<4sHBQQIq")
-TIMES = struct.Struct("<4d")
-OPENING = struct.Struct("<iQddiidB3dB")
 PHASES = ("prefill", "decode", "unguided", "expert")
+OPENING = ("seed", "temperature", "top_p", "max_new_tokens", "flow_steps", "guidance_weight", "guidance")
 
 
 @dataclass(frozen=True)
@@ -60,7 +52,6 @@ class Forward:
     state: object = None            # a PromptState / TokensState / ExpertState (CROSSING)
     times: dict = field(default_factory=dict)      # phase -> the prefix's ms so far
     settings: FrameSettings | None = None           # index 0 only
-    pose: tuple[float, float, float] | None = None  # index 0 only: the frame's map pose, when known
 
 
 @dataclass
@@ -73,81 +64,82 @@ class Back:
     message: str = ""
 
 
-def _opening(settings: FrameSettings, pose) -> bytes:
+def _opening(settings: FrameSettings) -> dict:
     s, f = settings.sampling, settings.flow
-    x, y, yaw = pose if pose is not None else (0.0, 0.0, 0.0)
-    return OPENING.pack(settings.partition, settings.seed, s.temperature, s.top_p, s.max_new_tokens, f.steps,
-                        f.guidance_weight, int(settings.guidance), x, y, yaw, int(pose is not None))
+    return dict(seed=settings.seed, temperature=s.temperature, top_p=s.top_p, max_new_tokens=s.max_new_tokens,
+                flow_steps=f.steps, guidance_weight=f.guidance_weight, guidance=int(settings.guidance))
+
+
+def _settings(message: hvlm.Message, source: str) -> FrameSettings:
+    p = message.parts
+    missing = [name for name in OPENING if name not in p]
+    expect(not missing and message.partition >= 0, InputError,
+           f"{source}: a frame's first message without its settings ({missing or 'partition'})")
+    expect(p["guidance"] in (0, 1), InputError, f"{source}: guidance {p['guidance']}, expected 0 or 1")
+    return FrameSettings(message.partition, p["seed"], Sampling(p["temperature"], p["top_p"], p["max_new_tokens"]),
+                         FlowSettings(p["flow_steps"], p["guidance_weight"]), bool(p["guidance"]))
 
 
 def encode_forward(message: Forward) -> bytes:
-    t = message.tag
-    head = FORWARD_HEAD.pack(FORWARD_MAGIC, VERSION, message.kind, t.run, t.seq, message.index, t.stamp_ns,
-                             t.arrival_ns)
-    times = TIMES.pack(*(float(message.times.get(p, 0.0)) for p in PHASES))
-    opening = _opening(message.settings, message.pose) if message.index == 0 else b""
-    body = wire.encode(message.state) if message.kind == CROSSING else b""
-    return head + times + opening + body
+    t, crossing = message.tag, message.kind == CROSSING
+    entry = hvlm.Entry(t.seq, t.stamp_ns, t.arrival_ns, message.index,
+                       code_of(message.state, FORWARD_CROSSINGS, "forward") if crossing else 0,
+                       parts=hvlm.crossing_parts(message.state) if crossing else {})
+    parts = {"times": tuple(float(message.times.get(p, 0.0)) for p in PHASES)}
+    first = message.index == 0
+    if first:
+        parts.update(_opening(message.settings))
+    return hvlm.encode(hvlm.Message(KIND, hvlm.FORWARD, [entry], parts, 0 if crossing else hvlm.ABORT,
+                                    message.settings.partition if first else -1, t.run))
 
 
-def _read_opening(view: memoryview, pos: int, source: str):
-    expect(view.nbytes >= pos + OPENING.size, InputError, f"{source}: truncated in the frame's settings")
-    (partition, seed, temperature, top_p, max_new, steps, weight, guidance, x, y, yaw,
-     known) = OPENING.unpack_from(view, pos)
-    settings = FrameSettings(partition, seed, Sampling(temperature, top_p, max_new), FlowSettings(steps, weight),
-                             bool(guidance))
-    return settings, ((x, y, yaw) if known else None), pos + OPENING.size
+def _one_entry(message: hvlm.Message, source: str) -> hvlm.Entry:
+    expect(len(message.entries) == 1, InputError, f"{source}: {len(message.entries)} entries, expected 1")
+    return message.entries[0]
 
 
 def decode_forward(buffer, source: str = "split Alpamayo forward message") -> Forward:
-    """InputError naming what does not fit (the crossing's own checks: wire.decode)."""
-    view = memoryview(buffer)
-    expect(view.nbytes >= FORWARD_HEAD.size + TIMES.size, InputError, f"{source}: {view.nbytes} bytes, shorter "
-           f"than its header")
-    magic, version, kind, run, seq, index, stamp_ns, arrival_ns = FORWARD_HEAD.unpack_from(view, 0)
-    expect(magic == FORWARD_MAGIC and version == VERSION, InputError,
-           f"{source}: magic {magic!r} version {version}, expected {FORWARD_MAGIC!r} version {VERSION}")
-    expect(kind in (CROSSING, ABORT), InputError, f"{source}: unknown kind {kind}")
-    times = dict(zip(PHASES, TIMES.unpack_from(view, FORWARD_HEAD.size)))
-    message = Forward(Tag(run, seq, stamp_ns, arrival_ns), index, kind, times=times)
-    pos = FORWARD_HEAD.size + TIMES.size
-    if index == 0:
-        message.settings, message.pose, pos = _read_opening(view, pos, source)
-    if kind == CROSSING:
-        message.state = wire.decode(view[pos:], source)
-    return message
+    """InputError naming what does not fit (an old format: OldMessageError, reason old_message)."""
+    message = hvlm.decode(buffer, source, KIND, hvlm.FORWARD)
+    entry = _one_entry(message, source)
+    times = message.parts.get("times", ())
+    expect(len(times) == len(PHASES), InputError, f"{source}: {len(times)} phase times, expected {len(PHASES)}")
+    abort = bool(message.flags & hvlm.ABORT)
+    out = Forward(Tag(message.run, entry.seq, entry.stamp_ns, entry.arrival_ns), entry.index,
+                  ABORT if abort else CROSSING, times=dict(zip(PHASES, times)))
+    if entry.index == 0:
+        out.settings = _settings(message, source)
+    if not abort:
+        out.state = from_entry(entry, FORWARD_CROSSINGS, source)
+    return out
 
 
 def forward_tag(buffer) -> Tag | None:
-    """The frame a forward message names, read from its head alone (None: no readable head): a message whose
-    crossing is damaged still names the frame to refuse."""
-    view = memoryview(buffer)
-    if view.nbytes < FORWARD_HEAD.size:
+    """The frame a forward message names, read from its header and entry alone (None: no readable head): a
+    message whose crossing is damaged still names the frame to refuse."""
+    message = hvlm.peek(buffer)
+    if message is None or (message.kind, message.direction, len(message.entries)) != (KIND, hvlm.FORWARD, 1):
         return None
-    magic, version, _, run, seq, _, stamp_ns, arrival_ns = FORWARD_HEAD.unpack_from(view, 0)
-    return Tag(run, seq, stamp_ns, arrival_ns) if (magic, version) == (FORWARD_MAGIC, VERSION) else None
+    entry = message.entries[0]
+    return Tag(message.run, entry.seq, entry.stamp_ns, entry.arrival_ns)
 
 
 def encode_back(message: Back) -> bytes:
     t = message.tag
-    head = BACK_HEAD.pack(BACK_MAGIC, VERSION, message.kind, t.run, t.seq, message.index, t.stamp_ns)
     if message.kind == CROSSING:
-        return head + wire.encode(message.state)
-    return head + f"{message.reason}\n{message.message}".encode()
+        entry = hvlm.Entry(t.seq, t.stamp_ns, 0, message.index, code_of(message.state, BACK_CROSSINGS, "answer"),
+                           parts=hvlm.crossing_parts(message.state))
+        return hvlm.encode(hvlm.Message(KIND, hvlm.BACK, [entry], run=t.run))
+    entry = hvlm.Entry(t.seq, t.stamp_ns, 0, message.index)
+    return hvlm.encode(hvlm.Message(KIND, hvlm.BACK, [entry], {"reason": message.reason, "text": message.message},
+                                    hvlm.REFUSED, run=t.run))
 
 
 def decode_back(buffer, source: str = "split Alpamayo answer") -> Back:
-    view = memoryview(buffer)
-    expect(view.nbytes >= BACK_HEAD.size, InputError, f"{source}: {view.nbytes} bytes, shorter than its header")
-    magic, version, kind, run, seq, index, stamp_ns = BACK_HEAD.unpack_from(view, 0)
-    expect(magic == BACK_MAGIC and version == VERSION, InputError,
-           f"{source}: magic {magic!r} version {version}, expected {BACK_MAGIC!r} version {VERSION}")
-    expect(kind in (CROSSING, REFUSED), InputError, f"{source}: unknown kind {kind}")
-    tag = Tag(run, seq, stamp_ns)
-    if kind == CROSSING:
-        return Back(tag, index, kind, wire.decode(view[BACK_HEAD.size:], source))
-    try:
-        reason, _, text = bytes(view[BACK_HEAD.size:]).decode().partition("\n")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{source}: a refusal that is not UTF-8 ({exc})") from None
-    return Back(tag, index, kind, reason=reason, message=text)
+    message = hvlm.decode(buffer, source, KIND, hvlm.BACK)
+    entry = _one_entry(message, source)
+    tag = Tag(message.run, entry.seq, entry.stamp_ns)
+    if message.flags & hvlm.REFUSED:
+        return Back(tag, entry.index, REFUSED, reason=message.parts.get("reason", ""),
+                    message=message.parts.get("text", ""))
+    return Back(tag, entry.index, CROSSING, from_entry(entry, BACK_CROSSINGS, source))

@@ -1,6 +1,6 @@
 """The prefix side of a split Alpamayo frame served across processes (ROS-free): a frame in (its AlpamayoInputs),
 the prefill's boundary out as bytes, then each answer of the suffix (a sampled token, an Euler step's action
-state: envelope.py + wire.py bytes) taken in and answered with the next crossing, until the frame's last expert
+state: envelope.py: HVLM bytes) taken in and answered with the next crossing, until the frame's last expert
 state is out. The prefix node's engine for an Alpamayo release; its counterpart is suffix_server.py.
 
 One frame at a time: `serve` runs a whole frame on the caller's thread (the node's worker) and waits for each
@@ -44,7 +44,6 @@ class PrefixJob:
     seq: int
     stamp_ns: int
     arrival_ns: int = 0
-    pose: tuple[float, float, float] | None = None   # the frame's map pose (x, y, yaw), when known
 
 
 @dataclass
@@ -76,8 +75,8 @@ def check_settings(model, sampling: Sampling, flow: FlowSettings, guidance: bool
 class _Frame:
     """One frame's messages out: numbered, stamped with the prefix's time so far, the first with the settings."""
 
-    def __init__(self, tag: Tag, settings: FrameSettings, pose, send):
-        self.tag, self.settings, self.pose, self.send_bytes = tag, settings, pose, send
+    def __init__(self, tag: Tag, settings: FrameSettings, send):
+        self.tag, self.settings, self.send_bytes = tag, settings, send
         self.index, self.answers = 0, 0
         self.times = {"prefill": 0.0, "decode": 0.0, "unguided": 0.0, "expert": 0.0}
 
@@ -90,7 +89,7 @@ class _Frame:
     def send(self, state, kind: int = CROSSING) -> None:
         first = self.index == 0
         self.send_bytes(encode_forward(Forward(self.tag, self.index, kind, state, dict(self.times),
-                                               self.settings if first else None, self.pose if first else None)))
+                                               self.settings if first else None)))
         self.index += 1
 
 
@@ -146,7 +145,7 @@ class AlpamayoPrefixServer(Cut):
         crossings and answer them (None: assumed); the frame waits for one up to timeout_s (suffix_absent)."""
         tag = Tag(self.run, job.seq, job.stamp_ns, job.arrival_ns)
         settings = self.settings_for(job.stamp_ns)
-        frame = _Frame(tag, settings, job.pose, send)
+        frame = _Frame(tag, settings, send)
         with self.cond:
             self.current, self.answers = tag, deque()
         try:

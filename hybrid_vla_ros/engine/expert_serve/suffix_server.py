@@ -1,5 +1,5 @@
 """The suffix side of a split Alpamayo frame served across processes (ROS-free): each forward message's bytes in
-(envelope.py + engine/expert_split/wire.py) -> the answers it calls for as bytes (a sampled token, the next Euler
+(envelope.py: HVLM messages) -> the answers it calls for as bytes (a sampled token, the next Euler
 step's action state) and, after the last expert step, the frame's result (tokens, trajectory, each side's time). Its counterpart is
 prefix_server.py; the suffix node's engine for an Alpamayo release.
 
@@ -30,7 +30,6 @@ class SuffixFrame:
     """A finished frame."""
     tag: Tag
     settings: FrameSettings
-    pose: tuple[float, float, float] | None
     result: AlpamayoResult
     end: str                         # why the reasoning ended: stop_token or max_tokens
     times: dict                      # side -> phase -> ms (the prefix's as its last message said)
@@ -46,8 +45,8 @@ class SuffixReply:
 class _Open:
     """The frame in progress here and where its exchange stands."""
 
-    def __init__(self, model, tag: Tag, settings: FrameSettings, pose):
-        self.tag, self.settings, self.pose = tag, settings, pose
+    def __init__(self, model, tag: Tag, settings: FrameSettings):
+        self.tag, self.settings = tag, settings
         self.side = SuffixSide(model, settings.partition, settings.seed, settings.sampling)
         self.next_index, self.answers = 1, 0
         self.to_feed = self.guided_fed = 0          # tokens the prefix feeds, guided TokensStates taken
@@ -85,7 +84,9 @@ class AlpamayoSuffixServer:
         """One forward message -> the answers, a finished frame or a refusal. InputError only when the bytes do
         not even name a frame (nothing to answer; the caller counts it)."""
         tag = forward_tag(payload)
-        expect(tag is not None, InputError, "split Alpamayo forward message: no readable head")
+        if tag is None:
+            decode_forward(payload)   # raises what is wrong: an old format (old_message), another model kind, ...
+            raise InputError("split Alpamayo forward message: no readable head")
         try:
             return self._handle(decode_forward(payload))
         except HybridVLAError as exc:
@@ -123,7 +124,7 @@ class AlpamayoSuffixServer:
         expect(isinstance(state, PromptState) and state.stream == GUIDED, InputError,
                f"frame {message.tag.seq}: first message a {type(state).__name__}, expected the guided PromptState")
         self.replaced += int(replacing)
-        self.current = frame = _Open(self.model, message.tag, s, message.pose)
+        self.current = frame = _Open(self.model, message.tag, s)
         frame.prefix_times = message.times
         return self._step(frame, state)
 
@@ -185,5 +186,5 @@ class AlpamayoSuffixServer:
         result = AlpamayoResult(xyz[0], rot[0], actions[0].float(), list(side.tokens), stopped)
         self.current = None
         times = {"prefix": dict(frame.prefix_times), "suffix": dict(frame.times)}
-        return SuffixReply(finished=SuffixFrame(frame.tag, frame.settings, frame.pose, result,
+        return SuffixReply(finished=SuffixFrame(frame.tag, frame.settings, result,
                                                 "stop_token" if stopped else "max_tokens", times))

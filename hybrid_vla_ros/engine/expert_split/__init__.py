@@ -4,7 +4,6 @@ sampler, expert layers [p, L_e), action_out_proj, the Euler updates, the traject
 crossings of crossings.py pass between them; the result equals model/plugins/alpamayo's run_reference exactly.
 
 crossings.py   what crosses, per kind, with its shapes and the checks on arrival
-wire.py        a crossing as bytes and back (the handover codec's tensor layout)
 blocks.py      the per-layer pieces both sides run (VLM blocks, expert layers, heads) over their own cache
 prefix.py      the prefix side
 suffix.py      the suffix side

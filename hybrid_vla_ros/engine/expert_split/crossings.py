@@ -1,4 +1,5 @@
-"""What crosses the cut of a split Alpamayo frame, one small dataclass per kind (wire.py serialises each).
+"""What crosses the cut of a split Alpamayo frame, one small dataclass per kind (as bytes: HVLM parts,
+engine/handover/message.py; the crossing code is its place in KINDS, from 1).
 
 prefix -> suffix (hidden states after block p - 1; checked finite on arrival):
     PromptState    once per prompt: the prefill's boundary (stream 0; stream 1 = 1.5's route-free prompt)
@@ -17,6 +18,7 @@ import torch
 
 from ...errors import InputError, expect, expect_finite
 from ...types import DeepStack
+from ..handover import message as hvlm
 
 GUIDED, UNGUIDED = 0, 1   # streams: the prompt with its route, 1.5's prompt without it (guidance only)
 
@@ -61,6 +63,29 @@ class ExpertState:
 
 KINDS = (PromptState, TokensState, TokenChoice, ActionState, ExpertState)
 FORWARD = (PromptState, TokensState, ExpertState)
+BACK = (TokenChoice, ActionState)
+
+
+def code_of(state, allowed, source: str) -> int:
+    """The crossing code of `state` (its place in KINDS, from 1); InputError unless it may cross this way."""
+    expect(type(state) in allowed, InputError, f"{source}: a {type(state).__name__} cannot cross this way")
+    return KINDS.index(type(state)) + 1
+
+
+def from_entry(entry: hvlm.Entry, allowed, source: str):
+    """The crossing an HVLM entry carries, each field checked (InputError naming what does not fit)."""
+    expect(1 <= entry.crossing <= len(KINDS) and KINDS[entry.crossing - 1] in allowed, InputError,
+           f"{source}: crossing code {entry.crossing} cannot cross this way")
+    return hvlm.crossing_from_parts(KINDS[entry.crossing - 1], entry.parts, source)
+
+
+def roundtrip(state):
+    """Through HVLM bytes and back: what a transport between two processes delivers."""
+    allowed = FORWARD if type(state) in FORWARD else BACK
+    entry = hvlm.Entry(0, 0, crossing=code_of(state, allowed, "crossing"), parts=hvlm.crossing_parts(state))
+    direction = hvlm.FORWARD if allowed is FORWARD else hvlm.BACK
+    data = hvlm.encode(hvlm.Message(hvlm.KINDS["alpamayo"], direction, [entry]))
+    return from_entry(hvlm.decode(data, "crossing").entries[0], allowed, "crossing")
 
 
 def _boundary(hidden: torch.Tensor, width: int, where: str) -> None:

@@ -1,6 +1,6 @@
 """One Alpamayo frame split at a cut p, run serially in one process: the prefix side (prefix.py) and the suffix
 side (suffix.py) exchange only the crossings of crossings.py, each passed through a transport (identity by
-default; wire.roundtrip serialises every one as two processes would). Equal to the unsplit reference
+default; crossings.roundtrip serialises every one as two processes would). Equal to the unsplit reference
 (model/plugins/alpamayo/reference.py run_reference) for the same seed: the same tokens, the same trajectory.
 
 Per frame, with n tokens sampled (n_fed of them fed: all when the stop token came, else n - 1) and N Euler steps:
@@ -36,7 +36,7 @@ class Crossing:
     direction: str        # FORWARD or BACK
     kind: str             # the crossing's class name (crossings.py)
     nbytes: int           # tensor bytes it carries
-    ms: float             # the transport's time (serialise + parse with wire.roundtrip)
+    ms: float             # the transport's time (serialise + parse with crossings.roundtrip)
 
 
 @dataclass

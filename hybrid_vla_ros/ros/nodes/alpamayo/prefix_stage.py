@@ -154,8 +154,7 @@ class AlpamayoPrefixStage:
             self.node._reject("invalid_image", exc, taken.stamp_ns)
             return None
         self.last_stamp_ns = taken.stamp_ns
-        pose = tuple(float(v) for v in poses[-1]) if self.poses is not None else None
-        return PrefixJob(inputs, taken.seq, taken.stamp_ns, taken.arrival_ns, pose)
+        return PrefixJob(inputs, taken.seq, taken.stamp_ns, taken.arrival_ns)
 
     def _poses(self, stamp_ns: int):
         if self.poses is None:

@@ -64,8 +64,8 @@ class AlpamayoSuffixStage:
         t0 = time.perf_counter()
         try:
             reply = self.server.handle(data)
-        except HybridVLAError as exc:   # not even a frame's head: nothing to answer
-            self.node._reject("invalid_boundary", exc)
+        except HybridVLAError as exc:   # not even a frame's head (an old format: old_message): nothing to answer
+            self.node._reject(getattr(exc, "reason", "invalid_boundary"), exc)
             return
         if reply.answers:
             self._await_prefix_reader()

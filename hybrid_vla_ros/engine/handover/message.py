@@ -1,0 +1,262 @@
+"""One message format for what crosses the cut, for every model kind (issue 51): `HVLM` version 1. A message is
+a header, a table of entries (one per frame it carries) and named parts (tensors and small values), each part
+belonging to one entry or to the message. The kind's own code says which parts a crossing has; this module checks
+the structure (sizes, tags, which part may carry which value) and refuses the formats it replaced by name.
+Never pickle.
+
+Layout (little endian):
+    header  "<4sHBBHHiIQQqQQI"  magic b"HVLM", version 1, kind (KINDS), direction (1 forward: prefix -> suffix,
+            2 back), flags (ABORT, REFUSED), entry count (1..MAX_ENTRIES), partition (-1: none), sender pid, run
+            (random per prefix server), step (message number in the run), deadline_ns (0: none), model id (0: not
+            checked), shm domain, part count
+    entry*  "<qqqIHHHiiii"  seq, stamp_ns, arrival_ns, index (the frame's message number), crossing code,
+            chunk_index, chunk_count, slot, start, row, count
+    part*   "<BBH"  part code (PARTS), value tag, entry (MESSAGE_PART: the message's own), then by tag:
+            T tensor (the handover codec's record) | I "<q" | F "<d" | S "<I" length + UTF-8 | V "<I" n + n "<d"
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass, field, fields
+
+import torch
+
+from ...errors import InputError, expect
+from ...types import DeepStack
+from .codec import read_tensor, tensors_size, write_tensor
+
+MAGIC, VERSION = b"HVLM", 1
+HEADER = struct.Struct("<4sHBBHHiIQQqQQI")
+ENTRY = struct.Struct("<qqqIHHHiiii")
+PART = struct.Struct("<BBH")
+I64, F64, U32 = struct.Struct("<q"), struct.Struct("<d"), struct.Struct("<I")
+KINDS = {"waypoints": 1, "tokens": 2, "alpamayo": 3}
+FORWARD, BACK = 1, 2
+ABORT, REFUSED = 1, 2                     # flags: the prefix gave the frame up / the suffix refused it
+MESSAGE_PART = 0xFFFF
+MAX_ENTRIES, MAX_PARTS, MAX_TEXT = 1024, 8192, 1 << 16
+# part name -> (code, tag); a part arriving with another tag is refused
+PARTS = {name: (code, tag) for code, (name, tag) in enumerate((
+    ("hidden", "T"), ("positions", "T"), ("mask", "T"), ("ds_first", "I"), ("ds_positions", "T"),
+    ("ds_features", "T"), ("rope_delta", "I"), ("stream", "I"), ("history_xyz", "T"), ("history_rot", "T"),
+    ("step", "I"), ("token", "I"), ("feed", "I"), ("done", "I"), ("x", "T"), ("t", "T"), ("times", "V"),
+    ("seed", "I"), ("temperature", "F"), ("top_p", "F"), ("max_new_tokens", "I"), ("flow_steps", "I"),
+    ("guidance_weight", "F"), ("guidance", "I"), ("reason", "S"), ("text", "S"), ("query_index", "I"),
+    ("context", "S")), start=1)}
+NAMES = {code: name for name, (code, _) in PARTS.items()}
+# the formats HVLM replaced: refused by name, never read as something else
+OLD_FORMATS = {b"HVLE": "waypoint boundary envelope", b"HVLB": "bare boundary state",
+               b"HVLP": "ActionFlow packed step", b"HVLT": "ActionFlow tokens", b"HVAF": "Alpamayo forward message",
+               b"HVAB": "Alpamayo answer", b"HVLX": "Alpamayo crossing"}
+
+
+class OldMessageError(InputError):
+    """A message in a format this release no longer reads: counted under its own reason."""
+    reason = "old_message"
+
+
+@dataclass
+class Entry:
+    """One frame's share of a message; `parts` are its named values."""
+    seq: int
+    stamp_ns: int
+    arrival_ns: int = 0
+    index: int = 0
+    crossing: int = 0
+    chunk_index: int = 0
+    chunk_count: int = 1
+    slot: int = -1
+    start: int = 0
+    row: int = 0
+    count: int = 0
+    parts: dict = field(default_factory=dict)
+
+
+@dataclass
+class Message:
+    kind: int
+    direction: int
+    entries: list[Entry]
+    parts: dict = field(default_factory=dict)     # the message's own: times, a frame's opening, a refusal
+    flags: int = 0
+    partition: int = -1
+    run: int = 0
+    step: int = 0
+    deadline_ns: int = 0
+    model_id: int = 0
+    domain: int = 0
+    pid: int = field(default_factory=os.getpid)
+
+
+# ---- writing -----------------------------------------------------------------------------------------------------
+def _value(name: str, value) -> bytes:
+    expect(name in PARTS, InputError, f"HVLM: no part named {name!r}")
+    tag = PARTS[name][1]
+    if tag == "T":
+        expect(isinstance(value, torch.Tensor), InputError, f"HVLM part {name!r}: a tensor, got {type(value).__name__}")
+        buffer = bytearray(tensors_size([value]))
+        write_tensor(buffer, 0, value.contiguous())
+        return bytes(buffer)
+    if tag == "I":
+        return I64.pack(int(value))
+    if tag == "F":
+        return F64.pack(float(value))
+    if tag == "V":
+        return U32.pack(len(value)) + struct.pack(f"<{len(value)}d", *map(float, value))
+    text = str(value).encode()
+    expect(len(text) <= MAX_TEXT, InputError, f"HVLM part {name!r}: {len(text)} bytes of text, at most {MAX_TEXT}")
+    return U32.pack(len(text)) + text
+
+
+def _parts(parts: dict, owner: int) -> list[bytes]:
+    out = []
+    for name, value in parts.items():
+        payload = _value(name, value)            # an unknown name is refused here
+        code, tag = PARTS[name]
+        out.append(PART.pack(code, ord(tag), owner) + payload)
+    return out
+
+
+def encode(message: Message) -> bytes:
+    """The message as HVLM version 1 bytes."""
+    count = len(message.entries)
+    expect(1 <= count <= MAX_ENTRIES, InputError, f"HVLM: {count} entries, expected 1..{MAX_ENTRIES}")
+    parts = _parts(message.parts, MESSAGE_PART)
+    for i, entry in enumerate(message.entries):
+        parts += _parts(entry.parts, i)
+    m = message
+    head = HEADER.pack(MAGIC, VERSION, m.kind, m.direction, m.flags, count, m.partition, m.pid, m.run, m.step,
+                       m.deadline_ns, m.model_id, m.domain, len(parts))
+    table = b"".join(ENTRY.pack(e.seq, e.stamp_ns, e.arrival_ns, e.index, e.crossing, e.chunk_index, e.chunk_count,
+                                e.slot, e.start, e.row, e.count) for e in message.entries)
+    return head + table + b"".join(parts)
+
+
+# ---- reading -----------------------------------------------------------------------------------------------------
+def _check_magic(view: memoryview, source: str) -> None:
+    expect(view.nbytes >= 4, InputError, f"{source}: {view.nbytes} bytes, shorter than a magic")
+    magic = bytes(view[:4])
+    if magic in OLD_FORMATS:
+        raise OldMessageError(f"{source}: a {OLD_FORMATS[magic]} (magic {magic!r}) from a hybrid_vla_ros release "
+                              f"before the one message format; this node reads {MAGIC!r} version {VERSION} only: "
+                              f"run prefix and suffix from one release")
+    expect(magic == MAGIC, InputError, f"{source}: magic {magic!r}, expected {MAGIC!r}")
+
+
+def _head(view: memoryview, source: str) -> tuple[Message, int, int]:
+    """Header and entry table -> (message without parts, part count, position after the table)."""
+    _check_magic(view, source)
+    expect(view.nbytes >= HEADER.size, InputError, f"{source}: {view.nbytes} bytes, shorter than the header")
+    (_, version, kind, direction, flags, count, partition, pid, run, step, deadline, model_id, domain,
+     part_count) = HEADER.unpack_from(view, 0)
+    expect(version == VERSION, OldMessageError if version < VERSION else InputError,
+           f"{source}: HVLM version {version}; this node reads version {VERSION}")
+    expect(kind in KINDS.values(), InputError, f"{source}: unknown model kind {kind}")
+    expect(direction in (FORWARD, BACK), InputError, f"{source}: unknown direction {direction}")
+    expect(flags & ~(ABORT | REFUSED) == 0, InputError, f"{source}: unknown flags {flags:#x}")
+    expect(1 <= count <= MAX_ENTRIES and part_count <= MAX_PARTS, InputError,
+           f"{source}: {count} entries and {part_count} parts, expected 1..{MAX_ENTRIES} and <= {MAX_PARTS}")
+    end = HEADER.size + ENTRY.size * count
+    expect(view.nbytes >= end, InputError, f"{source}: truncated in its entry table ({count} entries)")
+    entries = [Entry(*ENTRY.unpack_from(view, HEADER.size + ENTRY.size * i)) for i in range(count)]
+    message = Message(kind, direction, entries, {}, flags, partition, run, step, deadline, model_id, domain, pid)
+    return message, part_count, end
+
+
+def peek(buffer) -> Message | None:
+    """The header and entries alone (no part read), or None where they are not readable HVLM: a message whose
+    parts are damaged still names the frames to refuse."""
+    try:
+        return _head(memoryview(buffer), "HVLM message")[0]
+    except InputError:
+        return None
+
+
+def _read_value(view: memoryview, pos: int, name: str, tag: str, source: str):
+    if tag == "T":
+        return read_tensor(view, pos, name, source)
+    size = {"I": I64.size, "F": F64.size}.get(tag, U32.size)
+    expect(view.nbytes >= pos + size, InputError, f"{source}: truncated in part {name!r}")
+    if tag in ("I", "F"):
+        return (I64 if tag == "I" else F64).unpack_from(view, pos)[0], pos + size
+    n, pos = U32.unpack_from(view, pos)[0], pos + size
+    length = n * F64.size if tag == "V" else n
+    expect(tag == "V" or n <= MAX_TEXT, InputError, f"{source}: part {name!r} declares {n} bytes of text")
+    expect(view.nbytes >= pos + length, InputError, f"{source}: truncated in part {name!r}")
+    if tag == "V":
+        return struct.unpack_from(f"<{n}d", view, pos), pos + length
+    try:
+        return bytes(view[pos:pos + length]).decode(), pos + length
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{source}: part {name!r} is not UTF-8 ({exc})") from None
+
+
+def _read_part(view: memoryview, pos: int, message: Message, source: str) -> int:
+    expect(view.nbytes >= pos + PART.size, InputError, f"{source}: truncated before a part")
+    code, tag, owner = PART.unpack_from(view, pos)
+    expect(code in NAMES, InputError, f"{source}: unknown part code {code}")
+    name = NAMES[code]
+    expect(chr(tag) == PARTS[name][1], InputError, f"{source}: part {name!r} tagged {chr(tag)!r}, expected "
+           f"{PARTS[name][1]!r}")
+    expect(owner == MESSAGE_PART or owner < len(message.entries), InputError,
+           f"{source}: part {name!r} of entry {owner}; the message has {len(message.entries)}")
+    parts = message.parts if owner == MESSAGE_PART else message.entries[owner].parts
+    expect(name not in parts, InputError, f"{source}: part {name!r} twice for one owner")
+    parts[name], pos = _read_value(view, pos + PART.size, name, PARTS[name][1], source)
+    return pos
+
+
+def decode(buffer, source: str = "HVLM message", kind: int | None = None, direction: int | None = None) -> Message:
+    """The message `encode` wrote, every structure checked (InputError naming what does not fit; an old format:
+    OldMessageError). `kind` / `direction`: what the caller serves; another is refused with both named."""
+    view = memoryview(buffer)
+    message, part_count, pos = _head(view, source)
+    names = {v: k for k, v in KINDS.items()}
+    expect(kind is None or message.kind == kind, InputError,
+           f"{source}: a message of a {names[message.kind]} model; this node serves a {names.get(kind)} model")
+    expect(direction is None or message.direction == direction, InputError,
+           f"{source}: direction {message.direction}, expected {direction}")
+    for _ in range(part_count):
+        pos = _read_part(view, pos, message, source)
+    expect(pos == view.nbytes, InputError, f"{source}: {view.nbytes - pos} trailing bytes")
+    return message
+
+
+# ---- a crossing dataclass as parts and back ----------------------------------------------------------------------
+def crossing_parts(state) -> dict:
+    """A crossing dataclass's fields as parts (a DeepStack as ds_first / ds_positions / ds_features; None left
+    out; a bool as 0 / 1)."""
+    parts = {}
+    for f in fields(state):
+        value = getattr(state, f.name)
+        if isinstance(value, DeepStack):
+            parts.update(ds_first=value.first_block, ds_positions=value.positions, ds_features=value.features)
+        elif value is not None:
+            parts[f.name] = int(value) if isinstance(value, bool) else value
+    return parts
+
+
+def crossing_from_parts(cls, parts: dict, source: str):
+    """The crossing `crossing_parts` wrote, each field's kind checked; a part the crossing has no field for is
+    refused."""
+    values, used = {}, set()
+    for f in fields(cls):
+        if f.type == "DeepStack | None":
+            ds = ("ds_first", "ds_positions", "ds_features")
+            present = [n in parts for n in ds]
+            expect(all(present) or not any(present), InputError, f"{source}: a DeepStack needs all of {ds}")
+            values[f.name] = DeepStack(parts[ds[1]], parts[ds[2]], parts[ds[0]]) if all(present) else None
+            used.update(ds)
+            continue
+        expect(f.name in parts, InputError, f"{source}: a {cls.__name__} without its {f.name!r}")
+        value = parts[f.name]
+        if f.type == "bool":
+            expect(value in (0, 1), InputError, f"{source}: {f.name!r} is {value}, expected 0 or 1")
+            value = bool(value)
+        values[f.name] = value
+        used.add(f.name)
+    extra = sorted(set(parts) - used)
+    expect(not extra, InputError, f"{source}: a {cls.__name__} has no field for parts {extra}")
+    return cls(**values)
