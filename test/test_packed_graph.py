@@ -153,9 +153,11 @@ def test_bad_tokens_are_rejected_counted_and_the_graph_goes_on(domain, model):
     h = packed_harness(2, 1)
     try:
         pub = h.node.create_publisher(UInt8MultiArray, ACTION_TOKENS_TOPIC, TOKENS_QOS)
-        pub.publish(UInt8MultiArray(data=b"HVLT" + bytes(3)))                      # truncated
+        pub.publish(UInt8MultiArray(data=b"HVLM" + bytes(3)))                      # truncated
+        pub.publish(UInt8MultiArray(data=b"HVLT" + bytes(3)))                      # the format HVLM replaced
         pub.publish(UInt8MultiArray(data=encode_tokens({12345: 300}, 10**6)))     # a step never sent
         assert wait_until(lambda: h.prefix.health.rejected["invalid_tokens"] == 1
+                          and h.prefix.health.rejected["old_message"] == 1
                           and h.prefix.packed.server.stale_tokens == 1, h.spin, 10)
         frames, paths = send_and_collect(h, range(2))
         for frame, path in zip(frames, paths):

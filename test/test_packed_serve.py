@@ -12,6 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from hybrid_vla_ros.engine.actionflow.codec import decode_tokens, encode_state, encode_tokens
+from hybrid_vla_ros.engine.handover import message as hvlm
+from hybrid_vla_ros.engine.handover.message import OldMessageError
 from hybrid_vla_ros.engine.actionflow.prefix_server import PackedPrefixServer
 from hybrid_vla_ros.engine.actionflow.suffix_server import PackedSuffixServer
 from hybrid_vla_ros.errors import ConfigError, InputError
@@ -138,7 +140,7 @@ def test_tokens_for_other_frames_or_outside_the_vocabulary_fail_the_step(models)
     assert "the step carried [0]" in lost[0].message and "outside the action vocabulary" in lost[1].message
     assert [e.stamp_ns for e in lost] == [frames[0].stamp_ns, frames[2].stamp_ns]
     assert {r.seq: r.tokens for r in done} == {1: reference_tokens(model, frames[1])}
-    with pytest.raises(InputError, match="magic"):
+    with pytest.raises(OldMessageError, match="ActionFlow packed step"):   # the format HVLM replaced, by name
         prefix.tokens_in(b"HVLP" + bytes(20))
 
 
@@ -208,7 +210,9 @@ def test_the_suffix_refuses_payloads_that_do_not_fit_and_keeps_decoding(models):
     for frame in frames:
         prefix.submit(frame)
     sent = prefix.step(prefix.next_group(wait_s=1.0))
-    for damaged in (sent.payload[:-3], b"HVLP" + sent.payload[4:10], sent.payload[:12] + bytes(4) + sent.payload[16:]):
+    no_ring = hvlm.decode(sent.payload)
+    no_ring.parts["slots"] = 0                       # a header claiming no KV ring
+    for damaged in (sent.payload[:-3], b"HVLP" + sent.payload[4:10], hvlm.encode(no_ring)):
         with pytest.raises(InputError):
             suffix.step(damaged)
     other = load_vla(preset="tiny-llava-act")

@@ -1,38 +1,31 @@
 """ActionFlow's boundary as bytes, for stages in different processes: the packed state one way, the suffix's
-next tokens back. Raw bytes with explicit headers (engine/handover/codec.py's tensor layout); never pickle. Every
-field is checked on decode: a damaged or hostile payload is an InputError, never a wrong-shaped forward.
+next tokens back, both HVLM messages of kind `tokens` (engine/handover/message.py). Never pickle. Every field is
+checked on decode: a damaged or hostile payload is an InputError, never a wrong-shaped forward; a message in the
+format HVLM replaced (HVLP, HVLT) is refused by name (old_message).
 
-Packed state (little endian):
-    header    "<4sHHIIQIq" magic b"HVLP", version, flags, partition, ring slots, step, segment count,
-                           deadline (wall clock ns; 0 = none): a suffix done after it drops the step unanswered
-    segment*  "<qiiiiqq"   seq, slot, start, row, count, frame stamp (ns), frame arrival (ns, wall clock)
-    tensors   hidden (R, H) float; positions (3, 1, R) (M-RoPE) or (1, R), int64; with flag DEEPSTACK
-              (Qwen3-VL cut below its DeepStack depth): the prefill's image rows (n,) int64 and the additions
-              still due (k - p, n, H), from block `partition`
-Tokens back:
-    header    "<4sHHQI"    magic b"HVLT", version, flags, step, count
-    entry*    "<qq"        seq, token
+Packed state (forward): the header's cut, step and deadline (wall clock ns; 0 = none: a suffix done after it drops
+    the step unanswered); one ROWS entry per frame (seq, stamp_ns, arrival_ns, slot, start, row, count: its rows
+    of the packed hidden); the message's parts: `slots` (the prefix's KV ring), `hidden` (R, H) float,
+    `positions` (3, 1, R) (M-RoPE) or (1, R) int64, and with a Qwen3-VL cut below its DeepStack depth the
+    prefill's image rows `ds_positions` (n,) int64 and the additions still due `ds_features` (k - p, n, H), from
+    block `partition`.
+Tokens (back): the step in the header, one TOKEN entry per frame (seq) with its `token`.
 """
 
 from __future__ import annotations
 
-import struct
 from typing import NamedTuple
 
 import torch
 
 from ...errors import InputError, expect, expect_finite
 from ...types import DeepStack
-from ..handover.codec import read_tensor, tensors_size, write_tensor
+from ..handover import message as hvlm
 from .forward import PackedState, Segment
 
-STATE_MAGIC, TOKENS_MAGIC, VERSION = b"HVLP", b"HVLT", 3
-STATE_HEADER = struct.Struct("<4sHHIIQIq")
-SEGMENT = struct.Struct("<qiiiiqq")
-TOKENS_HEADER = struct.Struct("<4sHHQI")
-TOKEN = struct.Struct("<qq")
-MAX_SEGMENTS = 1024
-DEEPSTACK = 1  # flag: DeepStack tensors follow
+KIND = hvlm.KINDS["tokens"]
+ROWS, TOKEN = 1, 2          # crossing codes: a frame's rows of a packed step, a frame's next token
+OLD_MAGICS = (b"HVLP", b"HVLT")
 
 
 class StepHeader(NamedTuple):
@@ -43,46 +36,46 @@ class StepHeader(NamedTuple):
 
 
 def is_packed_state(buffer) -> bool:
-    return bytes(memoryview(buffer)[:4]) == STATE_MAGIC
+    """A packed step (or a packed step in the replaced format, which its decoder refuses by name)."""
+    head = hvlm.peek(buffer)
+    if head is not None:
+        return head.kind == KIND and head.direction == hvlm.FORWARD
+    return bytes(memoryview(buffer)[:4]) in OLD_MAGICS
 
 
 def encode_state(state: PackedState, partition: int, step: int, slots: int = 0, deadline_ns: int = 0) -> bytes:
-    ds = state.deepstack
-    tensors = (state.hidden, state.positions) + (() if ds is None else (ds.positions, ds.features))
-    buffer = bytearray(STATE_HEADER.size + SEGMENT.size * len(state.segments) + tensors_size(tensors))
-    STATE_HEADER.pack_into(buffer, 0, STATE_MAGIC, VERSION, 0 if ds is None else DEEPSTACK, partition, slots, step,
-                           len(state.segments), deadline_ns)
-    pos = STATE_HEADER.size
-    for seg in state.segments:
-        SEGMENT.pack_into(buffer, pos, seg.seq, seg.slot, seg.start, seg.row, seg.count, seg.stamp_ns,
-                          seg.arrival_ns)
-        pos += SEGMENT.size
-    for t in tensors:
-        pos = write_tensor(buffer, pos, t)
-    return bytes(buffer)
+    entries = [hvlm.Entry(seg.seq, seg.stamp_ns, seg.arrival_ns, crossing=ROWS, slot=seg.slot, start=seg.start,
+                          row=seg.row, count=seg.count) for seg in state.segments]
+    parts = {"slots": slots, "hidden": state.hidden, "positions": state.positions}
+    if state.deepstack is not None:
+        parts.update(ds_positions=state.deepstack.positions, ds_features=state.deepstack.features)
+    return hvlm.encode(hvlm.Message(KIND, hvlm.FORWARD, entries, parts, partition=partition, step=step,
+                                    deadline_ns=deadline_ns))
+
+
+def _tensor_part(parts: dict, name: str, source: str) -> torch.Tensor:
+    expect(name in parts, InputError, f"{source}: no {name!r}")
+    return parts[name]
 
 
 def decode_state(buffer, source: str = "packed boundary") -> tuple[PackedState, StepHeader]:
-    view = memoryview(buffer)
-    expect(view.nbytes >= STATE_HEADER.size, InputError, f"{source}: {view.nbytes} bytes, shorter than its header")
-    magic, version, flags, partition, slots, step, count, deadline_ns = STATE_HEADER.unpack_from(view, 0)
-    expect(magic == STATE_MAGIC, InputError, f"{source}: magic {magic!r}, expected {STATE_MAGIC!r}")
-    expect(version == VERSION, InputError, f"{source}: version {version}, this decoder reads version {VERSION}")
-    expect(0 < count <= MAX_SEGMENTS, InputError, f"{source}: {count} segments, expected 1..{MAX_SEGMENTS}")
-    expect(view.nbytes >= STATE_HEADER.size + SEGMENT.size * count, InputError, f"{source}: truncated segments")
-    segments = [Segment(*SEGMENT.unpack_from(view, STATE_HEADER.size + SEGMENT.size * i)) for i in range(count)]
-    pos = STATE_HEADER.size + SEGMENT.size * count
-    hidden, pos = read_tensor(view, pos, "hidden", source)
-    positions, pos = read_tensor(view, pos, "positions", source)
+    message = hvlm.decode(buffer, source, KIND, hvlm.FORWARD)
+    expect(all(e.crossing == ROWS and not e.parts for e in message.entries), InputError,
+           f"{source}: every entry of a packed step is a frame's rows, with no parts of its own")
+    segments = [Segment(e.seq, e.slot, e.start, e.row, e.count, e.stamp_ns, e.arrival_ns) for e in message.entries]
+    parts = message.parts
+    extra = sorted(set(parts) - {"slots", "hidden", "positions", "ds_positions", "ds_features"})
+    expect(not extra, InputError, f"{source}: parts {extra} have no place in a packed step")
+    hidden, positions = _tensor_part(parts, "hidden", source), _tensor_part(parts, "positions", source)
     deepstack = None
-    if flags & DEEPSTACK:
-        rows, pos = read_tensor(view, pos, "deepstack_positions", source)
-        features, pos = read_tensor(view, pos, "deepstack_features", source)
-        deepstack = DeepStack(rows, features, partition)
-    expect(pos == view.nbytes, InputError, f"{source}: {view.nbytes - pos} trailing bytes")
+    if "ds_positions" in parts or "ds_features" in parts:
+        deepstack = DeepStack(_tensor_part(parts, "ds_positions", source), _tensor_part(parts, "ds_features", source),
+                              message.partition)
+    expect(message.partition >= 0, InputError, f"{source}: no cut in its header")
     check_layout(segments, hidden, positions, source)
     check_deepstack(deepstack, hidden, source)
-    return PackedState(hidden, positions, segments, deepstack), StepHeader(partition, step, slots, deadline_ns)
+    header = StepHeader(message.partition, message.step, parts.get("slots", 0), message.deadline_ns)
+    return PackedState(hidden, positions, segments, deepstack), header
 
 
 def check_deepstack(deepstack: DeepStack | None, hidden: torch.Tensor, source: str) -> None:
@@ -130,22 +123,15 @@ def check_fits(state: PackedState, slots: int, slot_tokens: int, source: str) ->
 
 
 def encode_tokens(tokens: dict[int, int], step: int) -> bytes:
-    buffer = bytearray(TOKENS_HEADER.size + TOKEN.size * len(tokens))
-    TOKENS_HEADER.pack_into(buffer, 0, TOKENS_MAGIC, VERSION, 0, step, len(tokens))
-    for i, (seq, token) in enumerate(tokens.items()):
-        TOKEN.pack_into(buffer, TOKENS_HEADER.size + TOKEN.size * i, seq, token)
-    return bytes(buffer)
+    entries = [hvlm.Entry(seq, 0, crossing=TOKEN, parts={"token": token}) for seq, token in tokens.items()]
+    return hvlm.encode(hvlm.Message(KIND, hvlm.BACK, entries, step=step))
 
 
 def decode_tokens(buffer, source: str = "action tokens") -> tuple[dict[int, int], int]:
     """-> ({seq: token}, step)."""
-    view = memoryview(buffer)
-    expect(view.nbytes >= TOKENS_HEADER.size, InputError, f"{source}: {view.nbytes} bytes, shorter than its header")
-    magic, version, _flags, step, count = TOKENS_HEADER.unpack_from(view, 0)
-    expect(magic == TOKENS_MAGIC, InputError, f"{source}: magic {magic!r}, expected {TOKENS_MAGIC!r}")
-    expect(version == VERSION, InputError, f"{source}: version {version}, this decoder reads version {VERSION}")
-    expect(view.nbytes == TOKENS_HEADER.size + TOKEN.size * count, InputError,
-           f"{source}: {view.nbytes} bytes for {count} tokens")
-    tokens = dict(TOKEN.unpack_from(view, TOKENS_HEADER.size + TOKEN.size * i) for i in range(count))
-    expect(len(tokens) == count, InputError, f"{source}: a frame appears twice")
-    return tokens, step
+    message = hvlm.decode(buffer, source, KIND, hvlm.BACK)
+    expect(not message.parts and all(e.crossing == TOKEN and set(e.parts) == {"token"} for e in message.entries),
+           InputError, f"{source}: every entry of an answer is one frame's token")
+    tokens = {e.seq: e.parts["token"] for e in message.entries}
+    expect(len(tokens) == len(message.entries), InputError, f"{source}: a frame appears twice")
+    return tokens, message.step

@@ -44,7 +44,7 @@ PARTS = {name: (code, tag) for code, (name, tag) in enumerate((
     ("step", "I"), ("token", "I"), ("feed", "I"), ("done", "I"), ("x", "T"), ("t", "T"), ("times", "V"),
     ("seed", "I"), ("temperature", "F"), ("top_p", "F"), ("max_new_tokens", "I"), ("flow_steps", "I"),
     ("guidance_weight", "F"), ("guidance", "I"), ("reason", "S"), ("text", "S"), ("query_index", "I"),
-    ("context", "S")), start=1)}
+    ("context", "S"), ("slots", "I")), start=1)}
 NAMES = {code: name for name, (code, _) in PARTS.items()}
 # the formats HVLM replaced: refused by name, never read as something else
 OLD_FORMATS = {b"HVLE": "waypoint boundary envelope", b"HVLB": "bare boundary state",
