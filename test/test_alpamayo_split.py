@@ -13,7 +13,8 @@ from published_alpamayo import SPECIAL, release_inputs, write_release
 from hybrid_vla_ros.engine.expert_split import AlpamayoSplit, run_split
 from hybrid_vla_ros.engine.expert_split.crossings import FORWARD as FORWARD_CROSSINGS
 from hybrid_vla_ros.engine.expert_split.crossings import (ActionState, ExpertState, PromptState, TokenChoice,
-                                                         TokensState, code_of, from_entry, roundtrip)
+                                                         TokensState, code_of, crossing_parts, from_entry,
+                                                         roundtrip)
 from hybrid_vla_ros.engine.handover import message as hvlm
 from hybrid_vla_ros.engine.expert_split.runner import BACK, FORWARD
 from hybrid_vla_ros.errors import ConfigError, InputError, NonFiniteError
@@ -192,7 +193,7 @@ def test_a_non_finite_crossing_is_refused_with_the_reason(r1, kind, field, match
 
 def test_a_damaged_or_foreign_payload_is_refused():
     state = TokensState(torch.zeros(1, 1, 64), torch.zeros(3, 1, 1, dtype=torch.long), 0)
-    entry = hvlm.Entry(3, 5, crossing=code_of(state, FORWARD_CROSSINGS, "test"), parts=hvlm.crossing_parts(state))
+    entry = hvlm.Entry(3, 5, crossing=code_of(state, FORWARD_CROSSINGS, "test"), parts=crossing_parts(state))
     data = hvlm.encode(hvlm.Message(hvlm.KINDS["alpamayo"], hvlm.FORWARD, [entry]))
     assert torch.equal(from_entry(hvlm.decode(data).entries[0], FORWARD_CROSSINGS, "test").hidden, state.hidden)
     with pytest.raises(InputError, match="trailing"):

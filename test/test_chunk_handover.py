@@ -1,16 +1,16 @@
 """Every handover carries chunks (chunked prefill, issue 29 item 3): in-process, shared-memory and inline
 handovers take a real chunked frame whose suffix output is bit-equal to the chunks handed over directly;
-the envelope's chunk fields must agree with the state's; the codec's version 3 chunk fields are checked and
-old version 1/2 payloads still decode as a whole frame; a ring of max_in_flight x chunks slots takes every
-chunk of its frames, sized so that a slightly larger chunk needs no new ring."""
+the message's chunk fields must agree with the state's and are checked; the bare states before HVLM are refused by
+name; a ring of max_in_flight x chunks slots takes every chunk of its frames, sized so that a slightly larger chunk
+needs no new ring."""
 
 import numpy as np
 import pytest
 import torch
 
 from hybrid_vla_ros.engine.handover import codec
-from hybrid_vla_ros.engine.handover.endpoints import (ENVELOPE, HandoverDecoder, HandoverEncoder, envelope_stamp,
-                                                      pack_envelope)
+from hybrid_vla_ros.engine.handover import message as hvlm
+from hybrid_vla_ros.engine.handover.endpoints import HandoverDecoder, HandoverEncoder, envelope_stamp, pack_envelope
 from hybrid_vla_ros.engine.handover.transport import MAX_RING_SLOTS, SharedMemoryTransport
 from hybrid_vla_ros.engine.stages import PrefixStage, SuffixStage
 from hybrid_vla_ros.errors import InputError
@@ -19,9 +19,18 @@ from hybrid_vla_ros.types import BoundaryState, DeepStack
 
 CHUNKS = 4
 KINDS = ("inproc", "shm", "inline")
-INDEX_AT, COUNT_AT = 6, 7            # the envelope's chunk_index and chunk_count bytes
 # (preset, partition): tiny; Qwen3-VL below its DeepStack depth (chunks without image tokens: empty additions)
 CASES = [("tiny", 2), ("tiny-qwen3vl", 0), ("tiny-qwen3vl", 1)]
+
+
+def with_chunk(data, **fields) -> bytes:
+    """The message with its entry's chunk fields changed (index follows chunk_index)."""
+    message = hvlm.decode(bytes(data))
+    entry = message.entries[0]
+    for name, value in fields.items():
+        setattr(entry, name, value)
+    entry.index = entry.chunk_index
+    return hvlm.encode(message)
 
 
 def chunk_states(model, partition, seq=0, chunks=CHUNKS):
@@ -68,7 +77,8 @@ def test_each_transport_carries_a_chunked_frame_bit_exact(tiny_models, decoder, 
         for state in sent:
             data = encoder.encode(state)
             assert envelope_stamp(data) == state.stamp_ns
-            assert (data[INDEX_AT], data[COUNT_AT]) == (state.chunk_index, CHUNKS)
+            entry = hvlm.peek(data).entries[0]
+            assert (entry.chunk_index, entry.chunk_count) == (state.chunk_index, CHUNKS)
             out, transport = decoder.decode(data)
             assert transport == kind and (out is state) == (kind == "inproc")
             received.append(out)
@@ -81,53 +91,22 @@ def test_each_transport_carries_a_chunked_frame_bit_exact(tiny_models, decoder, 
     assert np.array_equal(trajectory_of(model, partition, received).points, reference.points)
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("at, value, says", [
-    (INDEX_AT, 2, "envelope says chunk 2 of 4, the state it carries is chunk 1 of 4"),
-    (COUNT_AT, 5, "envelope says chunk 1 of 5, the state it carries is chunk 1 of 4"),
+@pytest.mark.parametrize("kind", ["inproc", "shm"])     # inline: the message is the state, nothing to disagree
+@pytest.mark.parametrize("field, value, says", [
+    ("chunk_index", 2, "message says chunk 2 of 4, the state it carries is chunk 1 of 4"),
+    ("chunk_count", 5, "message says chunk 1 of 5, the state it carries is chunk 1 of 4"),
 ])
-def test_an_envelope_that_disagrees_with_its_state_is_refused_naming_both(tiny_models, decoder, kind, at, value,
-                                                                          says):
+def test_a_message_that_disagrees_with_its_state_is_refused_naming_both(tiny_models, decoder, kind, field, value,
+                                                                        says):
     state = chunk_states(tiny_models["tiny"], 2)[1]
     encoder = HandoverEncoder(kind, ring_slots=2, ring_name=f"mismatch_{kind}")
     try:
-        data = bytearray(encoder.encode(state))
-        data[at] = value
+        data = with_chunk(encoder.encode(state), **{field: value})
         with pytest.raises(InputError, match=f"\\({kind}\\): the {says}"):
-            decoder.decode(bytes(data))
+            decoder.decode(data)
     finally:
         encoder.close()
 
-
-@pytest.mark.parametrize("index, count, says", [(0, 0, "chunk count 0, expected 1..64"),
-                                                (0, 65, "chunk count 65, expected 1..64"),
-                                                (4, 4, "chunk index 4, expected 0..3")])
-def test_envelope_chunk_fields_out_of_range_are_refused(tiny_models, decoder, index, count, says):
-    data = bytearray(HandoverEncoder("inline", 2, "x").encode(chunk_states(tiny_models["tiny"], 2)[0]))
-    data[INDEX_AT], data[COUNT_AT] = index, count
-    with pytest.raises(InputError, match=says):
-        decoder.decode(bytes(data))
-    with pytest.raises(InputError, match=says):
-        pack_envelope("inline", 1, b"", chunk=(index, count))
-
-
-def test_a_version_2_envelope_is_read_as_a_whole_frame(tiny_models, decoder):
-    """An old prefix (envelope v2, reserved bytes 0) in a graph upgraded one node at a time."""
-    model = tiny_models["tiny"]
-    whole = PrefixStage(model, 2).run(synthetic_frame(model.spec, 0))
-    old = bytearray(HandoverEncoder("inline", 2, "x").encode(whole))
-    old[4], old[INDEX_AT], old[COUNT_AT] = 2, 0, 0
-    state, _ = decoder.decode(bytes(old))
-    assert envelope_stamp(bytes(old)) == whole.stamp_ns and state.chunk_count == 1 and not state.chunked
-    assert np.array_equal(SuffixStage(model, 2).run(state).points, SuffixStage(model, 2).run(whole).points)
-    chunk = bytearray(HandoverEncoder("inline", 2, "x").encode(chunk_states(model, 2)[1]))
-    chunk[4] = 2                  # a chunk in an envelope that cannot say so
-    with pytest.raises(InputError, match="envelope says chunk 0 of 1, the state it carries is chunk 1 of 4"):
-        decoder.decode(bytes(chunk))
-    assert ENVELOPE.size == 44
-
-
-# ---- the codec's version 3 ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("index, count, start, says", [
     (0, 0, 0, "chunk count 0, expected 1..64"),
@@ -137,17 +116,22 @@ def test_a_version_2_envelope_is_read_as_a_whole_frame(tiny_models, decoder):
     (0, 4, 5, "chunk 0 starts at token 0"),
     (2, 4, 0, "chunk 0 starts at token 0 and every later chunk after it"),
 ])
-def test_v3_chunk_fields_out_of_range_are_refused_with_the_field(tiny_models, index, count, start, says):
-    data = bytearray(codec.encode(chunk_states(tiny_models["tiny"], 2)[1]))
-    codec.CHUNK.pack_into(data, codec.BASE.size, index, count, start)
+def test_chunk_fields_out_of_range_are_refused_with_the_field(tiny_models, decoder, index, count, start, says):
+    data = with_chunk(codec.encode(chunk_states(tiny_models["tiny"], 2)[1]), chunk_index=index, chunk_count=count,
+                      start=start)
     with pytest.raises(InputError, match=says):
-        codec.decode(bytes(data))
+        codec.decode(data)
+    with pytest.raises(InputError, match=says):
+        decoder.decode(data)
+    if start >= 0 and (index == 0) == (start == 0):
+        with pytest.raises(InputError, match=says):
+            pack_envelope("inline", 1, {}, chunk=(index, count))
 
 
-def test_a_v3_header_cut_inside_its_chunk_fields_is_refused(tiny_models):
+def test_a_message_cut_inside_its_entry_is_refused(tiny_models):
     data = codec.encode(chunk_states(tiny_models["tiny"], 2)[0])
-    with pytest.raises(InputError, match="shorter than the 44-byte version 3 header"):
-        codec.decode(data[:40])
+    with pytest.raises(InputError, match="truncated in its entry table"):
+        codec.decode(data[:hvlm.HEADER.size + 10])
 
 
 @pytest.mark.parametrize("field, value, says", [("chunk_count", 0, "chunk count 0"),
@@ -166,29 +150,14 @@ def test_a_state_with_bad_chunk_fields_is_not_encoded(tiny_models, field, value,
     encoder.close()
 
 
-def encode_old(state: BoundaryState, version: int) -> bytes:
-    """The bytes an older encoder wrote: the 36-byte header, no chunk fields (v1: no DeepStack either)."""
-    tensors = [state.hidden, state.position_ids, state.attention_mask]
-    if state.deepstack is not None:
-        tensors += [state.deepstack.positions, state.deepstack.features]
-    buffer = bytearray(codec.BASE.size + codec.tensors_size(tensors))
-    codec.BASE.pack_into(buffer, 0, codec.MAGIC, version, 0, state.partition, state.seq, state.stamp_ns,
-                         state.query_index, len(tensors))
-    pos = codec.BASE.size
-    for t in tensors:
-        pos = codec.write_tensor(buffer, pos, t)
-    return bytes(buffer)
-
-
-@pytest.mark.parametrize("preset, partition, version", [("tiny", 2, 1), ("tiny", 2, 2), ("tiny-qwen3vl", 0, 2)])
-def test_old_codec_bytes_still_decode_as_a_whole_frame(tiny_models, preset, partition, version):
-    model = tiny_models[preset]
-    whole = PrefixStage(model, partition).run(synthetic_frame(model.spec, 1))
-    decoded = codec.decode(encode_old(whole, version))
-    assert (decoded.chunk_index, decoded.chunk_count, decoded.chunk_start) == (0, 1, 0)
-    assert_same_chunk(whole, decoded)
-    reference = SuffixStage(model, partition).run(whole)
-    assert np.array_equal(SuffixStage(model, partition).run(decoded).points, reference.points)
+@pytest.mark.parametrize("magic, name", [(b"HVLB", "bare boundary state"), (b"HVLE", "waypoint boundary envelope")])
+def test_the_states_before_hvlm_are_refused_by_name(tiny_models, decoder, magic, name):
+    """A prefix of a release before HVLM: its states are refused with the reason, not read as something else."""
+    old = magic + codec.encode(chunk_states(tiny_models["tiny"], 2)[0])[4:]
+    for read in (codec.decode, lambda data: decoder.decode(data)):
+        with pytest.raises(hvlm.OldMessageError, match=name) as caught:
+            read(old)
+        assert caught.value.reason == "old_message"
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

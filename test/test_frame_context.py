@@ -1,4 +1,4 @@
-"""The frame's context as data (hybrid_vla_ros/context.py), its place on the boundary (codec version 4), and
+"""The frame's context as data (hybrid_vla_ros/context.py), its place on the boundary (the `context` part of an HVLM state), and
 the prefix-side input's refusals (ros/inputs/context_input.py with a stand-in node: no DDS here)."""
 
 import dataclasses
@@ -14,6 +14,7 @@ import torch
 from hybrid_vla_ros.context import (CameraGeometry, FrameContext, TransformTree, camera_info_topic, command_one_hot,
                                     invert, pose_matrix, quaternion_of, rotation_of, sample_rig, transform)
 from hybrid_vla_ros.engine.handover import codec
+from hybrid_vla_ros.engine.handover import message as hvlm
 from hybrid_vla_ros.engine.handover.transport import SharedMemoryTransport
 from hybrid_vla_ros.errors import ConfigError, InputError
 from hybrid_vla_ros.types import NAV_COMMANDS, BoundaryState, EgoState, Frame, Navigation, Pose2D
@@ -121,10 +122,11 @@ def test_context_round_trips_through_the_boundary_codec_and_shm():
     state = BoundaryState(hidden=torch.randn(1, 5, 8), position_ids=torch.arange(5).view(1, 5),
                           attention_mask=torch.ones(1, 5, dtype=torch.long), partition=2, seq=3, stamp_ns=7)
     plain = codec.encode(state)
-    assert plain[4] == 3 and codec.decode(plain).context is None     # no context: version 3, as before
+    assert codec.decode(plain).context is None                       # no context: no context part
     state.context = ctx
     data = codec.encode(state)
-    assert data[4] == 4 and len(data) == codec.encoded_size(state) and (len(data) - len(plain) - 12) % 1024 == 0
+    context_part = hvlm.PART.size + 4                                 # part head, text length, then the padded JSON
+    assert len(data) == codec.encoded_size(state) and (len(data) - len(plain) - context_part) % 1024 == 0
     back = codec.decode(data)
     assert back.context == ctx and torch.equal(back.hidden, state.hidden)
     writer = SharedMemoryTransport(slots=2, name="ctx_test", scope="test_frame_context")
@@ -139,22 +141,19 @@ def test_context_round_trips_through_the_boundary_codec_and_shm():
         writer.close()
 
 
-def test_codec_refuses_a_damaged_context_and_old_decoders_say_why():
+def test_codec_refuses_a_damaged_context():
     state = BoundaryState(hidden=torch.zeros(1, 2, 4), position_ids=torch.arange(2).view(1, 2),
                           attention_mask=torch.ones(1, 2, dtype=torch.long), partition=1, context=full_context())
-    data = bytearray(codec.encode(state))
-    start = len(codec.encode(dataclasses.replace(state, context=None)))
-    with pytest.raises(InputError, match="context block magic"):
-        codec.decode(bytes(data[:start]) + b"XXXX" + bytes(data[start + 4:]))
-    broken = bytearray(data)
-    broken[start + 12] = ord("[")
-    with pytest.raises(InputError, match="context block is not JSON|context: malformed"):
-        codec.decode(bytes(broken))
-    with pytest.raises(InputError, match="truncated before the context block"):
-        codec.decode(bytes(data[:start + 3]))
-    data[4] = 9
-    with pytest.raises(InputError, match=r"version 9, this decoder reads versions \(1, 2, 3\) \(and 4: with a frame"):
-        codec.decode(bytes(data))
+    message = hvlm.decode(codec.encode(state))
+    text = message.entries[0].parts["context"]
+    for damaged, says in (("[" + text[1:], "context is not JSON|context: malformed"),
+                          ('{"cameras": 3}'.ljust(len(text)), "context")):
+        message.entries[0].parts["context"] = damaged
+        with pytest.raises(InputError, match=says):
+            codec.decode(hvlm.encode(message))
+    data = codec.encode(state)
+    with pytest.raises(InputError, match="truncated in part 'context'"):
+        codec.decode(data[:-3])
 
 
 def test_a_model_declares_the_pieces_it_needs():

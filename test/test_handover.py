@@ -1,14 +1,13 @@
-"""The handover in one module: transport choice, the envelope, encoder and decoder, and every malformed
-envelope refused with a reason (never a crash of the suffix's worker)."""
+"""The handover in one module: transport choice, the boundary message (HVLM) of each carrier, encoder and decoder,
+and every malformed message refused with a reason (never a crash of the suffix's worker)."""
 
 import os
-import struct
 
 import pytest
 import torch
 
-from hybrid_vla_ros.engine.handover.endpoints import (ENVELOPE, HandoverDecoder, HandoverEncoder, choose_transport,
-                                            pack_envelope)
+from hybrid_vla_ros.engine.handover import message as hvlm
+from hybrid_vla_ros.engine.handover.endpoints import HandoverDecoder, HandoverEncoder, choose_transport, pack_envelope
 from hybrid_vla_ros.engine.handover.shm_ring import DESCRIPTOR, DESCRIPTOR_MAGIC, SHM_DIR
 from hybrid_vla_ros.errors import InputError
 from hybrid_vla_ros.types import BoundaryState
@@ -69,39 +68,52 @@ def test_unknown_transport_name_is_refused():
         HandoverEncoder("serialized", 2, "x")
 
 
+def rewritten(data, **fields) -> bytes:
+    """The message with header fields changed (pid=..., model_id=...)."""
+    message = hvlm.decode(bytes(data))
+    for name, value in fields.items():
+        setattr(message, name, value)
+    return hvlm.encode(message)
+
+
 def test_foreign_process_handles_and_bad_headers_are_refused(decoder):
-    data = bytearray(HandoverEncoder("inproc", 2, "x").encode(boundary()))
-    data[8:12] = (1).to_bytes(4, "little")  # pretend another process sent it
+    data = rewritten(HandoverEncoder("inproc", 2, "x").encode(boundary()), pid=1)  # as if another process sent it
     with pytest.raises(InputError, match="in-process handle from process 1"):
-        decoder.decode(bytes(data))
+        decoder.decode(data)
     with pytest.raises(InputError, match="magic b'NOPE'"):
         decoder.decode(b"NOPE" + bytes(40))
     good = bytearray(HandoverEncoder("inline", 2, "x").encode(boundary()))
     good[4] = 7
-    with pytest.raises(InputError, match="envelope version 7"):
+    with pytest.raises(InputError, match="HVLM version 7; this node reads version 1"):
         decoder.decode(bytes(good))
+    with pytest.raises(hvlm.OldMessageError, match="waypoint boundary envelope"):   # the format HVLM replaced
+        decoder.decode(b"HVLE" + bytes(good[4:]))
 
 
-GONE = f"hvla_u{os.getuid()}_local_1_gone".encode()  # this user's, this scope, no such segment
+GONE = f"hvla_u{os.getuid()}_local_1_gone"  # this user's, this scope, no such segment
+RING = DESCRIPTOR.pack(DESCRIPTOR_MAGIC, 1, 0, 0, 0, 0)
 
 
-@pytest.mark.parametrize("body, reason", [
-    (b"", "has no segment name"),                                   # was struct.error in the worker
-    (struct.pack("<H", 40) + b"hvla_x", "segment name of 40 bytes"),
-    (struct.pack("<H", 6) + b"hvla_x" + bytes(3), "slot descriptor: 3 bytes"),
-    (struct.pack("<H", 10) + b"hvla_gone_" + bytes(40), "slot descriptor: magic"),
-    (struct.pack("<H", 9) + b"not_ours_" + DESCRIPTOR.pack(DESCRIPTOR_MAGIC, 1, 0, 0, 0, 0), "not a hybrid_vla_ros ring"),
-    (struct.pack("<H", 10) + b"hvla_gone_" + DESCRIPTOR.pack(DESCRIPTOR_MAGIC, 1, 0, 0, 0, 0), "not one of this user's rings"),
-    (struct.pack("<H", len(GONE)) + GONE + DESCRIPTOR.pack(DESCRIPTOR_MAGIC, 1, 0, 0, 0, 0), "does not exist"),
+@pytest.mark.parametrize("parts, reason", [
+    ({}, r"parts \[\], expected \['shm_segment', 'shm_slot'\]"),   # was struct.error in the worker
+    ({"shm_segment": "hvla_x", "shm_slot": bytes(3)}, "slot descriptor: 3 bytes"),
+    ({"shm_segment": "hvla_gone_", "shm_slot": bytes(40)}, "slot descriptor: magic"),
+    ({"shm_segment": "not_ours_", "shm_slot": RING}, "not a hybrid_vla_ros ring"),
+    ({"shm_segment": "hvla_gone_", "shm_slot": RING}, "not one of this user's rings"),
+    ({"shm_segment": GONE, "shm_slot": RING}, "does not exist"),
 ])
-def test_malformed_shared_memory_bodies_are_refused_with_the_reason(decoder, body, reason):
+def test_malformed_shared_memory_parts_are_refused_with_the_reason(decoder, parts, reason):
     with pytest.raises(InputError, match=reason):
-        decoder.decode(pack_envelope("shm", 1, body))
+        decoder.decode(pack_envelope("shm", 1, parts))
 
 
-def test_inproc_body_of_the_wrong_size_is_refused(decoder):
-    with pytest.raises(InputError, match="in-process body of 3 bytes"):
-        decoder.decode(pack_envelope("inproc", 1, b"abc"))
+def test_an_in_process_message_without_its_handle_or_with_an_unknown_one_is_refused(decoder):
+    with pytest.raises(InputError, match=r"parts \['shm_slot'\], expected \['handle'\]"):
+        decoder.decode(pack_envelope("inproc", 1, {"shm_slot": b"abc"}))
+    with pytest.raises(InputError, match="in-process handle 987654: unknown or already taken"):
+        decoder.decode(pack_envelope("inproc", 1, {"handle": 987654}))
+    with pytest.raises(InputError, match="truncated"):
+        decoder.decode(pack_envelope("inproc", 1, {"handle": 987654})[:-3])
 
 
 @pytest.mark.skipif(not SHM_DIR.is_dir(), reason="no /dev/shm on this machine")
@@ -116,4 +128,3 @@ def test_a_truncated_segment_is_refused_not_read_past_its_end(decoder):
         fresh.close()
     finally:
         encoder.close()
-    assert ENVELOPE.size == 44

@@ -48,21 +48,21 @@ def test_every_field_and_part_round_trips_exactly():
 
 
 def test_a_crossing_dataclass_becomes_parts_and_comes_back():
-    from hybrid_vla_ros.engine.expert_split.crossings import PromptState
+    from hybrid_vla_ros.engine.expert_split.crossings import PromptState, crossing_from_parts, crossing_parts
     state = PromptState(torch.randn(1, 5, 8), torch.arange(15).view(3, 1, 5),
                         DeepStack(torch.arange(2), torch.randn(2, 2, 8), 1), 4, 0, torch.randn(1, 16, 3),
                         torch.randn(1, 16, 3, 3))
-    parts = hvlm.crossing_parts(state)
+    parts = crossing_parts(state)
     assert {"ds_first", "ds_positions", "ds_features"} <= parts.keys() and "deepstack" not in parts
-    back = hvlm.crossing_from_parts(PromptState, parts, "test")
+    back = crossing_from_parts(PromptState, parts, "test")
     assert back.deepstack.first_block == 1 and torch.equal(back.deepstack.features, state.deepstack.features)
     assert torch.equal(back.hidden, state.hidden) and back.rope_delta == 4
-    without = hvlm.crossing_from_parts(PromptState, {k: v for k, v in parts.items() if not k.startswith("ds_")}, "t")
+    without = crossing_from_parts(PromptState, {k: v for k, v in parts.items() if not k.startswith("ds_")}, "t")
     assert without.deepstack is None
     with pytest.raises(InputError, match="needs all of"):
-        hvlm.crossing_from_parts(PromptState, {k: v for k, v in parts.items() if k != "ds_first"}, "test")
+        crossing_from_parts(PromptState, {k: v for k, v in parts.items() if k != "ds_first"}, "test")
     with pytest.raises(InputError, match="without its 'positions'"):
-        hvlm.crossing_from_parts(PromptState, {k: v for k, v in parts.items() if k != "positions"}, "test")
+        crossing_from_parts(PromptState, {k: v for k, v in parts.items() if k != "positions"}, "test")
 
 
 @pytest.mark.parametrize("magic, name", sorted(hvlm.OLD_FORMATS.items()))

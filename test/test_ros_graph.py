@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from hybrid_vla_ros.engine.handover.endpoints import ENVELOPE, HandoverEncoder
+from hybrid_vla_ros.engine.handover.endpoints import HandoverEncoder
 from hybrid_vla_ros.engine.stages import reference_forward
 from hybrid_vla_ros.types import EgoState
 from hybrid_vla_ros.model.load import load_vla
@@ -154,13 +154,15 @@ def test_bad_boundary_states_are_rejected_counted_and_the_next_frame_is_served(d
         publish(variant(hidden=good.hidden.to(torch.bfloat16)))        # wrong dtype
         publish(variant(partition=0))                                  # partition outside the suffix's zone
         bad_version = bytearray(HandoverEncoder("inline", 1, "test", model_id=harness.prefix.handover.model_id).encode(good))
-        bad_version[ENVELOPE.size + 4] = 9                     # codec version 9
+        bad_version[4] = 9                                     # HVLM version 9
         publish(raw=bytes(bad_version))
         publish(raw=b"garbage")
+        publish(raw=b"HVLE" + bytes(bad_version[4:]))          # the envelope HVLM replaced: refused by name
         harness.settle(1.0)
         assert len(harness.infos) == 1
         rejected = dict(harness.suffix.health.rejected)
         assert rejected["invalid_boundary"] == 4 and rejected["boundary_dtype_mismatch"] == 1, rejected
+        assert rejected["old_message"] == 1, rejected
         harness.send_frame(2)
         assert [int(i["seq"]) for i in harness.infos] == [0, 1]  # prefix numbers frames it serves: 0, then 1
     finally:

@@ -48,10 +48,8 @@ def plant(directory, name: str, version: int = 2, slots: int = 1, capacity: int 
 
 
 def shm_envelope(segment: str, ring_id: int = 99) -> bytes:
-    name = segment.encode()
     desc = SlotDescriptor(segment, ring_id, 0, 3, 0, 16).pack()
-    from hybrid_vla_ros.engine.handover.endpoints import NAME_LENGTH
-    return pack_envelope("shm", 1, NAME_LENGTH.pack(len(name)) + name + desc)
+    return pack_envelope("shm", 1, {"shm_segment": segment, "shm_slot": desc})
 
 
 # -- 4: refusals of attach close what they opened ------------------------------------------------------------

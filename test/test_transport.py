@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from hybrid_vla_ros.engine.handover import codec, shm_segment
+from hybrid_vla_ros.engine.handover import message as hvlm
 from hybrid_vla_ros.engine.handover.shm_ring import (FIRST_CONTACT_S, RECLAIM_AFTER_S, SHM_DIR, SharedMemoryRing,
                                                    SlotDescriptor, reclaim_stale_segments)
 from hybrid_vla_ros.engine.handover.transport import InProcessTransport, SharedMemoryTransport
@@ -42,13 +43,15 @@ def test_codec_round_trip_keeps_dtype_shape_and_metadata(dtype):
 
 def test_codec_rejects_foreign_bytes_and_other_versions():
     data = bytearray(codec.encode(make_state()))
-    with pytest.raises(InputError, match=r"magic b'XXXX', expected b'HVLB'"):
+    with pytest.raises(InputError, match=r"magic b'XXXX', expected b'HVLM'"):
         codec.decode(b"XXXX" + bytes(data[4:]))
     data[4] = 9
-    with pytest.raises(InputError, match=r"version 9, this decoder reads versions \(1, 2, 3\)"):
+    with pytest.raises(InputError, match=r"HVLM version 9; this node reads version 1"):
         codec.decode(bytes(data))
-    with pytest.raises(InputError, match="shorter than the"):
+    with pytest.raises(InputError, match="shorter than a magic"):
         codec.decode(b"HV")
+    with pytest.raises(InputError, match="shorter than the header"):
+        codec.decode(b"HVLM\x01")
 
 
 def test_codec_rejects_truncated_and_padded_payloads():
@@ -61,7 +64,7 @@ def test_codec_rejects_truncated_and_padded_payloads():
 
 def test_codec_rejects_unknown_dtype_and_size_mismatch():
     data = bytearray(codec.encode(make_state()))
-    first_tensor = codec.HEADER.size
+    first_tensor = hvlm.HEADER.size + hvlm.ENTRY.size + hvlm.PART.size   # `hidden`, the entry's first part
     bad = bytearray(data)
     bad[first_tensor] = 99
     with pytest.raises(InputError, match="tensor 'hidden' has unknown dtype code 99"):

@@ -16,7 +16,7 @@ from ...model.plugins.alpamayo.decode import Sampling
 from ...model.plugins.alpamayo.flow import FlowSettings
 from ..expert_split.crossings import BACK as BACK_CROSSINGS
 from ..expert_split.crossings import FORWARD as FORWARD_CROSSINGS
-from ..expert_split.crossings import code_of, from_entry
+from ..expert_split.crossings import code_of, crossing_parts, from_entry
 from ..handover import message as hvlm
 
 KIND = hvlm.KINDS["alpamayo"]
@@ -84,7 +84,7 @@ def encode_forward(message: Forward) -> bytes:
     t, crossing = message.tag, message.kind == CROSSING
     entry = hvlm.Entry(t.seq, t.stamp_ns, t.arrival_ns, message.index,
                        code_of(message.state, FORWARD_CROSSINGS, "forward") if crossing else 0,
-                       parts=hvlm.crossing_parts(message.state) if crossing else {})
+                       parts=crossing_parts(message.state) if crossing else {})
     parts = {"times": tuple(float(message.times.get(p, 0.0)) for p in PHASES)}
     first = message.index == 0
     if first:
@@ -128,7 +128,7 @@ def encode_back(message: Back) -> bytes:
     t = message.tag
     if message.kind == CROSSING:
         entry = hvlm.Entry(t.seq, t.stamp_ns, 0, message.index, code_of(message.state, BACK_CROSSINGS, "answer"),
-                           parts=hvlm.crossing_parts(message.state))
+                           parts=crossing_parts(message.state))
         return hvlm.encode(hvlm.Message(KIND, hvlm.BACK, [entry], run=t.run))
     entry = hvlm.Entry(t.seq, t.stamp_ns, 0, message.index)
     return hvlm.encode(hvlm.Message(KIND, hvlm.BACK, [entry], {"reason": message.reason, "text": message.message},

@@ -12,7 +12,7 @@ suffix -> prefix:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -76,13 +76,13 @@ def from_entry(entry: hvlm.Entry, allowed, source: str):
     """The crossing an HVLM entry carries, each field checked (InputError naming what does not fit)."""
     expect(1 <= entry.crossing <= len(KINDS) and KINDS[entry.crossing - 1] in allowed, InputError,
            f"{source}: crossing code {entry.crossing} cannot cross this way")
-    return hvlm.crossing_from_parts(KINDS[entry.crossing - 1], entry.parts, source)
+    return crossing_from_parts(KINDS[entry.crossing - 1], entry.parts, source)
 
 
 def roundtrip(state):
     """Through HVLM bytes and back: what a transport between two processes delivers."""
     allowed = FORWARD if type(state) in FORWARD else BACK
-    entry = hvlm.Entry(0, 0, crossing=code_of(state, allowed, "crossing"), parts=hvlm.crossing_parts(state))
+    entry = hvlm.Entry(0, 0, crossing=code_of(state, allowed, "crossing"), parts=crossing_parts(state))
     direction = hvlm.FORWARD if allowed is FORWARD else hvlm.BACK
     data = hvlm.encode(hvlm.Message(hvlm.KINDS["alpamayo"], direction, [entry]))
     return from_entry(hvlm.decode(data, "crossing").entries[0], allowed, "crossing")
@@ -135,3 +135,40 @@ def nbytes(state) -> int:
         elif isinstance(value, DeepStack):
             total += value.nbytes()
     return total
+
+
+def crossing_parts(state) -> dict:
+    """A crossing dataclass's fields as parts (a DeepStack as ds_first / ds_positions / ds_features; None left
+    out; a bool as 0 / 1)."""
+    parts = {}
+    for f in fields(state):
+        value = getattr(state, f.name)
+        if isinstance(value, DeepStack):
+            parts.update(ds_first=value.first_block, ds_positions=value.positions, ds_features=value.features)
+        elif value is not None:
+            parts[f.name] = int(value) if isinstance(value, bool) else value
+    return parts
+
+
+def crossing_from_parts(cls, parts: dict, source: str):
+    """The crossing `crossing_parts` wrote, each field's kind checked; a part the crossing has no field for is
+    refused."""
+    values, used = {}, set()
+    for f in fields(cls):
+        if f.type == "DeepStack | None":
+            ds = ("ds_first", "ds_positions", "ds_features")
+            present = [n in parts for n in ds]
+            expect(all(present) or not any(present), InputError, f"{source}: a DeepStack needs all of {ds}")
+            values[f.name] = DeepStack(parts[ds[1]], parts[ds[2]], parts[ds[0]]) if all(present) else None
+            used.update(ds)
+            continue
+        expect(f.name in parts, InputError, f"{source}: a {cls.__name__} without its {f.name!r}")
+        value = parts[f.name]
+        if f.type == "bool":
+            expect(value in (0, 1), InputError, f"{source}: {f.name!r} is {value}, expected 0 or 1")
+            value = bool(value)
+        values[f.name] = value
+        used.add(f.name)
+    extra = sorted(set(parts) - used)
+    expect(not extra, InputError, f"{source}: a {cls.__name__} has no field for parts {extra}")
+    return cls(**values)

@@ -1,117 +1,35 @@
-"""The serialised boundary state: raw bytes with an explicit header. Never pickle.
+"""A waypoint model's boundary state (types.BoundaryState) as an HVLM message (engine/handover/message.py) and back:
+kind `waypoints`, forward, one entry (crossing ROWS). Never pickle.
 
-Layout (little endian), version 3 (what encode writes):
-    header   "<4sHHIqqiI"  magic b"HVLB", version, flags, partition, seq, stamp_ns, query_index, tensor count
-    chunk    "<HHi"        chunk_index, chunk_count (1..64; 1 = the whole frame), chunk_start (the chunk's first
-                           token in the frame, >= 0; 0 for chunk 0 and only for it)
-    tensor*  "<BB" dtype code, ndim; ndim x "<Q" dims; "<Q" nbytes; then nbytes raw bytes
-Tensors, in order: hidden (B, S, H), position_ids, attention_mask; then, for a Qwen3-VL cut below its
-DeepStack depth, DeepStack's positions (n,) and features (k - p, n, H), from block `partition`. A chunk holds
-tokens [chunk_start, chunk_start + S) of its frame (engine/chunking.py): S is the chunk's length, query_index
-stays the frame's, DeepStack positions are chunk-relative, and a chunk without image tokens carries n = 0
-(positions (0,), features (k - p, 0, H): zero bytes each).
-Versions 1 (three tensors) and 2 (DeepStack, five) have no chunk part (a 36-byte header) and are
-still read as an unchunked state: chunk 0 of 1 from token 0.
-Version 4 = version 3 + the frame's context (hybrid_vla_ros/context.py FrameContext) after the last tensor:
-    context  "<4sHHI"      magic b"HVLC", context version (1), 0, n; then n bytes of UTF-8 JSON (FrameContext
-                           to_dict, padded with spaces to a multiple of CONTEXT_ALIGN: a model's states keep one
-                           size, and the shared-memory ring its slots), at most MAX_CONTEXT_BYTES
-A state without a context is written as version 3 (what a receiver without the context block reads); a state
-with one as version 4, which such a receiver refuses by its version.
+header  the cut (`partition`), the shm domain of the sender
+entry   seq, stamp_ns, arrival_ns, index = chunk_index, chunk_index, chunk_count (1..64; 1 = the whole frame),
+        start = chunk_start (the chunk's first token in the frame; 0 for chunk 0 and only for it)
+parts   the entry's: hidden (B, S, H), positions = position_ids, mask = attention_mask, query_index; for a
+        Qwen3-VL cut below its DeepStack depth ds_positions (n,) and ds_features (k - p, n, H), from block
+        `partition`; with a frame context (hybrid_vla_ros/context.py) `context`: FrameContext.to_dict as UTF-8
+        JSON padded with spaces to a multiple of CONTEXT_ALIGN (a model's states keep one size, and the
+        shared-memory ring its slots), at most MAX_CONTEXT_BYTES
+A chunk holds tokens [chunk_start, chunk_start + S) of its frame (engine/chunking.py): S is the chunk's length,
+query_index stays the frame's, DeepStack positions are chunk-relative, and a chunk without image tokens carries
+n = 0 (zero bytes each). The bare state formats before HVLM (HVLB, versions 1-4) are refused by name.
 """
 
 from __future__ import annotations
 
 import json
-import struct
-import warnings
-
-import torch
 
 from ...context import FrameContext
 from ...errors import InputError, expect
 from ...types import BoundaryState, DeepStack
 from ..chunking import MAX_CHUNKS
+from . import message as hvlm
+from .tensor_record import MAX_DIM
 
-MAGIC = b"HVLB"
-VERSION = 3                                   # without a context; CONTEXT_VERSION with one
-CONTEXT_VERSION = 4
-READS = (1, 2, 3, 4)
-CONTEXT_HEAD = struct.Struct("<4sHHI")        # version 4: the context block's head after the last tensor
-CONTEXT_MAGIC, CONTEXT_BLOCK_VERSION = b"HVLC", 1
+KIND = hvlm.KINDS["waypoints"]
+ROWS = 1                                        # the crossing code of a state's rows
 CONTEXT_ALIGN, MAX_CONTEXT_BYTES = 1024, 1 << 20
-BASE = struct.Struct("<4sHHIqqiI")            # versions 1 and 2: the whole header
-CHUNK = struct.Struct("<HHi")                 # version 3: chunk_index, chunk_count, chunk_start after BASE
-HEADER = struct.Struct("<4sHHIqqiIHHi")       # version 3: BASE + CHUNK, what encode writes
-TENSOR_HEAD = struct.Struct("<BB")
-U64 = struct.Struct("<Q")
-DTYPE_CODES = {torch.float32: 1, torch.float16: 2, torch.bfloat16: 3, torch.int64: 4, torch.int32: 5}
-CODE_DTYPES = {v: k for k, v in DTYPE_CODES.items()}
-TENSOR_NAMES = ("hidden", "position_ids", "attention_mask")
-DEEPSTACK_NAMES = ("deepstack_positions", "deepstack_features")
-MAX_NDIM = 4
-MAX_DIM = 2**31 - 1  # no boundary tensor has a side this long; a larger one is a damaged or hostile header
-
-
-def _frombuffer(view: memoryview) -> torch.Tensor:
-    if view.nbytes == 0:
-        return torch.empty(0, dtype=torch.uint8)
-    with warnings.catch_warnings():  # read-only buffers (bytes) are fine: we clone unless asked not to
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.frombuffer(view, dtype=torch.uint8)
-
-
-def tensors_size(tensors) -> int:
-    """Bytes of `tensors` as write_tensor lays them out."""
-    return sum(TENSOR_HEAD.size + U64.size * (t.dim() + 1) + t.numel() * t.element_size() for t in tensors)
-
-
-def write_tensor(buffer, pos: int, t: torch.Tensor) -> int:
-    """dtype code, ndim, dims, nbytes, raw bytes at `pos` -> the position after them."""
-    expect(t.dtype in DTYPE_CODES, InputError, f"cannot encode tensor of dtype {t.dtype}")
-    TENSOR_HEAD.pack_into(buffer, pos, DTYPE_CODES[t.dtype], t.dim())
-    pos += TENSOR_HEAD.size
-    for dim in t.shape:
-        U64.pack_into(buffer, pos, dim)
-        pos += U64.size
-    nbytes = t.numel() * t.element_size()
-    U64.pack_into(buffer, pos, nbytes)
-    pos += U64.size
-    if nbytes:  # one copy from wherever the tensor lives (a GPU prefix: device -> this buffer) into place
-        destination = torch.frombuffer(buffer, dtype=torch.uint8, count=nbytes, offset=pos)
-        destination.view(t.dtype).view(t.shape).copy_(t.detach())
-    return pos + nbytes
-
-
-def read_tensor(view: memoryview, pos: int, name: str, source: str, copy: bool = True) -> tuple[torch.Tensor, int]:
-    """The tensor write_tensor wrote at `pos`, every field checked against the buffer -> (tensor, next pos)."""
-    expect(view.nbytes >= pos + TENSOR_HEAD.size, InputError, f"{source}: truncated before tensor '{name}'")
-    code, ndim = TENSOR_HEAD.unpack_from(view, pos)
-    pos += TENSOR_HEAD.size
-    expect(code in CODE_DTYPES, InputError, f"{source}: tensor '{name}' has unknown dtype code {code}")
-    expect(0 < ndim <= MAX_NDIM, InputError, f"{source}: tensor '{name}' has {ndim} dims, expected 1..{MAX_NDIM}")
-    expect(view.nbytes >= pos + U64.size * (ndim + 1), InputError, f"{source}: truncated in header of '{name}'")
-    shape = [U64.unpack_from(view, pos + U64.size * i)[0] for i in range(ndim)]
-    nbytes = U64.unpack_from(view, pos + U64.size * ndim)[0]
-    pos += U64.size * (ndim + 1)
-    expect(all(dim <= MAX_DIM for dim in shape), InputError,
-           f"{source}: tensor '{name}' declares shape {tuple(shape)}, a side above {MAX_DIM}")
-    dtype = CODE_DTYPES[code]
-    expected = dtype.itemsize
-    for dim in shape:
-        expected *= dim
-    expect(nbytes == expected, InputError,
-           f"{source}: tensor '{name}' declares {nbytes} bytes, shape {tuple(shape)} of {dtype} needs {expected}")
-    expect(view.nbytes >= pos + nbytes, InputError,
-           f"{source}: tensor '{name}' truncated ({view.nbytes - pos} of {nbytes} bytes present)")
-    tensor = _frombuffer(view[pos:pos + nbytes]).view(dtype).reshape(shape)
-    return (tensor.clone() if copy else tensor), pos + nbytes
-
-
-def _tensors(state: BoundaryState) -> tuple[torch.Tensor, ...]:
-    tensors = (state.hidden, state.position_ids, state.attention_mask)
-    ds = state.deepstack
-    return tensors if ds is None else tensors + (ds.positions, ds.features)
+STATE_PARTS = {"hidden", "positions", "mask", "query_index", "ds_positions", "ds_features", "context"}
+MIN_SIZE = hvlm.HEADER.size + hvlm.ENTRY.size   # no state is shorter
 
 
 def check_chunk_index(index, count, where: str) -> None:
@@ -132,101 +50,97 @@ def check_chunk(index, count, start, source: str) -> None:
            f"{where}: chunk 0 starts at token 0 and every later chunk after it (spans are not empty)")
 
 
-def _context_json(state: BoundaryState) -> bytes:
-    """The state's context as the block's padded JSON (b"" without one)."""
+def _context_json(state: BoundaryState) -> str | None:
+    """The state's context as padded JSON (None without one)."""
     if state.context is None:
-        return b""
-    text = json.dumps(state.context.to_dict(), separators=(",", ":"), allow_nan=False).encode()
-    expect(len(text) <= MAX_CONTEXT_BYTES, InputError,
-           f"boundary state of frame {state.seq}: a context of {len(text)} bytes (at most {MAX_CONTEXT_BYTES})")
+        return None
+    text = json.dumps(state.context.to_dict(), separators=(",", ":"), allow_nan=False)
+    expect(len(text.encode()) <= MAX_CONTEXT_BYTES, InputError,
+           f"boundary state of frame {state.seq}: a context of {len(text.encode())} bytes (at most "
+           f"{MAX_CONTEXT_BYTES})")
     return text.ljust(-(-len(text) // CONTEXT_ALIGN) * CONTEXT_ALIGN)
 
 
-def encoded_size(state: BoundaryState) -> int:
-    context = _context_json(state)
-    return HEADER.size + tensors_size(_tensors(state)) + (CONTEXT_HEAD.size + len(context) if context else 0)
+def entry_of(state: BoundaryState, parts: dict | None = None) -> hvlm.Entry:
+    """The state's entry: which frame and chunk; `parts` its values (none: a carrier holds them)."""
+    return hvlm.Entry(state.seq, state.stamp_ns, state.arrival_ns, state.chunk_index, ROWS, state.chunk_index,
+                      state.chunk_count, start=state.chunk_start, parts=parts or {})
 
 
-def encode_into(state: BoundaryState, buffer, offset: int = 0) -> int:
-    """Write the encoded state into a writable buffer (bytearray, mmap, shared memory). Returns bytes written."""
-    tensors = _tensors(state)
-    expect(state.deepstack is None or state.deepstack.first_block == state.partition, InputError,
-           f"boundary state of frame {state.seq}: DeepStack from block {getattr(state.deepstack, 'first_block', 0)}, "
-           f"cut at {state.partition}")
+def state_message(state: BoundaryState, domain: int = 0, model_id: int = 0) -> hvlm.Message:
+    """The state with its tensors inline."""
+    ds = state.deepstack
+    expect(ds is None or ds.first_block == state.partition, InputError,
+           f"boundary state of frame {state.seq}: DeepStack from block {getattr(ds, 'first_block', 0)}, cut at "
+           f"{state.partition}")
     check_chunk(state.chunk_index, state.chunk_count, state.chunk_start, f"boundary state of frame {state.seq}")
+    parts = {"hidden": state.hidden, "positions": state.position_ids, "mask": state.attention_mask,
+             "query_index": state.query_index}
+    if ds is not None:
+        parts.update(ds_positions=ds.positions, ds_features=ds.features)
     context = _context_json(state)
-    HEADER.pack_into(buffer, offset, MAGIC, CONTEXT_VERSION if context else VERSION, 0, state.partition, state.seq,
-                     state.stamp_ns, state.query_index, len(tensors), state.chunk_index, state.chunk_count,
-                     state.chunk_start)
-    pos = offset + HEADER.size
-    for t in tensors:
-        pos = write_tensor(buffer, pos, t)
-    if context:
-        CONTEXT_HEAD.pack_into(buffer, pos, CONTEXT_MAGIC, CONTEXT_BLOCK_VERSION, 0, len(context))
-        pos += CONTEXT_HEAD.size
-        memoryview(buffer)[pos:pos + len(context)] = context
-        pos += len(context)
-    return pos - offset
+    if context is not None:
+        parts["context"] = context
+    return hvlm.Message(KIND, hvlm.FORWARD, [entry_of(state, parts)], partition=state.partition, model_id=model_id,
+                        domain=domain)
+
+
+def encoded_size(state: BoundaryState) -> int:
+    return hvlm.encoded_size(state_message(state))
+
+
+def encode_into(state: BoundaryState, buffer, offset: int = 0, domain: int = 0, model_id: int = 0) -> int:
+    """Write the encoded state into a writable buffer (bytearray, mmap, shared memory). -> bytes written."""
+    return hvlm.encode_into(state_message(state, domain, model_id), buffer, offset)
 
 
 def encode(state: BoundaryState) -> bytes:
-    buffer = bytearray(encoded_size(state))
-    encode_into(state, buffer)
-    return bytes(buffer)
+    return hvlm.encode(state_message(state))
+
+
+def check_entry(message: hvlm.Message, source: str) -> hvlm.Entry:
+    """The one ROWS entry of a waypoint state's message, its chunk fields checked."""
+    expect(len(message.entries) == 1 and message.entries[0].crossing == ROWS, InputError,
+           f"{source}: {len(message.entries)} entries, expected one state's rows")
+    entry = message.entries[0]
+    check_chunk(entry.chunk_index, entry.chunk_count, entry.start, source)
+    expect(entry.index == entry.chunk_index, InputError, f"{source}: message {entry.index} of chunk "
+           f"{entry.chunk_index}")
+    return entry
+
+
+def state_of(message: hvlm.Message, source: str) -> BoundaryState:
+    """The state an inline message carries, every part checked."""
+    entry, parts = check_entry(message, source), message.entries[0].parts
+    missing = sorted({"hidden", "positions", "mask", "query_index"} - parts.keys())
+    expect(not missing, InputError, f"{source}: a boundary state without {missing}")
+    extra = sorted(parts.keys() - STATE_PARTS)
+    expect(not extra and not message.parts, InputError, f"{source}: parts {extra or sorted(message.parts)} have no "
+           f"place in a boundary state")
+    expect(("ds_positions" in parts) == ("ds_features" in parts), InputError,
+           f"{source}: DeepStack needs both ds_positions and ds_features")
+    deepstack = DeepStack(parts["ds_positions"], parts["ds_features"], message.partition) \
+        if "ds_positions" in parts else None
+    context = _read_context(parts["context"], source) if "context" in parts else None
+    return BoundaryState(hidden=parts["hidden"], position_ids=parts["positions"], attention_mask=parts["mask"],
+                         partition=message.partition, seq=entry.seq, stamp_ns=entry.stamp_ns,
+                         query_index=parts["query_index"], deepstack=deepstack, chunk_index=entry.chunk_index,
+                         chunk_count=entry.chunk_count, chunk_start=entry.start, context=context,
+                         arrival_ns=entry.arrival_ns)
 
 
 def decode(buffer, source: str = "boundary payload", copy: bool = True) -> BoundaryState:
     """Parse and check an encoded state. copy=False returns tensors that view `buffer` (zero-copy)."""
-    view = memoryview(buffer)
-    version, header, (index, count, start) = _header(view, source)
-    _, _, _flags, partition, seq, stamp, query, tensor_count = header
-    names = TENSOR_NAMES + (DEEPSTACK_NAMES if version >= 2 and tensor_count == 5 else ())
-    expect(tensor_count == len(names), InputError, f"{source}: {tensor_count} tensors, expected "
-           f"{len(TENSOR_NAMES)}{' or 5 (with DeepStack)' if version >= 2 else ''}")
-    pos, tensors = (HEADER if version >= 3 else BASE).size, []
-    for name in names:
-        tensor, pos = read_tensor(view, pos, name, source, copy)
-        tensors.append(tensor)
-    context, pos = _read_context(view, pos, source) if version >= CONTEXT_VERSION else (None, pos)
-    expect(pos == view.nbytes, InputError, f"{source}: {view.nbytes - pos} trailing bytes after the last "
-           f"{'tensor' if version < CONTEXT_VERSION else 'block'}")
-    deepstack = DeepStack(tensors[3], tensors[4], partition) if len(tensors) == 5 else None
-    return BoundaryState(hidden=tensors[0], position_ids=tensors[1], attention_mask=tensors[2], partition=partition,
-                         seq=seq, stamp_ns=stamp, query_index=query, deepstack=deepstack, chunk_index=index,
-                         chunk_count=count, chunk_start=start, context=context)
+    message = hvlm.decode(buffer, source, KIND, hvlm.FORWARD, copy=copy)
+    expect(not message.flags, InputError, f"{source}: flags {message.flags:#x} on a state with its tensors inline")
+    return state_of(message, source)
 
 
-def _read_context(view: memoryview, pos: int, source: str) -> tuple[FrameContext, int]:
-    """The version 4 context block at `pos`, every field checked -> (context, next pos)."""
-    expect(view.nbytes >= pos + CONTEXT_HEAD.size, InputError, f"{source}: truncated before the context block")
-    magic, block_version, _, n = CONTEXT_HEAD.unpack_from(view, pos)
-    expect(magic == CONTEXT_MAGIC, InputError, f"{source}: context block magic {magic!r}, expected {CONTEXT_MAGIC!r}")
-    expect(block_version == CONTEXT_BLOCK_VERSION, InputError,
-           f"{source}: context block version {block_version}, this decoder reads {CONTEXT_BLOCK_VERSION}")
-    pos += CONTEXT_HEAD.size
-    expect(n <= MAX_CONTEXT_BYTES and view.nbytes >= pos + n, InputError,
-           f"{source}: context block of {n} bytes ({view.nbytes - pos} present, at most {MAX_CONTEXT_BYTES})")
+def _read_context(text: str, source: str) -> FrameContext:
+    expect(len(text.encode()) <= MAX_CONTEXT_BYTES, InputError, f"{source}: a context of {len(text.encode())} bytes "
+           f"(at most {MAX_CONTEXT_BYTES})")
     try:
-        data = json.loads(bytes(view[pos:pos + n]).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise InputError(f"{source}: context block is not JSON ({exc})") from exc
-    return FrameContext.from_dict(data, f"{source}: context"), pos + n
-
-
-def _header(view: memoryview, source: str) -> tuple[int, tuple, tuple[int, int, int]]:
-    """-> (version, the BASE fields, (chunk_index, chunk_count, chunk_start)), each checked; versions 1 and 2
-    are a whole frame (0, 1, 0)."""
-    expect(view.nbytes >= BASE.size, InputError,
-           f"{source}: {view.nbytes} bytes is shorter than the {BASE.size}-byte header")
-    header = BASE.unpack_from(view, 0)
-    magic, version = header[:2]
-    expect(magic == MAGIC, InputError, f"{source}: magic {magic!r}, expected {MAGIC!r} (not a boundary state)")
-    expect(version in READS, InputError, f"{source}: version {version}, this decoder reads versions {READS[:3]} "
-           f"(and {CONTEXT_VERSION}: with a frame context)")
-    if version < 3:
-        return version, header, (0, 1, 0)
-    expect(view.nbytes >= HEADER.size, InputError,
-           f"{source}: {view.nbytes} bytes is shorter than the {HEADER.size}-byte version {version} header")
-    chunk = CHUNK.unpack_from(view, BASE.size)
-    check_chunk(*chunk, source)
-    return version, header, chunk
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"{source}: context is not JSON ({exc})") from exc
+    return FrameContext.from_dict(data, f"{source}: context")

@@ -1,17 +1,17 @@
-"""The boundary handover, in one place (ROS-free): which transport carries a state, the envelope that the
-boundary topic carries, the prefix-side encoder and the suffix-side decoder. Built on transport.py's classes.
+"""The boundary handover, in one place (ROS-free): which transport carries a state, the message the boundary topic
+carries, the prefix-side encoder and the suffix-side decoder. Built on transport.py's classes.
 
-Envelope (docs/INTERFACES.md), version 3: header "<4sBBBBIQqqQ" (44 bytes) = magic b"HVLE", version, kind,
-chunk_index, chunk_count (1..64; 1 = the whole frame: chunked prefill, engine/chunking.py), sender pid, shm
-domain (the host and /dev/shm the sender's rings live in), stamp_ns, arrival_ns (wall clock when the prefix
-had the frame: the output's age is measured from it), model id (engine: a mismatch is refused); then the body:
-    kind 1 inproc: "<Q" handle into the sender's in-process registry (zero copy)
-    kind 2 shm:    "<H" segment name length, segment name, 40-byte slot descriptor
-    kind 3 inline: the codec's serialised boundary state
-The decoder refuses a state whose chunk index or count differs from the envelope's (inproc: the state object;
-shm, inline: the codec header). Version 2 (the same layout with a reserved "<H" where the chunk fields are) is
-still read, as a whole frame (chunk 0 of 1): a new suffix keeps taking an old prefix's states in a graph
-upgraded one node at a time, and a chunked state inside a version 2 envelope is refused as a mismatch.
+Every boundary message is HVLM (engine/handover/message.py; a waypoint state: codec.py), kind `waypoints`, whose
+header names the sender's pid, its shm domain (the host and /dev/shm its rings live in) and the model id (a
+mismatch is refused), and whose entry names the frame (seq, stamp_ns, arrival_ns: wall clock when the prefix had
+the frame, the output's age is measured from it) and the chunk (chunked prefill, engine/chunking.py). The
+carrier says where the tensors are:
+    inline (no carrier flag): in the message itself (codec.py's parts)
+    INPROC: a `handle` into the sender's in-process registry (zero copy)
+    SHM:    `shm_segment`, the ring's name, and `shm_slot`, the 40-byte slot descriptor; the slot holds the state
+            as an inline message
+The decoder refuses a state whose chunk index or count differs from the message's entry. The formats before HVLM
+(the HVLE envelope, the bare HVLB state) are refused by name (old_message).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from __future__ import annotations
 import array
 import os
 import socket
-import struct
 import threading
 import weakref
 import zlib
@@ -27,18 +26,15 @@ import zlib
 from ...errors import InputError, expect
 from ...types import BoundaryState
 from . import codec
+from . import message as hvlm
 from .transport import SHM_DIR, InProcessTransport, SharedMemoryTransport
 
-ENVELOPE = struct.Struct("<4sBBBBIQqqQ")   # version 3; version 2 had "<H" reserved where the chunk fields are
-ENVELOPE_MAGIC = b"HVLE"
-ENVELOPE_VERSION = 3
-ENVELOPE_READS = (2, 3)
 KINDS = {"inproc": 1, "shm": 2, "inline": 3}
 KIND_NAMES = {v: k for k, v in KINDS.items()}
+CARRIER_FLAGS = {"inproc": hvlm.INPROC, "shm": hvlm.SHM, "inline": 0}
+CARRIER_PARTS = {"inproc": {"handle"}, "shm": {"shm_segment", "shm_slot"}}
 TRANSPORT_CHOICES = ("auto", *KINDS)
 BOUNDARY_LABEL = "hybrid_vla_ros/boundary/v1"
-HANDLE = struct.Struct("<Q")
-NAME_LENGTH = struct.Struct("<H")
 
 
 def host_id() -> int:
@@ -83,42 +79,26 @@ def choose_transport(same_process: bool, same_host: bool) -> str:
 
 
 def envelope_stamp(data: bytes) -> int | None:
-    """The frame stamp of an envelope, or None when it is not one (to report a lost frame by its stamp)."""
-    view = memoryview(data)
-    if view.nbytes < ENVELOPE.size or bytes(view[:4]) != ENVELOPE_MAGIC:
+    """The frame stamp of a boundary message, or None when it is not one (to report a lost frame by its stamp)."""
+    head = hvlm.peek(data)
+    if head is None or head.kind != codec.KIND:
         return None
-    return ENVELOPE.unpack_from(view, 0)[7]
+    return head.entries[0].stamp_ns
 
 
-def pack_envelope(kind: str, stamp_ns: int, body: bytes, arrival_ns: int = 0, model_id: int = 0,
-                  chunk: tuple[int, int] = (0, 1)) -> bytes:
-    """chunk: (index, count) of the state in the body (engine/chunking.py); (0, 1) for a whole frame."""
-    buffer = bytearray(ENVELOPE.size)
-    pack_envelope_into(buffer, kind, stamp_ns, arrival_ns, model_id, chunk)
-    return bytes(buffer) + body
+def carrier_of(message: hvlm.Message) -> str:
+    return "inproc" if message.flags & hvlm.INPROC else "shm" if message.flags & hvlm.SHM else "inline"
 
 
-def pack_envelope_into(buffer, kind: str, stamp_ns: int, arrival_ns: int, model_id: int,
-                       chunk: tuple[int, int]) -> None:
+def pack_envelope(kind: str, stamp_ns: int, parts: dict, arrival_ns: int = 0, model_id: int = 0,
+                  chunk: tuple[int, int] = (0, 1), seq: int = 0, partition: int = 0) -> bytes:
+    """A boundary message whose carrier `kind` holds the state (parts: the carrier's, e.g. {"handle": 3});
+    chunk: (index, count) of the state it names (engine/chunking.py); (0, 1) for a whole frame."""
     index, count = chunk
-    codec.check_chunk_index(index, count, f"boundary envelope of the frame stamped {stamp_ns}")
-    ENVELOPE.pack_into(buffer, 0, ENVELOPE_MAGIC, ENVELOPE_VERSION, KINDS[kind], index, count, os.getpid(),
-                       HOST_ID, stamp_ns, arrival_ns, model_id)
-
-
-def unpack_envelope(view: memoryview) -> tuple:
-    """-> (version, kind, (chunk index, count), pid, host, stamp_ns, arrival_ns, model id), magic, version and
-    chunk fields checked (version 2: a whole frame, (0, 1)); raises InputError with the reason."""
-    expect(view.nbytes >= ENVELOPE.size, InputError,
-           f"boundary message: {view.nbytes} bytes, shorter than the {ENVELOPE.size}-byte envelope")
-    magic, version, kind, index, count, *rest = ENVELOPE.unpack_from(view, 0)
-    expect(magic == ENVELOPE_MAGIC, InputError, f"boundary message: magic {magic!r}, expected {ENVELOPE_MAGIC!r}")
-    expect(version in ENVELOPE_READS, InputError,
-           f"boundary message: envelope version {version}, this node reads versions {ENVELOPE_READS}")
-    if version < 3:
-        index, count = 0, 1
-    codec.check_chunk_index(index, count, f"boundary message: envelope of chunk {index} of {count}")
-    return (version, kind, (index, count), *rest)
+    codec.check_chunk_index(index, count, f"boundary message of the frame stamped {stamp_ns}")
+    entry = hvlm.Entry(seq, stamp_ns, arrival_ns, index, codec.ROWS, index, count, parts=parts)
+    return hvlm.encode(hvlm.Message(codec.KIND, hvlm.FORWARD, [entry], flags=CARRIER_FLAGS[kind],
+                                    partition=partition, model_id=model_id, domain=HOST_ID))
 
 
 class HandoverEncoder:
@@ -158,24 +138,23 @@ class HandoverEncoder:
                           f"boundary state of frame {state.seq}")
         if kind == "inproc":
             state.flight = self.flight
-            body = HANDLE.pack(PROCESS_REGISTRY.send(state, owner=self))
+            parts = {"handle": PROCESS_REGISTRY.send(state, owner=self)}
         elif kind == "shm":
             expect(self.shm is not None, InputError, f"boundary transport '{self.transport}' has no shared-memory ring")
             segment, packed = self.shm.send(state)
-            name = segment.encode()
-            body = NAME_LENGTH.pack(len(name)) + name + packed
+            parts = {"shm_segment": segment, "shm_slot": packed}
         else:
             return self._inline(state)
-        return pack_envelope(kind, state.stamp_ns, body, state.arrival_ns, self.model_id,
-                             (state.chunk_index, state.chunk_count))
+        return hvlm.encode(hvlm.Message(codec.KIND, hvlm.FORWARD, [codec.entry_of(state, parts)],
+                                        flags=CARRIER_FLAGS[kind], partition=state.partition,
+                                        model_id=self.model_id, domain=HOST_ID))
 
     def _inline(self, state: BoundaryState) -> array.array:
-        """Envelope and serialised state written once into one buffer of the type a uint8[] message field
-        keeps (array 'B'): rclpy takes it without a conversion, and nothing is copied on the way."""
-        buffer = array.array("B", bytes(ENVELOPE.size + codec.encoded_size(state)))
-        pack_envelope_into(buffer, "inline", state.stamp_ns, state.arrival_ns, self.model_id,
-                           (state.chunk_index, state.chunk_count))
-        codec.encode_into(state, memoryview(buffer), ENVELOPE.size)
+        """The state written once into one buffer of the type a uint8[] message field keeps (array 'B'): rclpy
+        takes it without a conversion, and nothing is copied on the way."""
+        message = codec.state_message(state, HOST_ID, self.model_id)
+        buffer = array.array("B", bytes(hvlm.encoded_size(message)))
+        hvlm.encode_into(message, memoryview(buffer))
         return buffer
 
     def check_ring_room(self, state_bytes: int, chunked: bool, local_receiver: bool) -> None:
@@ -219,59 +198,59 @@ class HandoverDecoder:
 
     def decode(self, data: bytes) -> tuple[BoundaryState, str]:
         view = memoryview(data)
-        _version, kind, chunk, pid, host, _stamp, arrival_ns, model_id = unpack_envelope(view)
-        expect(kind in KIND_NAMES, InputError, f"boundary message: unknown kind {kind}")
-        expect(not self.model_id or model_id == self.model_id, InputError,
-               f"boundary message from model {model_id:016x}, this stage runs model {self.model_id:016x} "
+        head = hvlm.peek(view)
+        if head is None:   # what is wrong, said by the full read: an old format (old_message), a truncation, ...
+            hvlm.decode(view, "boundary message", codec.KIND, hvlm.FORWARD)
+        expect(head.kind == codec.KIND and head.direction == hvlm.FORWARD, InputError,
+               f"boundary message of model kind {head.kind}, direction {head.direction}: not a waypoint state")
+        expect(not self.model_id or head.model_id == self.model_id, InputError,
+               f"boundary message from model {head.model_id:016x}, this stage runs model {self.model_id:016x} "
                f"(prefix and suffix must load the same weights)")
-        body, name = view[ENVELOPE.size:], KIND_NAMES[kind]
+        name = carrier_of(head)
+        if name == "inline":
+            return codec.decode(view, source="inline boundary payload"), name
+        message = hvlm.decode(view, "boundary message", codec.KIND, hvlm.FORWARD)
+        entry = codec.check_entry(message, "boundary message")
+        expect(set(entry.parts) == CARRIER_PARTS[name] and not message.parts, InputError,
+               f"boundary message ({name}): parts {sorted(entry.parts)}, expected {sorted(CARRIER_PARTS[name])}")
         if name == "inproc":
-            state = self._inproc(body, pid, host)
-        elif name == "shm":
-            state = self._shm(body, host)
+            state = self._inproc(entry.parts["handle"], message.pid, message.domain)
         else:
-            state = codec.decode(body, source="inline boundary payload")
+            state = self._shm((entry.parts["shm_segment"], entry.parts["shm_slot"]), message.domain)
+        chunk = (entry.chunk_index, entry.chunk_count)
         expect((state.chunk_index, state.chunk_count) == chunk, InputError,
-               f"boundary message ({name}): the envelope says chunk {chunk[0]} of {chunk[1]}, the state it carries "
+               f"boundary message ({name}): the message says chunk {chunk[0]} of {chunk[1]}, the state it carries "
                f"is chunk {state.chunk_index} of {state.chunk_count} (frame {state.seq}); refused")
-        state.arrival_ns = arrival_ns
+        state.arrival_ns = entry.arrival_ns
         return state, name
 
-    def _inproc(self, body: memoryview, pid: int, host: int) -> BoundaryState:
+    def _inproc(self, handle: int, pid: int, host: int) -> BoundaryState:
         expect(pid == os.getpid() and host == HOST_ID, InputError,
                f"boundary message: in-process handle from process {pid}, this is process {os.getpid()} "
                f"(set the prefix's boundary_transport to shm or inline)")
-        expect(body.nbytes == HANDLE.size, InputError,
-               f"boundary message: in-process body of {body.nbytes} bytes, expected {HANDLE.size}")
-        return PROCESS_REGISTRY.receive(HANDLE.unpack(body)[0])
+        return PROCESS_REGISTRY.receive(handle)
 
     def watch(self, data: bytes) -> None:
         """A message just received, before it waits behind earlier frames: a shared-memory descriptor's ring
         is attached and beaten from now on (engine/handover/ring_reader.py). Anything else, or anything
         malformed, is left to decode() to refuse with its reason."""
-        view = memoryview(data)
-        if view.nbytes < ENVELOPE.size or bytes(view[:4]) != ENVELOPE_MAGIC:
+        head = hvlm.peek(data)
+        if head is None or head.kind != codec.KIND or carrier_of(head) != "shm":
             return
-        version, kind, _, _, _, host, *_ = ENVELOPE.unpack_from(view, 0)[1:]
-        if version in ENVELOPE_READS and KIND_NAMES.get(kind) == "shm":
-            try:
-                self.shm.watch(self._shm_handle(view[ENVELOPE.size:], host))
-            except InputError:
-                pass
+        try:
+            parts = hvlm.decode(data, "boundary message", codec.KIND, hvlm.FORWARD).entries[0].parts
+            self.shm.watch(self._shm_handle((parts["shm_segment"], parts["shm_slot"]), head.domain))
+        except (InputError, KeyError):
+            pass
 
-    def _shm(self, body: memoryview, host: int) -> BoundaryState:
-        return self.shm.receive(self._shm_handle(body, host))
+    def _shm(self, handle: tuple[str, bytes], host: int) -> BoundaryState:
+        return self.shm.receive(self._shm_handle(handle, host))
 
-    def _shm_handle(self, body: memoryview, host: int) -> tuple[str, bytes]:
+    @staticmethod
+    def _shm_handle(handle: tuple[str, bytes], host: int) -> tuple[str, bytes]:
         expect(host == HOST_ID, InputError, "boundary message: shared-memory descriptor from another host or "
                "/dev/shm (set the prefix's boundary_transport to auto or inline)")
-        expect(body.nbytes >= NAME_LENGTH.size, InputError,
-               f"boundary message: shared-memory body of {body.nbytes} bytes has no segment name")
-        (length,) = NAME_LENGTH.unpack_from(body, 0)
-        expect(body.nbytes >= NAME_LENGTH.size + length, InputError,
-               f"boundary message: segment name of {length} bytes, body has {body.nbytes - NAME_LENGTH.size}")
-        segment = bytes(body[NAME_LENGTH.size:NAME_LENGTH.size + length]).decode("ascii", errors="replace")
-        return segment, bytes(body[NAME_LENGTH.size + length:])
+        return handle
 
     def close(self) -> None:
         with _local_lock:

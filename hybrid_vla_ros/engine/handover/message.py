@@ -6,26 +6,28 @@ Never pickle.
 
 Layout (little endian):
     header  "<4sHBBHHiIQQqQQI"  magic b"HVLM", version 1, kind (KINDS), direction (1 forward: prefix -> suffix,
-            2 back), flags (ABORT, REFUSED), entry count (1..MAX_ENTRIES), partition (-1: none), sender pid, run
+            2 back), flags (ABORT, REFUSED; the carrier: INPROC, SHM, else inline), entry count (1..MAX_ENTRIES), partition (-1: none), sender pid, run
             (random per prefix server), step (message number in the run), deadline_ns (0: none), model id (0: not
             checked), shm domain, part count
     entry*  "<qqqIHHHiiii"  seq, stamp_ns, arrival_ns, index (the frame's message number), crossing code,
             chunk_index, chunk_count, slot, start, row, count
     part*   "<BBH"  part code (PARTS), value tag, entry (MESSAGE_PART: the message's own), then by tag:
             T tensor (the handover codec's record) | I "<q" | F "<d" | S "<I" length + UTF-8 | V "<I" n + n "<d"
+            | B "<I" length + raw bytes
+A message's tensors can travel elsewhere (the carrier): in this process (INPROC: a `handle` part) or in a
+shared-memory slot (SHM: `shm_segment`, `shm_slot`), which then holds the whole message, inline.
 """
 
 from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import torch
 
 from ...errors import InputError, expect
-from ...types import DeepStack
-from .codec import read_tensor, tensors_size, write_tensor
+from .tensor_record import read_tensor, tensors_size, write_tensor
 
 MAGIC, VERSION = b"HVLM", 1
 HEADER = struct.Struct("<4sHBBHHiIQQqQQI")
@@ -35,8 +37,10 @@ I64, F64, U32 = struct.Struct("<q"), struct.Struct("<d"), struct.Struct("<I")
 KINDS = {"waypoints": 1, "tokens": 2, "alpamayo": 3}
 FORWARD, BACK = 1, 2
 ABORT, REFUSED = 1, 2                     # flags: the prefix gave the frame up / the suffix refused it
+INPROC, SHM = 4, 8                        # flags: where the tensors are (neither: inline, in this message)
+KNOWN_FLAGS = ABORT | REFUSED | INPROC | SHM
 MESSAGE_PART = 0xFFFF
-MAX_ENTRIES, MAX_PARTS, MAX_TEXT = 1024, 8192, 1 << 16
+MAX_ENTRIES, MAX_PARTS, MAX_TEXT = 1024, 8192, 1 << 20
 # part name -> (code, tag); a part arriving with another tag is refused
 PARTS = {name: (code, tag) for code, (name, tag) in enumerate((
     ("hidden", "T"), ("positions", "T"), ("mask", "T"), ("ds_first", "I"), ("ds_positions", "T"),
@@ -44,7 +48,7 @@ PARTS = {name: (code, tag) for code, (name, tag) in enumerate((
     ("step", "I"), ("token", "I"), ("feed", "I"), ("done", "I"), ("x", "T"), ("t", "T"), ("times", "V"),
     ("seed", "I"), ("temperature", "F"), ("top_p", "F"), ("max_new_tokens", "I"), ("flow_steps", "I"),
     ("guidance_weight", "F"), ("guidance", "I"), ("reason", "S"), ("text", "S"), ("query_index", "I"),
-    ("context", "S"), ("slots", "I")), start=1)}
+    ("context", "S"), ("slots", "I"), ("handle", "I"), ("shm_segment", "S"), ("shm_slot", "B")), start=1)}
 NAMES = {code: name for name, (code, _) in PARTS.items()}
 # the formats HVLM replaced: refused by name, never read as something else
 OLD_FORMATS = {b"HVLE": "waypoint boundary envelope", b"HVLB": "bare boundary state",
@@ -91,47 +95,75 @@ class Message:
 
 
 # ---- writing -----------------------------------------------------------------------------------------------------
-def _value(name: str, value) -> bytes:
-    expect(name in PARTS, InputError, f"HVLM: no part named {name!r}")
+def _small(name: str, value) -> bytes:
+    """A non-tensor part's value bytes."""
     tag = PARTS[name][1]
-    if tag == "T":
-        expect(isinstance(value, torch.Tensor), InputError, f"HVLM part {name!r}: a tensor, got {type(value).__name__}")
-        buffer = bytearray(tensors_size([value]))
-        write_tensor(buffer, 0, value.contiguous())
-        return bytes(buffer)
     if tag == "I":
         return I64.pack(int(value))
     if tag == "F":
         return F64.pack(float(value))
     if tag == "V":
         return U32.pack(len(value)) + struct.pack(f"<{len(value)}d", *map(float, value))
-    text = str(value).encode()
-    expect(len(text) <= MAX_TEXT, InputError, f"HVLM part {name!r}: {len(text)} bytes of text, at most {MAX_TEXT}")
-    return U32.pack(len(text)) + text
+    raw = bytes(value) if tag == "B" else str(value).encode()
+    expect(len(raw) <= MAX_TEXT, InputError, f"HVLM part {name!r}: {len(raw)} bytes, at most {MAX_TEXT}")
+    return U32.pack(len(raw)) + raw
 
 
-def _parts(parts: dict, owner: int) -> list[bytes]:
+def _layout(message: Message) -> list[tuple[int, str, object]]:
+    """(owner, name, tensor or value bytes) of every part, checked, in the order they are written."""
+    count = len(message.entries)
+    expect(1 <= count <= MAX_ENTRIES, InputError, f"HVLM: {count} entries, expected 1..{MAX_ENTRIES}")
+    owned = [(MESSAGE_PART, message.parts)] + [(i, e.parts) for i, e in enumerate(message.entries)]
     out = []
-    for name, value in parts.items():
-        payload = _value(name, value)            # an unknown name is refused here
-        code, tag = PARTS[name]
-        out.append(PART.pack(code, ord(tag), owner) + payload)
+    for owner, parts in owned:
+        for name, value in parts.items():
+            expect(name in PARTS, InputError, f"HVLM: no part named {name!r}")
+            if PARTS[name][1] == "T":
+                expect(isinstance(value, torch.Tensor), InputError,
+                       f"HVLM part {name!r}: a tensor, got {type(value).__name__}")
+                out.append((owner, name, value))
+            else:
+                out.append((owner, name, _small(name, value)))
     return out
+
+
+def _size(layout) -> int:
+    return sum(PART.size + (tensors_size([v]) if isinstance(v, torch.Tensor) else len(v)) for _, _, v in layout)
+
+
+def encoded_size(message: Message) -> int:
+    return HEADER.size + ENTRY.size * len(message.entries) + _size(_layout(message))
+
+
+def encode_into(message: Message, buffer, offset: int = 0) -> int:
+    """Write the message into a writable buffer (bytearray, mmap, shared memory; each tensor copied once, from
+    wherever it lives, into place). -> bytes written."""
+    layout, m = _layout(message), message
+    HEADER.pack_into(buffer, offset, MAGIC, VERSION, m.kind, m.direction, m.flags, len(m.entries), m.partition,
+                     m.pid, m.run, m.step, m.deadline_ns, m.model_id, m.domain, len(layout))
+    pos = offset + HEADER.size
+    for e in m.entries:
+        ENTRY.pack_into(buffer, pos, e.seq, e.stamp_ns, e.arrival_ns, e.index, e.crossing, e.chunk_index,
+                        e.chunk_count, e.slot, e.start, e.row, e.count)
+        pos += ENTRY.size
+    view = memoryview(buffer)
+    for owner, name, value in layout:
+        code, tag = PARTS[name]
+        PART.pack_into(buffer, pos, code, ord(tag), owner)
+        pos += PART.size
+        if isinstance(value, torch.Tensor):
+            pos = write_tensor(buffer, pos, value.contiguous())
+        else:
+            view[pos:pos + len(value)] = value
+            pos += len(value)
+    return pos - offset
 
 
 def encode(message: Message) -> bytes:
     """The message as HVLM version 1 bytes."""
-    count = len(message.entries)
-    expect(1 <= count <= MAX_ENTRIES, InputError, f"HVLM: {count} entries, expected 1..{MAX_ENTRIES}")
-    parts = _parts(message.parts, MESSAGE_PART)
-    for i, entry in enumerate(message.entries):
-        parts += _parts(entry.parts, i)
-    m = message
-    head = HEADER.pack(MAGIC, VERSION, m.kind, m.direction, m.flags, count, m.partition, m.pid, m.run, m.step,
-                       m.deadline_ns, m.model_id, m.domain, len(parts))
-    table = b"".join(ENTRY.pack(e.seq, e.stamp_ns, e.arrival_ns, e.index, e.crossing, e.chunk_index, e.chunk_count,
-                                e.slot, e.start, e.row, e.count) for e in message.entries)
-    return head + table + b"".join(parts)
+    buffer = bytearray(encoded_size(message))
+    encode_into(message, buffer)
+    return bytes(buffer)
 
 
 # ---- reading -----------------------------------------------------------------------------------------------------
@@ -155,7 +187,8 @@ def _head(view: memoryview, source: str) -> tuple[Message, int, int]:
            f"{source}: HVLM version {version}; this node reads version {VERSION}")
     expect(kind in KINDS.values(), InputError, f"{source}: unknown model kind {kind}")
     expect(direction in (FORWARD, BACK), InputError, f"{source}: unknown direction {direction}")
-    expect(flags & ~(ABORT | REFUSED) == 0, InputError, f"{source}: unknown flags {flags:#x}")
+    expect(flags & ~KNOWN_FLAGS == 0 and flags & (INPROC | SHM) != INPROC | SHM, InputError,
+           f"{source}: unknown flags {flags:#x}")
     expect(1 <= count <= MAX_ENTRIES and part_count <= MAX_PARTS, InputError,
            f"{source}: {count} entries and {part_count} parts, expected 1..{MAX_ENTRIES} and <= {MAX_PARTS}")
     end = HEADER.size + ENTRY.size * count
@@ -174,26 +207,28 @@ def peek(buffer) -> Message | None:
         return None
 
 
-def _read_value(view: memoryview, pos: int, name: str, tag: str, source: str):
+def _read_value(view: memoryview, pos: int, name: str, tag: str, source: str, copy: bool = True):
     if tag == "T":
-        return read_tensor(view, pos, name, source)
+        return read_tensor(view, pos, name, source, copy)
     size = {"I": I64.size, "F": F64.size}.get(tag, U32.size)
     expect(view.nbytes >= pos + size, InputError, f"{source}: truncated in part {name!r}")
     if tag in ("I", "F"):
         return (I64 if tag == "I" else F64).unpack_from(view, pos)[0], pos + size
     n, pos = U32.unpack_from(view, pos)[0], pos + size
     length = n * F64.size if tag == "V" else n
-    expect(tag == "V" or n <= MAX_TEXT, InputError, f"{source}: part {name!r} declares {n} bytes of text")
+    expect(tag == "V" or n <= MAX_TEXT, InputError, f"{source}: part {name!r} declares {n} bytes")
     expect(view.nbytes >= pos + length, InputError, f"{source}: truncated in part {name!r}")
     if tag == "V":
         return struct.unpack_from(f"<{n}d", view, pos), pos + length
+    if tag == "B":
+        return bytes(view[pos:pos + length]), pos + length
     try:
         return bytes(view[pos:pos + length]).decode(), pos + length
     except UnicodeDecodeError as exc:
         raise InputError(f"{source}: part {name!r} is not UTF-8 ({exc})") from None
 
 
-def _read_part(view: memoryview, pos: int, message: Message, source: str) -> int:
+def _read_part(view: memoryview, pos: int, message: Message, source: str, copy: bool) -> int:
     expect(view.nbytes >= pos + PART.size, InputError, f"{source}: truncated before a part")
     code, tag, owner = PART.unpack_from(view, pos)
     expect(code in NAMES, InputError, f"{source}: unknown part code {code}")
@@ -204,13 +239,15 @@ def _read_part(view: memoryview, pos: int, message: Message, source: str) -> int
            f"{source}: part {name!r} of entry {owner}; the message has {len(message.entries)}")
     parts = message.parts if owner == MESSAGE_PART else message.entries[owner].parts
     expect(name not in parts, InputError, f"{source}: part {name!r} twice for one owner")
-    parts[name], pos = _read_value(view, pos + PART.size, name, PARTS[name][1], source)
+    parts[name], pos = _read_value(view, pos + PART.size, name, PARTS[name][1], source, copy)
     return pos
 
 
-def decode(buffer, source: str = "HVLM message", kind: int | None = None, direction: int | None = None) -> Message:
+def decode(buffer, source: str = "HVLM message", kind: int | None = None, direction: int | None = None,
+           copy: bool = True) -> Message:
     """The message `encode` wrote, every structure checked (InputError naming what does not fit; an old format:
-    OldMessageError). `kind` / `direction`: what the caller serves; another is refused with both named."""
+    OldMessageError). `kind` / `direction`: what the caller serves; another is refused with both named.
+    copy=False: tensors that view `buffer` (zero copy)."""
     view = memoryview(buffer)
     message, part_count, pos = _head(view, source)
     names = {v: k for k, v in KINDS.items()}
@@ -219,44 +256,6 @@ def decode(buffer, source: str = "HVLM message", kind: int | None = None, direct
     expect(direction is None or message.direction == direction, InputError,
            f"{source}: direction {message.direction}, expected {direction}")
     for _ in range(part_count):
-        pos = _read_part(view, pos, message, source)
+        pos = _read_part(view, pos, message, source, copy)
     expect(pos == view.nbytes, InputError, f"{source}: {view.nbytes - pos} trailing bytes")
     return message
-
-
-# ---- a crossing dataclass as parts and back ----------------------------------------------------------------------
-def crossing_parts(state) -> dict:
-    """A crossing dataclass's fields as parts (a DeepStack as ds_first / ds_positions / ds_features; None left
-    out; a bool as 0 / 1)."""
-    parts = {}
-    for f in fields(state):
-        value = getattr(state, f.name)
-        if isinstance(value, DeepStack):
-            parts.update(ds_first=value.first_block, ds_positions=value.positions, ds_features=value.features)
-        elif value is not None:
-            parts[f.name] = int(value) if isinstance(value, bool) else value
-    return parts
-
-
-def crossing_from_parts(cls, parts: dict, source: str):
-    """The crossing `crossing_parts` wrote, each field's kind checked; a part the crossing has no field for is
-    refused."""
-    values, used = {}, set()
-    for f in fields(cls):
-        if f.type == "DeepStack | None":
-            ds = ("ds_first", "ds_positions", "ds_features")
-            present = [n in parts for n in ds]
-            expect(all(present) or not any(present), InputError, f"{source}: a DeepStack needs all of {ds}")
-            values[f.name] = DeepStack(parts[ds[1]], parts[ds[2]], parts[ds[0]]) if all(present) else None
-            used.update(ds)
-            continue
-        expect(f.name in parts, InputError, f"{source}: a {cls.__name__} without its {f.name!r}")
-        value = parts[f.name]
-        if f.type == "bool":
-            expect(value in (0, 1), InputError, f"{source}: {f.name!r} is {value}, expected 0 or 1")
-            value = bool(value)
-        values[f.name] = value
-        used.add(f.name)
-    extra = sorted(set(parts) - used)
-    expect(not extra, InputError, f"{source}: a {cls.__name__} has no field for parts {extra}")
-    return cls(**values)

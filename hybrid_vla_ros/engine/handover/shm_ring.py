@@ -33,7 +33,7 @@ from .shm_segment import (SEGMENT_PREFIX, SHM_DIR, _owner_alive, create_segment,
                           reclaim_stale_segments, segment_prefix)  # (re-exported: the ring's names and reclaim)
 
 RING_MAGIC = b"HVLARING"
-RING_VERSION = 3
+RING_VERSION = 4                 # 4: slots hold HVLM messages (engine/handover/message.py)
 RING_HEADER = struct.Struct("<8sIIQQI")       # magic, version, slots, slot capacity, ring id, owner pid
 READER, READER_OFFSET = struct.Struct("<QQ"), 40  # reader's heartbeat (CLOCK_MONOTONIC ns), newest seq read + 1
 # state, epoch(partition), seq, ring id, generation, payload length, written at (CLOCK_MONOTONIC ns)
@@ -120,8 +120,8 @@ class SharedMemoryRing:
         """A new owner-only segment `<segment_prefix(scope)><pid>_<name>_<random>`, its space reserved, after
         reclaiming this user's stale segments (shm_segment.create_segment: a ConfigError says why it cannot be
         made, e.g. a /dev/shm too small, with the sizes and the remedy)."""
-        expect(slots >= 1 and slot_capacity >= codec.HEADER.size, InputError,
-               f"ring '{name}': slots={slots}, capacity={slot_capacity}: need >= 1 slot of >= {codec.HEADER.size} B")
+        expect(slots >= 1 and slot_capacity >= codec.MIN_SIZE, InputError,
+               f"ring '{name}': slots={slots}, capacity={slot_capacity}: need >= 1 slot of >= {codec.MIN_SIZE} B")
         reclaim_stale_segments(directory)
         path, fd, mm = create_segment(
             f"{segment_prefix(scope)}{os.getpid()}_{name}", ring_bytes(slots, slot_capacity),

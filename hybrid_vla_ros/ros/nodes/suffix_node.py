@@ -148,8 +148,8 @@ class SuffixNode(SuffixOutput, StageNode):
             return
         try:
             state, transport = self.decoder.decode(data)
-        except HybridVLAError as exc:
-            self._reject("invalid_boundary", exc, envelope_stamp(data))
+        except HybridVLAError as exc:   # a format this release replaced keeps its own reason (old_message)
+            self._reject(getattr(exc, "reason", "invalid_boundary"), exc, envelope_stamp(data))
             return
         if state.flight is not None:  # handed over in this process: report to the prefix's in-flight gate
             state.flight.suffix_started()
