@@ -101,10 +101,13 @@ RING = DESCRIPTOR.pack(DESCRIPTOR_MAGIC, 1, 0, 0, 0, 0)
     ({"shm_segment": "not_ours_", "shm_slot": RING}, "not a hybrid_vla_ros ring"),
     ({"shm_segment": "hvla_gone_", "shm_slot": RING}, "not one of this user's rings"),
     ({"shm_segment": GONE, "shm_slot": RING}, "does not exist"),
+    ({"shm_segment": GONE + "\0", "shm_slot": RING}, "is not a file name in /dev/shm"),   # was ValueError
 ])
 def test_malformed_shared_memory_parts_are_refused_with_the_reason(decoder, parts, reason):
+    data = pack_envelope("shm", 1, parts)
+    decoder.watch(data)                       # the subscription callback's look: never raises
     with pytest.raises(InputError, match=reason):
-        decoder.decode(pack_envelope("shm", 1, parts))
+        decoder.decode(data)
 
 
 def test_an_in_process_message_without_its_handle_or_with_an_unknown_one_is_refused(decoder):

@@ -118,3 +118,71 @@ def test_any_changed_byte_is_read_as_written_or_refused(data):
     except InputError:
         return
     assert len(got.entries) == 2 and isinstance(got.parts, dict)
+
+
+def test_the_codes_are_the_wire_format_and_never_move():
+    """Part and crossing codes are what the bytes say: renumbering one silently changes the format."""
+    assert {name: code for name, (code, _) in hvlm.PARTS.items()} == {
+        "hidden": 1, "positions": 2, "mask": 3, "ds_first": 4, "ds_positions": 5, "ds_features": 6, "rope_delta": 7,
+        "stream": 8, "history_xyz": 9, "history_rot": 10, "step": 11, "token": 12, "feed": 13, "done": 14, "x": 15,
+        "t": 16, "times": 17, "seed": 18, "temperature": 19, "top_p": 20, "max_new_tokens": 21, "flow_steps": 22,
+        "guidance_weight": 23, "guidance": 24, "reason": 25, "text": 26, "query_index": 27, "context": 28,
+        "slots": 29, "handle": 30, "shm_segment": 31, "shm_slot": 32}
+    assert hvlm.KINDS == {"waypoints": 1, "tokens": 2, "alpamayo": 3}
+    assert (hvlm.FORWARD, hvlm.BACK, hvlm.ABORT, hvlm.REFUSED, hvlm.INPROC, hvlm.SHM) == (1, 2, 1, 2, 4, 8)
+    from hybrid_vla_ros.engine.actionflow.codec import ROWS as PACKED_ROWS, TOKEN
+    from hybrid_vla_ros.engine.expert_split.crossings import KINDS as ALPAMAYO
+    from hybrid_vla_ros.engine.handover.codec import ROWS
+    assert (ROWS, PACKED_ROWS, TOKEN) == (1, 1, 2)
+    assert [c.__name__ for c in ALPAMAYO] == ["PromptState", "TokensState", "TokenChoice", "ActionState",
+                                               "ExpertState"]   # crossing codes 1..5
+
+
+@pytest.mark.parametrize("name, value, says", [("token", 1.5, "a number, got float"), ("token", "12", "got str"),
+                                               ("token", 2**63, "does not fit 64 bits"),
+                                               ("shm_slot", 7, "bytes, got int"), ("reason", None, "text, got NoneType"),
+                                               ("times", ("a",), "numbers only")])
+def test_a_value_of_the_wrong_kind_is_refused_when_written_never_converted(name, value, says):
+    with pytest.raises(InputError, match=says):
+        hvlm.encode(hvlm.Message(1, hvlm.FORWARD, [hvlm.Entry(1, 2, parts={name: value})]))
+
+
+def test_version_0_is_damage_not_an_old_release():
+    data = bytearray(hvlm.encode(packed_message()))
+    struct.pack_into("<H", data, 4, 0)
+    with pytest.raises(InputError, match="HVLM version 0") as caught:
+        hvlm.decode(bytes(data))
+    assert not isinstance(caught.value, hvlm.OldMessageError)
+
+
+def test_each_kind_refuses_flags_and_parts_that_mean_nothing_to_it():
+    from hybrid_vla_ros.engine.actionflow.codec import decode_state, decode_tokens, encode_tokens
+    from hybrid_vla_ros.engine.expert_serve import envelope
+    from hybrid_vla_ros.engine.expert_split.crossings import TokensState
+    tokens = hvlm.decode(encode_tokens({3: 7}, 5))
+    for flags in (hvlm.ABORT, hvlm.REFUSED, hvlm.SHM):
+        tokens.flags = flags
+        with pytest.raises(InputError, match="flags"):
+            decode_tokens(hvlm.encode(tokens))
+    packed = packed_message()
+    packed.flags, packed.parts = hvlm.INPROC, {"slots": 1, "hidden": torch.zeros(6, 4),
+                                              "positions": torch.zeros(1, 6, dtype=torch.long)}
+    for e in packed.entries:
+        e.parts, e.crossing = {}, 1
+    with pytest.raises(InputError, match="flags"):
+        decode_state(hvlm.encode(packed))
+    answer = envelope.encode_back(envelope.Back(envelope.Tag(1, 2, 3), 1, envelope.REFUSED, reason="r", message="m"))
+    back = hvlm.decode(answer)
+    back.flags = hvlm.REFUSED | hvlm.ABORT
+    with pytest.raises(InputError, match="flags"):
+        envelope.decode_back(hvlm.encode(back))
+    back.flags, back.parts = 0, {"reason": "r"}
+    with pytest.raises(InputError, match="no place in an answer"):
+        envelope.decode_back(hvlm.encode(back))
+    forward = envelope.encode_forward(envelope.Forward(
+        envelope.Tag(1, 2, 3), 1, envelope.CROSSING,
+        TokensState(torch.zeros(1, 1, 4), torch.zeros(3, 1, 1, dtype=torch.long), 0)))
+    later = hvlm.decode(forward)
+    later.parts["seed"] = 9                          # a frame's settings travel on its first message only
+    with pytest.raises(InputError, match=r"parts \['seed'\] have no place in message 1"):
+        envelope.decode_forward(hvlm.encode(later))

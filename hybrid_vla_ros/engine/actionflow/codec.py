@@ -60,6 +60,7 @@ def _tensor_part(parts: dict, name: str, source: str) -> torch.Tensor:
 
 def decode_state(buffer, source: str = "packed boundary") -> tuple[PackedState, StepHeader]:
     message = hvlm.decode(buffer, source, KIND, hvlm.FORWARD)
+    expect(not message.flags, InputError, f"{source}: flags {message.flags:#x} on a packed step (its rows are inline)")
     expect(all(e.crossing == ROWS and not e.parts for e in message.entries), InputError,
            f"{source}: every entry of a packed step is a frame's rows, with no parts of its own")
     segments = [Segment(e.seq, e.slot, e.start, e.row, e.count, e.stamp_ns, e.arrival_ns) for e in message.entries]
@@ -130,6 +131,7 @@ def encode_tokens(tokens: dict[int, int], step: int) -> bytes:
 def decode_tokens(buffer, source: str = "action tokens") -> tuple[dict[int, int], int]:
     """-> ({seq: token}, step)."""
     message = hvlm.decode(buffer, source, KIND, hvlm.BACK)
+    expect(not message.flags, InputError, f"{source}: flags {message.flags:#x} on an answer of tokens")
     expect(not message.parts and all(e.crossing == TOKEN and set(e.parts) == {"token"} for e in message.entries),
            InputError, f"{source}: every entry of an answer is one frame's token")
     tokens = {e.seq: e.parts["token"] for e in message.entries}

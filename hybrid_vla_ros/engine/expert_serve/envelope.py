@@ -102,6 +102,10 @@ def decode_forward(buffer, source: str = "split Alpamayo forward message") -> Fo
     """InputError naming what does not fit (an old format: OldMessageError, reason old_message)."""
     message = hvlm.decode(buffer, source, KIND, hvlm.FORWARD)
     entry = _one_entry(message, source)
+    expect(message.flags & ~hvlm.ABORT == 0, InputError, f"{source}: flags {message.flags:#x} on a forward message")
+    allowed = {"times", *OPENING} if entry.index == 0 else {"times"}
+    extra = sorted(set(message.parts) - allowed)
+    expect(not extra, InputError, f"{source}: parts {extra} have no place in message {entry.index} of a frame")
     times = message.parts.get("times", ())
     expect(len(times) == len(PHASES), InputError, f"{source}: {len(times)} phase times, expected {len(PHASES)}")
     abort = bool(message.flags & hvlm.ABORT)
@@ -139,6 +143,9 @@ def decode_back(buffer, source: str = "split Alpamayo answer") -> Back:
     message = hvlm.decode(buffer, source, KIND, hvlm.BACK)
     entry = _one_entry(message, source)
     tag = Tag(message.run, entry.seq, entry.stamp_ns)
+    expect(message.flags & ~hvlm.REFUSED == 0, InputError, f"{source}: flags {message.flags:#x} on an answer")
+    expect(set(message.parts) <= ({"reason", "text"} if message.flags else set()), InputError,
+           f"{source}: parts {sorted(message.parts)} have no place in an answer")
     if message.flags & hvlm.REFUSED:
         return Back(tag, entry.index, REFUSED, reason=message.parts.get("reason", ""),
                     message=message.parts.get("text", ""))

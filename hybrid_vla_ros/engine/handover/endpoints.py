@@ -91,12 +91,14 @@ def carrier_of(message: hvlm.Message) -> str:
 
 
 def pack_envelope(kind: str, stamp_ns: int, parts: dict, arrival_ns: int = 0, model_id: int = 0,
-                  chunk: tuple[int, int] = (0, 1), seq: int = 0, partition: int = 0) -> bytes:
+                  chunk: tuple[int, int] = (0, 1), seq: int = 0, partition: int = 0, start: int | None = None) -> bytes:
     """A boundary message whose carrier `kind` holds the state (parts: the carrier's, e.g. {"handle": 3});
-    chunk: (index, count) of the state it names (engine/chunking.py); (0, 1) for a whole frame."""
+    chunk: (index, count) of the state it names (engine/chunking.py), from token `start` (None: 0 for the first
+    chunk, else its index); (0, 1) for a whole frame."""
     index, count = chunk
-    codec.check_chunk_index(index, count, f"boundary message of the frame stamped {stamp_ns}")
-    entry = hvlm.Entry(seq, stamp_ns, arrival_ns, index, codec.ROWS, index, count, parts=parts)
+    start = (index if index > 0 else 0) if start is None else start
+    codec.check_chunk(index, count, start, f"boundary message of the frame stamped {stamp_ns}")
+    entry = hvlm.Entry(seq, stamp_ns, arrival_ns, index, codec.ROWS, index, count, start=start, parts=parts)
     return hvlm.encode(hvlm.Message(codec.KIND, hvlm.FORWARD, [entry], flags=CARRIER_FLAGS[kind],
                                     partition=partition, model_id=model_id, domain=HOST_ID))
 
@@ -210,6 +212,8 @@ class HandoverDecoder:
         if name == "inline":
             return codec.decode(view, source="inline boundary payload"), name
         message = hvlm.decode(view, "boundary message", codec.KIND, hvlm.FORWARD)
+        expect(message.flags == CARRIER_FLAGS[name], InputError,
+               f"boundary message ({name}): flags {message.flags:#x}, expected {CARRIER_FLAGS[name]:#x}")
         entry = codec.check_entry(message, "boundary message")
         expect(set(entry.parts) == CARRIER_PARTS[name] and not message.parts, InputError,
                f"boundary message ({name}): parts {sorted(entry.parts)}, expected {sorted(CARRIER_PARTS[name])}")
@@ -250,6 +254,9 @@ class HandoverDecoder:
     def _shm_handle(handle: tuple[str, bytes], host: int) -> tuple[str, bytes]:
         expect(host == HOST_ID, InputError, "boundary message: shared-memory descriptor from another host or "
                "/dev/shm (set the prefix's boundary_transport to auto or inline)")
+        segment = handle[0]
+        expect(segment.isascii() and segment.isprintable() and "/" not in segment, InputError,
+               f"boundary message: shared-memory segment name {segment[:80]!r} is not a file name in /dev/shm")
         return handle
 
     def close(self) -> None:

@@ -41,14 +41,16 @@ INPROC, SHM = 4, 8                        # flags: where the tensors are (neithe
 KNOWN_FLAGS = ABORT | REFUSED | INPROC | SHM
 MESSAGE_PART = 0xFFFF
 MAX_ENTRIES, MAX_PARTS, MAX_TEXT = 1024, 8192, 1 << 20
-# part name -> (code, tag); a part arriving with another tag is refused
-PARTS = {name: (code, tag) for code, (name, tag) in enumerate((
-    ("hidden", "T"), ("positions", "T"), ("mask", "T"), ("ds_first", "I"), ("ds_positions", "T"),
-    ("ds_features", "T"), ("rope_delta", "I"), ("stream", "I"), ("history_xyz", "T"), ("history_rot", "T"),
-    ("step", "I"), ("token", "I"), ("feed", "I"), ("done", "I"), ("x", "T"), ("t", "T"), ("times", "V"),
-    ("seed", "I"), ("temperature", "F"), ("top_p", "F"), ("max_new_tokens", "I"), ("flow_steps", "I"),
-    ("guidance_weight", "F"), ("guidance", "I"), ("reason", "S"), ("text", "S"), ("query_index", "I"),
-    ("context", "S"), ("slots", "I"), ("handle", "I"), ("shm_segment", "S"), ("shm_slot", "B")), start=1)}
+# part name -> (code, tag): the codes are the wire format (test_message.py pins them); a part arriving with another
+# tag is refused. A new part takes a new code; a code is never reused.
+PARTS = {
+    "hidden": (1, "T"), "positions": (2, "T"), "mask": (3, "T"), "ds_first": (4, "I"), "ds_positions": (5, "T"),
+    "ds_features": (6, "T"), "rope_delta": (7, "I"), "stream": (8, "I"), "history_xyz": (9, "T"),
+    "history_rot": (10, "T"), "step": (11, "I"), "token": (12, "I"), "feed": (13, "I"), "done": (14, "I"),
+    "x": (15, "T"), "t": (16, "T"), "times": (17, "V"), "seed": (18, "I"), "temperature": (19, "F"),
+    "top_p": (20, "F"), "max_new_tokens": (21, "I"), "flow_steps": (22, "I"), "guidance_weight": (23, "F"),
+    "guidance": (24, "I"), "reason": (25, "S"), "text": (26, "S"), "query_index": (27, "I"), "context": (28, "S"),
+    "slots": (29, "I"), "handle": (30, "I"), "shm_segment": (31, "S"), "shm_slot": (32, "B")}
 NAMES = {code: name for name, (code, _) in PARTS.items()}
 # the formats HVLM replaced: refused by name, never read as something else
 OLD_FORMATS = {b"HVLE": "waypoint boundary envelope", b"HVLB": "bare boundary state",
@@ -96,16 +98,20 @@ class Message:
 
 # ---- writing -----------------------------------------------------------------------------------------------------
 def _small(name: str, value) -> bytes:
-    """A non-tensor part's value bytes."""
-    tag = PARTS[name][1]
-    if tag == "I":
-        return I64.pack(int(value))
-    if tag == "F":
-        return F64.pack(float(value))
+    """A non-tensor part's value bytes; a value of another kind is an InputError, never converted."""
+    tag, what = PARTS[name][1], f"HVLM part {name!r}"
+    if tag in ("I", "F"):
+        kinds = int if tag == "I" else (int, float)
+        expect(isinstance(value, kinds), InputError, f"{what}: a number, got {type(value).__name__}")
+        expect(tag == "F" or -2**63 <= value < 2**63, InputError, f"{what}: {value} does not fit 64 bits")
+        return I64.pack(value) if tag == "I" else F64.pack(float(value))
     if tag == "V":
+        expect(all(isinstance(v, (int, float)) for v in value), InputError, f"{what}: numbers only")
         return U32.pack(len(value)) + struct.pack(f"<{len(value)}d", *map(float, value))
-    raw = bytes(value) if tag == "B" else str(value).encode()
-    expect(len(raw) <= MAX_TEXT, InputError, f"HVLM part {name!r}: {len(raw)} bytes, at most {MAX_TEXT}")
+    expect(isinstance(value, (bytes, bytearray, memoryview) if tag == "B" else str), InputError,
+           f"{what}: {'bytes' if tag == 'B' else 'text'}, got {type(value).__name__}")
+    raw = bytes(value) if tag == "B" else value.encode()
+    expect(len(raw) <= MAX_TEXT, InputError, f"{what}: {len(raw)} bytes, at most {MAX_TEXT}")
     return U32.pack(len(raw)) + raw
 
 
@@ -183,7 +189,7 @@ def _head(view: memoryview, source: str) -> tuple[Message, int, int]:
     expect(view.nbytes >= HEADER.size, InputError, f"{source}: {view.nbytes} bytes, shorter than the header")
     (_, version, kind, direction, flags, count, partition, pid, run, step, deadline, model_id, domain,
      part_count) = HEADER.unpack_from(view, 0)
-    expect(version == VERSION, OldMessageError if version < VERSION else InputError,
+    expect(version == VERSION, OldMessageError if 0 < version < VERSION else InputError,
            f"{source}: HVLM version {version}; this node reads version {VERSION}")
     expect(kind in KINDS.values(), InputError, f"{source}: unknown model kind {kind}")
     expect(direction in (FORWARD, BACK), InputError, f"{source}: unknown direction {direction}")

@@ -174,6 +174,8 @@ def open_segment(segment: str, directory: Path, min_size: int) -> tuple[int, mma
         raise InputError(f"shared-memory segment '{segment}': does not exist (writer gone?)") from exc
     except OSError as exc:  # another user's (EACCES), a symlink (ELOOP), a directory, no descriptors left, ...
         raise InputError(f"shared-memory segment '{segment}': cannot be opened ({exc.strerror})") from exc
+    except ValueError as exc:   # a NUL byte in the name
+        raise InputError(f"shared-memory segment {segment[:80]!r}: not a file name ({exc})") from None
     try:
         st = os.fstat(fd)
         expect(stat.S_ISREG(st.st_mode), InputError, f"shared-memory segment '{segment}': not a regular file")
