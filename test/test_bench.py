@@ -26,11 +26,12 @@ def test_bench_writes_json_with_every_mode_side_by_side_and_a_plot(tmp_path):
         mode = report["modes"][name]
         assert mode["completed"] + mode["dropped"] == 6 and mode["completed"] >= 5, mode
         assert mode["period_ms"]["p50"] > 0 and mode["transport"] == transport
-    # --gil: each thread's GIL-held share, sampled by py-spy (bench/gil.py; which thread holds it: test_gil.py).
-    # Six tiny frames are ~0.1 s, ~10 samples: a thread holding it 20% of the time shows no sample one run in ten.
+    # --gil: each thread's GIL-held share, sampled by py-spy (bench/gil.py). Only the report's form here: six tiny
+    # frames are ~0.1 s, ~10 samples, so which threads show up is chance (a quiet .ci/run once saw none of the
+    # graph's own); which thread holds it, measured over long enough runs: test_gil.py.
     graph = report["modes"]["graph"]
     shares = graph["gil_held_share"]
-    assert any(name == "MainThread" or name.startswith("hvla-") for name in shares), graph
+    assert isinstance(shares, dict) and all(isinstance(name, str) and name for name in shares), graph
     assert all(0.0 < share <= 1.0 + 4 * graph["gil_sampling"]["share_noise"] for share in shares.values()), graph
     assert 0.0 <= graph["gil_held_by_none"] <= 1.0 and graph["gil_sampling"]["expected_samples"] >= 1, graph
     assert "gil_held_share" not in report["modes"]["graph_processes"]   # one process only
