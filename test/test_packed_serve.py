@@ -264,10 +264,9 @@ def test_a_suffix_server_fed_damaged_steps_refuses_them_and_then_decodes_exactly
     except InputError:
         pass
     else:
-        if out.expired:   # a damaged deadline in the past: nothing published
+        if out.expired:   # a damaged deadline in the past: nothing published (an answer has 1..1024 entries)
             assert out.tokens_payload == b"" and not out.completed
-            out.tokens_payload = encode_tokens({}, out.step)
-        tokens, _ = decode_tokens(out.tokens_payload)
+        tokens = decode_tokens(out.tokens_payload)[0] if not out.expired else {}
         base, bins = model.action_tokenizer.base, model.action_tokenizer.bins
         assert all(base <= t < base + bins for t in tokens.values())
         assert all(np.isfinite(r.trajectory.points).all() for r in out.completed)  # never a NaN action
