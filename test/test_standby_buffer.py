@@ -91,3 +91,38 @@ def test_frames_pushed_out_of_a_full_standby_are_counted_once_at_the_takeover_un
     assert node.health.drop_reasons["standby_full"] == 2
     assert promoted == items[3 * 2:]
     assert role.check()[3]["pushed_out_lost"] == "2"
+
+
+def test_a_primary_that_stood_by_at_start_up_runs_the_newest_frames_its_queue_takes_and_counts_the_oldest():
+    """Found by a loaded run of the warm-standby kill test: a primary suffix that sees the standby at start-up
+    stands by for FIRST_WAIT_S (5 s), keeping what reaches it: 64 frames in flight plus those of the 0.4 s
+    takeover window (8 or 9 at 20 Hz). At its promotion they went into a worker queue of 64, which refused the
+    newest (the only ones young enough to publish) and kept the stalest, refused later as too old; and those
+    refusals reached no reader in that burst of reports (7 frames unaccounted). Now the oldest that do not fit
+    are counted and the newest run."""
+    from hybrid_vla_ros.engine.pipeline.standby_buffer import hand_to_worker
+    from hybrid_vla_ros.engine.pipeline.worker import StageWorker
+    node, promoted = FakeNode(), []
+    node.get_name = lambda: "hybrid_vla_suffix"
+    role = SuffixRole(node, False, promoted.extend, frames_in_flight=64, chunks=1)
+    frames = range(100)                               # 5 s at 20 Hz
+    items = arrive(role, frames, 1, t0=0.0)
+    role._promote()
+    n = len(promoted)
+    assert n > 64 and promoted == items[-n:]
+    worker = StageWorker("suffix", lambda item: None, capacity=64, health=node.health,
+                         stamp_of=lambda item: stamp(int(item[0].split()[1])))   # not started: nothing taken
+    hand_to_worker(promoted, worker, worker.stamp_of)
+    assert worker.backlog() == 64
+    assert [worker._mailbox.take() for _ in range(64)] == items[-64:]            # the newest 64, oldest first
+    assert node.lost == [("dropped", "standby_full", stamp(f)) for f in range(100 - n)] + \
+        [("dropped", "queue_full", stamp(f)) for f in range(100 - n, 36)]   # every frame run or counted, once
+
+
+def test_a_cut_through_a_chunked_frame_leaves_the_whole_frame_out():
+    from hybrid_vla_ros.engine.pipeline.standby_buffer import newest_that_fit
+    items = [(f, c) for f in range(4) for c in range(3)]          # 4 frames of 3 chunks
+    kept, out = newest_that_fit(items, 7, lambda item: item[0])     # 7 would split frame 1
+    assert kept == items[6:] and out == [0, 1]
+    assert newest_that_fit(items, 12, lambda item: item[0]) == (items, [])
+    assert newest_that_fit(items, 0, lambda item: item[0]) == ([], [0, 1, 2, 3])

@@ -75,7 +75,11 @@ BOUNDARY_QOS = QoSProfile(depth=10, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 TOKENS_QOS = QoSProfile(depth=50)
 # Partition point: the current value for late joiners.
 PARTITION_QOS = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-# Lost frames (~/debug/dropped_frames): the last 50 kept for a reader that matches late (a node's writer and a
-# reader match separately: a frame lost just after start-up or a respawn was reported to nobody, and a frame
-# nothing accounts for looked lost silently).
-LOST_QOS = QoSProfile(depth=50, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+# Lost frames (~/debug/dropped_frames): kept for a reader that matches late (a node's writer and a reader match
+# separately: a frame lost just after start-up or a respawn was reported to nobody, and a frame nothing accounts
+# for looked lost silently), and deep enough for the largest burst: a suffix's takeover reports at once up to
+# two queues of frames (64 each: those that do not fit, then the stalest refused as too old), the prefix's
+# shutdown its waiting frames. At 50, a reader busy for such a burst kept the newest 50 and lost the rest
+# (issue 50: 7 frames of the warm-standby kill test). ~200 bytes a report: 1000 of them are ~200 KB a writer.
+LOST_DEPTH = 1000
+LOST_QOS = QoSProfile(depth=LOST_DEPTH, durability=DurabilityPolicy.TRANSIENT_LOCAL)

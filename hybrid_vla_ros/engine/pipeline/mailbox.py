@@ -31,6 +31,11 @@ class Mailbox:
             self.cond.notify_all()
             return None
 
+    def room(self) -> int:
+        """Items a put takes now without waiting (latest: always 1, it displaces)."""
+        with self.cond:
+            return 1 if self.policy == "latest" else self.capacity - len(self.items)
+
     def take(self):
         with self.cond:
             self.cond.wait_for(lambda: self.items or self.closed)

@@ -77,3 +77,26 @@ class StandbyBuffer:
             self.messages = 0
             self.lost += len(lost)
             return items, lost
+
+
+def newest_that_fit(buffered: list, room: int, stamp_of) -> tuple[list, list[int]]:
+    """A takeover's messages (oldest first) cut to the `room` the worker's queue has now, by whole frames, the
+    newest kept: the buffer may hold twice what the queue does (`frames` plus the window's), and its oldest
+    frames are the stalest (the first an age limit refuses), where a full queue would refuse the newest.
+    -> (the messages to run, the stamps of the frames left out: the caller counts each once)."""
+    if len(buffered) <= room:
+        return buffered, []
+    cut = len(buffered) - max(0, room)
+    while 0 < cut < len(buffered) and stamp_of(buffered[cut]) == stamp_of(buffered[cut - 1]):
+        cut += 1   # the frame the cut falls in goes whole
+    return buffered[cut:], list(dict.fromkeys(stamp_of(item) for item in buffered[:cut]))
+
+
+def hand_to_worker(buffered: list, worker, stamp_of) -> None:
+    """A takeover's messages into the worker (engine/pipeline/worker.py): the newest that fit its queue; the
+    frames left out counted as dropped (queue_full), once each, with their stamps."""
+    kept, left_out = newest_that_fit(buffered, worker.room(), stamp_of)
+    for stamp_ns in left_out:
+        worker.health.drop("queue_full", stamp_ns)
+    for item in kept:
+        worker.submit(item)

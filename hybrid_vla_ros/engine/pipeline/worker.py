@@ -218,6 +218,9 @@ class StageWorker:
         with self._mailbox.cond:
             return len(self._mailbox.items) + (1 if self.busy else 0)
 
+    def room(self) -> int:
+        return self._mailbox.room()
+
     def stuck_after(self) -> float:
         return max(self.stuck_after_s, STUCK_FACTOR * self.health.longest_ms() / 1e3)
 

@@ -22,6 +22,7 @@ from .serving.output import SuffixOutput
 from .stage_node import StageNode, graph_scope
 from .packed_stage import PackedSuffixSteps
 from .standby import SuffixRole
+from ...engine.pipeline.standby_buffer import hand_to_worker
 from .time_limits import waits_to_suffix
 from ..params import chosen_cores
 from ..topics import STANDBY_NODE
@@ -69,9 +70,8 @@ class SuffixNode(SuffixOutput, StageNode):
         expect(self.packed is None, ConfigError, f"warm_standby: model '{self.model.spec.name}' decodes action "
                f"tokens; the frames in flight live in the active suffix's KV ring, a standby cannot take them over")
 
-        def take_over(buffered) -> None:  # frames newer than the last published, oldest first
-            for item in buffered:
-                self.worker.submit(item)   # more than the queue takes: dropped, counted (queue_full)
+        def take_over(buffered) -> None:  # frames newer than the last published: the newest the queue takes run
+            hand_to_worker(buffered, self.worker, lambda item: envelope_stamp(item[0]))
         # the standby keeps what the active one's queue may hold (frames x chunks), plus the takeover window
         return SuffixRole(self, self.get_name() == STANDBY_NODE, take_over, SUFFIX_QUEUE, self.chunk_flow.count)
 
