@@ -83,3 +83,31 @@ def test_a_frame_waits_for_a_linked_suffix_and_is_refused_when_none_comes(releas
     ref = alpamayo.run_reference(model, inputs, outcome.settings.seed, SAMPLING, alpamayo.FlowSettings(2))
     assert outcome.sent and first_sent[0] >= linked_at[0]   # the frame's first message only once linked
     assert torch.equal(replies[-1].finished.result.xyz, ref.xyz)
+
+
+def test_each_side_reads_only_its_tensors_and_the_two_halves_equal_the_reference(releases):
+    """Issue 51's "own side" for a release: a prefix for the zone [1, 3] never reads lm_head, the final norms,
+    action_out_proj or VLM block 3; a suffix never reads the vision tower, the embeddings, action_in_proj or VLM
+    block 0; only the zone's blocks are read by both. Served from the two halves, every cut in the zone equals
+    the whole model's reference."""
+    from hybrid_vla_ros.engine.expert_split.sides import side_reads
+    whole = alpamayo.load_release(releases["1.5"])
+    halves = {side: alpamayo.load_release(releases["1.5"], reads=side_reads(whole, side, (1, 3)))
+              for side in ("prefix", "suffix")}
+    read = {side: {n for n, p in m.named_parameters() if not p.is_meta} for side, m in halves.items()}
+    names = {n for n, _ in whole.named_parameters()}
+    block = "vlm.model.language_model.layers."
+    assert read["prefix"] | read["suffix"] == names
+    assert {n.split(".")[4] for n in read["prefix"] & read["suffix"] if n.startswith(block)} == {"1", "2"}
+    assert not {n for n in read["prefix"] & read["suffix"] if not n.startswith((block, "expert.layers."))}
+    assert "vlm.lm_head.weight" not in read["prefix"] and not any(n.startswith(block + "3.") for n in read["prefix"])
+    assert not any(n.startswith(("vlm.model.visual.", "action_in_proj.", block + "0.")) for n in read["suffix"])
+    text, flow = PromptText.from_release(releases["1.5"]), alpamayo.FlowSettings(3, 2.5)
+    inputs = frame_inputs(whole, [im for s in camera_sets(4) for im in s], still_history(), text, route=True)
+    suffix = AlpamayoSuffixServer(halves["suffix"])
+    for p in (1, 2, 3):
+        prefix = AlpamayoPrefixServer(halves["prefix"], p, SAMPLING, flow, guidance=True, seed=SEED)
+        outcome, replies = serve(prefix, suffix, PrefixJob(inputs, p, 1000 + p))
+        done = [r.finished for r in replies if r.finished]
+        ref = alpamayo.run_reference(whole, inputs, outcome.settings.seed, SAMPLING, flow, True)
+        assert done[0].result.tokens == ref.tokens and torch.equal(done[0].result.xyz, ref.xyz)

@@ -18,7 +18,8 @@ import resource
 import subprocess
 import sys
 
-from ..errors import ConfigError, HybridVLAError
+from ..errors import ConfigError, HybridVLAError, expect
+from ..model.plugins import alpamayo
 
 REFUSED = 2             # a child's exit status when its stage refused (its one line on stderr)
 TARGET_FRACTION = 0.15  # weights_rss within 15% of weight_bytes
@@ -38,6 +39,8 @@ def stage_in_this_process(stage: str, checkpoint: str | None, preset: str | None
     from ..engine.placement import Placement
     from ..engine.stages import PrefixStage, SuffixStage
     from ..model.load import load_vla
+    if checkpoint is not None and alpamayo.is_release(checkpoint):
+        return release_stage_in_this_process(stage, checkpoint, partition, zone, dtype)
     placement = Placement.create(device, dtype, dtype)
     shapes = load_vla(preset=preset, checkpoint=checkpoint, shapes_only=True).to(placement.prefix_dtype)
     imports_rss = psutil.Process().memory_info().rss  # code and a weightless (meta) model: the lazy imports done
@@ -54,6 +57,33 @@ def stage_in_this_process(stage: str, checkpoint: str | None, preset: str | None
             "peak_rss_bytes": _peak_rss(),
             "peak_cuda_bytes": cuda, "zone": list(built.zone),
             "tensors_read": len(model.checkpoint_files.read_keys) if checkpoint else None}
+
+
+def release_stage_in_this_process(stage: str, checkpoint: str, partition: int, zone: tuple[int, int] | None,
+                                  dtype: str) -> dict:
+    """An Alpamayo release's side of the cut, as its node reads it (engine/expert_split/sides.py): weight_bytes
+    are the bytes of the parameters that side reads, in `dtype`."""
+    import psutil
+    import torch
+    from ..engine.expert_split.sides import side_reads
+    from ..engine.placement import parse_suffix_dtype
+    wanted, int8 = parse_suffix_dtype(dtype)
+    expect(not int8, ConfigError, f"dtype {dtype}: an Alpamayo release is read in fp32 or bf16")
+    shapes = alpamayo.load_release(checkpoint, shapes_only=True)
+    imports_rss = psutil.Process().memory_info().rss
+    blocks = shapes.num_blocks
+    expect(0 <= partition <= blocks, ConfigError, f"partition {partition}: expected 0..{blocks} for this release")
+    zone = zone or (partition, partition)
+    reads = side_reads(shapes, stage, zone)
+    model = alpamayo.load_release(checkpoint, dtype=wanted, reads=reads)
+    read = [p for n, p in model.named_parameters() if reads(n)]
+    with torch.no_grad():
+        for tensor in read:   # paged in, as the first frame does
+            tensor.sum()
+    return {"stage": stage, "weight_bytes": sum(p.numel() * p.element_size() for p in read),
+            "imports_rss_bytes": imports_rss, "rss_after_load_bytes": psutil.Process().memory_info().rss,
+            "peak_rss_bytes": _peak_rss(), "peak_cuda_bytes": None, "zone": list(zone), "tensors_read": len(read),
+            "tensors_in_release": len(model.weight_map)}
 
 
 def built_modules(stage) -> list:

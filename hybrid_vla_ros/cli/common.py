@@ -80,7 +80,8 @@ WHAT = {"alpamayo": "is an Alpamayo release (a flow-matching expert over the VLM
 SERVED_BY = {
     "alpamayo": "`hybrid-vla verify` (its split against the unsplit reference at every cut) and the ROS graph's prefix "
                 "and suffix nodes (`hybrid-vla graph` with model.checkpoint a release directory or model.preset "
-                "tiny-alpamayo-r1 / tiny-alpamayo-1.5); "
+                "tiny-alpamayo-r1 / tiny-alpamayo-1.5); `hybrid-vla memory --checkpoint DIR` (each side of a "
+                "release in its own process); "
                 "`hybrid-vla bench --preset alpamayo-bench` times the split on a reduced 1.5; shapes: `hybrid-vla "
                 "info --preset alpamayo-r1-like`",
     "expert_shapes": "`hybrid-vla info` and `plan` (its shapes, bytes and predicted costs); to run the split: "
@@ -116,8 +117,8 @@ def model_kind(args) -> str | None:
 
 
 def serves(args, kind: str) -> bool:
-    if kind == "alpamayo":
-        return args.command == "verify"
+    if kind == "alpamayo":   # memory reads a release's files (a preset is built whole: it has none)
+        return args.command == "verify" or (args.command == "memory" and bool(getattr(args, "checkpoint", None)))
     if kind == "expert_shapes":
         return args.command in ("info", "plan")
     return args.command in ("info", "export", "make-sample-drive") or (

@@ -57,19 +57,27 @@ def _set(model: nn.Module, name: str, tensor: torch.Tensor, parameter: bool) -> 
         owner._buffers[leaf] = tensor
 
 
-def _read_all(model: AlpamayoModel, weight_map: dict, dtype: torch.dtype) -> None:
-    """Parameters in `dtype`; saved buffers as stored (the action space's statistics stay fp32)."""
-    entries = [(n, p, True) for n, p in model.named_parameters()]
-    entries += [(n, b, False) for n, b in model.named_buffers() if n in weight_map]
+def read_more(model: AlpamayoModel, reads, dtype: torch.dtype = torch.float32) -> int:
+    """Read the parameters reads(name) selects that are still on the meta device, in `dtype`, and the saved
+    buffers not read yet, as stored (the action space's statistics stay fp32). -> parameters read."""
+    weight_map = model.weight_map
+    entries = [(n, p, True) for n, p in model.named_parameters() if p.is_meta and reads(n)]
+    done = getattr(model, "buffers_read", False)
+    entries += [] if done else [(n, b, False) for n, b in model.named_buffers() if n in weight_map]
     for name, current, parameter in entries:
         path = weight_map[name]
         with _opened(path) as handle:
             wanted = dtype if parameter else current.dtype
             _set(model, name, read_tensor(handle, path, name, current, wanted), parameter)
+    model.buffers_read = True
+    return sum(parameter for *_, parameter in entries)
 
 
-def load_release(directory, dtype: torch.dtype = torch.float32, shapes_only: bool = False) -> AlpamayoModel:
-    """The model of a released Alpamayo directory (ConfigError with the reason when it is not one)."""
+def load_release(directory, dtype: torch.dtype = torch.float32, shapes_only: bool = False,
+                 reads=None) -> AlpamayoModel:
+    """The model of a released Alpamayo directory (ConfigError with the reason when it is not one). reads(name)
+    -> bool: read only those parameters (one side of a cut: engine/expert_split/sides.py), the rest stays on the
+    meta device; read_more adds others later."""
     directory = Path(directory)
     expect(directory.is_dir(), ConfigError, f"Alpamayo checkpoint '{directory}': no such directory")
     config = parse(read_json(directory / "config.json"), directory)
@@ -77,9 +85,9 @@ def load_release(directory, dtype: torch.dtype = torch.float32, shapes_only: boo
     weight_map = _weight_map(directory)
     model = build(config)
     _check_keys(model, weight_map, directory)
+    model.checkpoint_directory, model.weight_map = directory, weight_map
     if not shapes_only:
-        _read_all(model, weight_map, dtype)
-    model.checkpoint_directory = directory
+        read_more(model, reads or (lambda name: True), dtype)
     return model.eval()
 
 

@@ -19,25 +19,32 @@ def is_alpamayo(model) -> bool:
     return isinstance(model, AlpamayoModel)
 
 
-def with_weights(model):
-    """The release with its weights read: one per directory per process (the node's shared model is read
-    shapes-only; the prefix and the suffix in one process share this one)."""
+def with_weights(model, side: str, zone):
+    """The release with the tensors of this node's side read (engine/expert_split/sides.py: a prefix never reads
+    lm_head or the blocks past the zone, a suffix never the vision tower): one model per directory per process,
+    so a prefix and a suffix in one process share it, each side's tensors read once. (The node's shared model is
+    read shapes-only.) An Alpamayo preset (model/plugins/alpamayo/tiny.py) is built whole: returned as it is."""
+    from ....engine.expert_split.sides import side_reads
     from ....model.plugins.alpamayo import load_release
-    if model.checkpoint_directory is None:   # an Alpamayo preset (model/plugins/alpamayo/tiny.py): built whole
+    from ....model.plugins.alpamayo.release import read_more
+    if model.checkpoint_directory is None:
         return model
     directory = str(model.checkpoint_directory)
     with _LOCK:
         if directory not in _WEIGHTS:
-            _WEIGHTS[directory] = load_release(directory)
-        return _WEIGHTS[directory]
+            _WEIGHTS[directory] = load_release(directory, shapes_only=True)
+        release = _WEIGHTS[directory]
+        read_more(release, side_reads(release, side, zone))
+        return release
 
 
 def expert_stage(node, table: str):
     """The node's stage for an Alpamayo release (None for any other model: the node's own stage)."""
     if not is_alpamayo(node.model):
         return None
-    model = with_weights(node.model)
-    if table == "hybrid_vla_prefix":
+    side = "prefix" if table == "hybrid_vla_prefix" else "suffix"
+    model = with_weights(node.model, side, node.zone)
+    if side == "prefix":
         from .prefix_stage import AlpamayoPrefixStage
         return AlpamayoPrefixStage(node, model)
     from .suffix_stage import AlpamayoSuffixStage
