@@ -215,6 +215,34 @@ def test_1_5_is_served_in_one_process_exactly(releases, domain):
         rclpy.shutdown(context=context)
 
 
+@pytest.mark.slow
+def test_a_release_in_bf16_on_both_sides_is_served_in_one_process_exactly(releases, domain):
+    """The `dtype` parameters for a release (issue 51): both nodes read their side in bf16, and the trajectories
+    equal the unsplit bf16 model's (the trajectory itself comes out in fp32); the diagnostics say the dtype."""
+    import rclpy
+    from hybrid_vla_ros.ros.launch_support.bringup import InProcessGraph
+    params = graph_params(releases["r1"], False)
+    params["hybrid_vla_prefix"]["dtype"] = params["hybrid_vla_suffix"]["dtype"] = "bf16"
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    graph = InProcessGraph(params, context=context, nodes=("hybrid_vla_prefix", "hybrid_vla_suffix"))
+    driver = Driver(context, graph.executor, graph.spin_once)
+    try:
+        assert not graph.failed, graph.failed
+        suffix = graph.nodes["hybrid_vla_suffix"]
+        model = suffix.expert.model
+        assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+        assert graph.nodes["hybrid_vla_prefix"].expert.model is model   # one process: one model, both sides read
+        sets = camera_sets(2)
+        paths, infos = driver.drive(sets, timeout_s=60)
+        check(paths, infos, expected(model, sets, False))
+        assert ("dtype", 0, "bf16") == suffix.expert.checks()[1][:3]
+    finally:
+        driver.close()
+        graph.shutdown()
+        rclpy.shutdown(context=context)
+
+
 def damaged_forward(width: int = 8) -> bytes:
     """A decode step's message of frame 9 (run 1, stamp 5) cut short in its tensor: the head still names it."""
     from hybrid_vla_ros.engine.expert_split.crossings import TokensState

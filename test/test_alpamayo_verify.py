@@ -64,9 +64,15 @@ def test_the_presets_are_seeded_the_same_on_every_build():
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
 
 
-def test_verify_refuses_an_alpamayo_model_in_another_dtype(capsys):
-    assert main(["verify", "--preset", "tiny-alpamayo-r1", "--dtype", "bf16"]) == 2
-    assert "--dtype bf16" in capsys.readouterr().err
+def test_verify_runs_an_alpamayo_model_in_bf16_exact_and_refuses_what_it_has_no_cpu_path_for(capsys):
+    """bf16 on both sides equals the unsplit bf16 model at every cut (fp32 is the test above); fp16 or a suffix
+    in another dtype than the prefix has no unsplit reference here: refused in one line."""
+    code, out = verify_lines(capsys, "--preset", "tiny-alpamayo-r1", "--dtype", "bf16")
+    assert code == 0 and "bf16" in out[0]
+    assert [float(LINE.match(line).group(2)) for line in out[1:]] == [0.0] * 5
+    for args in (["--dtype", "fp16"], ["--dtype", "bf16", "--suffix-dtype", "fp32"]):
+        assert main(["verify", "--preset", "tiny-alpamayo-r1", *args]) == 2
+        assert args[-1] in capsys.readouterr().err
 
 
 def test_verify_on_the_real_size_alpamayo_preset_is_one_line_not_a_meta_device_traceback():
@@ -166,3 +172,18 @@ def test_memory_measures_each_side_of_a_release_reading_only_its_tensors(tmp_pat
         assert report["within_target"], report   # weights resident within 15% of that
     assert stages["prefix"]["weight_bytes"] + stages["suffix"]["weight_bytes"] > \
         sum(p.numel() * 4 for p in shapes.parameters())   # the zone's blocks on both sides
+
+
+def test_each_node_takes_fp32_or_bf16_for_a_release_and_refuses_the_rest_with_the_reason():
+    from hybrid_vla_ros.engine.dtype_choice import DtypeChoice
+    from hybrid_vla_ros.errors import ConfigError
+    from hybrid_vla_ros.ros.nodes.alpamayo.settings import side_dtype
+    model = load_vla(preset="tiny-alpamayo-r1", shapes_only=True)
+    assert side_dtype({"dtype": "bf16", "device": "cpu"}, "prefix", model, None).dtype == "bf16"
+    auto = side_dtype({"dtype": "auto"}, "suffix", model, None)   # the probe on the release's block shapes
+    assert isinstance(auto, DtypeChoice) and auto.dtype in ("fp32", "bf16") and auto.reason
+    for params, side, named in (({"dtype": "int8"}, "suffix", "dtype=int8"), ({"dtype": "fp16"}, "suffix", "fp16"),
+                                ({"dtype": "fp32", "device": "cuda"}, "prefix", "device=cuda"),
+                                ({"dtype": "auto", "device": "cpu"}, "prefix", "dtype=auto")):
+        with pytest.raises(ConfigError, match=named):
+            side_dtype(params, side, model, None)

@@ -37,14 +37,18 @@ def refuse_real_size(args) -> None:
 
 
 def verify_alpamayo(args, model) -> int:
+    """Both sides in one dtype, fp32 or bf16 (--dtype), against the unsplit model in that dtype."""
+    import torch
     from ..engine.expert_split.verify import report_lines, verify_split
     from ..errors import ConfigError
     given = [f"{flag} {value}" for flag, value, default in (("--prefix-device", args.prefix_device, ("auto", "cpu")),
-             ("--dtype", args.dtype, ("fp32",)), ("--suffix-dtype", args.suffix_dtype, (None, "fp32")))
+             ("--dtype", args.dtype, ("fp32", "bf16")), ("--suffix-dtype", args.suffix_dtype, (None, args.dtype)))
              if value not in default]
     if given:
-        raise ConfigError(f"{', '.join(given)}: an Alpamayo model is verified in fp32 on the CPU, both sides in this "
-                          f"process (engine/expert_split); leave them out")
+        raise ConfigError(f"{', '.join(given)}: an Alpamayo model is verified on the CPU, both sides in this process "
+                          f"and in one dtype, --dtype fp32 or bf16 (engine/expert_split); leave the others out")
+    if args.dtype == "bf16":
+        model = model_from_args(args, dtype=torch.bfloat16)
     result = verify_split(model, frames=args.frames)
     emit(result, args.json, report_lines)
     return 0 if result["max_abs_diff"] <= args.tolerance else 1

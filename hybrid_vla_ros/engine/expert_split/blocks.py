@@ -36,6 +36,7 @@ def run_vlm_blocks(text_model, first: int, count: int, hidden: torch.Tensor, pos
     (the reference passes one), else none (text fed on top)."""
     if count == 0:
         return hidden
+    hidden = hidden.to(text_model.layers[first].input_layernorm.weight.dtype)   # rows of a side in another dtype
     padding = torch.ones(hidden.shape[:2], dtype=torch.long) if prompt else None           # (1, T)
     mask = create_causal_mask(config=text_model.config, inputs_embeds=hidden, attention_mask=padding, cache=cache,
                               position_ids=None, layer_idx=first)   # sized against this side's first layer
@@ -69,6 +70,7 @@ def run_expert_blocks(expert, first: int, count: int, hidden: torch.Tensor, span
     the cache back to its length afterwards."""
     if count == 0:
         return hidden
+    hidden = hidden.to(expert.layers[first].input_layernorm.weight.dtype)
     cos_sin = expert.rotary_emb(hidden, span.positions)                                    # 2 x (1, n, head_dim)
     try:
         for index in range(first, first + count):

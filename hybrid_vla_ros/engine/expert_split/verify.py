@@ -11,6 +11,7 @@ frame i samples with seed i."""
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from ...errors import ConfigError, expect
 from ...model.plugins.alpamayo.decode import Sampling
@@ -44,6 +45,9 @@ def synthetic_inputs(model, seq: int, route: bool):
     yaw = 0.05 * t
     poses = np.stack([5.0 * t * np.cos(yaw), 5.0 * t * np.sin(yaw), yaw], -1)               # (16, 3)
     return frame_inputs(model, images, poses, TEXT, route)
+
+
+DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 
 
 def guidance_cases(model) -> tuple[bool, ...]:
@@ -85,7 +89,7 @@ def verify_split(model, frames: int = 2, reasoning_tokens: int = REASONING_TOKEN
                         "unguided_max_abs_diff": worst[False], **({"guided_max_abs_diff": worst[True]}
                                                                    if True in worst else {})})
     return {"preset": model_name(model), "family": model.config.model_type, "release": model.config.release,
-            "num_blocks": model.num_blocks, "dtype": "fp32", "placement": "cpu, both sides in this process",
+            "num_blocks": model.num_blocks, "dtype": DTYPE_NAMES.get(model.expert_dtype, str(model.expert_dtype)), "placement": "cpu, both sides in this process",
             "frames": frames, "reasoning_tokens": reasoning_tokens, "flow_steps": runs[0][3].steps,
             "guidance": list(cases), "results": results,
             "max_abs_diff": max(r["max_abs_diff"] for r in results)}

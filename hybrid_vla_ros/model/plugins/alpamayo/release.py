@@ -85,6 +85,8 @@ def load_release(directory, dtype: torch.dtype = torch.float32, shapes_only: boo
     weight_map = _weight_map(directory)
     model = build(config)
     _check_keys(model, weight_map, directory)
+    for name, param in list(model.named_parameters()):   # unread ones in `dtype` too: a side's dtype is its own
+        _set(model, name, torch.empty_like(param, dtype=dtype, device="meta"), True)
     model.checkpoint_directory, model.weight_map = directory, weight_map
     if not shapes_only:
         read_more(model, reads or (lambda name: True), dtype)

@@ -82,6 +82,7 @@ class AlpamayoPrefixStage:
         node.configured_timer(p["diagnostics_period_s"], self.diagnostics.publish)
         node.get_logger().info(
             f"prefix: {model.config.release} ({model.num_blocks} blocks), partition {self.server.partition}, "
+            f"dtype {node.dtype_choice.dtype}, "
             f"cameras {p['camera_topics']}, sampling {s.sampling}, flow {s.flow}, guidance {s.guidance}")
 
     def _subscribe_cameras(self, topics: list[str], compressed: bool) -> None:
@@ -179,7 +180,7 @@ class AlpamayoPrefixStage:
         return [("alpamayo", 0, f"{self.model.config.release} at p={s.partition}",
                  {"partition": str(s.partition), "num_blocks": str(self.model.num_blocks),
                   "stale_answers": str(s.stale_answers), "camera_sync_discarded": str(self.sync.discarded),
-                  "frames_with_repeated_images": str(self.padded_frames)})]
+                  "frames_with_repeated_images": str(self.padded_frames), "dtype": self.node.dtype_choice.dtype})]
 
     def activated(self) -> None:
         self.diagnostics.publish()

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ....engine.decode.policy import DecodePolicy
+from ....engine.dtype_choice import DtypeChoice, choose_suffix_dtype
 from ....errors import ConfigError, expect
 from ....model.plugins.alpamayo.decode import Sampling
 from ....model.plugins.alpamayo.flow import FlowSettings
@@ -40,3 +41,20 @@ def stage_settings(params, model) -> StageSettings:
            f"flow.guidance_weight={weight:g}: guidance needs the route tokens, which the {model.config.release} "
            f"config lacks (add_special_tokens is off); set 1.0")
     return StageSettings(sampling, flow, guidance, policy.seed)
+
+
+def side_dtype(params, side: str, model, cores) -> DtypeChoice:
+    """The dtype a release's side is read and run in: fp32 or bf16 on the CPU. The prefix's `dtype`; the suffix's
+    `dtype`, where auto is engine/dtype_choice.py's probe on the release's block shapes (bf16 only where native
+    and measured faster). Each side may differ: a side converts what arrives to its own dtype. Refused with the
+    reason: fp16 and int8 (no CPU path for a release), a GPU prefix (not in this version)."""
+    name = params["dtype"]
+    if side == "prefix":
+        expect(params["device"] in ("auto", "cpu"), ConfigError,
+               f"device={params['device']}: an Alpamayo release's prefix runs on the CPU in this version; set cpu")
+    elif name == "auto":
+        text = model.config.vlm.text_config
+        return choose_suffix_dtype(text.hidden_size, text.intermediate_size, cores)
+    expect(name in ("fp32", "bf16"), ConfigError,
+           f"dtype={name}: an Alpamayo release's {side} runs fp32 or bf16 on the CPU (or auto, on the suffix)")
+    return DtypeChoice(name, "set by the dtype parameter")

@@ -52,8 +52,9 @@ class AlpamayoSuffixStage:
         self.diagnostics = node.diagnostics = DiagnosticsPublisher(node, node.health, self.worker, self.checks)
         node.configured_timer(p["diagnostics_period_s"], self.diagnostics.publish)
         self.frames = 0
-        node.get_logger().info(f"suffix: {model.config.release} ({model.num_blocks} blocks), "
-                               f"{node.describe_output()}")
+        choice = node.dtype_choice
+        node.get_logger().info(f"suffix: {model.config.release} ({model.num_blocks} blocks), dtype {choice.dtype} "
+                               f"({choice.reason}), {node.describe_output()}")
 
     def _on_message(self, msg) -> None:
         """Taken in any state: a frame started before a deactivate finishes (its prefix waits for the answers)."""
@@ -112,6 +113,8 @@ class AlpamayoSuffixStage:
         s = self.server
         return [("alpamayo", 0, f"{self.model.config.release}: {self.frames} frames finished",
                  {"frames": str(self.frames), "frames_replaced": str(s.replaced), "frames_aborted": str(s.aborted)}),
+                ("dtype", 0, self.node.dtype_choice.dtype, {"dtype": self.node.dtype_choice.dtype,
+                                                            "dtype_reason": self.node.dtype_choice.reason}),
                 *self.node.output_checks()]
 
     def activated(self) -> None:
