@@ -135,3 +135,43 @@ def test_the_real_size_preset_has_the_vocabulary_the_authors_code_computes():
     from manifest_checkpoint import load_manifest
     released = load_manifest("alpamayo_r1_released")["config_json"]
     assert get_preset("alpamayo-r1-like").vocab_size == released["vocab_size"] == 151669 + 4000 + 28
+
+
+@pytest.mark.slow
+def test_the_suffix_publishes_each_frames_reasoning_as_text_stamped_with_the_frame(tmp_path, domain):
+    """Issue 51, item 3: ~/output/reasoning carries the decoded reasoning of each frame (the release's tokenizer,
+    extended as the authors' code extends it; special tokens left out) with the frame's camera stamp, beside its
+    trajectory_info's ids. A release without a tokenizer publishes none (the graph tests of test_alpamayo_graph)."""
+    import rclpy
+    from autoware_internal_debug_msgs.msg import StringStamped
+    from test_alpamayo_graph import BASE_NS, Driver, camera_sets, graph_params
+    from hybrid_vla_ros.ros.launch_support.bringup import InProcessGraph
+    from hybrid_vla_ros.ros.messages import stamp_to_ns
+    from ros_harness import wait_until
+    folder = tmp_path / "r1"
+    model = tiny.build_preset("tiny-alpamayo-r1")
+    folder.mkdir()
+    save_file({k: v.detach().clone().contiguous() for k, v in model.state_dict().items()},
+              str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps(tiny.raw_config("tiny-alpamayo-r1")))
+    tiny.backbone_config().save_pretrained(folder / "vlm")
+    tokenizer = as_the_authors_build_it("alpamayo_r1")
+    with_tokenizer(folder, tokenizer, "")
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    graph = InProcessGraph(graph_params(folder, False), context=context, nodes=("hybrid_vla_prefix", "hybrid_vla_suffix"))
+    driver = Driver(context, graph.executor, graph.spin_once)
+    said = []
+    driver.node.create_subscription(StringStamped, "/hybrid_vla_suffix/output/reasoning", said.append, 10)
+    try:
+        assert not graph.failed, graph.failed
+        paths, infos = driver.drive(camera_sets(2), timeout_s=60)
+        assert wait_until(lambda: len(said) >= 2, driver.spin, 10)
+        for k, (msg, info) in enumerate(zip(said, infos)):
+            ids = [int(t) for t in info["tokens"].split(",")]
+            assert stamp_to_ns(msg.stamp) == int(info["stamp_ns"]) == BASE_NS + k * 100_000_000
+            assert msg.data == tokenizer.decode(ids, skip_special_tokens=True) and msg.data.strip()
+    finally:
+        driver.close()
+        graph.shutdown()
+        rclpy.shutdown(context=context)

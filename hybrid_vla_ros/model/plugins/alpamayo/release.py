@@ -127,12 +127,11 @@ def implied_ids(config) -> dict:
     return ids
 
 
-def check_tokenizer(config, directory: Path) -> None:
-    """A tokenizer beside the release (or its backbone) whose tokens disagree with config.json: ConfigError naming
-    the token (the prompts' ids would not be the tokens the release was trained on)."""
-    folder = tokenizer_directory(config, directory)
+def release_tokenizer(config, directory: Path):
+    """The release's tokenizer extended as the authors' code extends it (None when the release has none)."""
+    folder = tokenizer_directory(config, Path(directory))
     if folder is None:
-        return
+        return None
     from transformers import AutoTokenizer
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
@@ -140,7 +139,16 @@ def check_tokenizer(config, directory: Path) -> None:
         raise ConfigError(f"Alpamayo checkpoint '{directory}': the tokenizer in '{folder}' cannot be loaded "
                           f"({exc})") from None
     extend_as_released(tokenizer, config)
-    where = f"Alpamayo checkpoint '{directory}': the tokenizer in '{folder}'"
+    return tokenizer
+
+
+def check_tokenizer(config, directory: Path) -> None:
+    """A tokenizer beside the release (or its backbone) whose tokens disagree with config.json: ConfigError naming
+    the token (the prompts' ids would not be the tokens the release was trained on)."""
+    tokenizer = release_tokenizer(config, directory)
+    if tokenizer is None:
+        return
+    where = f"Alpamayo checkpoint '{directory}': the tokenizer in '{tokenizer_directory(config, Path(directory))}'"
     for token, wanted in implied_ids(config).items():
         got = tokenizer.convert_tokens_to_ids(token)
         expect(got == wanted, ConfigError, f"{where} gives {token} the id {got}, config.json implies {wanted} "

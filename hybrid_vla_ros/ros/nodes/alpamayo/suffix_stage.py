@@ -3,7 +3,8 @@ AlpamayoSuffixServer on the worker's thread (answers on ~/output/action_tokens, 
 TOKENS_QOS); each finished frame's trajectory (the t0 ego frame as predicted) goes out through the node's one output
 path (serving/output.py: in frame_id with the suffix's odometry, re-timed, CandidateTrajectories, turn signals,
 markers), its ~/debug/trajectory_info with the decoded token ids and their count, why the decode ended (stop_token /
-max_tokens), the seed, the expert's Euler steps and each side's ms per phase (expert time per side included).
+max_tokens), the seed, the expert's Euler steps and each side's ms per phase (expert time per side included);
+its reasoning as text on ~/output/reasoning where the release has a tokenizer (ReasoningOutput).
 A frame the server refuses (non-finite boundary, damaged or out-of-turn message) is counted here with its reason;
 the prefix hears it and moves on.
 """
@@ -13,12 +14,14 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from std_msgs.msg import UInt8MultiArray
+from std_msgs.msg import String, UInt8MultiArray
 
 from ....engine.expert_serve.suffix_server import AlpamayoSuffixServer, SuffixFrame
 from ....engine.pipeline.worker import StageWorker
 from ....errors import ConfigError, HybridVLAError
+from ....model.plugins.alpamayo.release import release_tokenizer
 from ....types import Trajectory
+from ...messages import ns_to_stamp
 from ...params import chosen_cores
 from ...topics import TOKENS_QOS
 from ..diagnostics import DiagnosticsPublisher
@@ -39,6 +42,36 @@ def trajectory_points(xyz: np.ndarray, heading: np.ndarray, dt: float) -> np.nda
 ANSWER_LINK_WAIT_S = 10.0   # the longest wait for the prefix's answers reader (it sent a crossing: it is there)
 
 
+class ReasoningOutput:
+    """~/output/reasoning: each finished frame's decoded reasoning as text (the release's tokenizer, extended as the
+    authors' code extends it; special tokens left out), stamped with the frame's camera stamp:
+    autoware_internal_debug_msgs/StringStamped, or std_msgs/String under ~/output/reasoning_text where that
+    package is not importable. Not published for a release without a tokenizer (said once at configure)."""
+
+    def __init__(self, node, model):
+        directory = model.checkpoint_directory
+        self.tokenizer = release_tokenizer(model.config, directory) if directory is not None else None
+        self.pub = None
+        if self.tokenizer is None:
+            node.get_logger().info("no tokenizer in the release (nor its backbone's folder): ~/output/reasoning is "
+                                   "not published; trajectory_info carries the token ids")
+            return
+        try:
+            from autoware_internal_debug_msgs.msg import StringStamped
+            self.cls, topic = StringStamped, "~/output/reasoning"
+        except ImportError:
+            self.cls, topic = String, "~/output/reasoning_text"
+        self.pub = node.configured_publisher(self.cls, topic, 10)
+
+    def publish(self, tokens: list[int], stamp_ns: int) -> None:
+        if self.pub is None:
+            return
+        msg = self.cls(data=self.tokenizer.decode(tokens, skip_special_tokens=True))
+        if hasattr(msg, "stamp"):
+            ns_to_stamp(stamp_ns, msg.stamp)
+        self.pub.publish(msg)
+
+
 class AlpamayoSuffixStage:
     def __init__(self, node, model):
         p = node.params
@@ -52,6 +85,7 @@ class AlpamayoSuffixStage:
         self.diagnostics = node.diagnostics = DiagnosticsPublisher(node, node.health, self.worker, self.checks)
         node.configured_timer(p["diagnostics_period_s"], self.diagnostics.publish)
         self.frames = 0
+        self.reasoning = ReasoningOutput(node, model)
         choice = node.dtype_choice
         node.get_logger().info(f"suffix: {model.config.release} ({model.num_blocks} blocks), dtype {choice.dtype} "
                                f"({choice.reason}), {node.describe_output()}")
@@ -93,6 +127,7 @@ class AlpamayoSuffixStage:
                                    self.model.action_space.dt)
         trajectory = Trajectory(points, tag.seq, tag.stamp_ns, frame.settings.partition)
         self.node.publish_trajectory(trajectory, tag.arrival_ns, self._values(frame, queue_ms))
+        self.reasoning.publish(result.tokens, tag.stamp_ns)
         suffix_ms = sum(frame.times["suffix"].values())
         self.frames += 1
         self.node.health.record(suffix_ms)
