@@ -21,6 +21,7 @@ from hybrid_vla_ros.engine.cpu import pinned
 from hybrid_vla_ros.engine.decode.sampling import step_seed
 from hybrid_vla_ros.engine.expert_serve import envelope
 from hybrid_vla_ros.engine.expert_serve.frame_inputs import ImageHistory, PromptText, frame_inputs, still_history
+from hybrid_vla_ros.engine.expert_serve.release_prompt import release_prompt
 from hybrid_vla_ros.model.plugins import alpamayo
 
 CAMERAS = [f"/test/alpamayo/cam{i}/image" for i in range(4)]
@@ -62,7 +63,7 @@ def expected(model, sets, guidance, kinematic=True, stamps=None, origin_ns=0):
     """run_reference per frame on the inputs the prefix builds (frame_inputs: its own test below); the frames
     stamped BASE_NS, BASE_NS + 0.1 s, ... unless `stamps` says, the odometry's time from origin_ns."""
     from hybrid_vla_ros.ros import messages
-    text, history, out = PromptText.from_release(model.checkpoint_directory), ImageHistory(), []
+    text, history, out = release_prompt(model), ImageHistory(), []   # the prefix's choice (tokenizer, else ids)
     flow = alpamayo.FlowSettings(STEPS, GUIDANCE if guidance else 1.0)
     for k, cameras in enumerate(sets):
         stamp = BASE_NS + k * 100_000_000 if stamps is None else stamps[k]

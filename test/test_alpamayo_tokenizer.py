@@ -6,6 +6,7 @@ special_tokens=True); the route span of a prompt carries the tokenizer's ids; a 
 disagrees with its config.json is refused at load, naming the token. Offline: a byte-level tokenizer with Qwen3's
 added tokens stands in for Qwen3-VL's (same layout of the added tokens, 256 byte tokens instead of 151643 BPE)."""
 
+import itertools
 import json
 import re
 
@@ -138,13 +139,14 @@ def test_the_real_size_preset_has_the_vocabulary_the_authors_code_computes():
 
 
 @pytest.mark.slow
-def test_the_suffix_publishes_each_frames_reasoning_as_text_stamped_with_the_frame(tmp_path, domain):
-    """Issue 51, item 3: ~/output/reasoning carries the decoded reasoning of each frame (the release's tokenizer,
+def test_a_release_with_a_tokenizer_is_served_with_its_authors_prompt_and_its_reasoning_as_text(tmp_path, domain):
+    """Issue 51, item 3: the prefix builds the prompt from the release's tokenizer as the authors' code does (no
+    prompt_ids.json; the trajectories equal run_reference on that prompt); ~/output/reasoning carries the decoded reasoning of each frame (the release's tokenizer,
     extended as the authors' code extends it; special tokens left out) with the frame's camera stamp, beside its
     trajectory_info's ids. A release without a tokenizer publishes none (the graph tests of test_alpamayo_graph)."""
     import rclpy
     from autoware_internal_debug_msgs.msg import StringStamped
-    from test_alpamayo_graph import BASE_NS, Driver, camera_sets, graph_params
+    from test_alpamayo_graph import BASE_NS, Driver, camera_sets, check, expected, graph_params
     from hybrid_vla_ros.ros.launch_support.bringup import InProcessGraph
     from hybrid_vla_ros.ros.messages import stamp_to_ns
     from ros_harness import wait_until
@@ -165,8 +167,10 @@ def test_the_suffix_publishes_each_frames_reasoning_as_text_stamped_with_the_fra
     driver.node.create_subscription(StringStamped, "/hybrid_vla_suffix/output/reasoning", said.append, 10)
     try:
         assert not graph.failed, graph.failed
-        paths, infos = driver.drive(camera_sets(2), timeout_s=60)
-        assert wait_until(lambda: len(said) >= 2, driver.spin, 10)
+        sets = camera_sets(2)
+        paths, infos = driver.drive(sets, timeout_s=60)
+        check(paths, infos, expected(graph.nodes["hybrid_vla_suffix"].expert.model, sets, False))   # the prompt:
+        assert wait_until(lambda: len(said) >= 2, driver.spin, 10)                   # the tokenizer's (release_prompt)
         for k, (msg, info) in enumerate(zip(said, infos)):
             ids = [int(t) for t in info["tokens"].split(",")]
             assert stamp_to_ns(msg.stamp) == int(info["stamp_ns"]) == BASE_NS + k * 100_000_000
@@ -175,3 +179,30 @@ def test_the_suffix_publishes_each_frames_reasoning_as_text_stamped_with_the_fra
         driver.close()
         graph.shutdown()
         rclpy.shutdown(context=context)
+
+
+@pytest.mark.parametrize("model_type", RELEASES)
+def test_the_prompt_is_the_authors_chat_tokenized_whole_with_each_image_pad_expanded(model_type):
+    """engine/expert_serve/release_prompt.py against the authors' layout (NVlabs/alpamayo helper.py and
+    alpamayo1.5's): the system and instruction text in the chat's role markers, 16 images camera-major (1.5:
+    labelled "Front left camera: frame 0 " ...), the 48 history pads, the route span (1.5), <|cot_start|> last."""
+    from hybrid_vla_ros.engine.expert_serve.release_prompt import INSTRUCTION, SYSTEM, ReleasePrompt, prompt_text
+    tokenizer = as_the_authors_build_it(model_type)
+    config = parse(authors_config(tokenizer, model_type), None, vlm=tiny.backbone_config())
+    route = "Turn right in 30m" if model_type == "alpamayo1_5" else None
+    counts = [3 + k % 2 for k in range(16)]
+    ids = ReleasePrompt(tokenizer, route).ids(config, counts, route is not None, 4)[0].tolist()
+    text = tokenizer.decode(ids)
+    pad = config.vlm.image_token_id
+    assert text.startswith(f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n")
+    assert text.endswith(f"{INSTRUCTION}<|im_end|>\n<|im_start|>assistant\n<|cot_start|>")
+    assert ids.count(pad) == sum(counts) and ids[-1] == config.special_ids["cot_start"]
+    assert ids.count(config.traj_token_ids["history"]) == 48
+    runs = [len(list(run)) for token, run in itertools.groupby(ids) if token == pad]
+    assert runs == counts                                            # each image's own count, camera-major
+    labelled = "Front left camera: frame 0 <|vision_start|>" in text and "Front telephoto camera: frame 0 " in text
+    assert labelled == (model_type == "alpamayo1_5") and ("frame 3 " in text) == labelled
+    if route:
+        assert "<|traj_history_end|><|route_start|>Turn right in 30m<|route_end|>output the" in text
+    unexpanded = tokenizer(prompt_text(model_type, 4, route), add_special_tokens=False).input_ids
+    assert [t for t in ids if t != pad] == [t for t in unexpanded if t != pad]   # tokenized whole, as theirs

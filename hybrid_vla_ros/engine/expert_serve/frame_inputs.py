@@ -11,8 +11,9 @@ Ego history: 16 poses 0.1 s apart ending at the frame's stamp (the releases': 1.
 Prompt: [system ids] then per image <|vision_start|> <|image_pad|> x tokens <|vision_end|>, then
 <|traj_history_start|> 48 x <|traj_history|> <|traj_history_end|>, with guidance a route span
 <|route_start|> [route ids] <|route_end|>, then [user ids] and <|cot_start|>. The text ids come from
-`prompt_ids.json` beside the release's config.json ({"system": [...], "user": [...], "route": [...]}): this
-package does not tokenize Qwen3-VL text; without the file the text parts are empty.
+`prompt_ids.json` beside the release's config.json ({"system": [...], "user": [...], "route": [...]}) for a
+release without a tokenizer (without the file the text parts are empty); a release with one gets the prompt its
+authors' code builds, from that tokenizer (release_prompt.py).
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ class PromptText:
     system: tuple[int, ...] = ()
     user: tuple[int, ...] = ()
     route: tuple[int, ...] = ()
+
+    def ids(self, config, image_tokens: list[int], route: bool, frames: int) -> torch.Tensor:
+        return prompt_ids(config, image_tokens, self, route)
 
     @classmethod
     def from_release(cls, directory) -> "PromptText":
@@ -130,13 +134,14 @@ def history_poses(history, stamp_ns: int, skew_ns: int, wait_s: float = 0.0) -> 
 
 def frame_inputs(model, images: list[np.ndarray], poses: np.ndarray, text: PromptText,
                  route: bool = False) -> AlpamayoInputs:
-    """Images camera-major (cameras x frames, oldest first), the history's poses (T, 3) -> the model's inputs."""
+    """Images camera-major (cameras x frames, oldest first), the history's poses (T, 3) -> the model's inputs.
+    text: PromptText (ids given) or release_prompt.ReleasePrompt (the release's tokenizer)."""
     vision = model.config.vlm.vision_config
     rows, grids = zip(*(patchify(image, vision) for image in images))
     merged = vision.spatial_merge_size ** 2
     tokens = [g[1] * g[2] // merged for g in grids]
     xyz, rot = ego_history(poses)
-    return AlpamayoInputs(prompt_ids(model.config, tokens, text, route), torch.cat(rows),
+    return AlpamayoInputs(text.ids(model.config, tokens, route, FRAMES_PER_CAMERA), torch.cat(rows),
                           torch.tensor(grids, dtype=torch.long), xyz, rot)
 
 

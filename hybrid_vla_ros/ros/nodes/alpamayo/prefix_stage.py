@@ -23,7 +23,8 @@ from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Int32, UInt8MultiArray
 
-from ....engine.expert_serve.frame_inputs import (CAMERAS, ImageHistory, PromptText, frame_inputs, history_poses,
+from ....engine.expert_serve.release_prompt import release_prompt
+from ....engine.expert_serve.frame_inputs import (CAMERAS, ImageHistory, frame_inputs, history_poses,
                                                   still_history)
 from ....engine.expert_serve.prefix_server import DEFAULT_TIMEOUT_S, AlpamayoPrefixServer, PrefixJob
 from ....engine.pipeline.camera_sync import CameraSync, StampedHistory
@@ -55,9 +56,11 @@ class AlpamayoPrefixStage:
         p = node.params
         self.node, self.model = node, model
         s = stage_settings(p, model)
-        self.text, self.guidance = PromptText.from_release(model.checkpoint_directory), s.guidance
+        self.text, self.guidance = release_prompt(model), s.guidance
         expect(not s.guidance or bool(self.text.route), ConfigError,
-               "flow.guidance_weight: guidance needs the route's ids in the release's prompt_ids.json ('route')")
+               "flow.guidance_weight: guidance needs a route: the route's ids in the release's prompt_ids.json "
+               "('route'); a prompt built from the release's tokenizer has no route text yet (not from the live "
+               "LaneletRoute in this version)")
         timeout = p["token_timeout_s"] if p["token_timeout_s"] > 0 else DEFAULT_TIMEOUT_S
         self.server = node.stage = AlpamayoPrefixServer(model, p["partition_point"], s.sampling, s.flow,
                                                         s.guidance, s.seed, timeout)

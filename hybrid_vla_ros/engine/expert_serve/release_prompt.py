@@ -1,0 +1,82 @@
+"""An Alpamayo release's prompt built from its own tokenizer, as the authors' inference code builds it (ROS-free).
+
+Read from NVlabs/alpamayo @ 1cba38c (src/alpamayo_r1/helper.py, test_inference.py) and NVlabs/alpamayo1.5 @
+f42e594 (src/alpamayo1_5/helper.py, nav_utils.py): one chat, rendered by Qwen3-VL's chat template with
+`continue_final_message` (so it ends right after <|cot_start|>), then tokenized:
+
+    <|im_start|>system\\n{SYSTEM}<|im_end|>\\n<|im_start|>user\\n
+    per image, camera-major, oldest frame first (1.5 only: "{camera name}: " before a camera's first frame and
+        "frame {i} " before each): <|vision_start|><|image_pad|><|vision_end|>
+    <|traj_history_start|> 48 x <|traj_history|> <|traj_history_end|>
+    1.5 with a route: <|route_start|>{route text, e.g. "Turn right in 30m"}<|route_end|>
+    {INSTRUCTION}<|im_end|>\\n<|im_start|>assistant\\n<|cot_start|>
+
+The chat template's rendering is Qwen3-VL's (its template, not read from a release: the authors' code loads it
+from Qwen/Qwen3-VL-2B-Instruct). The whole text is tokenized at once (byte-level BPE joins text across a label and
+the next, so pieces tokenized apart would give other ids), then each <|image_pad|> is expanded to its image's
+token count, as the processor does. The released cameras are indices 0, 1, 2, 6 in that order."""
+
+from __future__ import annotations
+
+import torch
+
+from ...errors import ConfigError, expect
+
+SYSTEM = "You are a driving assistant that generates safe and accurate actions."
+INSTRUCTION = "output the chain-of-thought reasoning of the driving process, then output the future trajectory."
+CAMERA_NAMES = {0: "Front left camera", 1: "Front camera", 2: "Front right camera", 3: "Rear left camera",
+                4: "Rear camera", 5: "Rear right camera", 6: "Front telephoto camera"}
+RELEASED_CAMERAS = (0, 1, 2, 6)
+IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"
+HISTORY = "<|traj_history_start|>" + "<|traj_history|>" * 48 + "<|traj_history_end|>"
+
+
+def prompt_text(model_type: str, frames: int, route_text: str | None = None,
+                cameras: tuple[int, ...] = RELEASED_CAMERAS) -> str:
+    """The rendered chat (module docstring) for `frames` frames of each camera."""
+    labelled = model_type == "alpamayo1_5"
+    parts = [f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n"]
+    for camera in cameras:
+        for frame in range(frames):
+            if labelled:
+                parts.append((f"{CAMERA_NAMES[camera]}: " if frame == 0 else "") + f"frame {frame} ")
+            parts.append(IMAGE)
+    parts.append(HISTORY)
+    if route_text is not None:
+        parts.append(f"<|route_start|>{route_text}<|route_end|>")
+    parts.append(f"{INSTRUCTION}<|im_end|>\n<|im_start|>assistant\n<|cot_start|>")
+    return "".join(parts)
+
+
+class ReleasePrompt:
+    """frame_inputs' prompt from the release's tokenizer (model/plugins/alpamayo/release.py release_tokenizer)."""
+
+    def __init__(self, tokenizer, route_text: str | None = None):
+        self.tokenizer, self.route_text = tokenizer, route_text
+
+    @property
+    def route(self) -> bool:
+        return bool(self.route_text)
+
+    def ids(self, config, image_tokens: list[int], route: bool, frames: int) -> torch.Tensor:
+        """-> (1, S) for images of these token counts, camera-major."""
+        expect(not route or self.route, ConfigError, "guidance: no route text for the release's prompt")
+        expect(len(image_tokens) % frames == 0, ConfigError, f"{len(image_tokens)} images for {frames} frames a camera")
+        cameras = RELEASED_CAMERAS[:len(image_tokens) // frames]
+        text = prompt_text(config.model_type, frames, self.route_text if route else None, cameras)
+        ids = self.tokenizer(text, add_special_tokens=False).input_ids
+        pad, counts, out = config.vlm.image_token_id, iter(image_tokens), []
+        for token in ids:
+            out += [token] * next(counts) if token == pad else [token]
+        return torch.tensor([out], dtype=torch.long)
+
+
+def release_prompt(model):
+    """The prompt a release's frames get: built from its tokenizer as the authors' code builds it (ReleasePrompt)
+    where the release or its backbone's folder has one; else the ids of a hand-made `prompt_ids.json` beside its
+    config.json (frame_inputs.PromptText; none: the text parts empty)."""
+    from ...model.plugins.alpamayo.release import release_tokenizer
+    from .frame_inputs import PromptText
+    directory = model.checkpoint_directory
+    tokenizer = release_tokenizer(model.config, directory) if directory is not None else None
+    return ReleasePrompt(tokenizer) if tokenizer is not None else PromptText.from_release(directory)
