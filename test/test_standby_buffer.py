@@ -126,32 +126,3 @@ def test_a_cut_through_a_chunked_frame_leaves_the_whole_frame_out():
     assert kept == items[6:] and out == [0, 1]
     assert newest_that_fit(items, 12, lambda item: item[0]) == (items, [])
     assert newest_that_fit(items, 0, lambda item: item[0]) == ([], [0, 1, 2, 3])
-
-
-def beat(instance: int, active_since_ns: int):
-    return SimpleNamespace(values=[SimpleNamespace(key="instance", value=str(instance)),
-                                   SimpleNamespace(key="active_since_ns", value=str(active_since_ns))])
-
-
-def test_a_fresh_primary_beside_a_suffix_that_says_it_stands_by_goes_active_after_listening_not_5_s():
-    """Before, a primary that saw another suffix on the role topic but heard no beat waited FIRST_WAIT_S (5 s),
-    because a standby said nothing: a fresh graph with a standby lost its first 5 s of frames. Now a standby says
-    it stands by; a primary whose every other suffix said so goes active once it has listened (LISTEN_S). A
-    standby's word never makes an active suffix stand by, nor counts as an active one's beat."""
-    from hybrid_vla_ros.ros.nodes import standby
-    node = FakeNode()
-    node.get_name = lambda: "hybrid_vla_suffix"
-    role = SuffixRole(node, False, lambda buffered: None, frames_in_flight=64, chunks=1)
-    role.started -= standby.LISTEN_S + 0.1            # it has listened; FIRST_WAIT_S is far off
-    role._tick()
-    assert not role.active                            # another suffix is on the topic (count 2), nothing said yet
-    role._on_beat(beat(7, 0))                         # the other one stands by
-    role._tick()
-    assert role.active and role.heard is None and node.published[-1].message == "active"
-    role._on_beat(beat(7, 0))
-    assert role.active                                # a standby's word never sends an active one to stand by
-    waiting = SuffixRole(FakeNode(), True, lambda buffered: None, frames_in_flight=64, chunks=1)
-    waiting.started -= standby.LISTEN_S + 0.1
-    waiting._on_beat(beat(8, 0))                      # the primary, before it went active
-    waiting._tick()
-    assert not waiting.active and waiting.heard is None and waiting.node.published[-1].message == "standby"

@@ -13,10 +13,7 @@ and still unpublished at a takeover is counted as dropped (standby_full). When n
 becomes active: it runs the buffered messages newer than the last published trajectory, then serves as usual;
 nothing already published is published again (the stage refuses stamps not newer).
 Everyone starts by listening for LISTEN_S: a respawned primary that hears the promoted standby stands by in
-its turn. Of two active ones (a stalled primary that comes back), the one active longer stays. A suffix standing by
-says so on the same topic (active_since_ns 0): a primary whose every other suffix has said it stands by goes
-active after LISTEN_S, not FIRST_WAIT_S (before: a fresh graph with a standby lost its first 5 s of frames, and
-its primary took over a full buffer at once).
+its turn. Of two active ones (a stalled primary that comes back), the one active longer stays.
 """
 
 from __future__ import annotations
@@ -49,7 +46,6 @@ class SuffixRole:
         self.instance, self.started = secrets.randbits(62), time.monotonic()
         self.active_since_ns = 0          # wall clock when this one became active (0: standing by)
         self.heard: float | None = None   # when the last beat of another active suffix came
-        self.standing_by: set[int] = set()   # instances of other suffixes that said they stand by
         self.buffer = StandbyBuffer(frames_in_flight, chunks, WINDOW_S)
         self.takeovers = 0
         self.pub = node.configured_publisher(DiagnosticStatus, SUFFIX_ROLE_TOPIC, 10)
@@ -71,10 +67,6 @@ class SuffixRole:
     def active(self) -> bool:
         return self.active_since_ns > 0
 
-    @property
-    def role(self) -> str:
-        return "active" if self.active else "standby"
-
     def keep(self, item, stamp_ns: int | None) -> None:
         """A standby's boundary message (data, received), kept for a takeover; one without a frame stamp (not an
         envelope: the active one refuses and counts it) is not."""
@@ -91,20 +83,16 @@ class SuffixRole:
             return
         if theirs[1] == self.instance:
             return
-        if theirs[0] == 0:   # one standing by: never a reason to stand by, nor a beat of an active one
-            self.standing_by.add(theirs[1])
-            return
-        self.standing_by.discard(theirs[1])
         self.heard = time.monotonic()
         if self.active and theirs < (self.active_since_ns, self.instance):  # it was active first: it stays
             self.active_since_ns = 0
             self.node.get_logger().warning("another suffix has been active longer: standing by")
 
     def _tick(self) -> None:
-        self.pub.publish(DiagnosticStatus(name=f"{self.node.get_name()}: role", message=self.role, values=[
-            KeyValue(key="instance", value=str(self.instance)),
-            KeyValue(key="active_since_ns", value=str(self.active_since_ns))]))
         if self.active:
+            self.pub.publish(DiagnosticStatus(name=f"{self.node.get_name()}: role", message="active", values=[
+                KeyValue(key="instance", value=str(self.instance)),
+                KeyValue(key="active_since_ns", value=str(self.active_since_ns))]))
             return
         now = time.monotonic()
         age = now - self.started
@@ -117,9 +105,8 @@ class SuffixRole:
         else:  # a primary alone (no other suffix discovered, no boundary traffic yet: a fresh graph) starts at
             # once; one that finds the graph running (a respawn) gives an active one's beats time to arrive
             # (discovery of a new process can lag: a respawned primary once served beside the standby)
-            others = self.node.count_publishers(SUFFIX_ROLE_TOPIC) - 1
-            alone = others <= 0 and not self.buffer.seen
-            silent = alone or 0 < others <= len(self.standing_by) or age > FIRST_WAIT_S
+            alone = self.node.count_publishers(SUFFIX_ROLE_TOPIC) <= 1 and not self.buffer.seen
+            silent = alone or age > FIRST_WAIT_S
         if silent:
             self._promote()
 
@@ -137,7 +124,7 @@ class SuffixRole:
 
     def check(self) -> tuple:
         """The role's diagnostic status (check name, level, message, values)."""
-        role, b = self.role, self.buffer
+        role, b = "active" if self.active else "standby", self.buffer
         return ("role", 0, role, {"role": role, "takeovers": str(self.takeovers), "buffered": str(b.messages),
                                   "buffer_frames": f"{b.frames} + up to {b.frames} of the last {b.window_s:g} s",
                                   "chunks": str(b.chunks), "pushed_out": str(b.pushed_out),
