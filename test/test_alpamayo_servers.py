@@ -115,23 +115,25 @@ def test_each_side_reads_only_its_tensors_and_the_two_halves_equal_the_reference
 
 def test_a_side_in_bf16_beside_one_in_fp32_converts_what_arrives_and_finishes_its_frames(releases):
     """Each side reads and runs the release in its own dtype (the nodes' `dtype` parameters): what crosses is
-    converted on arrival (VLM and expert rows, DeepStack features; action_in_proj takes any). With both in bf16 the
-    split equals the unsplit bf16 model; mixed, the frame finishes with a finite trajectory (no reference: the
-    reasoning is sampled from logits of another precision)."""
+    converted on arrival (VLM and expert rows, DeepStack features; action_in_proj takes any), also where the
+    receiving side runs no block of it (p = L; p >= L_e: its norm and head only). Mixed, every cut finishes its
+    frame with a finite trajectory (no reference: the reasoning is sampled from logits of another precision);
+    both in bf16, the split equals the unsplit bf16 model."""
     from hybrid_vla_ros.engine.expert_split.sides import side_reads
     whole = alpamayo.load_release(releases["1.5"])
-    text, flow = PromptText.from_release(releases["1.5"]), alpamayo.FlowSettings(3, 2.5)
+    text, flow = PromptText.from_release(releases["1.5"]), alpamayo.FlowSettings(2, 2.5)
     inputs = frame_inputs(whole, [im for s in camera_sets(4) for im in s], still_history(), text, route=True)
-    bf16 = alpamayo.load_release(releases["1.5"], dtype=torch.bfloat16)
-    for prefix_dtype, suffix_dtype in ((torch.float32, torch.bfloat16), (torch.bfloat16, torch.float32),
-                                       (torch.bfloat16, torch.bfloat16)):
-        halves = [alpamayo.load_release(releases["1.5"], dtype=d, reads=side_reads(whole, side, (2, 2)))
+    cases = [(p, a, b) for p in range(whole.num_blocks + 1)
+             for a, b in ((torch.float32, torch.bfloat16), (torch.bfloat16, torch.float32))]
+    for p, prefix_dtype, suffix_dtype in cases + [(2, torch.bfloat16, torch.bfloat16)]:
+        halves = [alpamayo.load_release(releases["1.5"], dtype=d, reads=side_reads(whole, side, (p, p)))
                   for side, d in (("prefix", prefix_dtype), ("suffix", suffix_dtype))]
         assert {p.dtype for p in halves[1].parameters()} == {suffix_dtype}
-        prefix = AlpamayoPrefixServer(halves[0], 2, SAMPLING, flow, guidance=True, seed=SEED)
-        outcome, replies = serve(prefix, AlpamayoSuffixServer(halves[1]), PrefixJob(inputs, 2, 1002))
+        prefix = AlpamayoPrefixServer(halves[0], p, SAMPLING, flow, guidance=True, seed=SEED)
+        outcome, replies = serve(prefix, AlpamayoSuffixServer(halves[1]), PrefixJob(inputs, p, 1000 + p))
         done = [r.finished.result for r in replies if r.finished]
-        assert outcome.sent and len(done) == 1 and torch.isfinite(done[0].xyz).all()
+        assert outcome.sent and len(done) == 1 and torch.isfinite(done[0].xyz).all(), (p, outcome.message)
         if prefix_dtype == suffix_dtype:
+            bf16 = alpamayo.load_release(releases["1.5"], dtype=torch.bfloat16)
             ref = alpamayo.run_reference(bf16, inputs, outcome.settings.seed, SAMPLING, flow, True)
             assert done[0].tokens == ref.tokens and torch.equal(done[0].xyz, ref.xyz)

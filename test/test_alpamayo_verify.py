@@ -172,6 +172,10 @@ def test_memory_measures_each_side_of_a_release_reading_only_its_tensors(tmp_pat
         assert report["within_target"], report   # weights resident within 15% of that
     assert stages["prefix"]["weight_bytes"] + stages["suffix"]["weight_bytes"] > \
         sum(p.numel() * 4 for p in shapes.parameters())   # the zone's blocks on both sides
+    for args, said in ((["--zone", "3,4"], "outside the dynamic zone"), (["--dtype", "fp16"], "fp32 or bf16")):
+        out = subprocess.run([sys.executable, "-m", "hybrid_vla_ros.cli", "memory", "--checkpoint", str(directory),
+                              "--partition", "2", *args], capture_output=True, text=True, timeout=600)
+        assert out.returncode == 2 and said in out.stderr and out.stderr.strip().count("\n") == 0, out.stderr
 
 
 def test_each_node_takes_fp32_or_bf16_for_a_release_and_refuses_the_rest_with_the_reason():

@@ -53,7 +53,7 @@ def test_an_inactive_prefix_counts_one_drop_per_camera_set_with_its_stamp(domain
 
 @pytest.mark.slow
 def test_a_loss_reported_before_a_reader_matched_still_reaches_it(domain):
-    """~/debug/dropped_frames keeps its last 50 reports for a late reader (transient local): a node's writer and a
+    """~/debug/dropped_frames keeps its last reports for a late reader (transient local): a node's writer and a
     reader match separately, and a frame lost just after start-up or a respawn was reported to nobody yet, so an
     observer accounting for every frame (bench --scenario faults) saw it lost silently (issue 50)."""
     from diagnostic_msgs.msg import DiagnosticStatus

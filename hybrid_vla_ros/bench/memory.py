@@ -40,6 +40,8 @@ def stage_in_this_process(stage: str, checkpoint: str | None, preset: str | None
     from ..engine.stages import PrefixStage, SuffixStage
     from ..model.load import load_vla
     if checkpoint is not None and alpamayo.is_release(checkpoint):
+        expect(device in ("auto", "cpu"), ConfigError, f"--prefix-device {device}: an Alpamayo release's sides run "
+                                                         f"on the CPU in this version")
         return release_stage_in_this_process(stage, checkpoint, partition, zone, dtype)
     placement = Placement.create(device, dtype, dtype)
     shapes = load_vla(preset=preset, checkpoint=checkpoint, shapes_only=True).to(placement.prefix_dtype)
@@ -66,14 +68,12 @@ def release_stage_in_this_process(stage: str, checkpoint: str, partition: int, z
     import psutil
     import torch
     from ..engine.expert_split.sides import side_reads
-    from ..engine.placement import parse_suffix_dtype
-    wanted, int8 = parse_suffix_dtype(dtype)
-    expect(not int8, ConfigError, f"dtype {dtype}: an Alpamayo release is read in fp32 or bf16")
+    from ..engine.scheduling.partition import Zone
+    expect(dtype in ("fp32", "bf16"), ConfigError, f"--dtype {dtype}: an Alpamayo release's sides run fp32 or bf16")
+    wanted = torch.float32 if dtype == "fp32" else torch.bfloat16
     shapes = alpamayo.load_release(checkpoint, shapes_only=True)
     imports_rss = psutil.Process().memory_info().rss
-    blocks = shapes.num_blocks
-    expect(0 <= partition <= blocks, ConfigError, f"partition {partition}: expected 0..{blocks} for this release")
-    zone = zone or (partition, partition)
+    zone = tuple(Zone.around(partition, shapes.num_blocks, zone))   # ConfigError: a cut or zone outside 0..L
     reads = side_reads(shapes, stage, zone)
     model = alpamayo.load_release(checkpoint, dtype=wanted, reads=reads)
     read = [p for n, p in model.named_parameters() if reads(n)]

@@ -10,12 +10,12 @@ from .common import add_model_args, add_placement_args, emit, model_from_args, p
 
 
 def cmd_verify(args) -> int:
-    from ..engine.expert_split.verify import is_alpamayo
     from ..engine.verify import verify_partitions
+    from .common import model_kind
     refuse_real_size(args)
+    if model_kind(args) == "alpamayo":   # a release directory or an Alpamayo preset: run_split vs run_reference
+        return verify_alpamayo(args)
     model = model_from_args(args)
-    if is_alpamayo(model):   # a release directory or an Alpamayo preset: run_split vs run_reference
-        return verify_alpamayo(args, model)
     result = verify_partitions(model, placement_from_args(args, model), frames=args.frames)
     emit(result, args.json, lambda r: [f"{r['preset']} ({r['family']}, {r['num_blocks']} blocks, {r['dtype']})"] +
          [f"  p={x['partition']:3d}  max_abs_diff={x['max_abs_diff']:.3e}" for x in r["results"]])
@@ -36,8 +36,8 @@ def refuse_real_size(args) -> None:
                       f"`hybrid-vla info --preset {args.preset}`")
 
 
-def verify_alpamayo(args, model) -> int:
-    """Both sides in one dtype, fp32 or bf16 (--dtype), against the unsplit model in that dtype."""
+def verify_alpamayo(args) -> int:
+    """Both sides in one dtype, fp32 or bf16 (--dtype), against the unsplit model in that dtype (read once)."""
     import torch
     from ..engine.expert_split.verify import report_lines, verify_split
     from ..errors import ConfigError
@@ -47,8 +47,7 @@ def verify_alpamayo(args, model) -> int:
     if given:
         raise ConfigError(f"{', '.join(given)}: an Alpamayo model is verified on the CPU, both sides in this process "
                           f"and in one dtype, --dtype fp32 or bf16 (engine/expert_split); leave the others out")
-    if args.dtype == "bf16":
-        model = model_from_args(args, dtype=torch.bfloat16)
+    model = model_from_args(args, dtype={"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype])
     result = verify_split(model, frames=args.frames)
     emit(result, args.json, report_lines)
     return 0 if result["max_abs_diff"] <= args.tolerance else 1

@@ -61,8 +61,11 @@ class ReleasePrompt:
     def ids(self, config, image_tokens: list[int], route: bool, frames: int) -> torch.Tensor:
         """-> (1, S) for images of these token counts, camera-major."""
         expect(not route or self.route, ConfigError, "guidance: no route text for the release's prompt")
-        expect(len(image_tokens) % frames == 0, ConfigError, f"{len(image_tokens)} images for {frames} frames a camera")
-        cameras = RELEASED_CAMERAS[:len(image_tokens) // frames]
+        count = len(image_tokens) // frames
+        expect(len(image_tokens) % frames == 0 and 0 < count <= len(RELEASED_CAMERAS), ConfigError,
+               f"{len(image_tokens)} images: the release's prompt takes {frames} frames of each of up to "
+               f"{len(RELEASED_CAMERAS)} cameras")
+        cameras = RELEASED_CAMERAS[:count]   # the released order: front left, front, front right, front tele
         text = prompt_text(config.model_type, frames, self.route_text if route else None, cameras)
         ids = self.tokenizer(text, add_special_tokens=False).input_ids
         pad, counts, out = config.vlm.image_token_id, iter(image_tokens), []

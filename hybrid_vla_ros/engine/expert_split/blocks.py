@@ -34,9 +34,9 @@ def run_vlm_blocks(text_model, first: int, count: int, hidden: torch.Tensor, pos
     """VLM blocks first .. first + count - 1 on hidden (1, T, H) at M-RoPE ids (3, 1, T), appending to their
     layers of `cache`; DeepStack added after the blocks it names. `prompt`: the prefill's all-ones padding mask
     (the reference passes one), else none (text fed on top)."""
+    hidden = hidden.to(text_model.norm.weight.dtype)   # rows of a side in another dtype: this side's (meta or not)
     if count == 0:
         return hidden
-    hidden = hidden.to(text_model.layers[first].input_layernorm.weight.dtype)   # rows of a side in another dtype
     padding = torch.ones(hidden.shape[:2], dtype=torch.long) if prompt else None           # (1, T)
     mask = create_causal_mask(config=text_model.config, inputs_embeds=hidden, attention_mask=padding, cache=cache,
                               position_ids=None, layer_idx=first)   # sized against this side's first layer
@@ -68,9 +68,9 @@ class ExpertSpan:
 def run_expert_blocks(expert, first: int, count: int, hidden: torch.Tensor, span: ExpertSpan) -> torch.Tensor:
     """Expert layers first .. first + count - 1 on hidden (1, n, H_e), layer i over the span's cache layer i;
     the cache back to its length afterwards."""
+    hidden = hidden.to(expert.norm.weight.dtype)
     if count == 0:
         return hidden
-    hidden = hidden.to(expert.layers[first].input_layernorm.weight.dtype)
     cos_sin = expert.rotary_emb(hidden, span.positions)                                    # 2 x (1, n, head_dim)
     try:
         for index in range(first, first + count):

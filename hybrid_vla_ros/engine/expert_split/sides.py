@@ -31,8 +31,6 @@ def side_reads(model, side: str, zone: tuple[int, int]) -> Callable[[str], bool]
         modules, vlm, expert = PREFIX_MODULES, range(0, hi), range(0, min(hi, layers))
     else:
         modules, vlm, expert = SUFFIX_MODULES, range(lo, blocks), range(min(lo, layers), layers)
-    if side == "suffix" and model.vlm.lm_head.weight is model.vlm.model.language_model.embed_tokens.weight:
-        modules = modules + ("vlm.model.language_model.embed_tokens.",)   # tied: lm_head reads the embeddings
 
     def reads(name: str) -> bool:
         for pattern, kept in ((VLM_BLOCK, vlm), (EXPERT_LAYER, expert)):

@@ -84,6 +84,9 @@ def load_release(directory, dtype: torch.dtype = torch.float32, shapes_only: boo
     check_tokenizer(config, directory)
     weight_map = _weight_map(directory)
     model = build(config)
+    expect(model.vlm.lm_head.weight is not model.vlm.model.language_model.embed_tokens.weight, ConfigError,
+           f"Alpamayo checkpoint '{directory}': the backbone ties lm_head to the token embeddings; the released "
+           f"Qwen3-VL-8B does not, and reading one side of a tied release is not supported")
     _check_keys(model, weight_map, directory)
     for name, param in list(model.named_parameters()):   # unread ones in `dtype` too: a side's dtype is its own
         _set(model, name, torch.empty_like(param, dtype=dtype, device="meta"), True)
