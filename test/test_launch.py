@@ -241,14 +241,16 @@ def launch_serves_and_stops(tmp_path, monkeypatch, launch_file, single_process, 
         assert wait_until(lambda: TRAJECTORY in publishers_of(probe.node, "hybrid_vla_suffix"), probe.spin, 30), \
             publishers_of(probe.node, "hybrid_vla_suffix")
         assert wait_until(lambda: all(p.get_subscription_count() for p in probe.images), probe.spin, 30)
-        resend_until(probe, lambda: probe.paths)
+        from hybrid_vla_ros.ros.messages import stamp_to_ns
+        shared = lambda: ({stamp_to_ns(c.candidate_trajectories[0].header.stamp) for c in probe.candidates}  # noqa: E731
+                          & {stamp_to_ns(p.header.stamp) for p in probe.paths})
+        # Frames until one is answered on both outputs: DDS matches each topic on its own, and a volatile message
+        # reaches only the readers its writer matched (seen: the first frame's trajectory received, its candidates
+        # sent before this reader matched, and no frame after it: a fixed 10 s wait could never see one)
+        resend_until(probe, shared if HAS_CANDIDATES else (lambda: probe.paths))
         assert probe.paths, "no trajectory on the remapped output"
         assert (CANDIDATES in publishers_of(probe.node, "hybrid_vla_suffix")) == HAS_CANDIDATES
-        if HAS_CANDIDATES:  # on the remapped output/trajectories, with the trajectory's stamp
-            from hybrid_vla_ros.ros.messages import stamp_to_ns
-            shared = lambda: ({stamp_to_ns(c.candidate_trajectories[0].header.stamp) for c in probe.candidates}  # noqa: E731
-                              & {stamp_to_ns(p.header.stamp) for p in probe.paths})
-            assert wait_until(shared, probe.spin, 10), "no CandidateTrajectories with a trajectory's stamp"
+        assert not HAS_CANDIDATES or shared(), "no CandidateTrajectories with a trajectory's stamp"
     finally:
         if probe is not None:
             probe.close()
