@@ -44,6 +44,7 @@ class PrefixJob:
     seq: int
     stamp_ns: int
     arrival_ns: int = 0
+    routed: bool = True              # its prompt has a route span: guided where the server guides (else unguided)
 
 
 @dataclass
@@ -117,9 +118,11 @@ class AlpamayoPrefixServer(Cut):
         """Taken at the next frame (a frame runs at the cut it started with, on both sides)."""
         self.partition = value
 
-    def settings_for(self, stamp_ns: int) -> FrameSettings:
+    def settings_for(self, stamp_ns: int, routed: bool = True) -> FrameSettings:
+        """What a frame runs by; guidance only for a frame whose prompt has a route span (the route-free prompt
+        of one without is the same prompt)."""
         return FrameSettings(self.partition, step_seed(self.seed, stamp_ns, 0), self.sampling, self.flow,
-                             self.guidance)
+                             self.guidance and routed)
 
     # ---- other threads ---------------------------------------------------------------------------------
     def answer(self, payload) -> None:
@@ -144,7 +147,7 @@ class AlpamayoPrefixServer(Cut):
         frame's own failure: the outcome says why. linked: () -> bool, whether a suffix is there to read the
         crossings and answer them (None: assumed); the frame waits for one up to timeout_s (suffix_absent)."""
         tag = Tag(self.run, job.seq, job.stamp_ns, job.arrival_ns)
-        settings = self.settings_for(job.stamp_ns)
+        settings = self.settings_for(job.stamp_ns, job.routed)
         frame = _Frame(tag, settings, send)
         with self.cond:
             self.current, self.answers = tag, deque()
