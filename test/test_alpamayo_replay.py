@@ -34,7 +34,7 @@ def test_a_recorded_alpamayo_drive_replays_exactly_in_one_process_and_in_process
     bag = write_drive(tmp_path / "drive", CAMERAS, (DriveStep(s, 5.0, 0.0, None) for s in sets), compressed=False,
                       context=False)
     params = graph_params(releases[release], False)
-    params["hybrid_vla_prefix"]["use_kinematic_state"] = False   # standing still: the bag's odometry is 10 Hz
+    params["hybrid_vla_prefix"]["use_kinematic_state"] = False   # standing still: the bag has no 1.6 s of odometry before its first frame
     config = write_combined_config(params, tmp_path / "graph.yaml")
     one, traj_one = drive_graph(bag, params, record_to=tmp_path / "recorded", settle_s=30)
     many, traj_many = drive_graph(bag, params, processes=True, config=str(config), settle_s=60)
