@@ -20,7 +20,7 @@ from ros_harness import EndpointReports, wait_until
 from hybrid_vla_ros.engine.cpu import pinned
 from hybrid_vla_ros.engine.decode.sampling import step_seed
 from hybrid_vla_ros.engine.expert_serve import envelope
-from hybrid_vla_ros.engine.expert_serve.frame_inputs import ImageHistory, PromptText, frame_inputs, still_history
+from hybrid_vla_ros.engine.expert_serve.frame_inputs import ImageHistory, frame_inputs, still_history
 from hybrid_vla_ros.engine.expert_serve.release_prompt import release_prompt
 from hybrid_vla_ros.model.plugins import alpamayo
 
@@ -269,21 +269,6 @@ def damage(driver, prefix, suffix):
     back.publish(UInt8MultiArray(data=b"HVAB" + bytes(3)))
     assert wait_until(lambda: suffix.health.rejected == {"invalid_boundary": 1, "old_message": 1}
                       and prefix.health.rejected == {"invalid_answer": 1, "old_message": 1}, driver.spin, 10)
-
-
-def test_frame_inputs_follow_the_processor_layout(releases):
-    model = alpamayo.load_release(releases["r1"])
-    sets = camera_sets(2)
-    history = ImageHistory()
-    history.add(sets[0])
-    images, padded = history.add(sets[1])
-    assert padded == 2 and images[:4] == [sets[0][0]] * 3 + [sets[1][0]]           # camera-major, oldest first
-    inputs = frame_inputs(model, images, still_history(), PromptText())
-    alpamayo.check_inputs(model, inputs)
-    assert inputs.pixel_values.shape == (16 * 4, 3 * 2 * 16 * 16) and inputs.image_grid_thw.tolist() == [[1, 2, 2]] * 16
-    assert float(inputs.pixel_values.abs().max()) <= 1.0
-    odd = frame_inputs(model, [np.zeros((30, 32, 3), np.uint8)] * 16, still_history(), PromptText())
-    assert odd.image_grid_thw.tolist() == [[1, 2, 2]] * 16      # resized into the budget (test_alpamayo_images)
 
 
 def test_the_prefix_parameters_are_checked_against_the_release(releases):

@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from hybrid_vla_ros.engine.expert_serve.frame_inputs import (ImageHistory, frame_inputs, patchify, pixel_budget,
-                                                            still_history)
+from hybrid_vla_ros.engine.expert_serve.frame_inputs import (ImageHistory, ImageRows, PromptText, frame_inputs,
+                                                            inputs_from_rows, patchify, pixel_budget, still_history)
 from hybrid_vla_ros.errors import ConfigError, InputError
 from hybrid_vla_ros.model.plugins import alpamayo
 from hybrid_vla_ros.model.plugins.alpamayo import tiny
+from test_alpamayo_graph import camera_sets
+from test_alpamayo_graph import releases  # noqa: F401 (the fixture)
 
 RELEASED = (163840, 196608)
 
@@ -49,9 +51,9 @@ def test_a_release_without_a_budget_takes_images_as_they_are_and_a_half_budget_i
     assert pixel_budget(model.config) is None
     with pytest.raises(InputError, match="multiple of 32 px"):
         patchify(np.zeros((30, 32, 3), np.uint8), VISION, None)
-    for raw, wrong in (({"min_pixels": 1024}, "max_pixels None"), ({"min_pixels": 4096, "max_pixels": 1024}, "")):
+    for raw, said in (({"min_pixels": 1024}, "max_pixels None"), ({"min_pixels": 4096, "max_pixels": 1024}, "4096")):
         config = alpamayo.parse({**tiny.raw_config("tiny-alpamayo-r1"), **raw}, None, vlm=tiny.backbone_config())
-        with pytest.raises(ConfigError, match="min_pixels"):
+        with pytest.raises(ConfigError, match=f"min_pixels .*{said}"):
             pixel_budget(config)
     with pytest.raises(InputError, match="aspect ratio"):
         patchify(np.zeros((32, 32 * 201, 3), np.uint8), VISION, RELEASED)
@@ -71,8 +73,22 @@ def test_a_frame_of_real_size_cameras_becomes_the_releases_token_count():
 
 
 def alpamayo_text():
-    from hybrid_vla_ros.engine.expert_serve.frame_inputs import PromptText
     return PromptText()
+
+
+def test_a_window_makes_rows_only_for_its_new_images_and_they_equal_a_whole_remake():
+    """The prefix's ImageRows: each camera image decoded, resized and patchified once while a window reads it."""
+    rows, history, made = ImageRows(), ImageHistory(), []
+    model = tiny.build_preset("tiny-alpamayo-r1")
+    for k, cameras in enumerate(camera_sets(6)):
+        window, _ = history.add(cameras)
+        before = len(made)
+        got = rows.rows(window, lambda i, image: made.append(i) or patchify(image, VISION, None))
+        assert len(made) - before == 4                  # the first window: 4 images, each repeated 4 times
+        remade = frame_inputs(model, window, still_history(), PromptText())
+        kept = inputs_from_rows(model, got, still_history(), PromptText())
+        assert torch.equal(kept.pixel_values, remade.pixel_values) and torch.equal(kept.input_ids, remade.input_ids)
+    assert len(rows.made) == 16                         # 4 cameras x the 4 frames a window reads, no more
 
 
 @pytest.mark.slow
@@ -99,3 +115,18 @@ def test_real_size_cameras_are_served_by_the_graph_exactly(tmp_path, domain):
         driver.close()
         graph.shutdown()
         rclpy.shutdown(context=context)
+
+
+def test_frame_inputs_follow_the_processor_layout(releases):
+    model = alpamayo.load_release(releases["r1"])
+    sets = camera_sets(2)
+    history = ImageHistory()
+    history.add(sets[0])
+    images, padded = history.add(sets[1])
+    assert padded == 2 and images[:4] == [sets[0][0]] * 3 + [sets[1][0]]           # camera-major, oldest first
+    inputs = frame_inputs(model, images, still_history(), PromptText())
+    alpamayo.check_inputs(model, inputs)
+    assert inputs.pixel_values.shape == (16 * 4, 3 * 2 * 16 * 16) and inputs.image_grid_thw.tolist() == [[1, 2, 2]] * 16
+    assert float(inputs.pixel_values.abs().max()) <= 1.0
+    odd = frame_inputs(model, [np.zeros((30, 32, 3), np.uint8)] * 16, still_history(), PromptText())
+    assert odd.image_grid_thw.tolist() == [[1, 2, 2]] * 16      # resized into the release's budget (1024 pixels)

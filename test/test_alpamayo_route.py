@@ -14,17 +14,34 @@ from safetensors.torch import save_file
 
 from hybrid_vla_ros.engine.expert_serve.release_prompt import ReleasePrompt
 from hybrid_vla_ros.model.plugins.alpamayo import tiny
-from hybrid_vla_ros.route import Navigation, release_route_text
+from hybrid_vla_ros.route import release_route_text
 
 
 @pytest.mark.parametrize("command, distance_m, text", [
     ("turn left", 11.2, "Turn left in 11m"), ("turn left", 3.8, "Turn left in 4m"),
     ("turn right", 29.8, "Turn right in 30m"), ("turn left", 594.0, "Turn left in 594m"),
-    ("change lane left", 20.0, None), ("follow lane", 60.0, None), ("arrive", 5.0, None),
+    ("turn right", 14.5, "Turn right in 15m"),                              # half up
+    ("change lane left", 20.0, None), ("go straight", 60.0, None), ("turn left", float("nan"), None),
+    ("turn left", -1.0, None),
 ])
 def test_the_route_text_has_the_format_of_the_authors_navigation_samples(command, distance_m, text):
-    assert release_route_text(Navigation(command, distance_m, (0.0, 0.0), (0.0, 0.0), "route")) == text
-    assert release_route_text(Navigation(command, distance_m)) is None     # a default navigation: no route
+    assert release_route_text(command, distance_m) == text
+
+
+def test_the_route_text_names_the_next_turn_at_any_distance_past_straight_intersections(tmp_path):
+    from hybrid_vla_ros.route import load_map, next_turn
+    from hybrid_vla_ros.route.example_map import ORIGIN, intersection_route, write_intersection_map
+    from hybrid_vla_ros.types import Pose2D
+    ids = write_intersection_map(tmp_path / "m.osm")
+    lane_map = load_map(str(tmp_path / "m.osm"), ORIGIN)
+    left = intersection_route(ids, "left")
+    command, distance = next_turn(lane_map, left, Pose2D(-90.0, -1.75, 0.0))      # beyond route/navigate's horizon
+    assert command == "turn left" and distance == pytest.approx(90.0, abs=0.01)
+    assert release_route_text(command, distance) == "Turn left in 90m"
+    assert next_turn(lane_map, intersection_route(ids, "straight"), Pose2D(-40.0, -1.75, 0.0)) is None
+    assert next_turn(lane_map, left, Pose2D(11.75, 30.0, math.pi / 2)) is None     # past the turn
+    assert next_turn(lane_map, left, Pose2D(-40.0, 40.0, 0.0)) is None              # off the route
+    assert next_turn(None, left, Pose2D(-40.0, -1.75, 0.0)) is None                 # no map
 
 
 def test_a_frame_without_a_route_span_runs_unguided_and_one_with_it_guided():
@@ -37,6 +54,11 @@ def test_a_frame_without_a_route_span_runs_unguided_and_one_with_it_guided():
     assert prompt.route_for(config, None, True) is False
     server = AlpamayoPrefixServer(model, 2, tiny_sampling(), tiny_flow(2.0), guidance=True)
     assert server.settings_for(5, routed=True).guidance and not server.settings_for(5, routed=False).guidance
+    from hybrid_vla_ros.engine.expert_serve.frame_inputs import PromptText, frame_inputs, still_history
+    images = [np.zeros((32, 32, 3), np.uint8)] * 16
+    text = PromptText(route=(40, 41, 42))
+    assert server.routed(frame_inputs(model, images, still_history(), text, route=True))      # the span is in it
+    assert not server.routed(frame_inputs(model, images, still_history(), text, route=False))
     r1 = tiny.build_preset("tiny-alpamayo-r1")
     assert ReleasePrompt(tokenizer=None).route_for(r1.config, "Turn left in 11m", False) is False   # no route tokens
 

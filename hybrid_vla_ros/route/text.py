@@ -13,11 +13,14 @@ Lane changes signal the same way here. "straight" never signals (Autoware: only 
 Alpamayo 1.5's route text (`release_route_text`): the format of the authors' navigation samples (NVlabs/alpamayo1.5
 @ f42e594 notebooks/nav_demo_samples.json: 20 clips, maneuvers TURN_LEFT / TURN_RIGHT, "Turn left in 11m" for
 11.2 m, "Turn left in 4m" for 3.8 m: the distance rounded to whole metres, "m" without a space). Those samples
-show turns only, so only a turn gets a route text here; a lane change, "follow lane" or "arrive" gets none (the
-prompt then has no route span, the authors' condition without navigation).
+show turns only, so the text names the route's next left or right turn at any distance (navigate.py next_turn:
+"Turn left in 594m" is among the samples), passing over straight intersections and lane changes; with no turn
+ahead there is none (the prompt then has no route span, the authors' condition without navigation).
 """
 
 from __future__ import annotations
+
+import math
 
 from ..errors import ConfigError
 from ..types import Navigation
@@ -55,9 +58,9 @@ def turn_indicator(nav: Navigation, within_m: float = SEARCH_DISTANCE_M, speed_m
     return side if nav.distance_m <= within_m + search_time_s * max(0.0, speed_mps) else "none"
 
 
-def release_route_text(nav: Navigation) -> str | None:
-    """Alpamayo 1.5's route text for `nav` ("Turn right in 30m"), or None: no route, or no turn ahead (module
-    docstring)."""
-    if nav.source != "route" or nav.command not in RELEASE_TURNS:
+def release_route_text(command: str, distance_m: float) -> str | None:
+    """Alpamayo 1.5's route text for a turn ahead ("Turn right in 30m"; navigate.py next_turn), or None: not a turn,
+    or a distance that is not a finite number >= 0. Rounded half up (the samples show no tie)."""
+    if command not in RELEASE_TURNS or not math.isfinite(distance_m) or distance_m < 0:
         return None
-    return f"{RELEASE_TURNS[nav.command]} in {round(nav.distance_m)}m"
+    return f"{RELEASE_TURNS[command]} in {math.floor(distance_m + 0.5)}m"

@@ -88,7 +88,7 @@ def pixel_budget(config) -> tuple[int, int] | None:
     low, high = config.raw.get("min_pixels"), config.raw.get("max_pixels")
     if low is None and high is None:
         return None
-    expect(isinstance(low, int) and isinstance(high, int) and 0 < low <= high, ConfigError,
+    expect(type(low) is int and type(high) is int and 0 < low <= high, ConfigError,
            f"config.json: min_pixels {low!r}, max_pixels {high!r}: expected both, 0 < min_pixels <= max_pixels "
            f"(the releases': 163840 and 196608)")
     return low, high
@@ -187,12 +187,38 @@ def frame_inputs(model, images: list[np.ndarray], poses: np.ndarray, text: Promp
     text: PromptText (ids given) or release_prompt.ReleasePrompt (the release's tokenizer). route: False (no route
     span), True (PromptText's fixed route ids) or the route text (ReleasePrompt: "Turn left in 11m")."""
     vision, budget = model.config.vlm.vision_config, pixel_budget(model.config)
-    rows, grids = zip(*(patchify(image, vision, budget) for image in images))
-    merged = vision.spatial_merge_size ** 2
+    return inputs_from_rows(model, [patchify(image, vision, budget) for image in images], poses, text, route)
+
+
+def inputs_from_rows(model, patches: list[tuple[torch.Tensor, list[int]]], poses: np.ndarray, text: PromptText,
+                     route: bool | str = False) -> AlpamayoInputs:
+    """frame_inputs from each image's patchify output (rows (P, C*tps*ps*ps), grid), camera-major."""
+    rows, grids = zip(*patches)
+    merged = model.config.vlm.vision_config.spatial_merge_size ** 2
     tokens = [g[1] * g[2] // merged for g in grids]
     xyz, rot = ego_history(poses)
     return AlpamayoInputs(text.ids(model.config, tokens, route, FRAMES_PER_CAMERA), torch.cat(rows),
                           torch.tensor(grids, dtype=torch.long), xyz, rot)
+
+
+class ImageRows:
+    """Each camera image's patch rows made once (decoded, resized, patchified), kept by the object they came from
+    (a camera message) while a window still reads it: a window makes only its new images' rows, 4 of 16 for the
+    releases' 4 cameras x 4 frames. Rows are a function of their image alone, so reuse is exact."""
+
+    def __init__(self):
+        self.made: dict[int, tuple] = {}      # id(source) -> (source, (rows, grid)): the source kept, its id unique
+
+    def rows(self, sources: list, make) -> list[tuple[torch.Tensor, list[int]]]:
+        """make(index, source) -> (rows, grid) for a source not seen before; sources no longer listed are let go."""
+        out = []
+        for index, source in enumerate(sources):
+            if id(source) not in self.made:
+                self.made[id(source)] = (source, make(index, source))
+            out.append(self.made[id(source)][1])
+        listed = {id(source) for source in sources}
+        self.made = {key: value for key, value in self.made.items() if key in listed}
+        return out
 
 
 class ImageHistory:

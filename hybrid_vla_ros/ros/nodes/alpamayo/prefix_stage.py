@@ -29,8 +29,8 @@ from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Int32, UInt8MultiArray
 
 from ....engine.expert_serve.release_prompt import release_prompt
-from ....engine.expert_serve.frame_inputs import (CAMERAS, ImageHistory, frame_inputs, history_poses,
-                                                  pixel_budget, still_history)
+from ....engine.expert_serve.frame_inputs import (CAMERAS, ImageHistory, ImageRows, history_poses, inputs_from_rows,
+                                                  patchify, pixel_budget, still_history)
 from ....engine.expert_serve.prefix_server import DEFAULT_TIMEOUT_S, AlpamayoPrefixServer, PrefixJob
 from ....engine.pipeline.camera_sync import CameraSync, StampedHistory
 from ....engine.pipeline.worker import StageWorker
@@ -55,7 +55,7 @@ class _Taken:
 
     def __init__(self, messages: list, padded: int, seq: int, stamp_ns: int):
         self.messages, self.padded, self.seq, self.stamp_ns = messages, padded, seq, stamp_ns
-        self.arrival_ns, self.route_text = time.time_ns(), ""
+        self.arrival_ns, self.route_text, self.inputs_ms = time.time_ns(), "", 0.0
 
 
 class AlpamayoPrefixStage:
@@ -73,9 +73,14 @@ class AlpamayoPrefixStage:
                                                         s.guidance, s.seed, timeout)
         self.skew_ns = int(p["sync_skew_ms"] * 1e6)
         self.seq, self.last_stamp_ns, self.padded_frames = 0, -1, 0
-        self.images = ImageHistory()
+        self.images, self.rows = ImageHistory(), ImageRows()   # each image decoded, resized, patchified once
+        self.frames_by_guidance, self.last_guided = {True: 0, False: 0}, True
         self.poses = StampedHistory(between=Pose2D.between) if p["use_kinematic_state"] else None
         self.route = RouteInput(node, p, own_odometry=self.poses is None)   # ~/input/route: 1.5's route text
+        if s.guidance and (not self.route.route_topic or self.route.lane_map is None):
+            why = self.route.why if not self.route.route_topic else "no map_path (a map may come on ~/input/vector_map)"
+            node.get_logger().warning(f"flow.guidance_weight: guidance runs only on frames with a route text; {why}: "
+                                      f"until a route and a map are in, every frame runs unguided")
         self.pub = node.configured_publisher(UInt8MultiArray, "~/output/boundary_state", TOKENS_QOS)
         self.info_pub = node.configured_publisher(DiagnosticStatus, "~/debug/frame_info", 10)
         self.answers = AnswerInput(node, self.server.answer, "invalid_answer")   # ~/input/action_tokens
@@ -129,14 +134,18 @@ class AlpamayoPrefixStage:
 
     # ---- the worker's thread -----------------------------------------------------------------------------
     def _serve(self, taken: _Taken) -> None:
+        start = time.perf_counter()
         job = self._job(taken)
         if job is None:
             return
         t0 = time.perf_counter()
+        taken.inputs_ms = (t0 - start) * 1e3   # decoding, resizing and patchifying its new images, the prompt
         outcome = self.server.serve(job, lambda data: self.pub.publish(UInt8MultiArray(data=data)), self._linked)
         ms = (time.perf_counter() - t0) * 1e3
         if outcome.sent:
             self.padded_frames += int(taken.padded > 0)
+            self.last_guided = outcome.settings.guidance
+            self.frames_by_guidance[self.last_guided] += 1
             self._publish_info(outcome, taken, ms)
             self.node.health.record(sum(outcome.times.values()))
             self.diagnostics.publish_time(sum(outcome.times.values()))
@@ -159,24 +168,33 @@ class AlpamayoPrefixStage:
         poses = self._poses(taken.stamp_ns)
         if poses is None:
             return None
+        route = self._route(taken)
         try:
-            limit = int(self.node.params["max_image_megapixels"] * 1e6)
-            decode = messages.compressed_to_array if self.compressed else messages.image_to_array
-            images = [decode(m, f"camera image {i}", limit) for i, m in enumerate(taken.messages)]
-            route = self._route(taken)
-            inputs = frame_inputs(self.model, images, poses, self.text, route=route)
+            inputs = inputs_from_rows(self.model, self._image_rows(taken), poses, self.text, route=route)
         except HybridVLAError as exc:
             self.node._reject("invalid_image", exc, taken.stamp_ns)
             return None
         self.last_stamp_ns = taken.stamp_ns
-        return PrefixJob(inputs, taken.seq, taken.stamp_ns, taken.arrival_ns, routed=route is not False)
+        return PrefixJob(inputs, taken.seq, taken.stamp_ns, taken.arrival_ns)
+
+    def _image_rows(self, taken: _Taken) -> list:
+        """Each of the window's images as patch rows: only the images no earlier window had are decoded, resized
+        into the release's budget and patchified (ImageRows)."""
+        limit = int(self.node.params["max_image_megapixels"] * 1e6)
+        decode = messages.compressed_to_array if self.compressed else messages.image_to_array
+        vision = self.model.config.vlm.vision_config
+        return self.rows.rows(taken.messages, lambda i, m: patchify(decode(m, f"camera image {i}", limit), vision,
+                                                                    self.pixels))
 
     def _route(self, taken: _Taken) -> bool | str:
-        """The frame's route span: 1.5's route text at the frame's pose (a turn ahead on ~/input/route), kept on
-        `taken` for its frame_info; False: none."""
-        nav = self.route.navigation(self.route.pose_at(taken.stamp_ns))
-        route = self.text.route_for(self.model.config, release_route_text(nav), self.guidance)
-        taken.route_text = route if isinstance(route, str) else ""
+        """The frame's route span: 1.5's route text of the route's next turn at the frame's pose, kept on `taken` for
+        its frame_info ("prompt_ids": the hand-made ids' fixed route); False: none. The navigation is counted by
+        reason in the `navigation` diagnostic."""
+        pose = self.route.pose_at(taken.stamp_ns)
+        self.route.navigation(pose)
+        turn = self.route.turn_ahead(pose)
+        route = self.text.route_for(self.model.config, release_route_text(*turn) if turn else None, self.guidance)
+        taken.route_text = route if isinstance(route, str) else "prompt_ids" if route else ""
         return route
 
     def _poses(self, stamp_ns: int):
@@ -193,17 +211,23 @@ class AlpamayoPrefixStage:
         values = {"stamp_ns": taken.stamp_ns, "seq": taken.seq, "partition": s.partition, "seed": s.seed,
                   "prefix_ms": f"{sum(outcome.times.values()):.3f}",   # the compute (the scheduler's sample)
                   "frame_ms": f"{ms:.3f}", "images_padded": taken.padded, "route": taken.route_text,
-                  "guided": str(s.guidance).lower(),
+                  "guided": str(s.guidance).lower(), "inputs_ms": f"{taken.inputs_ms:.3f}",
                   **{f"prefix_{k}_ms": f"{v:.3f}" for k, v in outcome.times.items()}}
         self.info_pub.publish(DiagnosticStatus(name=f"{self.node.get_name()}: frame", values=[
             KeyValue(key=k, value=str(v)) for k, v in values.items()]))
 
     def checks(self) -> list:
-        s = self.server
-        return [("alpamayo", 0, f"{self.model.config.release} at p={s.partition}",
+        """The `alpamayo` check WARNs while guidance is on and the last frame ran unguided (no route text: no route,
+        no map, no turn ahead)."""
+        s, guided, unguided = self.server, self.frames_by_guidance[True], self.frames_by_guidance[False]
+        level = 1 if self.guidance and not self.last_guided else 0
+        message = f"{self.model.config.release} at p={s.partition}" + (
+            f"; guidance on, {unguided} frames unguided (no route text)" if level else "")
+        return [("alpamayo", level, message,
                  {"partition": str(s.partition), "num_blocks": str(self.model.num_blocks),
                   "stale_answers": str(s.stale_answers), "camera_sync_discarded": str(self.sync.discarded),
-                  "frames_with_repeated_images": str(self.padded_frames), "dtype": self.node.dtype_choice.dtype}),
+                  "frames_with_repeated_images": str(self.padded_frames), "dtype": self.node.dtype_choice.dtype,
+                  "frames_guided": str(guided), "frames_unguided": str(unguided)}),
                 self.route.check()]
 
     def activated(self) -> None:
