@@ -286,3 +286,12 @@ def test_the_prefix_parameters_are_checked_against_the_release(releases):
     no_route = alpamayo.build(parse(bare, releases["r1"]))
     with pytest.raises(ConfigError, match="route tokens"):
         stage_settings({**shipped, "flow.guidance_weight": 2.0}, no_route)
+    from hybrid_vla_ros.ros.nodes.alpamayo.settings import refuse_unserved
+    suffix = graph_params(releases["r1"], False)["hybrid_vla_suffix"]
+    assert refuse_unserved(shipped, "prefix") is None and refuse_unserved(suffix, "suffix") is None   # shipped values
+    for side, params, said in (("prefix", {**shipped, "chunks": 2}, "chunks=2"),
+                               ("suffix", {**suffix, "chunks": "camera"}, "chunks='camera'"),
+                               ("suffix", {**suffix, "warm_standby": True}, "warm_standby"),
+                               ("suffix", {**suffix, "numa_node": 0}, "numa_node=0")):
+        with pytest.raises(ConfigError, match=said):   # refused with the reason, not silently ignored
+            refuse_unserved(params, side)
