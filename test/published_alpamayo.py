@@ -108,10 +108,15 @@ def release_tensors(model_type: str, seed: int = 0) -> dict:
             **action_tensors(model_type == "alpamayo_r1", gen)}
 
 
-def write_release(directory, model_type: str = "alpamayo_r1", seed: int = 0, tensors: dict | None = None):
-    """config.json, the backbone's config in vlm/, two safetensors shards and their index -> directory."""
+def write_release(directory, model_type: str = "alpamayo_r1", seed: int = 0, tensors: dict | None = None,
+                  pixels: tuple[int, int] | None = None):
+    """config.json, the backbone's config in vlm/, two safetensors shards and their index -> directory.
+    pixels: the config's (min_pixels, max_pixels) in place of the releases' (a tiny release's own budget)."""
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_text(json.dumps(release_config(model_type), indent=1))
+    config = release_config(model_type)
+    if pixels is not None:
+        config["min_pixels"], config["max_pixels"] = pixels
+    (directory / "config.json").write_text(json.dumps(config, indent=1))
     vlm_config().save_pretrained(directory / "vlm")
     tensors = release_tensors(model_type, seed) if tensors is None else tensors
     shards = {"model-00001-of-00002.safetensors": {k: v for k, v in tensors.items() if k.startswith("vlm.")},

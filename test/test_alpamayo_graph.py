@@ -20,7 +20,7 @@ from ros_harness import EndpointReports, wait_until
 from hybrid_vla_ros.engine.cpu import pinned
 from hybrid_vla_ros.engine.decode.sampling import step_seed
 from hybrid_vla_ros.engine.expert_serve import envelope
-from hybrid_vla_ros.engine.expert_serve.frame_inputs import ImageHistory, PromptText, frame_inputs, still_history
+from hybrid_vla_ros.engine.expert_serve.frame_inputs import ImageHistory, frame_inputs, still_history
 from hybrid_vla_ros.engine.expert_serve.release_prompt import release_prompt
 from hybrid_vla_ros.model.plugins import alpamayo
 
@@ -29,14 +29,15 @@ FRAMES, SEED, STEPS, MAX_TOKENS, GUIDANCE = 4, 7, 4, 6, 2.0
 BASE_NS = 3_000_000_000                           # frames at 3.0 s, 3.1 s, ... (odometry from 0 s, every 0.1 s)
 PROMPT = {"system": list(range(10, 22)), "user": list(range(50, 60)), "route": [40, 41, 42]}
 SAMPLING = alpamayo.Sampling(0.6, 0.98, MAX_TOKENS)
+TINY_PIXELS = (1024, 1024)   # the 32 x 32 test images as they are (the releases' budget: test_alpamayo_images)
 
 
 @pytest.fixture(scope="module")
 def releases(tmp_path_factory):
     root = tmp_path_factory.mktemp("alpamayo_graph")
-    r15 = write_release(root / "r15", "alpamayo1_5", seed=3)
+    r15 = write_release(root / "r15", "alpamayo1_5", seed=3, pixels=TINY_PIXELS)
     (r15 / "prompt_ids.json").write_text(json.dumps(PROMPT))     # the chat template's text ids (no tokenizer here)
-    return {"r1": write_release(root / "r1", "alpamayo_r1"), "1.5": r15}
+    return {"r1": write_release(root / "r1", "alpamayo_r1", pixels=TINY_PIXELS), "1.5": r15}
 
 
 def camera_sets(n=FRAMES):
@@ -59,21 +60,24 @@ def odometry(stamp_ns, origin_ns=0):
     return msg
 
 
-def expected(model, sets, guidance, kinematic=True, stamps=None, origin_ns=0):
+def expected(model, sets, guidance, kinematic=True, stamps=None, origin_ns=0, routes=None, odometry_at=None):
     """run_reference per frame on the inputs the prefix builds (frame_inputs: its own test below); the frames
-    stamped BASE_NS, BASE_NS + 0.1 s, ... unless `stamps` says, the odometry's time from origin_ns."""
+    stamped BASE_NS, BASE_NS + 0.1 s, ... unless `stamps` says, the odometry's time from origin_ns. routes: each
+    frame's route text (a release with a tokenizer; False: none, the frame unguided), else the fixed route ids
+    with guidance. odometry_at: the drive's odometry (default: `odometry`)."""
     from hybrid_vla_ros.ros import messages
     text, history, out = release_prompt(model), ImageHistory(), []   # the prefix's choice (tokenizer, else ids)
     flow = alpamayo.FlowSettings(STEPS, GUIDANCE if guidance else 1.0)
     for k, cameras in enumerate(sets):
         stamp = BASE_NS + k * 100_000_000 if stamps is None else stamps[k]
         poses = np.array([[p.x, p.y, p.yaw] for p in (
-            messages.odometry_to_pose(odometry(stamp - j * 100_000_000, origin_ns))
+            messages.odometry_to_pose((odometry_at or odometry)(stamp - j * 100_000_000, origin_ns))
             for j in range(15, -1, -1))]) if kinematic else still_history()
-        inputs = frame_inputs(model, history.add(cameras)[0], poses, text, route=guidance)
-        seed = step_seed(SEED, stamp, 0)
+        route = guidance if routes is None else routes[k]
+        inputs = frame_inputs(model, history.add(cameras)[0], poses, text, route=route)
+        seed, guided = step_seed(SEED, stamp, 0), guidance and route is not False
         with pinned(None, 1):   # the nodes' thread count (graph_params)
-            out.append(alpamayo.run_reference(model, inputs, seed, SAMPLING, flow, guidance))
+            out.append(alpamayo.run_reference(model, inputs, seed, SAMPLING, flow, guided))
     return out
 
 
@@ -112,7 +116,7 @@ class Driver:
         self.node.create_subscription(DiagnosticStatus, TRAJECTORY_INFO_TOPIC,
                                       lambda m: self.infos.append({kv.key: kv.value for kv in m.values}), 50)
         self.reports = EndpointReports(self.node)
-        self.own = executor is None
+        self.own, self.odometry = executor is None, odometry   # odometry: stamp_ns -> Odometry (drive)
         self.executor = SingleThreadedExecutor(context=context) if self.own else executor
         self.executor.add_node(self.node)
         self.spin = spin or (lambda timeout=0.02: self.executor.spin_once(timeout_sec=timeout))
@@ -140,7 +144,7 @@ class Driver:
         """Odometry up to the last frame, then each frame's images; one trajectory awaited per frame."""
         self.ready(timeout_s)
         for stamp in range(0, BASE_NS + len(sets) * 100_000_000, 100_000_000):
-            self.odom.publish(odometry(stamp))   # reliable: delivered once this writer matched the reader
+            self.odom.publish(self.odometry(stamp))   # reliable: delivered once this writer matched the reader
         self.spin(0.2)
         for k, cameras in enumerate(sets):
             self.send(cameras, BASE_NS + k * 100_000_000)
@@ -267,21 +271,6 @@ def damage(driver, prefix, suffix):
                       and prefix.health.rejected == {"invalid_answer": 1, "old_message": 1}, driver.spin, 10)
 
 
-def test_frame_inputs_follow_the_processor_layout(releases):
-    model = alpamayo.load_release(releases["r1"])
-    sets = camera_sets(2)
-    history = ImageHistory()
-    history.add(sets[0])
-    images, padded = history.add(sets[1])
-    assert padded == 2 and images[:4] == [sets[0][0]] * 3 + [sets[1][0]]           # camera-major, oldest first
-    inputs = frame_inputs(model, images, still_history(), PromptText())
-    alpamayo.check_inputs(model, inputs)
-    assert inputs.pixel_values.shape == (16 * 4, 3 * 2 * 16 * 16) and inputs.image_grid_thw.tolist() == [[1, 2, 2]] * 16
-    assert float(inputs.pixel_values.abs().max()) <= 1.0
-    with pytest.raises(Exception, match="multiple of 32"):
-        frame_inputs(model, [np.zeros((30, 32, 3), np.uint8)] * 16, still_history(), PromptText())
-
-
 def test_the_prefix_parameters_are_checked_against_the_release(releases):
     from hybrid_vla_ros.errors import ConfigError
     from hybrid_vla_ros.ros.nodes.alpamayo.settings import stage_settings
@@ -297,3 +286,12 @@ def test_the_prefix_parameters_are_checked_against_the_release(releases):
     no_route = alpamayo.build(parse(bare, releases["r1"]))
     with pytest.raises(ConfigError, match="route tokens"):
         stage_settings({**shipped, "flow.guidance_weight": 2.0}, no_route)
+    from hybrid_vla_ros.ros.nodes.alpamayo.settings import refuse_unserved
+    suffix = graph_params(releases["r1"], False)["hybrid_vla_suffix"]
+    assert refuse_unserved(shipped, "prefix") is None and refuse_unserved(suffix, "suffix") is None   # shipped values
+    for side, params, said in (("prefix", {**shipped, "chunks": 2}, "chunks=2"),
+                               ("suffix", {**suffix, "chunks": "camera"}, "chunks='camera'"),
+                               ("suffix", {**suffix, "warm_standby": True}, "warm_standby"),
+                               ("suffix", {**suffix, "numa_node": 0}, "numa_node=0")):
+        with pytest.raises(ConfigError, match=said):   # refused with the reason, not silently ignored
+            refuse_unserved(params, side)

@@ -56,10 +56,10 @@ class LiveOdometry:
         return (self.next_ns - ODOMETRY_NS) // FRAME_NS * FRAME_NS
 
 
-def live_params(checkpoint):
+def live_params(checkpoint, guidance=False):
     """In map, re-timed; the stages' cut may move in [1, 3]; the scheduler's is held at 2 (its zone), so that
     the scheduler never moves it here."""
-    params = graph_params(checkpoint, False)
+    params = graph_params(checkpoint, guidance)
     params["hybrid_vla_suffix"].update({"frame_id": "map", "output_retime": True})
     for node in ("hybrid_vla_prefix", "hybrid_vla_suffix"):
         params[node].update({"dynamic_zone_min": 1, "dynamic_zone_max": 3})
@@ -106,10 +106,10 @@ def drive_live(driver, live, candidates, sets, timeout_s, stamps=None):
     return stamps
 
 
-def check_retimed(model, sets, stamps, live, candidates, paths, infos) -> None:
+def check_retimed(model, sets, stamps, live, candidates, paths, infos, guidance=False) -> None:
     """Each frame's CandidateTrajectories: in map, stamped at publish time (the Trajectory's stamp too), its points
     the reference plan re-timed from the ego's newest pose."""
-    refs = expected(model, sets, False, stamps=stamps, origin_ns=live.origin_ns)
+    refs = expected(model, sets, guidance, stamps=stamps, origin_ns=live.origin_ns)
     for frame_ns, candidate_set, path, info, ref in zip(stamps, candidates, paths, infos, refs):
         (candidate,) = candidate_set.candidate_trajectories
         assert candidate.header.frame_id == path.header.frame_id == "map"
@@ -156,7 +156,9 @@ def check_scheduled(scheduler, frame_infos, trajectory_infos, live) -> None:
 
 
 @pytest.mark.slow
-def test_an_alpamayo_release_publishes_retimed_candidates_and_the_scheduler_samples_it(releases, domain):  # noqa: F811
+@pytest.mark.parametrize("release, guidance", [("r1", False), ("1.5", True)])
+def test_an_alpamayo_release_publishes_retimed_candidates_and_the_scheduler_samples_it(releases, domain,  # noqa: F811
+                                                                                       release, guidance):
     need_real_messages()
     import rclpy
     from diagnostic_msgs.msg import DiagnosticStatus
@@ -164,7 +166,7 @@ def test_an_alpamayo_release_publishes_retimed_candidates_and_the_scheduler_samp
     from hybrid_vla_ros.ros.topics import PREFIX_INFO_TOPIC
     context = rclpy.Context()
     rclpy.init(context=context)
-    graph = InProcessGraph(live_params(releases["r1"]), context=context)
+    graph = InProcessGraph(live_params(releases[release], guidance), context=context)
     driver = Driver(context, graph.executor, graph.spin_once)
     live = LiveOdometry(driver, graph.spin_once)
     candidates, frame_infos = listen(driver, live), []
@@ -178,7 +180,7 @@ def test_an_alpamayo_release_publishes_retimed_candidates_and_the_scheduler_samp
         move_cut(driver, live, prefix)
         stamps = drive_live(driver, live, candidates, sets[3:], 60, stamps)
         assert [int(i["partition"]) for i in driver.infos] == [int(i["partition"]) for i in frame_infos] == [2, 2, 2, 3]
-        check_retimed(suffix.expert.model, sets, stamps, live, candidates, driver.paths, driver.infos)
+        check_retimed(suffix.expert.model, sets, stamps, live, candidates, driver.paths, driver.infos, guidance)
         check_scheduled(graph.nodes["hybrid_vla_scheduler"], frame_infos, driver.infos, live)
         assert dict(prefix.health.rejected) == {"partition": 1} and not suffix.health.rejected
     finally:

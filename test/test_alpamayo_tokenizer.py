@@ -191,7 +191,7 @@ def test_the_prompt_is_the_authors_chat_tokenized_whole_with_each_image_pad_expa
     config = parse(authors_config(tokenizer, model_type), None, vlm=tiny.backbone_config())
     route = "Turn right in 30m" if model_type == "alpamayo1_5" else None
     counts = [3 + k % 2 for k in range(16)]
-    ids = ReleasePrompt(tokenizer, route).ids(config, counts, route is not None, 4)[0].tolist()
+    ids = ReleasePrompt(tokenizer).ids(config, counts, route or False, 4)[0].tolist()
     text = tokenizer.decode(ids)
     pad = config.vlm.image_token_id
     assert text.startswith(f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n")

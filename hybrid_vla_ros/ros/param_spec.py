@@ -127,8 +127,8 @@ def flow_params() -> list[ParamSpec]:
         ParamSpec("flow.guidance_weight", "double", "Alpamayo 1.5: classifier-free guidance weight w (the velocity "
                   "(1 - w) v_route-free + w v_route: a second prefill without the route span, fed the same "
                   "reasoning, every Euler step on both caches); 1.0 = no guidance (nothing extra runs). Needs the "
-                  "release's route tokens and route ids in its prompt_ids.json (a prompt built from the release's tokenizer "
-                  "has no route text yet)", 0.0, 100.0),
+                  "release's route tokens and its tokenizer (the route text of the next turn from ~/input/route; a "
+                  "frame without one runs unguided) or route ids in its prompt_ids.json", 0.0, 100.0),
     ]
 
 

@@ -5,8 +5,9 @@ instruction and the turn indicator. The ROS side is ros/inputs/route_input.py.""
 from ..types import NAV_COMMANDS, Navigation
 from .lanes import Lane, LaneMap, load_map
 from .map_bytes import load_map_bytes
-from .navigate import Route, navigate, why_default
-from .text import DEFAULT_TEMPLATE, check_template, instruction, turn_indicator
+from .navigate import Route, navigate, next_turn, why_default
+from .text import DEFAULT_TEMPLATE, check_template, instruction, release_route_text, turn_indicator
 
 __all__ = ["NAV_COMMANDS", "Navigation", "Lane", "LaneMap", "load_map", "load_map_bytes", "Route", "navigate",
-           "why_default", "DEFAULT_TEMPLATE", "check_template", "instruction", "turn_indicator"]
+           "next_turn", "why_default", "DEFAULT_TEMPLATE", "check_template", "instruction", "release_route_text",
+           "turn_indicator"]

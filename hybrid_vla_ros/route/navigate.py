@@ -150,3 +150,22 @@ def why_default(lane_map: LaneMap | None, route: Route | None, pose: Pose2D | No
     if route is None or not route.segments:
         return "no_route"
     return "no_pose" if pose is None else None
+
+
+def next_turn(lane_map: LaneMap | None, route: Route | None, pose: Pose2D | None,
+              off_route_m: float = 5.0) -> tuple[str, float] | None:
+    """The first left or right turn of the route ahead of the ego, at any distance: (turn left | turn right, the
+    distance to its lanelet's start). Only intersection lanelets tagged turn_direction left / right count (a
+    straight one, a lane change, a bend and the turn the ego is already in are passed over); None without one, or
+    without a map, a route, a pose, or with the ego off the route. Alpamayo 1.5's navigation text names this turn
+    (route/text.py release_route_text)."""
+    if why_default(lane_map, route, pose) is not None:
+        return None
+    here = locate(lane_map, route, pose, off_route_m)
+    if here is None:
+        return None
+    for leg in legs_ahead(lane_map, route, here):
+        direction = lane_map.lanes[leg.lane_id].turn_direction
+        if direction in ("left", "right") and leg.start_m > 0.0:
+            return TURNS[direction], leg.start_m
+    return None

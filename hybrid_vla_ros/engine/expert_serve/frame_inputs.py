@@ -4,13 +4,19 @@ the last 4 frames of 4 cameras, the ego history from the poses kept, the prompt'
 Images: as Qwen3-VL's image processor lays them out (transformers Qwen2VLImageProcessor: rescaled to [0, 1],
 normalised with mean = std = 0.5 as Qwen3-VL's preprocessor_config.json has them, each image repeated to
 temporal_patch_size frames, patches in merge-window order), camera-major, oldest frame first (the releases'
-image_frames (cameras, frames, 3, H, W) flattened). Not resized: each image's height and width must be multiples
-of patch_size x spatial_merge_size (the releases' processor resizes to 163840..196608 pixels; a camera driver or
-image_proc does that here). Until 4 frames came, the oldest is repeated (counted in `padded`).
+image_frames (cameras, frames, 3, H, W) flattened). Resized first into the release's pixel budget (`pixel_budget`:
+config.json's min_pixels and max_pixels, 163840 and 196608 in both releases; the authors' code builds its
+processor with them): transformers' smart_resize picks the size (multiples of patch_size x spatial_merge_size, the
+aspect ratio kept), PIL bicubic resizes, as transformers' PIL processor (Qwen2VLImageProcessorPil) does, whose
+output these rows equal (test_alpamayo_images). The authors' default processor is the torchvision one, whose
+bicubic may differ in the last levels; an image already at its size is not resized by either. A release whose
+config names no budget takes images as they are (multiples of patch x merge). Until 4 frames came, the oldest is
+repeated (counted in `padded`).
 Ego history: 16 poses 0.1 s apart ending at the frame's stamp (the releases': 1.6 s at 10 Hz), in the t0 ego frame.
 Prompt: [system ids] then per image <|vision_start|> <|image_pad|> x tokens <|vision_end|>, then
 <|traj_history_start|> 48 x <|traj_history|> <|traj_history_end|>, with guidance a route span
-<|route_start|> [route ids] <|route_end|>, then [user ids] and <|cot_start|>. The text ids come from
+<|route_start|> [route ids] <|route_end|>, then [user ids] and <|cot_start|> (a release with a tokenizer: the route
+span holds the live route's text, whenever a turn is ahead). The text ids come from
 `prompt_ids.json` beside the release's config.json ({"system": [...], "user": [...], "route": [...]}) for a
 release without a tokenizer (without the file the text parts are empty); a release with one gets the prompt its
 authors' code builds, from that tokenizer (release_prompt.py).
@@ -43,7 +49,18 @@ class PromptText:
     user: tuple[int, ...] = ()
     route: tuple[int, ...] = ()
 
-    def ids(self, config, image_tokens: list[int], route: bool, frames: int) -> torch.Tensor:
+    def can_route(self, config) -> bool:
+        """Whether a frame's prompt can carry a route span: route ids given and the release's route tokens."""
+        return bool(self.route) and "route_start" in config.special_ids
+
+    def route_for(self, config, route_text: str | None, guidance: bool) -> bool:
+        """Hand-made ids hold one fixed route: a frame carries it with guidance only (no live route text)."""
+        return guidance
+
+    def ids(self, config, image_tokens: list[int], route: bool | str, frames: int) -> torch.Tensor:
+        expect(not isinstance(route, str), ConfigError,
+               f"route text {route!r}: a prompt of hand-made ids ({PROMPT_FILE}) cannot tokenize text; give the "
+               f"release its tokenizer")
         return prompt_ids(config, image_tokens, self, route)
 
     @classmethod
@@ -65,16 +82,48 @@ class PromptText:
         return cls(**parts)
 
 
-def patchify(image: np.ndarray, vision) -> tuple[torch.Tensor, list[int]]:
-    """(H, W, 3) uint8 RGB -> its patch rows (P, 3 * temporal_patch * patch^2) fp32 and grid [1, H/ps, W/ps]."""
-    expect(isinstance(image, np.ndarray) and image.ndim == 3 and image.shape[2] == 3 and image.dtype == np.uint8,
-           InputError, f"Alpamayo camera image: expected (H, W, 3) uint8, got {getattr(image, 'shape', None)}")
+def pixel_budget(config) -> tuple[int, int] | None:
+    """(min_pixels, max_pixels) each image is resized into (module docstring), or None: config.json names
+    neither. ConfigError when it names one only, or an empty range."""
+    low, high = config.raw.get("min_pixels"), config.raw.get("max_pixels")
+    if low is None and high is None:
+        return None
+    expect(type(low) is int and type(high) is int and 0 < low <= high, ConfigError,
+           f"config.json: min_pixels {low!r}, max_pixels {high!r}: expected both, 0 < min_pixels <= max_pixels "
+           f"(the releases': 163840 and 196608)")
+    return low, high
+
+
+def fit_budget(image: np.ndarray, factor: int, budget: tuple[int, int] | None) -> np.ndarray:
+    """(H, W, 3) uint8 -> resized into the budget at multiples of `factor` (module docstring); as it is when it
+    fits or there is no budget."""
+    if budget is None:
+        return image
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+    height, width = image.shape[:2]
+    try:
+        size = smart_resize(height, width, factor, *budget)
+    except (ValueError, ZeroDivisionError) as exc:   # an aspect ratio above 200, an empty side
+        raise InputError(f"Alpamayo camera image {width} x {height}: {exc}") from None
+    if size == (height, width):
+        return image
+    from PIL import Image
+    return np.asarray(Image.fromarray(image).resize((size[1], size[0]), Image.Resampling.BICUBIC))
+
+
+def patchify(image: np.ndarray, vision, budget: tuple[int, int] | None = None) -> tuple[torch.Tensor, list[int]]:
+    """(H, W, 3) uint8 RGB -> resized into the budget (fit_budget), its patch rows (P, 3 * temporal_patch *
+    patch^2) fp32 and grid [1, H/ps, W/ps]."""
+    expect(isinstance(image, np.ndarray) and image.ndim == 3 and image.shape[2] == 3 and image.dtype == np.uint8
+           and min(image.shape[:2]) > 0, InputError,
+           f"Alpamayo camera image: expected (H, W, 3) uint8, got {getattr(image, 'shape', None)}")
     ps, merge, tps = vision.patch_size, vision.spatial_merge_size, vision.temporal_patch_size
+    image = fit_budget(image, ps * merge, budget)
     height, width = image.shape[:2]
     side = ps * merge
     expect(height % side == 0 and width % side == 0 and height > 0 and width > 0, InputError,
            f"Alpamayo camera image {width} x {height}: each side must be a multiple of {side} px (patch {ps} x "
-           f"merge {merge}); images are not resized here")
+           f"merge {merge}); the release's config.json names no pixel budget to resize into")
     pixels = (image.astype(np.float32) / 255.0 - IMAGE_MEAN) / IMAGE_STD                   # (H, W, 3)
     chw = np.repeat(pixels.transpose(2, 0, 1)[None], tps, axis=0)                           # (tps, 3, H, W)
     gh, gw = height // ps, width // ps
@@ -133,16 +182,43 @@ def history_poses(history, stamp_ns: int, skew_ns: int, wait_s: float = 0.0) -> 
 
 
 def frame_inputs(model, images: list[np.ndarray], poses: np.ndarray, text: PromptText,
-                 route: bool = False) -> AlpamayoInputs:
+                 route: bool | str = False) -> AlpamayoInputs:
     """Images camera-major (cameras x frames, oldest first), the history's poses (T, 3) -> the model's inputs.
-    text: PromptText (ids given) or release_prompt.ReleasePrompt (the release's tokenizer)."""
-    vision = model.config.vlm.vision_config
-    rows, grids = zip(*(patchify(image, vision) for image in images))
-    merged = vision.spatial_merge_size ** 2
+    text: PromptText (ids given) or release_prompt.ReleasePrompt (the release's tokenizer). route: False (no route
+    span), True (PromptText's fixed route ids) or the route text (ReleasePrompt: "Turn left in 11m")."""
+    vision, budget = model.config.vlm.vision_config, pixel_budget(model.config)
+    return inputs_from_rows(model, [patchify(image, vision, budget) for image in images], poses, text, route)
+
+
+def inputs_from_rows(model, patches: list[tuple[torch.Tensor, list[int]]], poses: np.ndarray, text: PromptText,
+                     route: bool | str = False) -> AlpamayoInputs:
+    """frame_inputs from each image's patchify output (rows (P, C*tps*ps*ps), grid), camera-major."""
+    rows, grids = zip(*patches)
+    merged = model.config.vlm.vision_config.spatial_merge_size ** 2
     tokens = [g[1] * g[2] // merged for g in grids]
     xyz, rot = ego_history(poses)
     return AlpamayoInputs(text.ids(model.config, tokens, route, FRAMES_PER_CAMERA), torch.cat(rows),
                           torch.tensor(grids, dtype=torch.long), xyz, rot)
+
+
+class ImageRows:
+    """Each camera image's patch rows made once (decoded, resized, patchified), kept by the object they came from
+    (a camera message) while a window still reads it: a window makes only its new images' rows, 4 of 16 for the
+    releases' 4 cameras x 4 frames. Rows are a function of their image alone, so reuse is exact."""
+
+    def __init__(self):
+        self.made: dict[int, tuple] = {}      # id(source) -> (source, (rows, grid)): the source kept, its id unique
+
+    def rows(self, sources: list, make) -> list[tuple[torch.Tensor, list[int]]]:
+        """make(index, source) -> (rows, grid) for a source not seen before; sources no longer listed are let go."""
+        out = []
+        for index, source in enumerate(sources):
+            if id(source) not in self.made:
+                self.made[id(source)] = (source, make(index, source))
+            out.append(self.made[id(source)][1])
+        listed = {id(source) for source in sources}
+        self.made = {key: value for key, value in self.made.items() if key in listed}
+        return out
 
 
 class ImageHistory:

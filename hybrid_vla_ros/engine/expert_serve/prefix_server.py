@@ -23,6 +23,8 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+import torch
+
 from ...errors import ConfigError, HybridVLAError, InputError, expect
 from ...model.plugins.alpamayo.decode import Sampling
 from ...model.plugins.alpamayo.flow import FlowSettings
@@ -117,9 +119,17 @@ class AlpamayoPrefixServer(Cut):
         """Taken at the next frame (a frame runs at the cut it started with, on both sides)."""
         self.partition = value
 
-    def settings_for(self, stamp_ns: int) -> FrameSettings:
+    def settings_for(self, stamp_ns: int, routed: bool) -> FrameSettings:
+        """What a frame runs by; guidance only for a frame whose prompt has a route span (the route-free prompt
+        of one without is the same prompt)."""
         return FrameSettings(self.partition, step_seed(self.seed, stamp_ns, 0), self.sampling, self.flow,
-                             self.guidance)
+                             self.guidance and routed)
+
+    def routed(self, inputs: AlpamayoInputs) -> bool:
+        """Whether the frame's prompt has a route span (its <|route_start|>): only such a frame is guided."""
+        start = self.model.config.special_ids.get("route_start")
+        ids = inputs.input_ids
+        return start is not None and isinstance(ids, torch.Tensor) and bool((ids == start).any())
 
     # ---- other threads ---------------------------------------------------------------------------------
     def answer(self, payload) -> None:
@@ -144,7 +154,7 @@ class AlpamayoPrefixServer(Cut):
         frame's own failure: the outcome says why. linked: () -> bool, whether a suffix is there to read the
         crossings and answer them (None: assumed); the frame waits for one up to timeout_s (suffix_absent)."""
         tag = Tag(self.run, job.seq, job.stamp_ns, job.arrival_ns)
-        settings = self.settings_for(job.stamp_ns)
+        settings = self.settings_for(job.stamp_ns, self.routed(job.inputs))
         frame = _Frame(tag, settings, send)
         with self.cond:
             self.current, self.answers = tag, deque()

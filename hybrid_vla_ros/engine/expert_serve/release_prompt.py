@@ -49,24 +49,35 @@ def prompt_text(model_type: str, frames: int, route_text: str | None = None,
 
 
 class ReleasePrompt:
-    """frame_inputs' prompt from the release's tokenizer (model/plugins/alpamayo/release.py release_tokenizer)."""
+    """frame_inputs' prompt from the release's tokenizer (model/plugins/alpamayo/release.py release_tokenizer); the
+    route text comes per frame (route/text.py release_route_text, from the live LaneletRoute)."""
 
-    def __init__(self, tokenizer, route_text: str | None = None):
-        self.tokenizer, self.route_text = tokenizer, route_text
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
 
-    @property
-    def route(self) -> bool:
-        return bool(self.route_text)
+    @staticmethod
+    def can_route(config) -> bool:
+        """Whether a frame's prompt can carry a route span: Alpamayo 1.5 with its route tokens (R1's tokenizer has
+        them too, but its authors' create_message takes no navigation)."""
+        return config.model_type == "alpamayo1_5" and "route_start" in config.special_ids
 
-    def ids(self, config, image_tokens: list[int], route: bool, frames: int) -> torch.Tensor:
-        """-> (1, S) for images of these token counts, camera-major."""
-        expect(not route or self.route, ConfigError, "guidance: no route text for the release's prompt")
+    def route_for(self, config, route_text: str | None, guidance: bool) -> bool | str:
+        """The `route` a frame's ids take: its route text where the release has route tokens and the frame has a
+        turn ahead (with or without guidance: the authors' prompt carries the route whenever it is known), else
+        False (no route span; a guided frame then runs unguided)."""
+        return route_text if route_text and self.can_route(config) else False
+
+    def ids(self, config, image_tokens: list[int], route: bool | str, frames: int) -> torch.Tensor:
+        """-> (1, S) for images of these token counts, camera-major. route: the route text, or False (none)."""
+        expect(route is False or isinstance(route, str) and route, ConfigError,
+               "the release's prompt takes a route as text (route/text.py release_route_text), not the hand-made "
+               "ids of prompt_ids.json")
         count = len(image_tokens) // frames
         expect(len(image_tokens) % frames == 0 and 0 < count <= len(RELEASED_CAMERAS), ConfigError,
                f"{len(image_tokens)} images: the release's prompt takes {frames} frames of each of up to "
                f"{len(RELEASED_CAMERAS)} cameras")
         cameras = RELEASED_CAMERAS[:count]   # the released order: front left, front, front right, front tele
-        text = prompt_text(config.model_type, frames, self.route_text if route else None, cameras)
+        text = prompt_text(config.model_type, frames, route or None, cameras)
         ids = self.tokenizer(text, add_special_tokens=False).input_ids
         pad, counts, out = config.vlm.image_token_id, iter(image_tokens), []
         for token in ids:

@@ -5,8 +5,9 @@ absolute difference of the trajectory (positions, rotations, actions) over the f
 whose reasoning tokens differ counts as inf.
 
 Frames: synthetic, as the prefix node builds them (engine/expert_serve/frame_inputs.py): 4 cameras x 4 frames of
-32 x 32 px (seeded noise), 16 poses of ego history at 5 m/s in a gentle left turn, fixed text ids and a route span;
-frame i samples with seed i."""
+32 x 32 px (seeded noise; not resized into a release's pixel budget, which checks the preprocessing, not the
+split: one image token per image), 16 poses of ego history at 5 m/s in a gentle left turn, fixed text ids and a
+route span; frame i samples with seed i."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from ...errors import ConfigError, expect
 from ...model.plugins.alpamayo.decode import Sampling
 from ...model.plugins.alpamayo.flow import FlowSettings
 from ...model.plugins.alpamayo.reference import run_reference
-from ..expert_serve.frame_inputs import CAMERAS, FRAMES_PER_CAMERA, HISTORY_POSES, PromptText, frame_inputs
+from ..expert_serve.frame_inputs import (CAMERAS, FRAMES_PER_CAMERA, HISTORY_POSES, PromptText, inputs_from_rows,
+                                         patchify)
 from .runner import run_split
 
 REASONING_TOKENS = 16          # decode up to this many tokens per frame (the release's 256: minutes per cut)
@@ -44,7 +46,8 @@ def synthetic_inputs(model, seq: int, route: bool):
     t = np.arange(HISTORY_POSES) * 0.1
     yaw = 0.05 * t
     poses = np.stack([5.0 * t * np.cos(yaw), 5.0 * t * np.sin(yaw), yaw], -1)               # (16, 3)
-    return frame_inputs(model, images, poses, TEXT, route)
+    vision = model.config.vlm.vision_config
+    return inputs_from_rows(model, [patchify(image, vision, None) for image in images], poses, TEXT, route)
 
 
 DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16"}

@@ -20,7 +20,8 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 
 from ...engine.pipeline.camera_sync import StampedHistory
 from ...errors import HybridVLAError
-from ...route import Navigation, Route, check_template, instruction, load_map, load_map_bytes, navigate, why_default
+from ...route import (Navigation, Route, check_template, instruction, load_map, load_map_bytes, navigate, next_turn,
+                      why_default)
 from ...types import Pose2D
 from .. import messages
 
@@ -136,6 +137,11 @@ class RouteInput:
             self.counts[reason] += 1
             self.last = nav
         return nav
+
+    def turn_ahead(self, pose: Pose2D | None) -> tuple[str, float] | None:
+        """The route's next left or right turn at `pose` and its distance (route/navigate.py next_turn), for a
+        prompt that names it (Alpamayo 1.5); None without one."""
+        return next_turn(self.lane_map, self.route, pose)
 
     def apply(self, frame) -> None:
         """frame.navigation at the frame's pose; frame.instruction from the template while a route navigates

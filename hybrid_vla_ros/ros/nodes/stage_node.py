@@ -61,6 +61,11 @@ class StageNode(ManagedNode):
     def configure_stage(self) -> None:
         raise NotImplementedError
 
+    def activated(self) -> None:
+        """An Alpamayo release's stage publishes its diagnostics at once (the suffix node extends this)."""
+        if self.expert is not None:
+            self.expert.activated()
+
     def configure_output(self) -> None:
         """What the node builds for every model before its stage (the suffix: its output path)."""
 

@@ -53,8 +53,9 @@ def expert_stage(node, table: str):
     if not is_alpamayo(node.model):
         return None
     from ...params import chosen_cores
-    from .settings import side_dtype
+    from .settings import refuse_unserved, side_dtype
     side = "prefix" if table == "hybrid_vla_prefix" else "suffix"
+    refuse_unserved(node.params, side)
     node.dtype_choice = side_dtype(node.params, side, node.model, chosen_cores(node.params["cores"]) or None)
     model = with_weights(node.model, side, node.zone, DTYPES[node.dtype_choice.dtype])
     if side == "prefix":

@@ -10,7 +10,12 @@ still), no suffix is linked within token_timeout_s (suffix_absent: both topics m
 at start-up), or its exchange fails here (suffix_timeout: token_timeout_s, -1 = 60 s; invalid_answer;
 nonfinite_boundary). A frame the suffix refuses is counted there. ~/debug/frame_info per frame sent: the prefix's
 ms per phase and their sum (prefix_ms: the scheduler joins it by stamp with the suffix's trajectory_info), the
-seed, the cut. ~/input/partition_point (the scheduler's) moves the cut at the next frame, as the parameter does.
+seed, the cut, the route text and whether the frame was guided. ~/input/partition_point (the scheduler's) moves
+the cut at the next frame, as the parameter does.
+The route (ros/inputs/route_input.py: ~/input/route and the map, as for every model): a release with a tokenizer
+and route tokens (1.5) gets, per frame, the route text of the next turn at the frame's pose ("Turn left in 11m",
+route/text.py release_route_text) in its prompt; a frame without one (no route, no turn ahead) has no route span
+and, with guidance on, runs unguided (frame_info guided false).
 """
 
 from __future__ import annotations
@@ -24,14 +29,16 @@ from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Int32, UInt8MultiArray
 
 from ....engine.expert_serve.release_prompt import release_prompt
-from ....engine.expert_serve.frame_inputs import (CAMERAS, ImageHistory, frame_inputs, history_poses,
-                                                  still_history)
+from ....engine.expert_serve.frame_inputs import (CAMERAS, ImageHistory, ImageRows, history_poses, inputs_from_rows,
+                                                  patchify, pixel_budget, still_history)
 from ....engine.expert_serve.prefix_server import DEFAULT_TIMEOUT_S, AlpamayoPrefixServer, PrefixJob
 from ....engine.pipeline.camera_sync import CameraSync, StampedHistory
 from ....engine.pipeline.worker import StageWorker
 from ....errors import ConfigError, HybridVLAError, expect
+from ....route import release_route_text
 from ....types import Pose2D
 from ... import messages
+from ...inputs.route_input import RouteInput
 from ...params import chosen_cores
 from ...topics import TOKENS_QOS
 from ..serving.answers import AnswerInput
@@ -48,7 +55,7 @@ class _Taken:
 
     def __init__(self, messages: list, padded: int, seq: int, stamp_ns: int):
         self.messages, self.padded, self.seq, self.stamp_ns = messages, padded, seq, stamp_ns
-        self.arrival_ns = time.time_ns()
+        self.arrival_ns, self.route_text, self.inputs_ms = time.time_ns(), "", 0.0
 
 
 class AlpamayoPrefixStage:
@@ -57,17 +64,23 @@ class AlpamayoPrefixStage:
         self.node, self.model = node, model
         s = stage_settings(p, model)
         self.text, self.guidance = release_prompt(model), s.guidance
-        expect(not s.guidance or bool(self.text.route), ConfigError,
-               "flow.guidance_weight: guidance needs a route: the route's ids in the release's prompt_ids.json "
-               "('route'); a prompt built from the release's tokenizer has no route text yet (not from the live "
-               "LaneletRoute in this version)")
+        self.pixels = pixel_budget(model.config)   # ConfigError: a budget the images cannot be resized into
+        expect(not s.guidance or self.text.can_route(model.config), ConfigError,
+               "flow.guidance_weight: guidance needs a route: the release's tokenizer (the route text from the live "
+               "LaneletRoute) or the route's ids in its prompt_ids.json ('route')")
         timeout = p["token_timeout_s"] if p["token_timeout_s"] > 0 else DEFAULT_TIMEOUT_S
         self.server = node.stage = AlpamayoPrefixServer(model, p["partition_point"], s.sampling, s.flow,
                                                         s.guidance, s.seed, timeout)
         self.skew_ns = int(p["sync_skew_ms"] * 1e6)
         self.seq, self.last_stamp_ns, self.padded_frames = 0, -1, 0
-        self.images = ImageHistory()
+        self.images, self.rows = ImageHistory(), ImageRows()   # each image decoded, resized, patchified once
+        self.frames_by_guidance, self.last_guided = {True: 0, False: 0}, True
         self.poses = StampedHistory(between=Pose2D.between) if p["use_kinematic_state"] else None
+        self.route = RouteInput(node, p, own_odometry=self.poses is None)   # ~/input/route: 1.5's route text
+        if s.guidance and (not self.route.route_topic or self.route.lane_map is None):
+            why = self.route.why if not self.route.route_topic else "no map_path (a map may come on ~/input/vector_map)"
+            node.get_logger().warning(f"flow.guidance_weight: guidance runs only on frames with a route text; {why}: "
+                                      f"until a route and a map are in, every frame runs unguided")
         self.pub = node.configured_publisher(UInt8MultiArray, "~/output/boundary_state", TOKENS_QOS)
         self.info_pub = node.configured_publisher(DiagnosticStatus, "~/debug/frame_info", 10)
         self.answers = AnswerInput(node, self.server.answer, "invalid_answer")   # ~/input/action_tokens
@@ -86,7 +99,8 @@ class AlpamayoPrefixStage:
         node.get_logger().info(
             f"prefix: {model.config.release} ({model.num_blocks} blocks), partition {self.server.partition}, "
             f"dtype {node.dtype_choice.dtype}, "
-            f"cameras {p['camera_topics']}, sampling {s.sampling}, flow {s.flow}, guidance {s.guidance}")
+            f"cameras {p['camera_topics']} (resized into {self.pixels or 'no budget: as they come'} pixels), "
+            f"sampling {s.sampling}, flow {s.flow}, guidance {s.guidance}")
 
     def _subscribe_cameras(self, topics: list[str], compressed: bool) -> None:
         expect(len(topics) == CAMERAS, ConfigError,
@@ -116,17 +130,22 @@ class AlpamayoPrefixStage:
 
     def _on_odometry(self, msg: Odometry) -> None:
         self.poses.add(messages.stamp_to_ns(msg.header.stamp), messages.odometry_to_pose(msg))
+        self.route.add_odometry(msg)
 
     # ---- the worker's thread -----------------------------------------------------------------------------
     def _serve(self, taken: _Taken) -> None:
+        start = time.perf_counter()
         job = self._job(taken)
         if job is None:
             return
         t0 = time.perf_counter()
+        taken.inputs_ms = (t0 - start) * 1e3   # decoding, resizing and patchifying its new images, the prompt
         outcome = self.server.serve(job, lambda data: self.pub.publish(UInt8MultiArray(data=data)), self._linked)
         ms = (time.perf_counter() - t0) * 1e3
         if outcome.sent:
             self.padded_frames += int(taken.padded > 0)
+            self.last_guided = outcome.settings.guidance
+            self.frames_by_guidance[self.last_guided] += 1
             self._publish_info(outcome, taken, ms)
             self.node.health.record(sum(outcome.times.values()))
             self.diagnostics.publish_time(sum(outcome.times.values()))
@@ -149,16 +168,34 @@ class AlpamayoPrefixStage:
         poses = self._poses(taken.stamp_ns)
         if poses is None:
             return None
+        route = self._route(taken)
         try:
-            limit = int(self.node.params["max_image_megapixels"] * 1e6)
-            decode = messages.compressed_to_array if self.compressed else messages.image_to_array
-            images = [decode(m, f"camera image {i}", limit) for i, m in enumerate(taken.messages)]
-            inputs = frame_inputs(self.model, images, poses, self.text, route=self.guidance)
+            inputs = inputs_from_rows(self.model, self._image_rows(taken), poses, self.text, route=route)
         except HybridVLAError as exc:
             self.node._reject("invalid_image", exc, taken.stamp_ns)
             return None
         self.last_stamp_ns = taken.stamp_ns
         return PrefixJob(inputs, taken.seq, taken.stamp_ns, taken.arrival_ns)
+
+    def _image_rows(self, taken: _Taken) -> list:
+        """Each of the window's images as patch rows: only the images no earlier window had are decoded, resized
+        into the release's budget and patchified (ImageRows)."""
+        limit = int(self.node.params["max_image_megapixels"] * 1e6)
+        decode = messages.compressed_to_array if self.compressed else messages.image_to_array
+        vision = self.model.config.vlm.vision_config
+        return self.rows.rows(taken.messages, lambda i, m: patchify(decode(m, f"camera image {i}", limit), vision,
+                                                                    self.pixels))
+
+    def _route(self, taken: _Taken) -> bool | str:
+        """The frame's route span: 1.5's route text of the route's next turn at the frame's pose, kept on `taken` for
+        its frame_info ("prompt_ids": the hand-made ids' fixed route); False: none. The navigation is counted by
+        reason in the `navigation` diagnostic."""
+        pose = self.route.pose_at(taken.stamp_ns)
+        self.route.navigation(pose)
+        turn = self.route.turn_ahead(pose)
+        route = self.text.route_for(self.model.config, release_route_text(*turn) if turn else None, self.guidance)
+        taken.route_text = route if isinstance(route, str) else "prompt_ids" if route else ""
+        return route
 
     def _poses(self, stamp_ns: int):
         if self.poses is None:
@@ -173,17 +210,25 @@ class AlpamayoPrefixStage:
         s = outcome.settings
         values = {"stamp_ns": taken.stamp_ns, "seq": taken.seq, "partition": s.partition, "seed": s.seed,
                   "prefix_ms": f"{sum(outcome.times.values()):.3f}",   # the compute (the scheduler's sample)
-                  "frame_ms": f"{ms:.3f}", "images_padded": taken.padded,
+                  "frame_ms": f"{ms:.3f}", "images_padded": taken.padded, "route": taken.route_text,
+                  "guided": str(s.guidance).lower(), "inputs_ms": f"{taken.inputs_ms:.3f}",
                   **{f"prefix_{k}_ms": f"{v:.3f}" for k, v in outcome.times.items()}}
         self.info_pub.publish(DiagnosticStatus(name=f"{self.node.get_name()}: frame", values=[
             KeyValue(key=k, value=str(v)) for k, v in values.items()]))
 
     def checks(self) -> list:
-        s = self.server
-        return [("alpamayo", 0, f"{self.model.config.release} at p={s.partition}",
+        """The `alpamayo` check WARNs while guidance is on and the last frame ran unguided (no route text: no route,
+        no map, no turn ahead)."""
+        s, guided, unguided = self.server, self.frames_by_guidance[True], self.frames_by_guidance[False]
+        level = 1 if self.guidance and not self.last_guided else 0
+        message = f"{self.model.config.release} at p={s.partition}" + (
+            f"; guidance on, {unguided} frames unguided (no route text)" if level else "")
+        return [("alpamayo", level, message,
                  {"partition": str(s.partition), "num_blocks": str(self.model.num_blocks),
                   "stale_answers": str(s.stale_answers), "camera_sync_discarded": str(self.sync.discarded),
-                  "frames_with_repeated_images": str(self.padded_frames), "dtype": self.node.dtype_choice.dtype})]
+                  "frames_with_repeated_images": str(self.padded_frames), "dtype": self.node.dtype_choice.dtype,
+                  "frames_guided": str(guided), "frames_unguided": str(unguided)}),
+                self.route.check()]
 
     def activated(self) -> None:
         self.diagnostics.publish()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ....engine.chunking import parse_chunks
 from ....engine.decode.policy import DecodePolicy
 from ....engine.dtype_choice import DtypeChoice, choose_suffix_dtype
 from ....errors import ConfigError, expect
@@ -58,3 +59,18 @@ def side_dtype(params, side: str, model, cores) -> DtypeChoice:
     expect(name in ("fp32", "bf16"), ConfigError,
            f"dtype={name}: an Alpamayo release's {side} runs fp32 or bf16 on the CPU (or auto, on the suffix)")
     return DtypeChoice(name, "set by the dtype parameter")
+
+
+def refuse_unserved(params, side: str) -> None:
+    """What the Alpamayo stages do not do in this version, refused at configure with the reason instead of being
+    ignored: a chunked prompt, a warm standby (the frame lives in the active suffix's caches: a standby would
+    need the prefix to send the frame again), NUMA binding of the suffix's worker (pin it with `cores`)."""
+    expect(parse_chunks(params["chunks"]) == 1, ConfigError,
+           f"chunks={params['chunks']!r}: an Alpamayo release's prompt crosses whole in this version; keep chunks: 1")
+    if side == "suffix":
+        expect(not params["warm_standby"], ConfigError,
+               "warm_standby: an Alpamayo frame lives in the active suffix's caches (prompt, reasoning, expert), which "
+               "a standby does not hold; not in this version: set false")
+        expect(params["numa_node"] < 0, ConfigError,
+               f"numa_node={params['numa_node']}: the Alpamayo suffix's worker is not NUMA-bound in this version; "
+               f"set -1 and pin it with cores")
