@@ -76,8 +76,13 @@ def cmd_replay(args) -> int:
                 spin(0.05)
         # open loop: nothing answers a plain replay, so rate 0 means "publish as fast as possible"
         frames = replayer.run(spin, answered=lambda: 1 << 30, rate=args.rate)
+        unacknowledged = replayer.wait_for_acks(args.ack_wait_s)
+        if unacknowledged:
+            print(f"replay: a reliable reader did not acknowledge the last messages on {unacknowledged} within "
+                  f"{args.ack_wait_s} s (it may miss them)", file=sys.stderr)
         print(json.dumps({"bag": args.bag, "frames": frames, "incomplete_frames": replayer.incomplete_frames,
-                          "topics": replayer.topics(), "skipped": replayer.skipped}))
+                          "topics": replayer.topics(), "skipped": replayer.skipped,
+                          "unacknowledged": unacknowledged}))
         return 0
     return _with_bag_node(replay, "hybrid_vla_replay")
 
@@ -132,6 +137,8 @@ def register(sub) -> None:
     p.add_argument("--skew-ms", type=float, default=20.0,
                    help="camera images whose header stamps lie within this form one frame")
     p.add_argument("--wait-s", type=float, default=5.0, help="wait this long for the cameras' subscribers")
+    p.add_argument("--ack-wait-s", type=float, default=5.0,
+                   help="at the end, wait this long for reliable readers to acknowledge the last messages")
     p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("make-sample-drive", help="write a synthetic drive bag for a preset")

@@ -202,6 +202,21 @@ class Replayer:
         else:
             self.incomplete_frames += 1
 
+    def wait_for_acks(self, timeout_s: float) -> list[str]:
+        """Before the replayer goes: every reliable reader has acknowledged what was published (a process that
+        exits with a sample still unacknowledged takes it along: its readers never get the bag's last frame).
+        Best-effort topics have nothing to wait for. -> the topics still unacknowledged after timeout_s."""
+        from rclpy.duration import Duration
+        deadline, waiting = time.monotonic() + timeout_s, []
+        named = {self.remap.get(topic, topic): p for topic, p in self.publishers.items()}
+        if self.clock is not None:
+            named["/clock"] = self.clock
+        for name, publisher in named.items():
+            left = max(0.0, deadline - time.monotonic())
+            if not publisher.wait_for_all_acked(Duration(nanoseconds=int(left * 1e9))):
+                waiting.append(name)
+        return waiting
+
     def first_frame(self) -> BagFrame:
         frame = next((f for f in self.frames() if f.complete), None)
         expect(frame is not None, ConfigError, f"bag '{self.path}': no frame with an image from every camera")
