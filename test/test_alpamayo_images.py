@@ -110,7 +110,7 @@ def test_real_size_cameras_are_served_by_the_graph_exactly(tmp_path, domain):
         rng = np.random.default_rng(1)
         sets = [[rng.integers(0, 256, (360, 640, 3), dtype=np.uint8) for _ in range(4)] for _ in range(2)]
         paths, infos = driver.drive(sets, timeout_s=120)
-        check(paths, infos, expected(graph.nodes["hybrid_vla_suffix"].expert.model, sets, False))
+        check(paths, infos, expected(graph.nodes["hybrid_vla_suffix"].serving.model, sets, False))
     finally:
         driver.close()
         graph.shutdown()

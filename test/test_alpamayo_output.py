@@ -77,7 +77,7 @@ def retimed_reference(model, ref, live, frame_ns: int, candidate):
     the odometry sample its first point is: the points the suffix should publish."""
     from hybrid_vla_ros.engine.retime import CurrentPose, retime
     from hybrid_vla_ros.ros import messages
-    from hybrid_vla_ros.ros.nodes.alpamayo.suffix_stage import trajectory_points
+    from hybrid_vla_ros.ros.nodes.serving.alpamayo.suffix_stage import trajectory_points
     from hybrid_vla_ros.types import Trajectory
     first = candidate.points[0].pose.position
     ego_ns = next(s for s, m in live.sent.items() if (m.pose.pose.position.x, m.pose.pose.position.y) == (first.x, first.y))
@@ -180,7 +180,7 @@ def test_an_alpamayo_release_publishes_retimed_candidates_and_the_scheduler_samp
         move_cut(driver, live, prefix)
         stamps = drive_live(driver, live, candidates, sets[3:], 60, stamps)
         assert [int(i["partition"]) for i in driver.infos] == [int(i["partition"]) for i in frame_infos] == [2, 2, 2, 3]
-        check_retimed(suffix.expert.model, sets, stamps, live, candidates, driver.paths, driver.infos, guidance)
+        check_retimed(suffix.serving.model, sets, stamps, live, candidates, driver.paths, driver.infos, guidance)
         check_scheduled(graph.nodes["hybrid_vla_scheduler"], frame_infos, driver.infos, live)
         assert dict(prefix.health.rejected) == {"partition": 1} and not suffix.health.rejected
     finally:

@@ -129,14 +129,14 @@ def test_1_5_gets_the_live_routes_text_in_its_prompt_and_is_guided_by_it(tmp_pat
     routes = driver.node.create_publisher(LaneletRoute, topic, LATCHED)
     try:
         assert not graph.failed, graph.failed
-        prefix = graph.nodes["hybrid_vla_prefix"].expert
+        prefix = graph.nodes["hybrid_vla_prefix"].serving
         routes.publish(route_msg(intersection_route(ids, "left")))   # once, latched
         assert wait_until(lambda: prefix.route.routes_received == 1, driver.spin, 10)
         sets = camera_sets(3)
         # frames at 3.0, 3.1, 3.2 s: x = -45.2, -44.7, -44.2, the left turn's lanelet starts at x = 0
         texts = ["Turn left in 45m", "Turn left in 45m", "Turn left in 44m"]
         paths, infos = driver.drive(sets, timeout_s=60)
-        model = graph.nodes["hybrid_vla_suffix"].expert.model
+        model = graph.nodes["hybrid_vla_suffix"].serving.model
         check(paths, infos, expected(model, sets, True, routes=texts, odometry_at=approach_odometry))
         assert wait_until(lambda: len(frame_infos) >= 3, driver.spin, 10)
         assert [(i["route"], i["guided"]) for i in frame_infos] == [(t, "true") for t in texts]

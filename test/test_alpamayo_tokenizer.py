@@ -169,7 +169,7 @@ def test_a_release_with_a_tokenizer_is_served_with_its_authors_prompt_and_its_re
         assert not graph.failed, graph.failed
         sets = camera_sets(2)
         paths, infos = driver.drive(sets, timeout_s=60)
-        check(paths, infos, expected(graph.nodes["hybrid_vla_suffix"].expert.model, sets, False))   # the prompt:
+        check(paths, infos, expected(graph.nodes["hybrid_vla_suffix"].serving.model, sets, False))   # the prompt:
         assert wait_until(lambda: len(said) >= 2, driver.spin, 10)                   # the tokenizer's (release_prompt)
         for k, (msg, info) in enumerate(zip(said, infos)):
             ids = [int(t) for t in info["tokens"].split(",")]

@@ -138,8 +138,8 @@ def test_memory_passes_its_stage_processes_refusal_on_in_one_line():
 
 
 def test_the_nodes_take_an_alpamayo_preset_as_built_with_nothing_to_read():
-    """The prefix and suffix nodes' stage (ros/nodes/alpamayo) serves the preset's own weights: no directory."""
-    from hybrid_vla_ros.ros.nodes.alpamayo import with_weights
+    """The prefix and suffix nodes' stage (ros/nodes/serving/alpamayo) serves the preset's own weights: no directory."""
+    from hybrid_vla_ros.ros.nodes.serving.alpamayo.weights import with_weights
     model = load_vla(preset="tiny-alpamayo-r1", lazy=True)
     assert model.checkpoint_directory is None and with_weights(model, "suffix", (0, 4)) is model
     assert all(p.device.type == "cpu" for p in model.parameters())
@@ -181,7 +181,7 @@ def test_memory_measures_each_side_of_a_release_reading_only_its_tensors(tmp_pat
 def test_each_node_takes_fp32_or_bf16_for_a_release_and_refuses_the_rest_with_the_reason():
     from hybrid_vla_ros.engine.dtype_choice import DtypeChoice
     from hybrid_vla_ros.errors import ConfigError
-    from hybrid_vla_ros.ros.nodes.alpamayo.settings import side_dtype
+    from hybrid_vla_ros.ros.nodes.serving.alpamayo.settings import side_dtype
     model = load_vla(preset="tiny-alpamayo-r1", shapes_only=True)
     assert side_dtype({"dtype": "bf16", "device": "cpu"}, "prefix", model, None).dtype == "bf16"
     auto = side_dtype({"dtype": "auto"}, "suffix", model, None)   # the probe on the release's block shapes

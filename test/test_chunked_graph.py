@@ -65,7 +65,7 @@ def test_every_chunked_frame_gives_one_trajectory_equal_to_the_unchunked_model(d
     try:
         watch = Watch(harness)
         count = 4 if chunks == 4 else harness.spec.num_cameras
-        assert harness.prefix.chunk_flow.count == harness.suffix.chunk_flow.count == count
+        assert harness.prefix.chunk_flow.count == harness.suffix.serving.chunks.count == count
         for seq in range(FRAMES):
             harness.send_frame(seq)
         assert wait_until(lambda: len(harness.paths) == FRAMES, harness.spin)
@@ -86,8 +86,8 @@ def test_every_chunked_frame_gives_one_trajectory_equal_to_the_unchunked_model(d
         assert suffix["chunk_states"] == str(FRAMES * count) and suffix["chunks_refused"] == "0", suffix
         assert suffix["chunked_frames_lost"] == "0" and suffix["chunks_per_frame"] == str(count), suffix
         assert prefix["chunk_states_sent"] == str(FRAMES * count) and prefix["frames_cut_short"] == "0", prefix
-        assert wait_until(lambda: harness.prefix.flight.in_flight <= 1, harness.spin, 2)   # slots came back
-        assert harness.prefix.flight.reclaimed == 0
+        assert wait_until(lambda: harness.prefix.serving.flight.in_flight <= 1, harness.spin, 2)   # slots came back
+        assert harness.prefix.serving.flight.reclaimed == 0
     finally:
         harness.close()
 
@@ -99,7 +99,7 @@ def test_unchunked_graph_is_unchanged_by_the_parameter(domain):
         for seq in range(2):
             harness.send_frame(seq)
         assert wait_until(lambda: len(harness.paths) == 2, harness.spin)
-        assert "chunks" not in harness.infos[0] and harness.suffix.chunk_flow.states == 0
+        assert "chunks" not in harness.infos[0] and harness.suffix.serving.chunks.states == 0
         np.testing.assert_allclose(path_xy(harness.paths[1]), reference_points(1)[:, :2], atol=1e-5)
     finally:
         harness.close()
@@ -117,7 +117,7 @@ def test_lost_out_of_order_and_foreign_chunks_are_refused_each_frame_counted_onc
     try:
         watch = Watch(harness)
         harness.send_frame(0)
-        encoder = HandoverEncoder("inproc", 1, "test", model_id=harness.prefix.handover.model_id)
+        encoder = HandoverEncoder("inproc", 1, "test", model_id=harness.prefix.serving.handover.model_id)
 
         def publish(state):
             harness.boundary_pub.publish(UInt8MultiArray(data=encoder.encode(state)))
@@ -176,8 +176,8 @@ def test_a_prefix_failure_part_way_through_a_frame_drops_it_whole_once(domain):
         assert dict(harness.prefix.health.rejected) == {"invalid_input": 1}
         assert harness.prefix.chunk_flow.cut_short == 1
         assert dict(harness.suffix.health.drop_reasons) == {"chunk_lost": 1} and not harness.suffix.health.rejected
-        assert wait_until(lambda: harness.prefix.flight.in_flight <= 1, harness.spin, 2)
-        assert harness.prefix.flight.reclaimed == 0
+        assert wait_until(lambda: harness.prefix.serving.flight.in_flight <= 1, harness.spin, 2)
+        assert harness.prefix.serving.flight.reclaimed == 0
     finally:
         harness.close()
 

@@ -71,10 +71,10 @@ def test_the_graph_serves_an_action_token_model_with_the_sequential_tokens(domai
         assert wait_until(lambda: [int(i["seq"]) for i in per_frame()] == [0, 1, 2, 3, 4], h.spin, 5), h.infos
         per_frame = per_frame()
         assert {i["transport"] for i in h.infos} == {"packed"} and {i["tokens"] for i in per_frame} == {"8"}
-        steps = h.prefix.packed.server.step_no
+        steps = h.prefix.serving.server.step_no
         assert wait_until(lambda: len(infos[PREFIX_STEP_TOPIC]) == len(infos[SUFFIX_STEP_TOPIC]) == steps, h.spin, 5)
         assert max(int(s["frames"]) for s in infos[PREFIX_STEP_TOPIC]) > 1        # frames packed into one forward
-        base = h.prefix.packed.server.run_base
+        base = h.prefix.serving.server.run_base
         assert [int(s["step"]) - base for s in infos[SUFFIX_STEP_TOPIC]] == list(range(1, steps + 1))
         assert wait_until(lambda: [int(i["seq"]) for i in infos[PREFIX_INFO_TOPIC]] == [0, 1, 2, 3, 4], h.spin, 5)
         assert not h.prefix.health.rejected and not h.suffix.health.rejected
@@ -131,7 +131,7 @@ def test_the_packed_suffix_node_runs_bf16_and_refuses_rows_of_another_named_boun
         frames, paths = send_and_collect(h, range(3))
         assert [p.header.stamp.sec * 10**9 + p.header.stamp.nanosec for p in paths] == [f.stamp_ns for f in frames]
         assert all(np.isfinite(path_xy(p)).all() and len(p.poses) == 4 for p in paths)
-        side = h.suffix.packed.server.side
+        side = h.suffix.serving.server.side
         assert side.dtype == torch.bfloat16 and all(k.dtype == torch.bfloat16 for k in side.ring.keys.values())
         assert all(b.self_attn.q_proj.weight.dtype == torch.bfloat16 for b in side.blocks)
         assert all(p.dtype == torch.float32 for p in h.suffix.model.parameters())
@@ -140,7 +140,7 @@ def test_the_packed_suffix_node_runs_bf16_and_refuses_rows_of_another_named_boun
         h.boundary_pub.publish(UInt8MultiArray(data=encode_state(bf16_step, 2, 10**6, slots=2)))
         assert wait_until(lambda: h.suffix.health.rejected["boundary_dtype_mismatch"] == 1, h.spin, 10)
         # a step claiming more KV slots than the YAML's pack x pack_groups (2 x 1): refused before any allocation
-        assert h.suffix.packed.server.max_slots == 2
+        assert h.suffix.serving.server.max_slots == 2
         greedy = PackedState(rows.float(), torch.zeros(3, 1, 5, dtype=torch.long), [Segment(98, 0, 0, 0, 5)])
         h.boundary_pub.publish(UInt8MultiArray(data=encode_state(greedy, 2, 10**6, slots=3)))
         assert wait_until(lambda: h.suffix.health.rejected["invalid_boundary"] == 1, h.spin, 10)
@@ -158,7 +158,7 @@ def test_bad_tokens_are_rejected_counted_and_the_graph_goes_on(domain, model):
         pub.publish(UInt8MultiArray(data=encode_tokens({12345: 300}, 10**6)))     # a step never sent
         assert wait_until(lambda: h.prefix.health.rejected["invalid_tokens"] == 1
                           and h.prefix.health.rejected["old_message"] == 1
-                          and h.prefix.packed.server.stale_tokens == 1, h.spin, 10)
+                          and h.prefix.serving.server.stale_tokens == 1, h.spin, 10)
         frames, paths = send_and_collect(h, range(2))
         for frame, path in zip(frames, paths):
             np.testing.assert_allclose(path_xy(path), expected_points(model, frame)[:, :2], atol=1e-6)
@@ -177,7 +177,7 @@ def test_the_scheduler_gets_one_sample_per_packed_step(domain, model):
     try:
         send_and_collect(h, range(3))
         scheduler = h.graph.nodes["hybrid_vla_scheduler"]
-        steps = h.prefix.packed.server.step_no
+        steps = h.prefix.serving.server.step_no
         assert wait_until(lambda: len(scheduler.fed) == steps, h.spin, 10), (len(scheduler.fed), steps)
         assert {s.partition for s in scheduler.fed} == {2} and all(s.rows > 0 for s in scheduler.fed)
         assert {s.backlog for s in scheduler.fed} == {0}   # a packed suffix's queue is the alternation

@@ -223,7 +223,7 @@ def test_with_a_warm_standby_retimed_stamps_do_not_make_later_frames_out_of_orde
     try:
         ego = Ego(h.node)
         tick = lambda timeout: (ego.publish(), h.spin(timeout))  # noqa: E731  odometry at ~50 Hz while waiting
-        assert wait_until(lambda: h.suffix.role.active, lambda _: tick(ODOM_PERIOD_S), 15)
+        assert wait_until(lambda: h.suffix.serving.role.active, lambda _: tick(ODOM_PERIOD_S), 15)
         # back to back: queued at the slow suffix. Their stamps 50 ms apart, beyond the prefix's 20 ms camera
         # sync skew: 10 ms apart, two frames' images may be grouped into one (a path short: seen once in a full
         # suite run; that this was the cause is a reading of the grouping, not a measurement)

@@ -141,7 +141,7 @@ def test_bad_boundary_states_are_rejected_counted_and_the_next_frame_is_served(d
         good = harness.prefix.stage.run(harness.frame(1))
 
         def publish(state=None, raw=None):
-            data = raw if raw is not None else HandoverEncoder("inline", 1, "test", model_id=harness.prefix.handover.model_id).encode(state)
+            data = raw if raw is not None else HandoverEncoder("inline", 1, "test", model_id=harness.prefix.serving.handover.model_id).encode(state)
             harness.boundary_pub.publish(UInt8MultiArray(data=data))
 
         def variant(**changes):
@@ -153,7 +153,7 @@ def test_bad_boundary_states_are_rejected_counted_and_the_next_frame_is_served(d
         publish(variant(hidden=good.hidden[:, :5]))                    # wrong shape
         publish(variant(hidden=good.hidden.to(torch.bfloat16)))        # wrong dtype
         publish(variant(partition=0))                                  # partition outside the suffix's zone
-        bad_version = bytearray(HandoverEncoder("inline", 1, "test", model_id=harness.prefix.handover.model_id).encode(good))
+        bad_version = bytearray(HandoverEncoder("inline", 1, "test", model_id=harness.prefix.serving.handover.model_id).encode(good))
         bad_version[4] = 9                                     # HVLM version 9
         publish(raw=bytes(bad_version))
         publish(raw=b"garbage")
@@ -177,7 +177,7 @@ def test_a_bf16_boundary_state_is_served_by_the_shipped_auto_boundary_dtype(harn
     frame.ego = EgoState()   # as the graph's prefix (no kinematic state) and reference_points give it
     state = harness.prefix.stage.run(frame)
     state.hidden = state.hidden.to(torch.bfloat16)
-    harness.boundary_pub.publish(UInt8MultiArray(data=HandoverEncoder("inline", 1, "test", model_id=harness.prefix.handover.model_id).encode(state)))
+    harness.boundary_pub.publish(UInt8MultiArray(data=HandoverEncoder("inline", 1, "test", model_id=harness.prefix.serving.handover.model_id).encode(state)))
     assert wait_until(lambda: len(harness.paths) == 2, harness.spin)
     xy = np.array([[p.pose.position.x, p.pose.position.y] for p in harness.paths[1].poses])
     assert np.abs(xy - reference_points(1)[:, :2]).max() < 0.1 and not harness.suffix.health.rejected
@@ -195,7 +195,7 @@ def test_nonfinite_boundary_states_are_refused_never_published_and_reported(harn
         state = harness.prefix.stage.run(harness.frame(1 + i))
         state.hidden = state.hidden.clone()
         state.hidden[0, 2 + i, 1] = bad
-        harness.boundary_pub.publish(UInt8MultiArray(data=HandoverEncoder("inline", 1, "test", model_id=harness.prefix.handover.model_id).encode(state)))
+        harness.boundary_pub.publish(UInt8MultiArray(data=HandoverEncoder("inline", 1, "test", model_id=harness.prefix.serving.handover.model_id).encode(state)))
     assert wait_until(lambda: harness.suffix.health.rejected["nonfinite_boundary"] == 2, harness.spin, 10)
     assert wait_until(lambda: "hybrid_vla_suffix: nonfinite" in seen and
                       {kv.key: kv.value for kv in seen["hybrid_vla_suffix: nonfinite"].values}["nonfinite"] == "2",
@@ -212,14 +212,14 @@ def test_states_sent_to_an_inactive_suffix_give_their_in_process_slots_back_at_o
     take another frame."""
     harness.send_frame(0)
     harness.suffix.trigger_deactivate()
-    max_in_flight = harness.prefix.flight.max_in_flight
+    max_in_flight = harness.prefix.serving.flight.max_in_flight
     for seq in range(1, 1 + max_in_flight + 1):   # more frames than slots: each must come back
         harness.send_frame(seq, wait=False)
         harness.settle(0.3)
     assert wait_until(lambda: harness.suffix.health.drop_reasons["inactive"] == max_in_flight + 1, harness.spin, 5)
     # idle, the prefix holds the one slot it asked for before taking a frame; none is held by a dropped state
-    assert wait_until(lambda: harness.prefix.flight.in_flight <= 1, harness.spin, 2)
-    assert harness.prefix.flight.reclaimed == 0
+    assert wait_until(lambda: harness.prefix.serving.flight.in_flight <= 1, harness.spin, 2)
+    assert harness.prefix.serving.flight.reclaimed == 0
     harness.suffix.trigger_activate()
     t0 = time.monotonic()
     harness.send_frame(10)
@@ -273,7 +273,7 @@ def test_in_process_graph_bounds_frames_in_flight_like_the_engine(domain):
             h.settle(0.03)
             backlog.append(h.suffix.worker.backlog())
         assert wait_until(lambda: len(h.infos) + h.prefix.health.dropped == 8, h.spin, 20)
-        assert h.prefix.flight.max_seen == 2 and max(backlog) <= 2
+        assert h.prefix.serving.flight.max_seen == 2 and max(backlog) <= 2
         served = [int(i["seq"]) for i in h.infos]
         assert served == sorted(served) and len(served) + h.prefix.health.dropped == 8, (served, h.prefix.health.dropped)
         assert h.prefix.health.drop_reasons["displaced"] == h.prefix.health.dropped > 0
@@ -755,15 +755,15 @@ def test_a_warm_standby_suffix_takes_over_within_a_second_and_publishes_nothing_
         h.graph.executor.add_node(standby)
         bring_up(standby)
         primary = h.suffix
-        assert wait_until(lambda: primary.role.active, h.spin, 10)   # another suffix is up: it waits for beats first
+        assert wait_until(lambda: primary.serving.role.active, h.spin, 10)   # another suffix is up: it waits for beats first
         for seq in range(3):
             h.send_frame(seq)
-        assert primary.role.active and not standby.role.active and standby.role.buffer
+        assert primary.serving.role.active and not standby.serving.role.active and standby.serving.role.buffer
         h.graph.executor.remove_node(primary)            # silent from now on, as if SIGKILLed
         t_dead = time.monotonic()
         h.send_frame(3)
         assert time.monotonic() - t_dead < 1.0
-        assert standby.role.active and standby.role.takeovers == 1
+        assert standby.serving.role.active and standby.serving.role.takeovers == 1
         h.send_frame(4)
         stamps = [int(i["stamp_ns"]) for i in h.infos]
         assert len(stamps) == len(set(stamps)) == 5

@@ -120,3 +120,16 @@ def test_a_child_whose_node_cannot_be_configured_exits_with_ex_config(domain, tm
         pytest.fail("the child did not end")
     assert out.returncode == os.EX_CONFIG == 78, out.stderr[-2000:]
     assert "configure failed: profile_json" in out.stderr, out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("node_kind,changes,said", [
+    ("hybrid_vla_prefix", {"chunks": 2}, "chunks=2: model 'tiny-act' decodes action tokens"),
+    ("hybrid_vla_suffix", {"chunks": 2}, "chunks=2: model 'tiny-act' decodes action tokens"),
+    ("hybrid_vla_suffix", {"warm_standby": True}, "warm_standby: model 'tiny-act' decodes action tokens")])
+def test_an_action_token_model_refuses_at_configure_what_its_sides_do_not_do(node_kind, changes, said, context, capfd):
+    """Its frames in flight live in the packed KV ring: a standby could not take them over, and a packed step is
+    not chunked. Refused with the reason (ros/nodes/serving/tokens.py), nothing left running."""
+    result, worker = configure(node_kind, {"model.preset": "tiny-act", **changes}, context)
+    assert result == TransitionCallbackReturn.FAILURE and worker is None
+    assert said in capfd.readouterr().err
+    assert stage_threads() == []

@@ -84,7 +84,7 @@ def test_a_prefix_whose_ring_cannot_fit_in_dev_shm_fails_configure_with_the_size
     node = make_node("hybrid_vla_prefix", params, context)   # boundary_transport auto, alone in its process
     try:
         assert node.on_configure(State()) == TransitionCallbackReturn.FAILURE
-        assert node.worker is None and node.handover is None   # nothing left running or mapped
+        assert node.worker is None and node.serving is None   # nothing left running or mapped
     finally:
         node.destroy_node()
     err = capfd.readouterr().err

@@ -43,7 +43,7 @@ def load_vla(preset: str | None = None, checkpoint: str | None = None, dtype: to
     if checkpoint is not None:
         if alpamayo.is_release(resolve_checkpoint(checkpoint)):   # a published Alpamayo directory, as released:
             return alpamayo.load_release(resolve_checkpoint(checkpoint), dtype=dtype,   # its own model (the nodes
-                                         shapes_only=shapes_only or lazy)               # serve it: ros/nodes/alpamayo)
+                                         shapes_only=shapes_only or lazy)               # serve it: ros/nodes/serving/alpamayo)
         return load_checkpoint(resolve_checkpoint(checkpoint), dtype=dtype,
                                keep=(lambda m: []) if shapes_only or lazy else keep, fresh_head=fresh_head)
     if preset in ALPAMAYO_PRESETS:   # an Alpamayo release at unit-test size: its own model, built whole

@@ -75,6 +75,12 @@ class VLAModel(nn.Module):
         self.int8_calibration = None   # an int8 suffix's smoothing (engine/int8_calibration.py), from a checkpoint
 
     @property
+    def kind(self) -> str:
+        """How the graph serves it (ros/nodes/serving): "waypoints" (one boundary state a frame) or "tokens"
+        (ActionFlow's packed decode steps); the HVLM header's kind (engine/handover/message.py KINDS)."""
+        return "tokens" if self.spec.action_head == "tokens" else "waypoints"
+
+    @property
     def decoder(self):
         return self.family.language_model(self.backbone)
 

@@ -30,6 +30,8 @@ from . import messages
 from .nodes.diagnostics import publish_frame_info
 from .topics import BOUNDARY_QOS
 
+SUFFIX_TABLE = "hybrid_vla_suffix"   # the suffix node's parameter table (ros/nodes/suffix_node.py NODE_NAME)
+
 FRAMES_REMEMBERED = 1024   # stamps of frames already published or counted lost (each is counted once)
 
 
@@ -39,7 +41,7 @@ def chunks_per_frame(model, chunks) -> int:
     chunks = parse_chunks(chunks)
     if chunks == 1:
         return 1
-    expect(model.spec.action_head == "waypoints", ConfigError,
+    expect(model.kind == "waypoints", ConfigError,
            f"chunks={chunks!r}: model '{model.spec.name}' decodes action tokens (ActionFlow's packed steps), which "
            f"are not chunked; keep chunks: 1")
     return chunk_count(model, chunks)
@@ -72,14 +74,14 @@ class PrefixChunks:
         self.states_sent = 0
         self.cut_short = 0     # frames dropped after some of their chunks had been published
 
-    def check_ring_room(self, handover, receiver_type: type) -> None:
+    def check_ring_room(self, handover) -> None:
         """Configure: refused (ConfigError: sizes, remedy) when /dev/shm cannot hold the boundary ring; a state's
         bytes estimated from the model at the zone's lowest cut (the most DeepStack additions). Not when a
-        receiver (a `receiver_type` node) shares this node's executor: auto then hands over in process."""
+        receiver (a suffix node) shares this node's executor: auto then hands over in process."""
         node = self.node
         frame = boundary_bytes(node.model, node.zone.lo, node.placement.prefix_dtype.itemsize)["boundary_bytes"]
         executor = node.executor
-        local = executor is not None and any(isinstance(n, receiver_type) for n in executor.get_nodes())
+        local = executor is not None and any(getattr(n, "table", None) == SUFFIX_TABLE for n in executor.get_nodes())
         handover.check_ring_room(-(-frame // self.count), self.count > 1, local)
 
     def serve(self, frame, t0: float, waits: dict | None = None) -> bool:
@@ -87,20 +89,21 @@ class PrefixChunks:
         suffix in this process (which then frees the frame's flight slot). waits: what the frame waited before
         the prefix took it, for its ~/debug/frame_info."""
         node, sent, states = self.node, 0, iter(())
-        kind = node.handover.kind()   # one transport for all chunks of the frame
+        side = node.serving   # the waypoint kind's prefix (ros/nodes/serving/waypoints.py)
+        kind = side.handover.kind()   # one transport for all chunks of the frame
         try:
-            states = node.stage.run_chunks(frame, self.chunks)   # chunks 1: the whole state, computed here
+            states = side.stage.run_chunks(frame, self.chunks)   # chunks 1: the whole state, computed here
             for state in states:
                 node.last_stamp_ns = frame.stamp_ns
                 try:
-                    envelope = node.handover.encode(state, kind)
+                    envelope = side.handover.encode(state, kind)
                 except (HybridVLAError, TimeoutError) as exc:
                     return self._lost(sent, "handover", exc, frame)
                 if not state.last_chunk:
                     state.flight = None   # the frame's slot travels with its last chunk only
                 else:
-                    node.flight.prefix_finished(state.timings["prefix_ms"] / 1e3, handed_to_suffix=kind == "inproc")
-                node._report_reclaimed(state)
+                    side.flight.prefix_finished(state.timings["prefix_ms"] / 1e3, handed_to_suffix=kind == "inproc")
+                side.report_reclaimed(state)
                 node.pub.publish(messages.boundary_to_msg(envelope, UInt8MultiArray()))
                 sent += 1
                 self.states_sent += 1
@@ -141,12 +144,10 @@ class _Frame:
 class SuffixChunks:
     """The suffix node's side: queue sizes, and the chunks of chunked frames (chunk_count > 1) served."""
 
-    def __init__(self, node, packed: bool):
-        self.node = node
+    def __init__(self, node, stage):
+        self.node, self.stage = node, stage   # a waypoint model's SuffixStage (its `chunks`: the frame assembled)
         self.chunks = parse_chunks(node.params["chunks"])
-        expect(not packed or self.chunks == 1, ConfigError,
-               f"chunks={self.chunks!r}: model '{node.model.spec.name}' decodes action tokens, which are not chunked")
-        self.count = 1 if packed else chunks_per_frame(node.model, self.chunks)
+        self.count = chunks_per_frame(node.model, self.chunks)
         self.refused: Counter = Counter()   # chunks refused, by reason
         self.states = self.frames_served = self.frames_lost = 0
         self._done: OrderedDict = OrderedDict()    # stamps of frames published or counted lost
@@ -187,8 +188,8 @@ class SuffixChunks:
         where = f"chunk {state.chunk_index}/{state.chunk_count} of frame {state.seq}"
         if self.done(stamp):   # published, or already counted lost: this chunk cannot serve it
             self._refuse("frame_closed", f"{where}: the frame was already published or counted lost")
-            if node.stage.chunks._belongs(state):
-                node.stage.chunks.abandon()
+            if self.stage.chunks._belongs(state):
+                self.stage.chunks.abandon()
             self.report_abandoned()
             return
         if state.chunk_index == 0:   # the frame's checks, once: its age when taken, its stamp order
@@ -201,7 +202,7 @@ class SuffixChunks:
                 while len(self._opened) > FRAMES_REMEMBERED:
                     self._opened.popitem(last=False)
         try:
-            trajectory = node.stage.run(state)
+            trajectory = self.stage.run(state)
         except HybridVLAError as exc:   # out of order, foreign, malformed, non-finite: the frame is lost here
             reason = getattr(exc, "reason", "invalid_boundary")
             self._refuse(reason, str(exc))
@@ -246,7 +247,7 @@ class SuffixChunks:
     def report_abandoned(self) -> None:
         """Frames the stage dropped unfinished (a chunk lost or refused, the next frame begun): each counted
         once, as chunk_lost, unless already counted for the chunk that was refused."""
-        for seq in self.node.stage.chunks.take_abandoned() if self.node.stage is not None else []:
+        for seq in self.stage.chunks.take_abandoned():
             with self._lock:
                 stamp = self._opened.pop(seq, None)
             if stamp is not None and not self.done(stamp):

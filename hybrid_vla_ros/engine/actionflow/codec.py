@@ -25,7 +25,6 @@ from .forward import PackedState, Segment
 
 KIND = hvlm.KINDS["tokens"]
 ROWS, TOKEN = 1, 2          # crossing codes: a frame's rows of a packed step, a frame's next token
-OLD_MAGICS = (b"HVLP", b"HVLT")
 
 
 class StepHeader(NamedTuple):
@@ -33,14 +32,6 @@ class StepHeader(NamedTuple):
     step: int         # the prefix's step number (the tokens back carry it)
     slots: int        # KV ring slots the prefix hands out (the suffix's ring matches them); 0 = not said
     deadline_ns: int = 0  # wall clock: the prefix gives the step up after it (plus a grace); 0 = never
-
-
-def is_packed_state(buffer) -> bool:
-    """A packed step (or a packed step in the replaced format, which its decoder refuses by name)."""
-    head = hvlm.peek(buffer)
-    if head is not None:
-        return head.kind == KIND and head.direction == hvlm.FORWARD
-    return bytes(memoryview(buffer)[:4]) in OLD_MAGICS
 
 
 def encode_state(state: PackedState, partition: int, step: int, slots: int = 0, deadline_ns: int = 0) -> bytes:

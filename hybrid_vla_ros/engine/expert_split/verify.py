@@ -28,11 +28,6 @@ IMAGE_SIDE = 32                # patch 16 x merge 2: one image token per image
 TEXT = PromptText(system=tuple(range(10, 22)), user=tuple(range(50, 60)), route=(40, 41, 42))
 
 
-def is_alpamayo(model) -> bool:
-    from ...model.plugins.alpamayo.model import AlpamayoModel
-    return isinstance(model, AlpamayoModel)
-
-
 def model_name(model) -> str:
     directory = getattr(model, "checkpoint_directory", None)
     return getattr(model, "preset_name", None) or (directory.name if directory is not None else "alpamayo")

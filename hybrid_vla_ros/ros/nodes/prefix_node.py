@@ -1,56 +1,71 @@
-"""hybrid_vla_prefix: cameras (+ kinematic state) in; vision + blocks [0, p); boundary state out."""
+"""hybrid_vla_prefix: cameras (+ kinematic state) in; vision + blocks [0, p); boundary state out. The model's kind
+serves it (ros/nodes/serving: a waypoint model's handover, an action-token model's packed steps, an Alpamayo
+release's conversation); this node takes and prepares the frames of the kinds that leave that to it."""
 
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from nav_msgs.msg import Odometry
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Int32, UInt8MultiArray
+from diagnostic_msgs.msg import DiagnosticStatus
 
 from ...engine.cpu import default_stage_cores
 from ...engine.pipeline.camera_counts import CameraCounts
-from ...engine.pipeline.flight import FlightControl
-from ...engine.handover.endpoints import HOST_ID, PROCESS_REGISTRY, HandoverEncoder
+from ...engine.handover.endpoints import PROCESS_REGISTRY
 from ...engine.placement import Placement
-from ...engine.stages import PrefixStage
 from ..inputs.context_input import ContextInput
 from ...engine.pipeline.camera_sync import CameraSync, StampedHistory, StateFreshness, WaitForState
 from ...engine.pipeline.stamp_order import stamp_order
-from ...engine.pipeline.worker import StageWorker
 from ...errors import ConfigError, HybridVLAError, expect
-from ...model.load import model_id
 from ...types import EgoState, Frame
 from .. import messages
 from ..inputs import acceleration_input, route_input
 from ..chunk_flow import PrefixChunks
-from .diagnostics import DiagnosticsPublisher, reported_shm_domains
-from .stage_node import StageNode, graph_scope
-from .suffix_node import SuffixNode
-from .packed_stage import PackedPrefixLoop
+from .diagnostics import DiagnosticsPublisher
+from .serving import side_class
+from .stage_node import StageNode
 from .scene_memory import SceneMemory
 from .time_limits import PrefixTimeLimits
 from ..params import chosen_cores
 
 NODE_NAME = "hybrid_vla_prefix"
-SENT_STAMPS_KEPT = 256   # seq -> stamp of frames handed over (to name those lost in the ring); time limits: time_limits.py
 
 
 class PrefixNode(StageNode):
     def __init__(self, node_name: str = NODE_NAME, **kwargs):
-        self.worker = self.handover = self.flight = self.packed = self.ego_gate = None
+        self.worker = self.ego_gate = None
         super().__init__(node_name, NODE_NAME, **kwargs)
 
     def configure_stage(self) -> None:
         p = self.params
-        packed = self.model.spec.action_head == "tokens"  # ActionFlow's packed steps (ros/nodes/packed_stage.py)
-        self.placement = Placement.create("cpu" if packed and p["device"] == "auto" else p["device"],
-                                          p["dtype"], p["dtype"])
+        side = side_class(self.model, "prefix")
         # cores [-1]: the prefix's share of a default split (bringup, launch and ros2 run alike)
         self.cores = chosen_cores(p["cores"]) or default_stage_cores(0)
+        if side.node_inputs:
+            self._configure_inputs(getattr(side, "auto_device", None))
+        self.serving = side(self)
+        self.stage, self.worker = self.serving.stage, self.serving.worker
+        if side.node_inputs:
+            self._subscribe_inputs()
+        self.configured_subscription(Int32, "~/input/partition_point", self._on_partition_topic, 10)
+        self.diagnostics = DiagnosticsPublisher(self, self.health, self.worker, self._extra_checks)
+        self.configured_timer(p["diagnostics_period_s"], self.diagnostics.publish)
+        if side.node_inputs:
+            self.get_logger().info(
+                f"prefix: model '{self.model.spec.name}' ({self.model.num_blocks} blocks), partition "
+                f"{self.stage.partition}, zone {list(self.zone)}, {self.placement.describe()}, cameras "
+                f"{self.camera_topics}, input policy {p['input_policy']}, {self.serving.describe()}, "
+                f"worker cores {self.cores or 'unpinned'}")
+
+    def _configure_inputs(self, auto_device: str | None) -> None:
+        """What the node builds for a kind whose frames it prepares: placement, the frame's inputs (kinematic state,
+        route, acceleration, context), the boundary publisher and the frame infos."""
+        p = self.params
+        device = auto_device if auto_device and p["device"] == "auto" else p["device"]
+        self.placement = Placement.create(device, p["dtype"], p["dtype"])
         self.seq, self.last_stamp_ns, self.time_jumps = 0, -1, 0
         self.ego_history = StampedHistory(between=EgoState.between)  # EgoState by stamp, matched to frames
         self.ego_freshness = StateFreshness(self.ego_history, "kinematic state")  # too old or missing: refused
@@ -61,62 +76,23 @@ class PrefixNode(StageNode):
                                           lambda: self.route.route_topic and not self.route.routes_received)
         self.pub = self.configured_publisher(UInt8MultiArray, "~/output/boundary_state", self.chunk_flow.qos())
         self.info_pub = self.configured_publisher(DiagnosticStatus, "~/debug/frame_info", 10)
-        self.diagnostics = None
-        if packed:
-            self.packed = PackedPrefixLoop(self, self._prepare_packed)
-            self.stage, self.worker, self._submit = self.packed.server, self.packed.worker, self.packed.submit
-        else:
-            self._configure_frames()
+
+    def _subscribe_inputs(self) -> None:
+        """The cameras and the kinematic state, once the kind's side takes frames (`serving.submit`)."""
+        p = self.params
         self._subscribe_cameras()
         self.limits = PrefixTimeLimits(self)
         if p["use_kinematic_state"]:  # a frame waits for its kinematic state here, not in the compute thread
             self.ego_gate = WaitForState(self.ego_history, int(p["sync_skew_ms"] * 1e6),
-                                         self.limits.kinematic_wait_s, lambda frame: self._submit(frame))
+                                         self.limits.kinematic_wait_s, lambda frame: self.serving.submit(frame))
             self.configured_subscription(Odometry, "~/input/kinematic_state", self._on_odometry, 10)
             self.configured_timer(0.01, self.ego_gate.poll)
-        self.configured_subscription(Int32, "~/input/partition_point", self._on_partition_topic, 10)
-        self.configured_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
         self.scene_memory = SceneMemory(self, getattr(self.stage, "model", self.model).scene_encoder)
-        self.diagnostics = DiagnosticsPublisher(self, self.health, self.worker, self._extra_checks)
-        self.configured_timer(p["diagnostics_period_s"], self.diagnostics.publish)
-        transport = f"packed steps inline ({p['pack_groups']} groups of {p['pack']} frames)" if packed \
-            else p["boundary_transport"]
-        self.get_logger().info(
-            f"prefix: model '{self.model.spec.name}' ({self.model.num_blocks} blocks), partition "
-            f"{self.stage.partition}, zone {list(self.zone)}, {self.placement.describe()}, cameras "
-            f"{self.camera_topics}, input policy {p['input_policy']}, boundary transport {transport}, "
-            f"worker cores {self.cores or 'unpinned'}")
-
-    def _configure_frames(self) -> None:
-        """A waypoint-head model: one boundary state per frame, through the handover."""
-        p = self.params
-        self.stage = PrefixStage(self.model, p["partition_point"], self.placement, self.zone)
-        # max_in_flight: frames taken and not finished by the suffix (in-process suffix: it frees the slot;
-        # otherwise the slot is freed once the state left this process, and the ring bounds what waits).
-        # Chunked: a slot per frame, freed with its last chunk; the ring holds max_in_flight x chunks states.
-        self.flight = FlightControl(p["max_in_flight"], just_in_time=True, slot_timeout_s="auto")
-        self.handover = HandoverEncoder(p["boundary_transport"], ring_slots=self.chunk_flow.slots,
-                                        ring_name=self.get_name(), flight=self.flight, scope=graph_scope(self),
-                                        model_id=model_id(self.model))
-        self.chunk_flow.check_ring_room(self.handover, SuffixNode)   # /dev/shm too small: refused here
-        self.receiver_domains: dict[str, int] = {}  # suffix node name -> the shm domain it reported
-        self.sent_stamps: OrderedDict = OrderedDict()  # seq -> stamp of the last frames handed over
-        self.worker = StageWorker("prefix", self._process, policy=p["input_policy"], capacity=p["max_in_flight"],
-                                  cores=self.cores, threads=p["threads"] or None, health=self.health,
-                                  on_error=self._on_worker_error, admit=self.flight.admit,
-                                  on_admitted_stop=self.flight.release, stamp_of=lambda frame: frame.stamp_ns).start()
-        self._submit = self.worker.submit
 
     def release_stage(self) -> None:
         for frame in self.ego_gate.clear() if self.ego_gate is not None else []:  # accounted for, each
             self.health.drop("shutdown", frame.stamp_ns)
-        if self.packed is not None:
-            self.packed.close()
-        elif self.worker is not None:
-            self.worker.close()
-        if self.handover is not None:
-            self.handover.close()
-        self.worker = self.handover = self.packed = self.ego_gate = None
+        self.worker = self.ego_gate = None
 
     # ---- inputs ----------------------------------------------------------------------------------------
     def _subscribe_cameras(self) -> None:
@@ -153,7 +129,7 @@ class PrefixNode(StageNode):
             frame = Frame(images=camera_msgs, seq=self.seq, stamp_ns=stamp_ns, ego=None,
                           instruction=self.params["instruction"], arrival_ns=time.time_ns())
             self.seq += 1
-            (self.ego_gate.add if self.ego_gate is not None else self._submit)(frame)
+            (self.ego_gate.add if self.ego_gate is not None else self.serving.submit)(frame)
 
     def _decode(self, frame: Frame) -> bool:
         """The frame's camera messages -> (H, W, 3) uint8 RGB arrays, on the worker's thread."""
@@ -193,20 +169,6 @@ class PrefixNode(StageNode):
             self.get_logger().warning(f"served flagged: {judged.why}", throttle_duration_sec=1.0)
         return ego or EgoState()
 
-    def _on_diagnostics(self, msg: DiagnosticArray) -> None:
-        """Suffix nodes report the shared-memory domain they can reach ("<node>: handover", receives_shm_domain):
-        with boundary_transport auto, a receiver on another host or /dev/shm makes the handover inline. The
-        graph is asked who reads the boundary topic only until a receiver is known, and when a report changes."""
-        reported = reported_shm_domains(msg)
-        if self.handover is None or not reported or (
-                reported.items() <= self.receiver_domains.items() and self.handover.receivers is not None):
-            return
-        self.receiver_domains.update(reported)
-        topic = getattr(self.pub, "topic_name", None)
-        readers = {i.node_name for i in self.get_subscriptions_info_by_topic(topic)} if topic else None
-        known = {d for n, d in self.receiver_domains.items() if readers is None or n in readers}
-        self.handover.receivers = known or None  # None: none reported yet (same host assumed)
-
     def _on_partition_topic(self, msg: Int32) -> None:
         try:
             self._check_param("partition_point", int(msg.data))
@@ -216,16 +178,6 @@ class PrefixNode(StageNode):
         self.stage.set_partition(int(msg.data))
 
     # ---- compute ---------------------------------------------------------------------------------------
-    def _process(self, frame: Frame) -> None:
-        """The worker's handler, run after the flight gate admitted the frame: the slot is freed here unless
-        the state went to an in-process suffix (which frees it when done)."""
-        handed_in_process = False
-        try:
-            handed_in_process = self._serve(frame)
-        finally:
-            if not handed_in_process:
-                self.flight.release()
-
     def _admissible(self, frame: Frame) -> bool:
         order = stamp_order(self.last_stamp_ns, frame.stamp_ns)
         if order == "older":
@@ -254,47 +206,15 @@ class PrefixNode(StageNode):
         self.accel.apply(frame)
         return self.context_input.apply(frame)   # frame.context; a needed piece missing: refused, counted
 
-    def _prepare_packed(self, frame: Frame) -> bool:
-        """An action-token frame's admission, right before its prefill: False = rejected (counted here)."""
-        if not (self._admissible(frame) and self._inputs(frame)):
-            return False
-        self.last_stamp_ns = frame.stamp_ns
-        return True
-
-    def _serve(self, frame: Frame) -> bool:
-        """-> True when the state was handed to a suffix in this process."""
-        t0 = time.perf_counter()
-        gate_s, jit_s = self.flight.last_waits_s   # this worker's own admit, just before it took the frame
-        waits = {"to_prefix_ms": f"{(time.time_ns() - frame.arrival_ns) / 1e6:.1f}" if frame.arrival_ns else "",
-                 "slot_wait_ms": f"{gate_s * 1e3:.1f}", "just_in_time_ms": f"{jit_s * 1e3:.1f}"}
-        if not (self._admissible(frame) and self._inputs(frame)):
-            return False
-        return self.chunk_flow.serve(frame, t0, waits)   # run, hand over and publish, chunk by chunk (chunks 1: one)
-
-    def _report_reclaimed(self, state) -> None:
-        """Frames whose ring slots the writer took back (their reader died before reading them): lost."""
-        self.sent_stamps[state.seq] = state.stamp_ns
-        while len(self.sent_stamps) > SENT_STAMPS_KEPT:
-            self.sent_stamps.popitem(last=False)
-        for seq in self.handover.take_reclaimed():
-            self.health.drop("ring_slot_reclaimed", self.sent_stamps.get(seq))
-
     def _extra_checks(self):
+        if not self.serving.node_inputs:   # the kind's own (an Alpamayo release's: its cut, inputs, route)
+            return self.serving.checks()
         partition = [("partition", 0, f"p={self.stage.partition}",
                       {"partition": str(self.stage.partition), "zone_min": str(self.zone[0]),
                        "zone_max": str(self.zone[1]), "num_blocks": str(self.model.num_blocks),
                        "camera_sync_discarded": str(self.sync.discarded), **self.camera_counts.values(),
                        "time_jumps": str(self.time_jumps), "inproc_handles_evicted": str(PROCESS_REGISTRY.evicted)})]
         freshness = self.params["stale_kinematic_state"] if self.params["use_kinematic_state"] else None
-        partition += self.scene_memory.checks() + [
+        return partition + self.scene_memory.checks() + [
             self.limits.check(), self.chunk_flow.check(), self.route.check(), self.accel.check(),
-            self.ego_freshness.check(freshness), self.context_input.check()]
-        if self.packed is not None:
-            return partition + self.packed.checks()
-        return partition + [
-                ("handover", 0, f"{self.handover.kind()} to receivers in shm domains "
-                                f"{sorted(f'{d:016x}' for d in self.handover.receivers or [])}",
-                 {"transport": self.handover.kind(), "shm_domain": f"{HOST_ID:016x}",
-                  "model_id": f"{self.handover.model_id:016x}",
-                  "ring_slots_reclaimed": str(self.handover.reclaimed)})]
-
+            self.ego_freshness.check(freshness), self.context_input.check()] + self.serving.checks()

@@ -12,7 +12,7 @@ cleanup: destroy what configure created.  shutdown: the same, from any state.
 Each finished frame becomes one StageSample: the prefix's `~/debug/frame_info` (partition, prefix compute
 time) joined by stamp with the suffix's `~/debug/trajectory_info` (partition, suffix compute time); the
 suffix backlog comes from /diagnostics. Both policies take `update(sample) -> partition`.
-An action-token model (ActionFlow, ros/nodes/packed_stage.py) is sampled per packed step instead: both stages'
+An action-token model (ActionFlow, ros/nodes/serving/tokens.py) is sampled per packed step instead: both stages'
 `~/debug/step_info` carry `step` and are joined by it, one sample per step (what sets such a graph's period
 is the slower side's step time); its prefix applies a new partition at the next drain of its frames.
 """
@@ -103,7 +103,7 @@ class SchedulerNode(ManagedNode):
         self.subscriptions_ = [
             watch.subscription(DiagnosticStatus, "~/input/prefix_info", self._on_prefix_info, 50),
             watch.subscription(DiagnosticStatus, "~/input/trajectory_info", self._on_trajectory_info, 50),
-            # action-token models: one sample per packed step (ros/nodes/packed_stage.py)
+            # action-token models: one sample per packed step (ros/nodes/serving/tokens.py)
             watch.subscription(DiagnosticStatus, "~/input/prefix_step_info", self._on_prefix_info, 100),
             watch.subscription(DiagnosticStatus, "~/input/suffix_step_info", self._on_trajectory_info, 100),
             watch.subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)]

@@ -1,9 +1,8 @@
 """What the prefix and suffix nodes share (`StageNode`): parameters, health counters, the process-wide model,
-the dynamic zone, rejections counted and reported, configure/cleanup of the stage's ROS entities."""
+the dynamic zone, rejections counted and reported, configure/cleanup of the stage's ROS entities, and the model
+kind's side that serves it (`serving`: ros/nodes/serving)."""
 
 from __future__ import annotations
-
-import os
 
 from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
 from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
@@ -12,7 +11,6 @@ from ...engine.cpu import check_allowed
 from ...engine.pipeline.worker import StageHealth
 from ...engine.scheduling.partition import Zone
 from ...errors import HybridVLAError
-from .alpamayo import expert_stage
 from .diagnostics import EndpointWatch
 from .lifecycle import ManagedNode
 from .model_cache import shared_model
@@ -31,7 +29,7 @@ class StageNode(ManagedNode):
 
     def __init__(self, node_name: str, table: str, **kwargs):
         self.health = StageHealth()
-        self.model = self.zone = self.stage = self.lost_pub = self.expert = None
+        self.model = self.zone = self.stage = self.lost_pub = self.serving = self.diagnostics = None
         self.active, self.table = False, table
         self._entities: list = []  # publishers, subscriptions, timers made by on_configure
         self.endpoints = EndpointWatch(self)  # their matching, checked with the diagnostics
@@ -50,9 +48,7 @@ class StageNode(ManagedNode):
             self.zone = Zone.from_parameters(p["dynamic_zone_min"], p["dynamic_zone_max"], p["partition_point"],
                                              self.model.num_blocks)
             self.configure_output()   # the suffix's output path, the same for every model (serving/output.py)
-            self.expert = expert_stage(self, self.table)   # an Alpamayo release: its own stage (alpamayo/)
-            if self.expert is None:
-                self.configure_stage()
+            self.configure_stage()    # the model kind's side (serving/), and what the node builds around it
         except HybridVLAError as exc:   # a worker that could not start (WorkerStartError) too
             self._release()
             return self.configure_failed(exc)
@@ -62,9 +58,12 @@ class StageNode(ManagedNode):
         raise NotImplementedError
 
     def activated(self) -> None:
-        """An Alpamayo release's stage publishes its diagnostics at once (the suffix node extends this)."""
-        if self.expert is not None:
-            self.expert.activated()
+        """Once active: the diagnostics at once (the prefix learns where a suffix is before the first frame), and
+        whatever the kind's side does then."""
+        if self.diagnostics is not None:
+            self.diagnostics.publish()
+        if self.serving is not None:
+            self.serving.activated()
 
     def configure_output(self) -> None:
         """What the node builds for every model before its stage (the suffix: its output path)."""
@@ -84,16 +83,16 @@ class StageNode(ManagedNode):
 
     def _release(self) -> None:
         self.active = False
-        if self.expert is not None:
-            self.expert.close()
-            self.expert = None
         self.release_stage()
+        if self.serving is not None:
+            self.serving.close()
+            self.serving = None
         for entity in self._entities:
             {"publisher": self.destroy_publisher, "subscription": self.destroy_subscription,
              "timer": self.destroy_timer, "service": self.destroy_service}[entity[0]](entity[1])
         self._entities.clear()
         self.endpoints = EndpointWatch(self)
-        self.stage = self.lost_pub = None
+        self.stage = self.lost_pub = self.diagnostics = None
 
     # ---- ROS entities that live from configure to cleanup ---------------------------------------------
     def configured_publisher(self, msg_type, topic: str, qos):
@@ -136,11 +135,3 @@ class StageNode(ManagedNode):
         self.health.reject(reason, stamp_ns)
         self.get_logger().warning(f"rejected ({reason}): {exc}", throttle_duration_sec=1.0)
 
-
-def graph_scope(node) -> str:
-    """The scope of a graph's shared-memory rings: its ROS domain and namespace (`d0`, `d3_car1`). Prefix and
-    suffix of one graph agree on it; rings of another graph (or user: segment names carry the uid) are never
-    opened."""
-    domain = "".join(ch for ch in os.environ.get("ROS_DOMAIN_ID", "0") if ch.isdigit()) or "0"
-    namespace = "".join(ch if ch.isalnum() else "_" for ch in node.get_namespace().strip("/"))
-    return f"d{domain}" + (f"_{namespace}" if namespace else "")

@@ -126,15 +126,8 @@ class PrefixTimeLimits:
     def check(self) -> tuple:
         node = self.node
         values = {"kinematic_wait_ms": _ms(self.kinematic_wait_s())}
-        warnings = []
-        if node.flight is not None:
-            values["flight_slot_timeout_ms"] = _ms(node.flight.slot_timeout())
-            values["flight_slots_reclaimed"] = str(node.flight.reclaimed)
-        if node.packed is not None:
-            limit = node.packed.server.timeout()
-            values.update(token_timeout_ms=_ms(limit.seconds), token_timeout_source=limit.source,
-                          token_round_trip_ms=_ms(node.packed.server.round_trips.longest()))
-            warnings += [limit.warning] if limit.warning else []
+        side, warnings = node.serving.time_limits()   # the kind's own: the in-flight slots, the token round trip
+        values.update({k: _ms(v) if k.endswith("_ms") else str(v) for k, v in side.items()})
         return _check(node, values, warnings)
 
 

@@ -17,6 +17,7 @@ ACTION_CHANNELS = 2   # acceleration, curvature
 
 
 class AlpamayoModel(nn.Module):
+    kind = "alpamayo"   # how the graph serves it (ros/nodes/serving/alpamayo): a conversation of crossings a frame
 
     def __init__(self, config: AlpamayoConfig):
         super().__init__()
@@ -37,7 +38,7 @@ class AlpamayoModel(nn.Module):
         raise ConfigError(f"an {self.config.release} release loads as its own model and runs unsplit "
                           f"(hybrid_vla_ros.model.plugins.alpamayo.run_reference) or split at a cut "
                           f"(hybrid_vla_ros.engine.expert_split.run_split), and the prefix and suffix nodes serve it "
-                          f"with their own stage (ros/nodes/alpamayo/); `hybrid-vla verify` checks its split at "
+                          f"as their own kind (ros/nodes/serving/alpamayo/); `hybrid-vla verify` checks its split at "
                           f"every cut; the block-split stages and the hybrid-vla commands built on them do not take "
                           f"it (issue 39). For its shapes: hybrid-vla info --preset alpamayo-r1-like")
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ....engine.chunking import parse_chunks
-from ....engine.decode.policy import DecodePolicy
-from ....engine.dtype_choice import DtypeChoice, choose_suffix_dtype
-from ....errors import ConfigError, expect
-from ....model.plugins.alpamayo.decode import Sampling
-from ....model.plugins.alpamayo.flow import FlowSettings
+from .....engine.chunking import parse_chunks
+from .....engine.decode.policy import DecodePolicy
+from .....engine.dtype_choice import DtypeChoice, choose_suffix_dtype
+from .....errors import ConfigError, expect
+from .....model.plugins.alpamayo.decode import Sampling
+from .....model.plugins.alpamayo.flow import FlowSettings
 
 RELEASED_MAX_TOKENS = 256
 

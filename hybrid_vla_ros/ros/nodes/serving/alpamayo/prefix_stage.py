@@ -26,24 +26,25 @@ from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
 from nav_msgs.msg import Odometry
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image
-from std_msgs.msg import Int32, UInt8MultiArray
+from std_msgs.msg import UInt8MultiArray
 
-from ....engine.expert_serve.release_prompt import release_prompt
-from ....engine.expert_serve.frame_inputs import (CAMERAS, ImageHistory, ImageRows, history_poses, inputs_from_rows,
+from .....engine.expert_serve.release_prompt import release_prompt
+from .....engine.expert_serve.frame_inputs import (CAMERAS, ImageHistory, ImageRows, history_poses, inputs_from_rows,
                                                   patchify, pixel_budget, still_history)
-from ....engine.expert_serve.prefix_server import DEFAULT_TIMEOUT_S, AlpamayoPrefixServer, PrefixJob
-from ....engine.pipeline.camera_sync import CameraSync, StampedHistory
-from ....engine.pipeline.worker import StageWorker
-from ....errors import ConfigError, HybridVLAError, expect
-from ....route import release_route_text
-from ....types import Pose2D
-from ... import messages
-from ...inputs.route_input import RouteInput
-from ...params import chosen_cores
-from ...topics import TOKENS_QOS
-from ..serving.answers import AnswerInput
-from ..diagnostics import DiagnosticsPublisher, matched_peers
+from .....engine.expert_serve.prefix_server import DEFAULT_TIMEOUT_S, AlpamayoPrefixServer, PrefixJob
+from .....engine.pipeline.camera_sync import CameraSync, StampedHistory
+from .....engine.pipeline.worker import StageWorker
+from .....errors import ConfigError, HybridVLAError, expect
+from .....route import release_route_text
+from .....types import Pose2D
+from .... import messages
+from ....inputs.route_input import RouteInput
+from ....topics import TOKENS_QOS
+from ..side import Side
+from ..answers import AnswerInput
+from ...diagnostics import matched_peers
 from .settings import stage_settings
+from .weights import side_model
 
 LOSSLESS_FRAMES = 64
 POSE_WAIT_S = 0.5            # the frame's newest pose may come this much after its images
@@ -58,10 +59,13 @@ class _Taken:
         self.arrival_ns, self.route_text, self.inputs_ms = time.time_ns(), "", 0.0
 
 
-class AlpamayoPrefixStage:
-    def __init__(self, node, model):
+class AlpamayoPrefixStage(Side):
+    node_inputs = False   # its own cameras (four-frame windows) and poses (16 of ego history)
+
+    def __init__(self, node):
         p = node.params
-        self.node, self.model = node, model
+        self.node = node
+        self.model = model = side_model(node, "prefix")
         s = stage_settings(p, model)
         self.text, self.guidance = release_prompt(model), s.guidance
         self.pixels = pixel_budget(model.config)   # ConfigError: a budget the images cannot be resized into
@@ -69,7 +73,7 @@ class AlpamayoPrefixStage:
                "flow.guidance_weight: guidance needs a route: the release's tokenizer (the route text from the live "
                "LaneletRoute) or the route's ids in its prompt_ids.json ('route')")
         timeout = p["token_timeout_s"] if p["token_timeout_s"] > 0 else DEFAULT_TIMEOUT_S
-        self.server = node.stage = AlpamayoPrefixServer(model, p["partition_point"], s.sampling, s.flow,
+        self.server = self.stage = AlpamayoPrefixServer(model, p["partition_point"], s.sampling, s.flow,
                                                         s.guidance, s.seed, timeout)
         self.skew_ns = int(p["sync_skew_ms"] * 1e6)
         self.seq, self.last_stamp_ns, self.padded_frames = 0, -1, 0
@@ -87,15 +91,11 @@ class AlpamayoPrefixStage:
         self._subscribe_cameras(p["camera_topics"], p["image_transport"] == "compressed")
         if self.poses is not None:
             node.configured_subscription(Odometry, "~/input/kinematic_state", self._on_odometry, 50)
-        # the scheduler's cut (node.stage is the server): checked against the zone, taken at the next frame
-        node.configured_subscription(Int32, "~/input/partition_point", node._on_partition_topic, 10)
         lossless = p["input_policy"] == "lossless"
         self.worker = StageWorker("prefix", self._serve, policy=p["input_policy"],
-                                  capacity=LOSSLESS_FRAMES if lossless else 1, cores=chosen_cores(p["cores"]) or None,
+                                  capacity=LOSSLESS_FRAMES if lossless else 1, cores=node.cores,
                                   threads=p["threads"] or None, health=node.health, on_error=node._on_worker_error,
                                   stamp_of=lambda item: item.stamp_ns).start()
-        self.diagnostics = node.diagnostics = DiagnosticsPublisher(node, node.health, self.worker, self.checks)
-        node.configured_timer(p["diagnostics_period_s"], self.diagnostics.publish)
         node.get_logger().info(
             f"prefix: {model.config.release} ({model.num_blocks} blocks), partition {self.server.partition}, "
             f"dtype {node.dtype_choice.dtype}, "
@@ -148,7 +148,7 @@ class AlpamayoPrefixStage:
             self.frames_by_guidance[self.last_guided] += 1
             self._publish_info(outcome, taken, ms)
             self.node.health.record(sum(outcome.times.values()))
-            self.diagnostics.publish_time(sum(outcome.times.values()))
+            self.node.diagnostics.publish_time(sum(outcome.times.values()))
         elif outcome.counted_here:
             self.node._reject(outcome.reason, ConfigError(outcome.message), taken.stamp_ns)
         else:
@@ -229,9 +229,6 @@ class AlpamayoPrefixStage:
                   "frames_with_repeated_images": str(self.padded_frames), "dtype": self.node.dtype_choice.dtype,
                   "frames_guided": str(guided), "frames_unguided": str(unguided)}),
                 self.route.check()]
-
-    def activated(self) -> None:
-        self.diagnostics.publish()
 
     def close(self) -> None:
         self.server.close()

@@ -16,15 +16,15 @@ import time
 import numpy as np
 from std_msgs.msg import String, UInt8MultiArray
 
-from ....engine.expert_serve.suffix_server import AlpamayoSuffixServer, SuffixFrame
-from ....engine.pipeline.worker import StageWorker
-from ....errors import ConfigError, HybridVLAError
-from ....model.plugins.alpamayo.release import release_tokenizer
-from ....types import Trajectory
-from ...messages import ns_to_stamp
-from ...params import chosen_cores
-from ...topics import TOKENS_QOS
-from ..diagnostics import DiagnosticsPublisher
+from .....engine.expert_serve.suffix_server import AlpamayoSuffixServer, SuffixFrame
+from .....engine.pipeline.worker import StageWorker
+from .....errors import ConfigError, HybridVLAError
+from .....model.plugins.alpamayo.release import release_tokenizer
+from .....types import Trajectory
+from ....messages import ns_to_stamp
+from ....topics import TOKENS_QOS
+from ..side import Side
+from .weights import side_model
 
 QUEUE = 256          # messages waiting for the worker (a frame sends 1 + tokens + steps of them)
 
@@ -72,18 +72,19 @@ class ReasoningOutput:
         self.pub.publish(msg)
 
 
-class AlpamayoSuffixStage:
-    def __init__(self, node, model):
+class AlpamayoSuffixStage(Side):
+    node_inputs = False   # its own subscription and worker: every message of a frame's conversation, in any state
+
+    def __init__(self, node):
         p = node.params
-        self.node, self.model = node, model
+        self.node = node
+        self.model = model = side_model(node, "suffix")
         self.server = AlpamayoSuffixServer(model)
         self.answer_pub = node.configured_publisher(UInt8MultiArray, "~/output/action_tokens", TOKENS_QOS)
         node.configured_subscription(UInt8MultiArray, "~/input/boundary_state", self._on_message, TOKENS_QOS)
         self.worker = StageWorker("suffix", self._handle, policy="lossless", capacity=QUEUE,
-                                  cores=chosen_cores(p["cores"]) or None, threads=p["threads"] or None,
+                                  cores=node.cores, threads=p["threads"] or None,
                                   health=node.health, on_error=node._on_worker_error).start()
-        self.diagnostics = node.diagnostics = DiagnosticsPublisher(node, node.health, self.worker, self.checks)
-        node.configured_timer(p["diagnostics_period_s"], self.diagnostics.publish)
         self.frames = 0
         self.reasoning = ReasoningOutput(node, model)
         choice = node.dtype_choice
@@ -131,7 +132,7 @@ class AlpamayoSuffixStage:
         suffix_ms = sum(frame.times["suffix"].values())
         self.frames += 1
         self.node.health.record(suffix_ms)
-        self.diagnostics.publish_time(suffix_ms)
+        self.node.diagnostics.publish_time(suffix_ms)
 
     def _values(self, frame: SuffixFrame, queue_ms: float) -> dict:
         result, s = frame.result, frame.settings
@@ -147,13 +148,5 @@ class AlpamayoSuffixStage:
     def checks(self) -> list:
         s = self.server
         return [("alpamayo", 0, f"{self.model.config.release}: {self.frames} frames finished",
-                 {"frames": str(self.frames), "frames_replaced": str(s.replaced), "frames_aborted": str(s.aborted)}),
-                ("dtype", 0, self.node.dtype_choice.dtype, {"dtype": self.node.dtype_choice.dtype,
-                                                            "dtype_reason": self.node.dtype_choice.reason}),
-                *self.node.output_checks()]
-
-    def activated(self) -> None:
-        self.diagnostics.publish()
-
-    def close(self) -> None:
-        self.worker.close()
+                 {"frames": str(self.frames), "frames_replaced": str(s.replaced),
+                  "frames_aborted": str(s.aborted)})]

@@ -1,12 +1,12 @@
-"""Action-token models in the graph (ActionFlow, engine/actionflow/prefix_server.py): the same prefix and suffix nodes,
-with packed steps instead of one boundary state per frame.
+"""Action-token models in the graph (model.kind "tokens"; ActionFlow, engine/actionflow/prefix_server.py): the same
+prefix and suffix nodes, with packed steps instead of one boundary state per frame.
 
 prefix: camera frames -> PackedPrefixServer; its worker runs one group's packed step at a time and
 publishes the step's bytes on ~/output/boundary_state (inline: a packed step is small and answered within
 milliseconds); ~/input/action_tokens brings each step's next tokens back. Parameters: pack (K frames in
 flight per group), pack_groups, token_timeout_s, decode.* (the decode policy, engine/decode/policy.py: the
 same on both nodes); partition_point moves at the next drain.
-suffix: a packed step in (recognised by its magic on the same boundary topic) -> the next tokens out on
+suffix: a packed step in (on the same boundary topic; the HVLM header's kind) -> the next tokens out on
 ~/output/action_tokens at once, then the trajectories of the frames this step completed, stamped with
 their own frame's stamp; a frame whose tokens make no trajectory (decode.vocabulary full, or stopped early)
 has its tokens in ~/debug/trajectory_info only.
@@ -23,15 +23,17 @@ import time
 from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
 from std_msgs.msg import UInt8MultiArray
 
-from ...engine.actionflow.prefix_server import PackedPrefixServer, SentStep
-from ...engine.actionflow.suffix_server import PackedSuffixServer
-from ...engine.decode.policy import DecodePolicy
-from ...engine.placement import CPU
-from ...engine.pipeline.worker import StageWorker
-from ...errors import ConfigError, HybridVLAError, expect
-from .. import messages
-from ..topics import TOKENS_QOS
-from .serving.answers import AnswerInput
+from ....engine.actionflow.prefix_server import PackedPrefixServer, SentStep
+from ....engine.actionflow.suffix_server import PackedSuffixServer
+from ....engine.decode.policy import DecodePolicy
+from ....engine.placement import CPU
+from ....engine.pipeline.worker import StageWorker
+from ....engine.chunking import parse_chunks
+from ....errors import ConfigError, HybridVLAError, expect
+from ... import messages
+from ...topics import BOUNDARY_QOS, TOKENS_QOS
+from .side import SUFFIX_QUEUE, Side
+from .answers import AnswerInput
 
 LOSSLESS_FRAMES = 64   # input_policy lossless: frames waiting for a packed slot (a replay queues them all)
 
@@ -40,11 +42,12 @@ def info(name: str, values: dict) -> DiagnosticStatus:
     return DiagnosticStatus(name=name, values=[KeyValue(key=k, value=str(v)) for k, v in values.items()])
 
 
-class PackedPrefixLoop:
-    """The prefix node's compute for an action-token model. `prepare(frame) -> bool` is the node's admission
-    (order, staleness, image decoding, kinematic state): False = rejected there (counted by the node)."""
+class Prefix(Side):
+    """The prefix node's compute for an action-token model: frames the node took go to the server, which admits
+    them (`_prepare`) right before their prefill."""
+    auto_device = "cpu"   # device auto: the packed prefix runs on the CPU in this version
 
-    def __init__(self, node, prepare):
+    def __init__(self, node):
         p = node.params
         expect(node.placement.prefix_device == CPU, ConfigError,
                f"model '{node.model.spec.name}' decodes action tokens: its packed prefix runs on the CPU in this "
@@ -52,7 +55,7 @@ class PackedPrefixLoop:
         self.node = node
         self.server = PackedPrefixServer(node.model, p["pack"], p["pack_groups"], p["partition_point"],
                                          policy=p["input_policy"], capacity=LOSSLESS_FRAMES,
-                                         token_timeout_s=p["token_timeout_s"], prepare=prepare,
+                                         token_timeout_s=p["token_timeout_s"], prepare=self._prepare,
                                          zone=tuple(node.zone), dtype=node.placement.prefix_dtype,
                                          decode=DecodePolicy.from_params(p))
         self.lossy_reason = "displaced" if p["input_policy"] == "latest" else "queue_full"
@@ -60,7 +63,20 @@ class PackedPrefixLoop:
         self.worker = StageWorker("prefix", self._step, source=self.server.next_group, cores=node.cores,
                                   threads=p["threads"] or None, health=node.health, on_error=node._on_worker_error)
         AnswerInput(node, self.server.tokens_in, "invalid_tokens")   # ~/input/action_tokens: each step's tokens
+        self.stage = self.server   # partition, set_partition: the cut moves at the next drain
         self.worker.start()
+
+    def describe(self) -> str:
+        p = self.node.params
+        return f"packed steps inline ({p['pack_groups']} groups of {p['pack']} frames)"
+
+    def _prepare(self, frame) -> bool:
+        """An action-token frame's admission, right before its prefill: False = rejected (counted by the node)."""
+        node = self.node
+        if not (node._admissible(frame) and node._inputs(frame)):
+            return False
+        node.last_stamp_ns = frame.stamp_ns
+        return True
 
     def submit(self, frame) -> None:
         dropped = self.server.submit(frame)
@@ -93,6 +109,11 @@ class PackedPrefixLoop:
                 "stamp_ns": sent.stamp_ns, "seq": sent.prefill_seq, "partition": sent.partition,
                 "prefix_ms": f"{sent.prefix_ms:.3f}", "prefill_step": sent.step}))
 
+    def time_limits(self) -> tuple[dict, list]:
+        limit = self.server.timeout()
+        return ({"token_timeout_ms": limit.seconds, "token_timeout_source": limit.source,
+                 "token_round_trip_ms": self.server.round_trips.longest()}, [limit.warning] if limit.warning else [])
+
     def checks(self) -> list:
         s = self.server
         return [("packed", 0, f"{s.in_flight} frames in flight in {len(s.groups)} groups of {s.pack}, "
@@ -109,12 +130,18 @@ class PackedPrefixLoop:
             self.node.health.drop(lost.reason, lost.stamp_ns)
 
 
-class PackedSuffixSteps:
+class Suffix(Side):
     """The suffix node's compute for an action-token model, one packed step per boundary message."""
+    queue, qos = SUFFIX_QUEUE, BOUNDARY_QOS
 
     def __init__(self, node):
         self.node = node
         p = node.params   # the KV ring a step may claim: the prefix's pack x pack_groups (both in the graph's YAML)
+        model = node.model.spec.name
+        expect(parse_chunks(p["chunks"]) == 1, ConfigError,
+               f"chunks={p['chunks']!r}: model '{model}' decodes action tokens, which are not chunked")
+        expect(not p["warm_standby"], ConfigError, f"warm_standby: model '{model}' decodes action tokens; the frames "
+               f"in flight live in the active suffix's KV ring, a standby cannot take them over")
         self.server = PackedSuffixServer(node.model, tuple(node.zone), node.suffix_dtype, node.boundary_dtype,
                                          max_slots=p["pack"] * p["pack_groups"], int8=node.suffix_int8,
                                          decode=DecodePolicy.from_params(p))
@@ -127,8 +154,12 @@ class PackedSuffixSteps:
         late = self.server.expired_steps
         return [("packed", 1 if late else 0, f"{late} steps past their deadline", {"expired_steps": str(late)})]
 
-    def serve(self, data: bytes, t0: float, received: float) -> None:
-        node = self.node
+    def on_message(self, data: bytes, received: float) -> None:
+        if self.node.accepting():
+            self.node.worker.submit((data, received))
+
+    def handle(self, item) -> None:
+        node, (data, received), t0 = self.node, item, time.perf_counter()
         try:
             out = self.server.step(data)
         except HybridVLAError as exc:  # NaN/Inf: nonfinite_boundary / nonfinite_output

@@ -1,0 +1,46 @@
+"""An Alpamayo release's tensors for one side of the graph, read once per process and dtype."""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+_WEIGHTS: dict = {}
+_LOCK = threading.Lock()
+
+
+def with_weights(model, side: str, zone, dtype=torch.float32):
+    """The release with the tensors of this node's side read (engine/expert_split/sides.py: a prefix never reads
+    lm_head or the blocks past the zone, a suffix never the vision tower): one model per directory per process,
+    so a prefix and a suffix in one process share it, each side's tensors read once. (The node's shared model is
+    read shapes-only; one per dtype.) An Alpamayo preset (model/plugins/alpamayo/tiny.py) is built whole: the
+    node's own model in fp32, else once per dtype."""
+    from .....engine.expert_split.sides import side_reads
+    from .....model.plugins.alpamayo import load_release
+    from .....model.plugins.alpamayo.release import read_more
+    from .....model.plugins.alpamayo.tiny import build_preset
+    if model.checkpoint_directory is None:
+        if dtype == torch.float32:
+            return model
+        with _LOCK:
+            if (model.preset_name, dtype) not in _WEIGHTS:
+                _WEIGHTS[model.preset_name, dtype] = build_preset(model.preset_name, dtype)
+            return _WEIGHTS[model.preset_name, dtype]
+    key = (str(model.checkpoint_directory), dtype)
+    with _LOCK:
+        if key not in _WEIGHTS:
+            _WEIGHTS[key] = load_release(key[0], dtype=dtype, shapes_only=True)
+        release = _WEIGHTS[key]
+        read_more(release, side_reads(release, side, zone), dtype)
+        return release
+
+
+def side_model(node, side: str):
+    """The node's release for `side`, refused at configure for what Alpamayo's sides do not do (chunks, warm
+    standby, a NUMA node), in the side's dtype (node.dtype_choice: settings.side_dtype)."""
+    from .settings import refuse_unserved, side_dtype
+    refuse_unserved(node.params, side)
+    node.dtype_choice = side_dtype(node.params, side, node.model, node.cores)
+    return with_weights(node.model, side, node.zone, DTYPES[node.dtype_choice.dtype])
