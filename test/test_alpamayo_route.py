@@ -5,12 +5,10 @@ helper.create_message adds the route span whenever nav_text is given), and guida
 a route span. Over DDS: a real autoware_planning_msgs/LaneletRoute and odometry along our intersection map into the
 prefix of a tiny 1.5 release with a tokenizer; the trajectories equal run_reference on the prompt with that text."""
 
-import json
 import math
 
 import numpy as np
 import pytest
-from safetensors.torch import save_file
 
 from hybrid_vla_ros.engine.expert_serve.release_prompt import ReleasePrompt
 from hybrid_vla_ros.model.plugins.alpamayo import tiny
@@ -90,15 +88,8 @@ def approach_odometry(stamp_ns, origin_ns=0):
 
 
 def release_with_tokenizer(folder):
-    from test_alpamayo_tokenizer import as_the_authors_build_it, with_tokenizer
-    model = tiny.build_preset("tiny-alpamayo-1.5")
-    folder.mkdir()
-    save_file({k: v.detach().clone().contiguous() for k, v in model.state_dict().items()},
-              str(folder / "model.safetensors"))
-    (folder / "config.json").write_text(json.dumps(tiny.raw_config("tiny-alpamayo-1.5")))
-    tiny.backbone_config().save_pretrained(folder / "vlm")
-    with_tokenizer(folder, as_the_authors_build_it("alpamayo1_5"), "")
-    return folder
+    from test_alpamayo_tokenizer import preset_release_with_tokenizer
+    return preset_release_with_tokenizer(folder, "tiny-alpamayo-1.5", "alpamayo1_5")[0]
 
 
 @pytest.mark.slow

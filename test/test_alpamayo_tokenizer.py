@@ -102,6 +102,20 @@ def release(tmp_path_factory):
     return folder
 
 
+def preset_release_with_tokenizer(folder, preset: str, model_type: str):
+    """A tiny preset saved as its release is laid out (weights, config.json, vlm/), with the tokenizer the authors'
+    code builds for `model_type` -> (folder, tokenizer)."""
+    model = tiny.build_preset(preset)
+    folder.mkdir()
+    save_file({k: v.detach().clone().contiguous() for k, v in model.state_dict().items()},
+              str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps(tiny.raw_config(preset)))
+    tiny.backbone_config().save_pretrained(folder / "vlm")
+    tokenizer = as_the_authors_build_it(model_type)
+    with_tokenizer(folder, tokenizer, "")
+    return folder, tokenizer
+
+
 def with_tokenizer(folder, tokenizer, where: str):
     for stale in ("", "vlm"):
         for name in ("tokenizer.json", "tokenizer_config.json"):
@@ -150,15 +164,7 @@ def test_a_release_with_a_tokenizer_is_served_with_its_authors_prompt_and_its_re
     from hybrid_vla_ros.ros.launch_support.bringup import InProcessGraph
     from hybrid_vla_ros.ros.messages import stamp_to_ns
     from ros_harness import wait_until
-    folder = tmp_path / "r1"
-    model = tiny.build_preset("tiny-alpamayo-r1")
-    folder.mkdir()
-    save_file({k: v.detach().clone().contiguous() for k, v in model.state_dict().items()},
-              str(folder / "model.safetensors"))
-    (folder / "config.json").write_text(json.dumps(tiny.raw_config("tiny-alpamayo-r1")))
-    tiny.backbone_config().save_pretrained(folder / "vlm")
-    tokenizer = as_the_authors_build_it("alpamayo_r1")
-    with_tokenizer(folder, tokenizer, "")
+    folder, tokenizer = preset_release_with_tokenizer(tmp_path / "r1", "tiny-alpamayo-r1", "alpamayo_r1")
     context = rclpy.Context()
     rclpy.init(context=context)
     graph = InProcessGraph(graph_params(folder, False), context=context, nodes=("hybrid_vla_prefix", "hybrid_vla_suffix"))

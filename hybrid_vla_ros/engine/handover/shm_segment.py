@@ -35,7 +35,7 @@ REMEDY = ("give it more room (Docker: --shm-size=512m; Kubernetes: an emptyDir o
 
 
 def segment_prefix(scope: str = "local", uid: int | None = None) -> str:
-    """The name prefix of this user's rings in one scope (a ROS graph: see ros/launch_support/session.py's graph_scope)."""
+    """The name prefix of this user's rings in one scope (a ROS graph: see ros/nodes/serving/waypoints.py graph_scope)."""
     expect(scope.replace("_", "").isalnum(), InputError, f"ring scope '{scope}': letters, digits and _ only")
     return f"{SEGMENT_PREFIX}u{os.getuid() if uid is None else uid}_{scope}_"
 

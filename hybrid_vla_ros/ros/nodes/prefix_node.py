@@ -45,7 +45,7 @@ class PrefixNode(StageNode):
         # cores [-1]: the prefix's share of a default split (bringup, launch and ros2 run alike)
         self.cores = chosen_cores(p["cores"]) or default_stage_cores(0)
         if side.node_inputs:
-            self._configure_inputs(getattr(side, "auto_device", None))
+            self._configure_inputs(side.auto_device)
         self.serving = side(self)
         self.stage, self.worker = self.serving.stage, self.serving.worker
         if side.node_inputs:

@@ -33,7 +33,7 @@ class SuffixNode(SuffixOutput, StageNode):
         side = side_class(self.model, "suffix")
         # cores [-1]: the NUMA node's cores when numa_node is set, else the suffix's share of a default split
         self.cores = chosen_cores(p["cores"]) or (cores_of_numa_node(p["numa_node"]) if p["numa_node"] >= 0
-                                                  else default_stage_cores(1))
+                                                  and side.node_inputs else default_stage_cores(1))
         if side.node_inputs:
             self._choose_precision()
         self.serving = side(self)
@@ -82,7 +82,7 @@ class SuffixNode(SuffixOutput, StageNode):
               f"bf16 native: {backend['bf16_native']}")
 
     def release_stage(self) -> None:
-        if self.worker is not None:
+        if self.worker is not None and self.worker is not getattr(self.serving, "worker", None):   # the node's own
             self.worker.close()
         self.close_output()
         self.worker = None

@@ -9,6 +9,7 @@ SUFFIX_QUEUE = 64  # per frame: states waiting for a suffix node's worker (the l
 class Side:
     """What a side offers when it has nothing of its own to say."""
     node_inputs = True
+    auto_device = None   # device auto: where its prefix runs (None: the node's default, a GPU when there is one)
     stage = worker = None
 
     def describe(self) -> str:

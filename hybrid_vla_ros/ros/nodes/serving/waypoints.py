@@ -23,7 +23,7 @@ from ....engine.pipeline.flight import FlightControl
 from ....engine.pipeline.standby_buffer import hand_to_worker
 from ....engine.pipeline.worker import StageWorker
 from ....engine.stages import PrefixStage, SuffixStage
-from ....errors import ConfigError, HybridVLAError
+from ....errors import HybridVLAError
 from ....model.load import model_id
 from ...chunk_flow import SuffixChunks
 from ...topics import STANDBY_NODE
@@ -58,17 +58,17 @@ class Prefix(Side):
         self.handover = HandoverEncoder(p["boundary_transport"], ring_slots=node.chunk_flow.slots,
                                         ring_name=node.get_name(), flight=self.flight, scope=graph_scope(node),
                                         model_id=model_id(node.model))
-        try:
-            node.chunk_flow.check_ring_room(self.handover)   # /dev/shm too small: refused here, nothing left mapped
-        except ConfigError:
-            self.handover.close()
-            raise
         self.receiver_domains: dict[str, int] = {}  # suffix node name -> the shm domain it reported
         self.sent_stamps: OrderedDict = OrderedDict()  # seq -> stamp of the last frames handed over
-        self.worker = StageWorker("prefix", self._process, policy=p["input_policy"], capacity=p["max_in_flight"],
-                                  cores=node.cores, threads=p["threads"] or None, health=node.health,
-                                  on_error=node._on_worker_error, admit=self.flight.admit,
-                                  on_admitted_stop=self.flight.release, stamp_of=lambda frame: frame.stamp_ns).start()
+        try:   # refused (/dev/shm too small, a worker that cannot start): nothing left mapped
+            node.chunk_flow.check_ring_room(self.handover)
+            self.worker = StageWorker("prefix", self._process, policy=p["input_policy"], capacity=p["max_in_flight"],
+                                      cores=node.cores, threads=p["threads"] or None, health=node.health,
+                                      on_error=node._on_worker_error, admit=self.flight.admit,
+                                      on_admitted_stop=self.flight.release, stamp_of=lambda f: f.stamp_ns).start()
+        except BaseException:
+            self.handover.close()
+            raise
         self.submit = self.worker.submit
         node.configured_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
 
@@ -140,13 +140,13 @@ class Suffix(Side):
         self.node = node
         self.stage = SuffixStage(node.model, p["partition_point"], node.placement, node.zone,
                                  any_boundary_dtype=node.boundary_dtype is None)
-        self.decoder = HandoverDecoder(scope=graph_scope(node), model_id=model_id(node.model))
         self.chunks = SuffixChunks(node, self.stage)   # chunked frames' states (ros/chunk_flow.py)
         # Bounded like the prefix: in one process the prefix's in-flight gate keeps at most max_in_flight here;
         # across processes the ring does (shm). A full mailbox drops and counts, never blocks the executor.
         self.queue = SUFFIX_QUEUE * self.chunks.count   # chunked: as many frames' chunks (and in the topic's history)
         self.qos = self.chunks.qos()
         self.role = self._standby_role() if p["warm_standby"] else None
+        self.decoder = HandoverDecoder(scope=graph_scope(node), model_id=model_id(node.model))   # last: nothing fails after it
 
     def _standby_role(self) -> SuffixRole:
         node = self.node
