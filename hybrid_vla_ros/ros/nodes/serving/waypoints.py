@@ -146,7 +146,8 @@ class Suffix(Side):
         self.queue = SUFFIX_QUEUE * self.chunks.count   # chunked: as many frames' chunks (and in the topic's history)
         self.qos = self.chunks.qos()
         self.role = self._standby_role() if p["warm_standby"] else None
-        self.decoder = HandoverDecoder(scope=graph_scope(node), model_id=model_id(node.model))   # last: nothing fails after it
+        # last: nothing after it can fail and leave it registered
+        self.decoder = HandoverDecoder(scope=graph_scope(node), model_id=model_id(node.model))
 
     def _standby_role(self) -> SuffixRole:
         node = self.node
