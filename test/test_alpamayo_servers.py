@@ -49,6 +49,38 @@ def test_the_servers_share_only_bytes_and_equal_the_reference(releases):
         assert done[0].result.tokens == ref.tokens and torch.equal(done[0].result.xyz, ref.xyz)
 
 
+
+def test_two_frames_open_at_once_each_equal_the_reference(releases):
+    """The prefix keeps two frames in flight (begin / step), the suffix two open (max_open 2), their crossings
+    interleaved one answer at a time: each frame's tokens and trajectory equal run_reference for its seed; nothing
+    is replaced or left open."""
+    model = alpamayo.load_release(releases["1.5"])
+    text, flow = PromptText.from_release(releases["1.5"]), alpamayo.FlowSettings(3, 2.5)
+    sets = camera_sets(5)
+    inputs = [frame_inputs(model, [im for s in sets[i:i + 4] for im in s], still_history(), text, route=True)
+              for i in (0, 1)]
+    prefix = AlpamayoPrefixServer(model, 2, SAMPLING, flow, guidance=True, seed=SEED)
+    suffix, finished = AlpamayoSuffixServer(model, max_open=2), {}
+
+    def send(data):
+        reply = suffix.handle(data)
+        assert reply.refused is None, reply.refused
+        if reply.finished is not None:
+            finished[reply.finished.tag.seq] = reply.finished
+        for answer in reply.answers:
+            prefix.answer(answer)
+    conversations = [prefix.begin(PrefixJob(inputs[i], i, 1000 + 100 * i), send) for i in (0, 1)]
+    while any(c.outcome is None for c in conversations):
+        waiting = [c for c in conversations if c.outcome is None and c.answers]
+        assert waiting, "a frame in flight with no answer to take"
+        for c in waiting:   # one answer each in turn: the two frames' messages interleave at the suffix
+            prefix.step(c, c.answers.popleft())
+    for i, c in enumerate(conversations):
+        ref = alpamayo.run_reference(model, inputs[i], c.outcome.settings.seed, SAMPLING, flow, True)
+        assert c.outcome.sent and finished[i].result.tokens == ref.tokens
+        assert torch.equal(finished[i].result.xyz, ref.xyz)
+    assert not prefix.open and not suffix.open and suffix.replaced == 0
+
 def test_a_bad_crossing_refuses_its_frame_with_the_reason_and_the_next_is_served(releases):
     model = alpamayo.load_release(releases["r1"])
     inputs = frame_inputs(model, [im for s in camera_sets(4) for im in s], still_history(), PromptText())

@@ -3,8 +3,9 @@ the prefill's boundary out as bytes, then each answer of the suffix (a sampled t
 state: envelope.py: HVLM bytes) taken in and answered with the next crossing, until the frame's last expert
 state is out. The prefix node's engine for an Alpamayo release; its counterpart is suffix_server.py.
 
-One frame at a time: `serve` runs a whole frame on the caller's thread (the node's worker) and waits for each
-answer, which another thread hands in through `answer`. The prefix decides what the frame runs by (the cut, the
+`serve` runs a whole frame on the caller's thread (the node's worker) and waits for each answer, which another
+thread hands in through `answer`; `begin` and `step` let a caller keep several frames open at once (each answer
+goes to its own frame, by run and seq: a Conversation). The prefix decides what the frame runs by (the cut, the
 frame's seed, the sampling, the flow and the guidance: envelope.FrameSettings) and sends it with the frame's first
 message; the suffix follows it. Once its last expert state is out the prefix is done with the frame (the suffix
 finishes the last step and the trajectory while the prefix may already prefill the next frame).
@@ -109,11 +110,9 @@ class AlpamayoPrefixServer(Cut):
         self.partition = partition
         self.run = secrets.randbits(63)
         self.cond = threading.Condition()
-        self.answers: deque[Back] = deque()
-        self.current: Tag | None = None
+        self.open: dict[tuple[int, int], Conversation] = {}   # (run, seq) -> a frame in flight
         self.stale_answers = 0           # answers for no frame in flight (late, or of an earlier run)
         self.closed = False
-
 
     def set_partition(self, value: int) -> None:
         """Taken at the next frame (a frame runs at the cut it started with, on both sides)."""
@@ -137,10 +136,11 @@ class AlpamayoPrefixServer(Cut):
         damaged (the caller counts it)."""
         back = decode_back(payload)
         with self.cond:
-            if self.current is None or (back.tag.run, back.tag.seq) != (self.current.run, self.current.seq):
+            conversation = self.open.get((back.tag.run, back.tag.seq))
+            if conversation is None:
                 self.stale_answers += 1
                 return
-            self.answers.append(back)
+            conversation.answers.append(back)
             self.cond.notify_all()
 
     def close(self) -> None:
@@ -153,37 +153,70 @@ class AlpamayoPrefixServer(Cut):
         """The whole frame: every crossing out through send(bytes), every answer awaited. Never raises for a
         frame's own failure: the outcome says why. linked: () -> bool, whether a suffix is there to read the
         crossings and answer them (None: assumed); the frame waits for one up to timeout_s (suffix_absent)."""
+        conversation = self.begin(job, send, linked)
+        while conversation.outcome is None:
+            try:
+                back = self._wait(conversation)
+            except FrameLost as closed:
+                self._end(conversation, closed)
+                break
+            self.step(conversation, back)
+        return conversation.outcome
+
+    def begin(self, job: PrefixJob, send, linked=None) -> "Conversation":
+        """A frame opened: its prompt out (its outcome set at once when it cannot start). Several may be open;
+        each answer goes to its own frame (by run and seq), taken in by `step` in its frame's order."""
         tag = Tag(self.run, job.seq, job.stamp_ns, job.arrival_ns)
-        settings = self.settings_for(job.stamp_ns, self.routed(job.inputs))
-        frame = _Frame(tag, settings, send)
-        with self.cond:
-            self.current, self.answers = tag, deque()
+        frame = _Frame(tag, self.settings_for(job.stamp_ns, self.routed(job.inputs)), send)
+        conversation = Conversation(frame, self.timeout_s)
+        with self.cond:   # open before the first message: its answers may come before send() returns
+            self.open[tag.run, tag.seq] = conversation
         try:
             check_inputs(self.model, job.inputs)
             self._await_suffix(frame, linked)
-            self._run(frame, job.inputs)
-            return PrefixOutcome(tag, True, times=frame.times, settings=settings)
-        except FrameLost as lost:
-            return self._lost(frame, lost.reason, str(lost), lost.counted_here)
-        except HybridVLAError as exc:   # bad inputs, a token outside the vocabulary, a non-finite action state
-            reason = getattr(exc, "reason", None) or ("invalid_input" if frame.index == 0 else "invalid_answer")
-            return self._lost(frame, reason, str(exc), True)
-        finally:
-            with self.cond:
-                self.current = None
+            conversation.start(self._exchange(frame, job.inputs))
+        except HybridVLAError as exc:
+            self._end(conversation, exc)
+        return conversation
 
-    def _lost(self, frame: _Frame, reason: str, message: str, counted_here: bool) -> PrefixOutcome:
+    def step(self, conversation: "Conversation", back: Back | None) -> None:
+        """One answer taken in (None: none came in time): its next crossings out, or the frame's outcome set."""
+        try:
+            if back is None:
+                raise FrameLost("suffix_timeout", f"frame {conversation.frame.tag.seq}: no answer from the suffix "
+                                                  f"within {self.timeout_s:g} s (is it running?)")
+            conversation.take(back)
+            if conversation.awaiting is None:
+                self._end(conversation, None)
+        except HybridVLAError as exc:
+            self._end(conversation, exc)
+
+    def _end(self, conversation: "Conversation", exc: HybridVLAError | None) -> None:
+        frame = conversation.frame
+        with self.cond:
+            self.open.pop((frame.tag.run, frame.tag.seq), None)
+        if exc is None:
+            conversation.outcome = PrefixOutcome(frame.tag, True, times=frame.times, settings=frame.settings)
+            return
+        if isinstance(exc, FrameLost):
+            reason, counted_here = exc.reason, exc.counted_here
+        else:   # bad inputs, a token outside the vocabulary, a non-finite action state
+            reason = getattr(exc, "reason", None) or ("invalid_input" if frame.index == 0 else "invalid_answer")
+            counted_here = True
         if counted_here and frame.index > 0:   # the suffix holds the frame: let it go
             frame.send(None, ABORT)
-        return PrefixOutcome(frame.tag, False, reason, message, counted_here, frame.times, frame.settings)
+        conversation.outcome = PrefixOutcome(frame.tag, False, reason, str(exc), counted_here, frame.times,
+                                             frame.settings)
 
-    def _run(self, frame: _Frame, inputs: AlpamayoInputs) -> None:
+    def _exchange(self, frame: _Frame, inputs: AlpamayoInputs):
+        """The frame's crossings, as a generator: it sends what is due and yields the kind of answer it waits for
+        (the answer is sent back into it)."""
         side = PrefixSide(self.model, frame.settings.partition)
         prompt = fused_prompt(self.model, inputs)
         history = (inputs.ego_history_xyz[:, 0], inputs.ego_history_rot[:, 0])   # (1, T, 3), (1, T, 3, 3)
         frame.send(frame.timed("prefill", side.prompt, prompt, GUIDED, history))
         while True:
-            choice = self._wait(frame, TokenChoice)
+            choice = yield TokenChoice
             if side.take(choice):   # InputError: a token outside the vocabulary
                 frame.send(frame.timed("decode", side.feed_token))
             if choice.done:
@@ -193,7 +226,7 @@ class AlpamayoPrefixServer(Cut):
             if side.held:
                 frame.send(frame.timed("unguided", side.unguided_feed))
         for _ in range(frame.settings.flow.steps):
-            action = self._wait(frame, ActionState)
+            action = yield ActionState
             frame.send(frame.timed("expert", side.expert_step, action))   # NonFiniteError: a bad action state
 
     def _await_suffix(self, frame: _Frame, linked) -> None:
@@ -209,24 +242,47 @@ class AlpamayoPrefixServer(Cut):
                                                      f"{self.timeout_s:g} s (is it running?)")
                 self.cond.wait(0.05)
 
-    def _wait(self, frame: _Frame, kind: type):
-        """The frame's next answer, of `kind`; FrameLost when none comes in time, the suffix refused the frame,
-        or it is something else."""
-        end = time.monotonic() + self.timeout_s
+    def _wait(self, conversation: "Conversation") -> Back | None:
+        """The frame's next answer; None when none came by its deadline. FrameLost once closed."""
         with self.cond:
-            while not self.answers:
-                left = end - time.monotonic()
+            while not conversation.answers:
+                left = conversation.deadline - time.monotonic()
                 if self.closed:
-                    raise FrameLost("shutdown", f"frame {frame.tag.seq}: the Alpamayo prefix closed")
+                    raise FrameLost("shutdown", f"frame {conversation.frame.tag.seq}: the Alpamayo prefix closed")
                 if left <= 0:
-                    raise FrameLost("suffix_timeout", f"frame {frame.tag.seq}: no answer from the suffix within "
-                                                      f"{self.timeout_s:g} s (is it running?)")
+                    return None
                 self.cond.wait(min(left, 0.05))
-            back = self.answers.popleft()
+            return conversation.answers.popleft()
+
+
+class Conversation:
+    """One frame in flight at the prefix: its exchange (a generator of awaited answer kinds), its answers as they
+    came, the deadline of the one awaited, and its outcome once over."""
+
+    def __init__(self, frame: _Frame, timeout_s: float):
+        self.frame, self.timeout_s = frame, timeout_s
+        self.answers: deque[Back] = deque()
+        self.awaiting: type | None = None
+        self.outcome: PrefixOutcome | None = None
+        self.deadline = time.monotonic() + timeout_s
+        self._exchange = None
+
+    def start(self, exchange) -> None:
+        self._exchange = exchange
+        self.awaiting = next(exchange)   # the prefill goes out
+        self.deadline = time.monotonic() + self.timeout_s
+
+    def take(self, back: Back) -> None:
+        """The awaited answer: refused, out of turn or of the wrong kind -> FrameLost / InputError."""
+        frame = self.frame
         if back.kind == REFUSED:
             raise FrameLost(back.reason, f"the suffix refused frame {frame.tag.seq}: {back.message}", False)
         index, frame.answers = frame.answers, frame.answers + 1
-        expect(back.index == index and isinstance(back.state, kind), InputError,
+        expect(back.index == index and isinstance(back.state, self.awaiting), InputError,
                f"frame {frame.tag.seq}: answer {back.index} a {type(back.state).__name__}, expected answer {index} "
-               f"a {kind.__name__}")
-        return back.state
+               f"a {self.awaiting.__name__}")
+        try:
+            self.awaiting = self._exchange.send(back.state)
+        except StopIteration:
+            self.awaiting = None
+        self.deadline = time.monotonic() + self.timeout_s

@@ -3,9 +3,10 @@
 step's action state) and, after the last expert step, the frame's result (tokens, trajectory, each side's time). Its counterpart is
 prefix_server.py; the suffix node's engine for an Alpamayo release.
 
-One frame at a time: a frame's first message (index 0) carries what it runs by (envelope.FrameSettings: the cut,
-the seed, the sampling, the flow, the guidance), checked here; a new frame replaces one left unfinished (its
-prefix gave it up and counted it). The flow starts once the reasoning is over (the last token fed when it is
+Up to `max_open` frames at a time, each message going to its own (by run and seq): a frame's first message (index
+0) carries what it runs by (envelope.FrameSettings: the cut, the seed, the sampling, the flow, the guidance),
+checked here; a new frame beyond max_open replaces the oldest left unfinished, and a frame of another run (a
+restarted prefix) every open one (their prefix gave them up and counted them). The flow starts once the reasoning is over (the last token fed when it is
 fed) and, with guidance, the route-free prompt and its fed reasoning are in.
 A frame whose message does not fit (non-finite boundary, damaged bytes, a message out of turn or missing) is
 refused: `handle` returns the refusal to count and a REFUSED answer for the prefix, which then stops waiting.
@@ -14,6 +15,7 @@ refused: `handle` returns the refusal to count and a REFUSED answer for the pref
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from ...errors import HybridVLAError, InputError, expect
@@ -70,9 +72,10 @@ class _Open:
 
 
 class AlpamayoSuffixServer:
-    def __init__(self, model):
-        self.model = model
-        self.current: _Open | None = None
+    def __init__(self, model, max_open: int = 1):
+        expect(max_open >= 1, InputError, f"max_open={max_open!r}: at least one frame open")
+        self.model, self.max_open = model, max_open
+        self.open: OrderedDict[tuple[int, int], _Open] = OrderedDict()   # (run, seq) -> a frame in progress
         self.replaced = 0          # frames left unfinished by a new one (their prefix counted them)
         self.aborted = 0           # frames the prefix gave up (ABORT)
 
@@ -93,22 +96,22 @@ class AlpamayoSuffixServer:
             return self._refuse(tag, getattr(exc, "reason", None) or "invalid_boundary", str(exc))
 
     def _refuse(self, tag: Tag, reason: str, message: str) -> SuffixReply:
-        index = 0
-        if self.current is not None and (self.current.tag.run, self.current.tag.seq) == (tag.run, tag.seq):
-            index, self.current = self.current.answers, None
+        frame = self.open.pop((tag.run, tag.seq), None)
+        index = frame.answers if frame is not None else 0
         answer = encode_back(Back(tag, index, REFUSED, reason=reason, message=message))
         return SuffixReply([answer], refused=(tag, reason, message))
 
     def _handle(self, message) -> SuffixReply:
-        tag, frame = message.tag, self.current
-        same = frame is not None and (frame.tag.run, frame.tag.seq) == (tag.run, tag.seq)
+        tag = message.tag
+        frame = self.open.get((tag.run, tag.seq))
         if message.kind == ABORT:
-            if same:
-                self.current, self.aborted = None, self.aborted + 1
+            if frame is not None:
+                del self.open[tag.run, tag.seq]
+                self.aborted += 1
             return SuffixReply()
         if message.index == 0:
-            return self._open(message, replacing=frame is not None and not same)
-        expect(same, InputError, f"frame {tag.seq}: message {message.index} of a frame not open here (its first "
+            return self._open(message)
+        expect(frame is not None, InputError, f"frame {tag.seq}: message {message.index} of a frame not open here (its first "
                                  f"message never came, or this suffix restarted)")
         expect(message.index == frame.next_index, InputError,
                f"frame {tag.seq}: message {message.index}, expected {frame.next_index} (one went missing)")
@@ -116,15 +119,22 @@ class AlpamayoSuffixServer:
         frame.prefix_times = message.times
         return self._step(frame, message.state)
 
-    def _open(self, message, replacing: bool) -> SuffixReply:
+    def _open(self, message) -> SuffixReply:
         s = message.settings
         check_partition(s.partition, self.num_blocks, "split Alpamayo frame's cut")
         check_settings(self.model, s.sampling, s.flow, s.guidance)
         state = message.state
         expect(isinstance(state, PromptState) and state.stream == GUIDED, InputError,
                f"frame {message.tag.seq}: first message a {type(state).__name__}, expected the guided PromptState")
-        self.replaced += int(replacing)
-        self.current = frame = _Open(self.model, message.tag, s)
+        tag = message.tag
+        self.open.pop((tag.run, tag.seq), None)   # its first message again: it starts over
+        for key in [k for k in self.open if k[0] != tag.run]:   # a restarted prefix gave its frames up
+            del self.open[key]
+            self.replaced += 1
+        while len(self.open) >= self.max_open:   # the oldest left unfinished
+            self.open.popitem(last=False)
+            self.replaced += 1
+        self.open[tag.run, tag.seq] = frame = _Open(self.model, tag, s)
         frame.prefix_times = message.times
         return self._step(frame, state)
 
@@ -184,7 +194,7 @@ class AlpamayoSuffixServer:
         side = frame.side
         stopped = bool(side.tokens) and side.tokens[-1] == side.stop_id
         result = AlpamayoResult(xyz[0], rot[0], actions[0].float(), list(side.tokens), stopped)
-        self.current = None
+        del self.open[frame.tag.run, frame.tag.seq]
         times = {"prefix": dict(frame.prefix_times), "suffix": dict(frame.times)}
         return SuffixReply(finished=SuffixFrame(frame.tag, frame.settings, result,
                                                 "stop_token" if stopped else "max_tokens", times))
