@@ -81,6 +81,41 @@ def test_two_frames_open_at_once_each_equal_the_reference(releases):
         assert torch.equal(finished[i].result.xyz, ref.xyz)
     assert not prefix.open and not suffix.open and suffix.replaced == 0
 
+
+def test_the_prefix_starts_frames_oldest_first_up_to_max_open_and_ends_the_rest_at_close(releases):
+    """next_event: an open frame's answer first, then a waiting frame while fewer than max_open are in flight; a full
+    inbox pushes out its oldest; a frame past its deadline comes back `late` (suffix_timeout once stepped); close hands
+    back what waited, give_up_open ends what was in flight as shutdown and tells the suffix to let it go (ABORT)."""
+    model = alpamayo.load_release(releases["r1"])
+    inputs = frame_inputs(model, [im for s in camera_sets(4) for im in s], still_history(), PromptText())
+    prefix = AlpamayoPrefixServer(model, 2, SAMPLING, alpamayo.FlowSettings(2), seed=SEED, max_open=2, capacity=2)
+    suffix, sent = AlpamayoSuffixServer(model, max_open=2), []
+    jobs = [PrefixJob(inputs, i, 1000 + i) for i in range(5)]
+    assert [prefix.submit(j) for j in jobs[:4]] == [None, None, jobs[0], jobs[1]]   # capacity 2: the oldest out
+    started = []
+    for expected in jobs[2:4]:
+        kind, job, _ = prefix.next_event(0)
+        assert (kind, job) == ("frame", expected)
+        started.append(prefix.begin(job, sent.append))   # its prompt out; no suffix answers yet
+    prefix.submit(jobs[4])
+    assert prefix.next_event(0) is None                  # two in flight: the fifth waits
+    for answer in suffix.handle(sent[1]).answers:        # the second frame's prompt answered
+        prefix.answer(answer)
+    kind, conversation, back = prefix.next_event(0)
+    assert (kind, conversation) == ("answer", started[1]) and back.index == 0
+    assert prefix.close() == [jobs[4]]
+    outcomes = prefix.give_up_open()
+    assert [(o.tag.seq, o.reason, o.sent) for o in outcomes] == [(2, "shutdown", False), (3, "shutdown", False)]
+    assert [envelope.decode_forward(m).kind for m in sent[-2:]] == [envelope.ABORT, envelope.ABORT]
+    assert not prefix.open
+    late = AlpamayoPrefixServer(model, 2, SAMPLING, alpamayo.FlowSettings(2), seed=SEED, timeout_s=0.1)
+    conversation = late.begin(jobs[0], lambda data: None)
+    time.sleep(0.15)
+    kind, same, back = late.next_event(0)
+    assert (kind, same, back) == ("late", conversation, None)
+    late.step(conversation, back)
+    assert conversation.outcome.reason == "suffix_timeout" and not late.open
+
 def test_a_bad_crossing_refuses_its_frame_with_the_reason_and_the_next_is_served(releases):
     model = alpamayo.load_release(releases["r1"])
     inputs = frame_inputs(model, [im for s in camera_sets(4) for im in s], still_history(), PromptText())

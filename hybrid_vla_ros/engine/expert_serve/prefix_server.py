@@ -32,7 +32,8 @@ from ...model.plugins.alpamayo.flow import FlowSettings
 from ...model.plugins.alpamayo.reference import AlpamayoInputs, check_inputs, fused_prompt
 from ..decode.sampling import step_seed
 from ..expert_split.crossings import GUIDED, ActionState, TokenChoice
-from .envelope import (ABORT, CROSSING, REFUSED, Back, FrameSettings, Forward, Tag, decode_back, encode_forward)
+from .conversation import Conversation, FrameLost, OutgoingFrame, PrefixOutcome
+from .envelope import ABORT, Back, FrameSettings, Tag, decode_back
 from ..expert_split.prefix import PrefixSide
 from ..expert_split.runner import Cut
 
@@ -49,23 +50,6 @@ class PrefixJob:
     arrival_ns: int = 0
 
 
-@dataclass
-class PrefixOutcome:
-    tag: Tag
-    sent: bool                       # every crossing of the frame went out
-    reason: str = ""                 # not sent: why (a diagnostics reason)
-    message: str = ""
-    counted_here: bool = False       # the prefix counts this loss (else the suffix refused it and counts it)
-    times: dict = field(default_factory=dict)   # phase -> the prefix's ms
-    settings: FrameSettings | None = None
-
-
-class FrameLost(HybridVLAError):
-    def __init__(self, reason: str, message: str, counted_here: bool = True):
-        super().__init__(message)
-        self.reason, self.counted_here = reason, counted_here
-
-
 def check_settings(model, sampling: Sampling, flow: FlowSettings, guidance: bool) -> None:
     sampling.check()
     flow.check()
@@ -75,36 +59,20 @@ def check_settings(model, sampling: Sampling, flow: FlowSettings, guidance: bool
            f"guidance: the {cfg.release} config has no route tokens (add_special_tokens is off)")
 
 
-class _Frame:
-    """One frame's messages out: numbered, stamped with the prefix's time so far, the first with the settings."""
-
-    def __init__(self, tag: Tag, settings: FrameSettings, send):
-        self.tag, self.settings, self.send_bytes = tag, settings, send
-        self.index, self.answers = 0, 0
-        self.times = {"prefill": 0.0, "decode": 0.0, "unguided": 0.0, "expert": 0.0}
-
-    def timed(self, phase: str, fn, *args):
-        start = time.perf_counter()
-        out = fn(*args)
-        self.times[phase] += (time.perf_counter() - start) * 1e3
-        return out
-
-    def send(self, state, kind: int = CROSSING) -> None:
-        first = self.index == 0
-        self.send_bytes(encode_forward(Forward(self.tag, self.index, kind, state, dict(self.times),
-                                               self.settings if first else None)))
-        self.index += 1
-
-
 class AlpamayoPrefixServer(Cut):
     cut_name = "Alpamayo prefix partition"
 
     def __init__(self, model, partition: int, sampling: Sampling, flow: FlowSettings, guidance: bool = False,
-                 seed: int = 0, timeout_s: float = DEFAULT_TIMEOUT_S):
+                 seed: int = 0, timeout_s: float = DEFAULT_TIMEOUT_S, max_open: int = 1, capacity: int = 1):
         """seed: each frame's sampler seed is drawn from it and the frame's stamp (engine/decode/sampling.py
-        step_seed): reproducible on any process. timeout_s: the longest wait for one answer of the suffix."""
+        step_seed): reproducible on any process. timeout_s: the longest wait for one answer of the suffix.
+        max_open: frames in flight at once (`next_event` starts no more); capacity: frames waiting to start
+        (`submit`: 1 = the newest wins)."""
         check_settings(model, sampling, flow, guidance)
         expect(timeout_s > 0, ConfigError, f"timeout_s={timeout_s!r}: expected > 0 seconds")
+        expect(max_open >= 1 and capacity >= 1, ConfigError,
+               f"max_open={max_open!r}, capacity={capacity!r}: expected at least 1 each")
+        self.max_open, self.capacity, self.inbox = max_open, capacity, deque()
         self.model, self.sampling, self.flow, self.guidance = model, sampling, flow, guidance
         self.seed, self.timeout_s = seed, timeout_s
         self.partition = partition
@@ -143,10 +111,51 @@ class AlpamayoPrefixServer(Cut):
             conversation.answers.append(back)
             self.cond.notify_all()
 
-    def close(self) -> None:
+    def submit(self, item):
+        """A frame to start (the node's, with a stamp_ns) -> the one it pushed out when the inbox was full (the
+        oldest waiting: with capacity 1, the newest wins), or None."""
+        with self.cond:
+            dropped = self.inbox.popleft() if len(self.inbox) >= self.capacity else None
+            self.inbox.append(item)
+            self.cond.notify_all()
+        return dropped
+
+    def next_event(self, wait_s: float | None = None):
+        """What the worker does next, oldest frame first: ("answer", conversation, back) for an open frame with an
+        answer in; ("late", conversation, None) for one past its deadline; ("frame", item, None) when fewer than
+        max_open are open and one waits; None once closed (or after wait_s)."""
+        end = None if wait_s is None else time.monotonic() + wait_s
+        with self.cond:
+            while not self.closed:
+                now = time.monotonic()
+                for conversation in self.open.values():
+                    if conversation.answers:
+                        return "answer", conversation, conversation.answers.popleft()
+                    if conversation.started and now >= conversation.deadline:
+                        return "late", conversation, None
+                if self.inbox and len(self.open) < self.max_open:
+                    return "frame", self.inbox.popleft(), None
+                if end is not None and now >= end:
+                    return None
+                self.cond.wait(0.05)
+            return None
+
+    def close(self) -> list:
+        """No frame starts or steps after this; -> the frames that waited to start (the caller counts them)."""
         with self.cond:
             self.closed = True
+            waiting, self.inbox = list(self.inbox), deque()
             self.cond.notify_all()
+        return waiting
+
+    def give_up_open(self) -> list[PrefixOutcome]:
+        """After close: every frame still in flight lost as `shutdown` (the suffix told to let it go)."""
+        with self.cond:
+            open_now = list(self.open.values())
+        for conversation in open_now:
+            self._end(conversation, FrameLost("shutdown", f"frame {conversation.frame.tag.seq}: the Alpamayo "
+                                                          f"prefix closed"))
+        return [c.outcome for c in open_now]
 
     # ---- the worker's thread -----------------------------------------------------------------------------
     def serve(self, job: PrefixJob, send, linked=None) -> PrefixOutcome:
@@ -167,7 +176,7 @@ class AlpamayoPrefixServer(Cut):
         """A frame opened: its prompt out (its outcome set at once when it cannot start). Several may be open;
         each answer goes to its own frame (by run and seq), taken in by `step` in its frame's order."""
         tag = Tag(self.run, job.seq, job.stamp_ns, job.arrival_ns)
-        frame = _Frame(tag, self.settings_for(job.stamp_ns, self.routed(job.inputs)), send)
+        frame = OutgoingFrame(tag, self.settings_for(job.stamp_ns, self.routed(job.inputs)), send)
         conversation = Conversation(frame, self.timeout_s)
         with self.cond:   # open before the first message: its answers may come before send() returns
             self.open[tag.run, tag.seq] = conversation
@@ -208,7 +217,7 @@ class AlpamayoPrefixServer(Cut):
         conversation.outcome = PrefixOutcome(frame.tag, False, reason, str(exc), counted_here, frame.times,
                                              frame.settings)
 
-    def _exchange(self, frame: _Frame, inputs: AlpamayoInputs):
+    def _exchange(self, frame: OutgoingFrame, inputs: AlpamayoInputs):
         """The frame's crossings, as a generator: it sends what is due and yields the kind of answer it waits for
         (the answer is sent back into it)."""
         side = PrefixSide(self.model, frame.settings.partition)
@@ -229,7 +238,7 @@ class AlpamayoPrefixServer(Cut):
             action = yield ActionState
             frame.send(frame.timed("expert", side.expert_step, action))   # NonFiniteError: a bad action state
 
-    def _await_suffix(self, frame: _Frame, linked) -> None:
+    def _await_suffix(self, frame: OutgoingFrame, linked) -> None:
         """Before a frame's first crossing: a suffix linked both ways (a reliable message sent before its reader is
         matched is lost, and the frame would wait timeout_s for an answer: a graph's first frame at start-up)."""
         end = time.monotonic() + self.timeout_s
@@ -253,36 +262,3 @@ class AlpamayoPrefixServer(Cut):
                     return None
                 self.cond.wait(min(left, 0.05))
             return conversation.answers.popleft()
-
-
-class Conversation:
-    """One frame in flight at the prefix: its exchange (a generator of awaited answer kinds), its answers as they
-    came, the deadline of the one awaited, and its outcome once over."""
-
-    def __init__(self, frame: _Frame, timeout_s: float):
-        self.frame, self.timeout_s = frame, timeout_s
-        self.answers: deque[Back] = deque()
-        self.awaiting: type | None = None
-        self.outcome: PrefixOutcome | None = None
-        self.deadline = time.monotonic() + timeout_s
-        self._exchange = None
-
-    def start(self, exchange) -> None:
-        self._exchange = exchange
-        self.awaiting = next(exchange)   # the prefill goes out
-        self.deadline = time.monotonic() + self.timeout_s
-
-    def take(self, back: Back) -> None:
-        """The awaited answer: refused, out of turn or of the wrong kind -> FrameLost / InputError."""
-        frame = self.frame
-        if back.kind == REFUSED:
-            raise FrameLost(back.reason, f"the suffix refused frame {frame.tag.seq}: {back.message}", False)
-        index, frame.answers = frame.answers, frame.answers + 1
-        expect(back.index == index and isinstance(back.state, self.awaiting), InputError,
-               f"frame {frame.tag.seq}: answer {back.index} a {type(back.state).__name__}, expected answer {index} "
-               f"a {self.awaiting.__name__}")
-        try:
-            self.awaiting = self._exchange.send(back.state)
-        except StopIteration:
-            self.awaiting = None
-        self.deadline = time.monotonic() + self.timeout_s

@@ -1,0 +1,84 @@
+"""One split Alpamayo frame in flight at the prefix (ROS-free): its messages out (OutgoingFrame: numbered, timed,
+the first with the frame's settings), its exchange as a generator of the answers it awaits, the answers as they came,
+the deadline of the one awaited, and its outcome once over (Conversation). prefix_server.py keeps them open."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from ...errors import HybridVLAError, InputError, expect
+from .envelope import CROSSING, REFUSED, Back, FrameSettings, Forward, Tag, encode_forward
+
+
+@dataclass
+class PrefixOutcome:
+    tag: Tag
+    sent: bool                       # every crossing of the frame went out
+    reason: str = ""                 # not sent: why (a diagnostics reason)
+    message: str = ""
+    counted_here: bool = False       # the prefix counts this loss (else the suffix refused it and counts it)
+    times: dict = field(default_factory=dict)   # phase -> the prefix's ms
+    settings: FrameSettings | None = None
+
+
+class FrameLost(HybridVLAError):
+    def __init__(self, reason: str, message: str, counted_here: bool = True):
+        super().__init__(message)
+        self.reason, self.counted_here = reason, counted_here
+
+
+class OutgoingFrame:
+    """One frame's messages out: numbered, stamped with the prefix's time so far, the first with the settings."""
+
+    def __init__(self, tag: Tag, settings: FrameSettings, send):
+        self.tag, self.settings, self.send_bytes = tag, settings, send
+        self.index, self.answers = 0, 0
+        self.times = {"prefill": 0.0, "decode": 0.0, "unguided": 0.0, "expert": 0.0}
+
+    def timed(self, phase: str, fn, *args):
+        start = time.perf_counter()
+        out = fn(*args)
+        self.times[phase] += (time.perf_counter() - start) * 1e3
+        return out
+
+    def send(self, state, kind: int = CROSSING) -> None:
+        first = self.index == 0
+        self.send_bytes(encode_forward(Forward(self.tag, self.index, kind, state, dict(self.times),
+                                               self.settings if first else None)))
+        self.index += 1
+
+
+class Conversation:
+    """One frame in flight at the prefix: its exchange (a generator of awaited answer kinds), its answers as they
+    came, the deadline of the one awaited, and its outcome once over."""
+
+    def __init__(self, frame: OutgoingFrame, timeout_s: float):
+        self.frame, self.timeout_s = frame, timeout_s
+        self.answers: deque[Back] = deque()
+        self.awaiting: type | None = None
+        self.outcome: PrefixOutcome | None = None
+        self.deadline = time.monotonic() + timeout_s
+        self.started = False   # its prompt went out: answers are due
+        self._exchange = None
+
+    def start(self, exchange) -> None:
+        self._exchange = exchange
+        self.awaiting = next(exchange)   # the prefill goes out
+        self.deadline, self.started = time.monotonic() + self.timeout_s, True
+
+    def take(self, back: Back) -> None:
+        """The awaited answer: refused, out of turn or of the wrong kind -> FrameLost / InputError."""
+        frame = self.frame
+        if back.kind == REFUSED:
+            raise FrameLost(back.reason, f"the suffix refused frame {frame.tag.seq}: {back.message}", False)
+        index, frame.answers = frame.answers, frame.answers + 1
+        expect(back.index == index and isinstance(back.state, self.awaiting), InputError,
+               f"frame {frame.tag.seq}: answer {back.index} a {type(back.state).__name__}, expected answer {index} "
+               f"a {self.awaiting.__name__}")
+        try:
+            self.awaiting = self._exchange.send(back.state)
+        except StopIteration:
+            self.awaiting = None
+        self.deadline = time.monotonic() + self.timeout_s
