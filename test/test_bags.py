@@ -12,7 +12,7 @@ from hybrid_vla_ros.errors import ConfigError
 from hybrid_vla_ros.ros import messages
 from hybrid_vla_ros.ros.bags.storage import with_header_stamp
 from hybrid_vla_ros.ros.bags.storage import (BagMessage, BagWriter, bag_info, find_msg_file, header_stamp_ns,
-                                             msg_dependencies, read_bag, typestore_with)
+                                             msg_dependencies, read_bag, reliable_qos, typestore_with)
 from hybrid_vla_ros.ros.bags.replay import FrameGrouper, bag_frames
 from hybrid_vla_ros.ros.demo import write_sample_drive
 from rosbags.interfaces import QosReliability
@@ -191,3 +191,67 @@ def test_replay_with_clock_drives_a_sim_time_node(domain, tmp_path):
         executor.shutdown()
     finally:
         rclpy.shutdown(context=context)
+
+
+
+LISTENER = """
+import sys, time, rclpy
+from nav_msgs.msg import Path
+rclpy.init()
+node, got = rclpy.create_node("frozen_reader"), []
+node.create_subscription(Path, "/t", got.append, 50)
+while node.count_publishers("/t") == 0:
+    rclpy.spin_once(node, timeout_sec=0.05)
+print("matched", flush=True)
+end = time.monotonic() + 60
+while time.monotonic() < end and len(got) < 3:
+    rclpy.spin_once(node, timeout_sec=0.05)
+print(len(got), flush=True)
+"""
+FREEZE_S = 10.0   # the reader frozen from just after matching until well after the replayer published (~3 s after)
+
+
+@pytest.mark.parametrize("ack_wait_s,acknowledged", [(60.0, True), (0.5, False)])
+def test_the_replayer_waits_for_a_reliable_reader_to_acknowledge_before_it_exits(domain, tmp_path, ack_wait_s,
+                                                                                  acknowledged):
+    """A reliable writer repairs a lost sample only while it lives: the replayer goes once every reliable reader has
+    acknowledged what it published (at most --ack-wait-s) and names the topics left unacknowledged. Its one reader
+    here is frozen (SIGSTOP) once matched, through the replayer's publishing (it waits ~3 s for readers that never
+    report), and thawed FREEZE_S later: the replayer is still waiting then (60 s allowed) and goes once acknowledged,
+    or it gave up after 0.5 s and said so. Before, it exited at once (CI of stop 61: the last Trajectory lost)."""
+    import json
+    import signal
+    import time
+    from rclpy.serialization import serialize_message
+    from nav_msgs.msg import Path as PathMsg
+    writer = BagWriter(tmp_path / "bag", "mcap")
+    writer.declare("/t", [reliable_qos()])
+    for i in range(3):
+        msg = PathMsg()
+        msg.header.stamp.sec = i
+        writer.write("/t", "nav_msgs/msg/Path", 1_000_000_000 + i * 100_000_000, serialize_message(msg))
+    writer.close()
+    reader = subprocess.Popen([sys.executable, "-c", LISTENER], stdout=subprocess.PIPE, text=True)
+    player = subprocess.Popen([sys.executable, "-m", "hybrid_vla_ros.cli", "replay", str(tmp_path / "bag"),
+                               "--rate", "0", "--wait-s", "60", "--ack-wait-s", str(ack_wait_s)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert reader.stdout.readline().strip() == "matched"
+        time.sleep(1.0)   # the replayer's side of the matching (its reader count), both ways on one machine
+        os.kill(reader.pid, signal.SIGSTOP)
+        time.sleep(FREEZE_S)
+        running_at_thaw = player.poll() is None
+        os.kill(reader.pid, signal.SIGCONT)
+        out, err = player.communicate(timeout=90)
+    finally:
+        os.kill(reader.pid, signal.SIGCONT)
+        if player.poll() is None:
+            player.kill()
+        count = reader.communicate(timeout=90)[0].split()[-1]
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert player.returncode == 0 and summary["frames"] == 3, err[-2000:]
+    assert int(count) == 3   # delivered once thawed, either way (nothing was lost on the way on one machine)
+    if acknowledged:
+        assert running_at_thaw and summary["unacknowledged"] == []   # it waited for the thawed reader
+    else:
+        assert not running_at_thaw and summary["unacknowledged"] == ["/t"] and "did not acknowledge" in err
