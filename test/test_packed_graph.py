@@ -149,6 +149,27 @@ def test_the_packed_suffix_node_runs_bf16_and_refuses_rows_of_another_named_boun
         h.close()
 
 
+
+def test_the_packed_suffix_node_runs_what_its_dtype_probe_chose_and_reports_why(domain, model):
+    """dtype auto for an action-token model: the suffix measures fp32 against bf16 on its cores (engine/dtype_choice.py,
+    as for a waypoint head), runs its packed side in what it chose, serves every frame, and its `dtype` check says
+    what and why."""
+    import torch
+    h = Harness({"hybrid_vla_prefix": {**ACT, "pack": 2, "pack_groups": 1, "token_timeout_s": 5.0},
+                 "hybrid_vla_suffix": {**ACT, "dtype": "auto", "pack": 2, "pack_groups": 1}, "hybrid_vla_scheduler": ACT})
+    try:
+        frames, paths = send_and_collect(h, range(2))
+        assert [p.header.stamp.sec * 10**9 + p.header.stamp.nanosec for p in paths] == [f.stamp_ns for f in frames]
+        choice = h.suffix.dtype_choice
+        assert choice.dtype in ("fp32", "bf16") and ("->" in choice.reason or "no native bf16" in choice.reason)
+        wanted = torch.bfloat16 if choice.dtype == "bf16" else torch.float32
+        side = h.suffix.serving.server.side
+        assert side.dtype == wanted and all(b.self_attn.q_proj.weight.dtype == wanted for b in side.blocks)
+        checks = {name: values for name, _level, _text, values in h.suffix._extra_checks()}
+        assert checks["dtype"] == {"dtype": choice.dtype, "dtype_reason": choice.reason}
+    finally:
+        h.close()
+
 def test_bad_tokens_are_rejected_counted_and_the_graph_goes_on(domain, model):
     h = packed_harness(2, 1)
     try:
