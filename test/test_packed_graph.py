@@ -170,6 +170,24 @@ def test_the_packed_suffix_node_runs_what_its_dtype_probe_chose_and_reports_why(
     finally:
         h.close()
 
+
+def test_the_packed_suffix_node_serves_every_frame_in_int8(domain, model):
+    """dtype int8 for an action-token model in the graph: the suffix's blocks are int8 copies (the shared model stays
+    as it was), every frame is served once with a whole action (closeness to fp32 is the int8 gate's: test_int8.py)."""
+    from hybrid_vla_ros.engine.int8 import Int8Linear
+    h = Harness({"hybrid_vla_prefix": {**ACT, "pack": 2, "pack_groups": 1, "token_timeout_s": 5.0},
+                 "hybrid_vla_suffix": {**ACT, "dtype": "int8", "pack": 2, "pack_groups": 1}, "hybrid_vla_scheduler": ACT})
+    try:
+        frames, paths = send_and_collect(h, range(3))
+        assert [p.header.stamp.sec * 10**9 + p.header.stamp.nanosec for p in paths] == [f.stamp_ns for f in frames]
+        assert all(np.isfinite(path_xy(p)).all() and len(p.poses) == 4 for p in paths)
+        side = h.suffix.serving.server.side
+        assert h.suffix.dtype_choice.dtype == "int8"
+        assert all(isinstance(b.mlp.up_proj, Int8Linear) for b in side.blocks)
+        assert not any(isinstance(m, Int8Linear) for m in h.suffix.model.modules())
+    finally:
+        h.close()
+
 def test_bad_tokens_are_rejected_counted_and_the_graph_goes_on(domain, model):
     h = packed_harness(2, 1)
     try:
