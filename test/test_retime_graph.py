@@ -80,9 +80,19 @@ def drive(h: Harness, ego: Ego) -> dict:
 
 
 @functools.lru_cache(maxsize=None)
-def predicted(seq: int) -> np.ndarray:
-    """The tiny model's plan for frame seq, unsplit: (N, 5) in the ego frame at the frame's time."""
-    return reference_points(seq)
+def predicted(seq: int, preset: str = "tiny") -> np.ndarray:
+    """The model's plan for frame seq, unsplit, as the graph's prefix sees the frame (no kinematic state: a still
+    ego): (N, 5) in the ego frame at the frame's time. An action-token model's: its sequential tokens' waypoints."""
+    if preset == "tiny":
+        return reference_points(seq)
+    from greedy_reference import reference_tokens
+    from hybrid_vla_ros.model.inputs import synthetic_frame
+    from hybrid_vla_ros.model.load import load_vla
+    from hybrid_vla_ros.types import EgoState
+    model = load_vla(preset=preset)
+    frame = synthetic_frame(model.spec, seq, stamp_ns=(seq + 1) * 100_000_000)
+    frame.ego = EgoState()
+    return model.action_tokenizer.waypoints(reference_tokens(model, frame))
 
 
 def frame_pose(ego: Ego, frame_ns: int) -> tuple[float, float]:
@@ -101,9 +111,9 @@ def frame_pose(ego: Ego, frame_ns: int) -> tuple[float, float]:
     return x, y
 
 
-def unretimed_at(seq: int, frame_ns: int, ego: Ego, plan_s: np.ndarray) -> np.ndarray:
+def unretimed_at(seq: int, frame_ns: int, ego: Ego, plan_s: np.ndarray, preset: str = "tiny") -> np.ndarray:
     """The frame's plan as predicted, moved with the ego's pose at its stamp, at plan times: (K, 2)."""
-    raw = predicted(seq)                                                 # (N, 5) ego frame at the frame's time
+    raw = predicted(seq, preset)                                         # (N, 5) ego frame at the frame's time
     x0, y0 = frame_pose(ego, frame_ns)
     c, s = math.cos(HEADING), math.sin(HEADING)
     knots = np.concatenate([[0.0], raw[:, 4]])
@@ -120,16 +130,18 @@ def read_lines(proc, lines: list) -> threading.Thread:
     return reader
 
 
-def run_graph(monkeypatch) -> tuple[list, list, dict, Ego, dict]:
-    """-> (listener lines, trajectory infos, camera stamp -> seq, the ego, the suffix's rejections)."""
-    from hybrid_vla_ros.engine.stages import SuffixStage
-    run = SuffixStage.run
+def run_graph(monkeypatch, overrides=None) -> tuple[list, list, dict, Ego, dict]:
+    """-> (listener lines, trajectory infos, camera stamp -> seq, the ego, the suffix's rejections). The tiny model's
+    suffix made slow (monkeypatch), or the graph of `overrides` as it is."""
+    if monkeypatch is not None:
+        from hybrid_vla_ros.engine.stages import SuffixStage
+        run = SuffixStage.run
 
-    def slow_run(self, state, *args, **kwargs):
-        time.sleep(SLOW_S)
-        return run(self, state, *args, **kwargs)
-    monkeypatch.setattr(SuffixStage, "run", slow_run)
-    h = Harness(OVERRIDES)
+        def slow_run(self, state, *args, **kwargs):
+            time.sleep(SLOW_S)
+            return run(self, state, *args, **kwargs)
+        monkeypatch.setattr(SuffixStage, "run", slow_run)
+    h = Harness(overrides or OVERRIDES)
     listener, lines = None, []
     try:
         ego = Ego(h.node)
@@ -153,7 +165,24 @@ def run_graph(monkeypatch) -> tuple[list, list, dict, Ego, dict]:
 
 def test_a_slow_suffix_publishes_trajectories_of_the_present(domain, monkeypatch):
     need_real_messages()
-    lines, infos, frames, ego, rejected = run_graph(monkeypatch)
+    check_present(*run_graph(monkeypatch), "tiny", SLOW_S)
+
+
+def test_an_action_token_model_publishes_re_timed_candidates_of_the_present(domain):
+    """The same output path for an action-token model (issue 51, item 2's cell 14): its frames, answered after their
+    decode steps' round trips, re-timed to the newest odometry and published as CandidateTrajectories within the
+    concatenator's window, positions the sequential tokens' plan at equal absolute times."""
+    need_real_messages()
+    act = {"model.preset": "tiny-act", "pack": 2, "pack_groups": 1}
+    overrides = {"hybrid_vla_prefix": {**act, "token_timeout_s": 5.0},
+                 "hybrid_vla_suffix": {**act, **OVERRIDES["hybrid_vla_suffix"]},
+                 "hybrid_vla_scheduler": {"model.preset": "tiny-act"}}
+    check_present(*run_graph(None, overrides), "tiny-act", 0.0)
+
+
+def check_present(lines, infos, frames, ego, rejected, preset: str, least_age_s: float) -> None:
+    """Every frame published once as a candidate set less than MAX_AGE_S old at receipt, starting at the ego of the
+    newest odometry, output_dt_s apart, at the un-retimed plan's positions at equal absolute times."""
     assert not any(rejected.values()), rejected
     frame_of = {int(i["output_stamp_ns"]): int(i["stamp_ns"]) for i in infos}   # the camera stamp stays in the info
     assert sorted(frame_of.values()) == sorted(frames)
@@ -166,7 +195,7 @@ def test_a_slow_suffix_publishes_trajectories_of_the_present(domain, monkeypatch
         age_s = (message["received_ns"] - stamp) / 1e9
         assert 0 <= age_s < MAX_AGE_S, f"candidate set {age_s * 1e3:.0f} ms old at receipt"
         frame_ns = frame_of[stamp]
-        assert (stamp - frame_ns) / 1e9 >= SLOW_S        # the frame itself was that old: re-timed, not fresh
+        assert (stamp - frame_ns) / 1e9 >= least_age_s   # the frame itself was that old: re-timed, not fresh
         points = np.array(candidate["points"])           # (M, 8) x, y, qz, qw, v, a, t ns, z
         assert candidate["points"] == trajectories[stamp]["points"]
         assert points[0, 6] == 0 and np.all(np.diff(points[:, 6]) == int(DT_S * 1e9))
@@ -177,8 +206,9 @@ def test_a_slow_suffix_publishes_trajectories_of_the_present(domain, monkeypatch
         assert frame_ns <= ego.sent[nearest][0] <= stamp and stamp - ego.sent[nearest][0] < 0.15e9
         np.testing.assert_allclose(2 * np.arctan2(points[0, 2], points[0, 3]), HEADING, atol=1e-9)
         plan_s = ((stamp - frame_ns) + points[1:, 6]) / 1e9  # plan times at equal absolute times
-        np.testing.assert_allclose(points[1:, :2], unretimed_at(frames[frame_ns], frame_ns, ego, plan_s), atol=1e-4)
-        assert plan_s[-1] <= predicted(0)[-1, 4] + 1e-9 < plan_s[-1] + DT_S   # up to the plan's horizon
+        np.testing.assert_allclose(points[1:, :2], unretimed_at(frames[frame_ns], frame_ns, ego, plan_s, preset),
+                                   atol=1e-4)
+        assert plan_s[-1] <= predicted(0, preset)[-1, 4] + 1e-9 < plan_s[-1] + DT_S   # up to the plan's horizon
 
 
 def test_frames_too_old_to_retime_or_without_a_current_pose_are_refused_and_counted(domain):
