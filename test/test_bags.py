@@ -247,11 +247,15 @@ def test_the_replayer_waits_for_a_reliable_reader_to_acknowledge_before_it_exits
         os.kill(reader.pid, signal.SIGCONT)
         if player.poll() is None:
             player.kill()
-        count = reader.communicate(timeout=90)[0].split()[-1]
+        try:
+            count = reader.communicate(timeout=90)[0].split()[-1]
+        finally:
+            if reader.poll() is None:
+                reader.kill()
     summary = json.loads(out.strip().splitlines()[-1])
     assert player.returncode == 0 and summary["frames"] == 3, err[-2000:]
-    assert int(count) == 3   # delivered once thawed, either way (nothing was lost on the way on one machine)
     if acknowledged:
         assert running_at_thaw and summary["unacknowledged"] == []   # it waited for the thawed reader
-    else:
+        assert int(count) == 3
+    else:   # what reaches the reader from a writer that has gone is the middleware's affair: not asserted
         assert not running_at_thaw and summary["unacknowledged"] == ["/t"] and "did not acknowledge" in err

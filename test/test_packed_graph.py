@@ -229,13 +229,7 @@ def test_a_recorded_drive_gives_the_same_actions_in_one_process_and_in_separate_
     """The prefix and suffix as separate processes share nothing but the packed steps and tokens on DDS. The
     trajectories are recorded back (`hybrid-vla record`'s recorder) and read back, and `hybrid-vla demo --config`
     runs the same drive through the graph that file describes."""
-    import json
-    import subprocess
-    import sys
-    from rclpy.serialization import deserialize_message
-    from hybrid_vla_ros.ros.bags.storage import message_class, read_bag
-    from hybrid_vla_ros.ros.messages import stamp_to_ns
-    from hybrid_vla_ros.ros.topics import TRAJECTORY_TOPIC
+    from test_published_graph import recorded_back_and_demo
     from hybrid_vla_ros.ros.launch_support.bringup import graph_params, write_combined_config
     from hybrid_vla_ros.ros.demo import drive_graph, write_sample_drive
     from ros_harness import CAMERAS, TINY_OVERRIDES
@@ -252,13 +246,4 @@ def test_a_recorded_drive_gives_the_same_actions_in_one_process_and_in_separate_
     assert sorted(traj_one) == sorted(traj_many)
     for stamp in traj_one:
         np.testing.assert_allclose(traj_one[stamp], traj_many[stamp], atol=1e-6)
-    assert one["recorded"][TRAJECTORY_TOPIC] == 6
-    written = [m for m in read_bag(next((tmp_path / "recorded").parent.glob("recorded*")))[0]
-               if m.topic == TRAJECTORY_TOPIC]
-    assert sorted(stamp_to_ns(deserialize_message(m.raw, message_class(m.msgtype)).header.stamp)
-                  for m in written) == sorted(traj_one)
-    out = subprocess.run([sys.executable, "-m", "hybrid_vla_ros.cli", "demo", "--config", str(config), "--bag", str(bag),
-                          "--out", str(tmp_path / "demo")], capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stdout + out.stderr
-    summary = json.loads((tmp_path / "demo" / "summary.json").read_text())
-    assert summary["trajectories"] == 6 and summary["transports"] == ["packed"], out.stdout
+    recorded_back_and_demo(one, sorted(traj_one), bag, config, tmp_path)

@@ -61,10 +61,11 @@ class Ego:
         self.sent.append((stamp, x, y))
 
 
-def drive(h: Harness, ego: Ego) -> dict:
-    """Odometry at 50 Hz throughout; a camera frame every FRAME_PERIOD_S after 0.5 s of it. -> stamp -> seq."""
+def drive(h: Harness, ego: Ego, tail_s: float = SLOW_S + 1.0) -> dict:
+    """Odometry at 50 Hz throughout, tail_s past the last frame; a camera frame every FRAME_PERIOD_S after 0.5 s of
+    it. -> stamp -> seq."""
     frames, next_odom, next_frame = {}, time.monotonic(), time.monotonic() + 0.5
-    end = next_frame + FRAMES * FRAME_PERIOD_S + SLOW_S + 1.0
+    end = next_frame + FRAMES * FRAME_PERIOD_S + tail_s
     while time.monotonic() < end:
         now = time.monotonic()
         if now >= next_odom:
@@ -80,6 +81,12 @@ def drive(h: Harness, ego: Ego) -> dict:
 
 
 @functools.lru_cache(maxsize=None)
+def loaded(preset: str):
+    from hybrid_vla_ros.model.load import load_vla
+    return load_vla(preset=preset)
+
+
+@functools.lru_cache(maxsize=None)
 def predicted(seq: int, preset: str = "tiny") -> np.ndarray:
     """The model's plan for frame seq, unsplit, as the graph's prefix sees the frame (no kinematic state: a still
     ego): (N, 5) in the ego frame at the frame's time. An action-token model's: its sequential tokens' waypoints."""
@@ -87,9 +94,8 @@ def predicted(seq: int, preset: str = "tiny") -> np.ndarray:
         return reference_points(seq)
     from greedy_reference import reference_tokens
     from hybrid_vla_ros.model.inputs import synthetic_frame
-    from hybrid_vla_ros.model.load import load_vla
     from hybrid_vla_ros.types import EgoState
-    model = load_vla(preset=preset)
+    model = loaded(preset)
     frame = synthetic_frame(model.spec, seq, stamp_ns=(seq + 1) * 100_000_000)
     frame.ego = EgoState()
     return model.action_tokenizer.waypoints(reference_tokens(model, frame))
@@ -130,7 +136,7 @@ def read_lines(proc, lines: list) -> threading.Thread:
     return reader
 
 
-def run_graph(monkeypatch, overrides=None) -> tuple[list, list, dict, Ego, dict]:
+def run_graph(monkeypatch, overrides=None, tail_s: float = SLOW_S + 1.0) -> tuple[list, list, dict, Ego, dict]:
     """-> (listener lines, trajectory infos, camera stamp -> seq, the ego, the suffix's rejections). The tiny model's
     suffix made slow (monkeypatch), or the graph of `overrides` as it is."""
     if monkeypatch is not None:
@@ -149,7 +155,7 @@ def run_graph(monkeypatch, overrides=None) -> tuple[list, list, dict, Ego, dict]
         listener = listen(FRAMES, timeout_s=60)
         reader = read_lines(listener, lines)
         matched(h, 2, 1)
-        frames = drive(h, ego)
+        frames = drive(h, ego, tail_s)
         listener.wait(timeout=60)
         reader.join(timeout=10)
         err = listener.stderr.read()
@@ -177,7 +183,8 @@ def test_an_action_token_model_publishes_re_timed_candidates_of_the_present(doma
     overrides = {"hybrid_vla_prefix": {**act, "token_timeout_s": 5.0},
                  "hybrid_vla_suffix": {**act, **OVERRIDES["hybrid_vla_suffix"]},
                  "hybrid_vla_scheduler": {"model.preset": "tiny-act"}}
-    check_present(*run_graph(None, overrides), "tiny-act", 0.0)
+    # odometry 5 s past the last frame (its decode steps' round trips on a loaded machine); a frame takes > 1 ms
+    check_present(*run_graph(None, overrides, tail_s=5.0), "tiny-act", 1e-3)
 
 
 def check_present(lines, infos, frames, ego, rejected, preset: str, least_age_s: float) -> None:

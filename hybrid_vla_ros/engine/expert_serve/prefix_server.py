@@ -115,6 +115,8 @@ class AlpamayoPrefixServer(Cut):
         """A frame to start (the node's, with a stamp_ns) -> the one it pushed out when the inbox was full (the
         oldest waiting: with capacity 1, the newest wins), or None."""
         with self.cond:
+            if self.closed:   # never started: the caller counts it
+                return item
             dropped = self.inbox.popleft() if len(self.inbox) >= self.capacity else None
             self.inbox.append(item)
             self.cond.notify_all()
@@ -179,6 +181,7 @@ class AlpamayoPrefixServer(Cut):
         frame = OutgoingFrame(tag, self.settings_for(job.stamp_ns, self.routed(job.inputs)), send)
         conversation = Conversation(frame, self.timeout_s)
         with self.cond:   # open before the first message: its answers may come before send() returns
+            expect((tag.run, tag.seq) not in self.open, InputError, f"frame {tag.seq} is in flight already")
             self.open[tag.run, tag.seq] = conversation
         try:
             check_inputs(self.model, job.inputs)
@@ -186,6 +189,9 @@ class AlpamayoPrefixServer(Cut):
             conversation.start(self._exchange(frame, job.inputs))
         except HybridVLAError as exc:
             self._end(conversation, exc)
+        except BaseException:   # not the frame's own failure (a bug, the publisher gone): nothing left open
+            self._close(conversation)
+            raise
         return conversation
 
     def step(self, conversation: "Conversation", back: Back | None) -> None:
@@ -199,11 +205,23 @@ class AlpamayoPrefixServer(Cut):
                 self._end(conversation, None)
         except HybridVLAError as exc:
             self._end(conversation, exc)
+        except BaseException:
+            self._close(conversation)
+            raise
+
+    def _close(self, conversation: "Conversation") -> bool:
+        """Out of `open`; False when it was out already (ended once: by the worker or by give_up_open)."""
+        tag = conversation.frame.tag
+        with self.cond:
+            if self.open.get((tag.run, tag.seq)) is not conversation:
+                return False
+            del self.open[tag.run, tag.seq]
+            return True
 
     def _end(self, conversation: "Conversation", exc: HybridVLAError | None) -> None:
         frame = conversation.frame
-        with self.cond:
-            self.open.pop((frame.tag.run, frame.tag.seq), None)
+        if not self._close(conversation):
+            return
         if exc is None:
             conversation.outcome = PrefixOutcome(frame.tag, True, times=frame.times, settings=frame.settings)
             return

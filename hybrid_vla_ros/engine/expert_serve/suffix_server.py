@@ -18,7 +18,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from ...errors import HybridVLAError, InputError, expect
+from ...errors import ConfigError, HybridVLAError, InputError, expect
 from ...model.plugins.alpamayo.reference import AlpamayoResult
 from ..scheduling.partition import check_partition
 from ..expert_split.crossings import GUIDED, ExpertState, PromptState, TokensState
@@ -73,7 +73,7 @@ class _Open:
 
 class AlpamayoSuffixServer:
     def __init__(self, model, max_open: int = 1):
-        expect(max_open >= 1, InputError, f"max_open={max_open!r}: at least one frame open")
+        expect(max_open >= 1, ConfigError, f"max_open={max_open!r}: at least one frame open")
         self.model, self.max_open = model, max_open
         self.open: OrderedDict[tuple[int, int], _Open] = OrderedDict()   # (run, seq) -> a frame in progress
         self.replaced = 0          # frames left unfinished by a new one (their prefix counted them)
