@@ -143,6 +143,9 @@ SUFFIX_PARAMS = _common_model() + [
               "may claim here (pack x pack_groups slots: a step claiming more is refused before anything is "
               "allocated, counted as invalid_boundary)", "action-token models: the prefix's pack_groups (see pack)"),
     *decode_params(),
+    ParamSpec("max_in_flight", "int", "Alpamayo releases: frames open here at once, each holding its KV cache "
+              "(~440 MB a frame at real size); at least the prefix's max_in_flight (a frame beyond it replaces the "
+              "oldest open one: frames_replaced). Other kinds: unused (the prefix bounds them)", 1, 64),
     ParamSpec("max_output_age_ms", "double", "drop (and count as stale_output) a trajectory whose frame arrived at "
               "the prefix longer ago than this at publish time; 0 = never; -1 = auto: 5 x the measured frame time, "
               "at least 500 ms; a value below the measured frame time is kept, and warned about "

@@ -61,6 +61,7 @@ class Conversation:
         self.outcome: PrefixOutcome | None = None
         self.deadline = time.monotonic() + timeout_s
         self.started = False   # its prompt went out: answers are due
+        self.context = None    # the caller's own (the node's frame it came from)
         self._exchange = None
 
     def start(self, exchange) -> None:

@@ -3,8 +3,11 @@ kept, each frame's inputs built (engine/expert_serve/frame_inputs.py: the last 4
 ego history, the prompt ids) and served by AlpamayoPrefixServer on the worker's thread: its messages out on
 ~/output/boundary_state, the suffix's answers in on ~/input/action_tokens (both reliable, volatile: TOKENS_QOS).
 
-One frame at a time (input_policy latest: the newest waiting frame wins, the one displaced counted; lossless:
-queued). A frame is refused, and counted, when its images do not fit (invalid_image), its stamp is not newer
+Up to max_in_flight frames open at once (the next frame's prefill while the suffix decodes the one before: the
+worker takes the server's events, engine/expert_serve/prefix_server.py next_event: an answer for an open frame
+first, then a frame past its deadline, then a new frame while fewer than max_in_flight are open); frames waiting to
+start: input_policy latest, the newest wins (the one displaced counted); lossless, up to 64 queued (the oldest
+pushed out, queue_full). A frame is refused, and counted, when its images do not fit (invalid_image), its stamp is not newer
 (out_of_order), its ego history is incomplete (kinematic_state_missing; use_kinematic_state false: standing
 still), no suffix is linked within token_timeout_s (suffix_absent: both topics matched; a frame waits for one, as
 at start-up), or its exchange fails here (suffix_timeout: token_timeout_s, -1 = 60 s; invalid_answer;
@@ -56,7 +59,7 @@ class _Taken:
 
     def __init__(self, messages: list, padded: int, seq: int, stamp_ns: int):
         self.messages, self.padded, self.seq, self.stamp_ns = messages, padded, seq, stamp_ns
-        self.arrival_ns, self.route_text, self.inputs_ms = time.time_ns(), "", 0.0
+        self.arrival_ns, self.route_text, self.inputs_ms, self.begun = time.time_ns(), "", 0.0, 0.0
 
 
 class AlpamayoPrefixStage(Side):
@@ -73,8 +76,11 @@ class AlpamayoPrefixStage(Side):
                "flow.guidance_weight: guidance needs a route: the release's tokenizer (the route text from the live "
                "LaneletRoute) or the route's ids in its prompt_ids.json ('route')")
         timeout = p["token_timeout_s"] if p["token_timeout_s"] > 0 else DEFAULT_TIMEOUT_S
+        lossless = p["input_policy"] == "lossless"
+        self.lossy_reason = "queue_full" if lossless else "displaced"
         self.server = self.stage = AlpamayoPrefixServer(model, p["partition_point"], s.sampling, s.flow,
-                                                        s.guidance, s.seed, timeout)
+                                                        s.guidance, s.seed, timeout, max_open=p["max_in_flight"],
+                                                        capacity=LOSSLESS_FRAMES if lossless else 1)
         self.skew_ns = int(p["sync_skew_ms"] * 1e6)
         self.seq, self.last_stamp_ns, self.padded_frames = 0, -1, 0
         self.images, self.rows = ImageHistory(), ImageRows()   # each image decoded, resized, patchified once
@@ -91,16 +97,15 @@ class AlpamayoPrefixStage(Side):
         self._subscribe_cameras(p["camera_topics"], p["image_transport"] == "compressed")
         if self.poses is not None:
             node.configured_subscription(Odometry, "~/input/kinematic_state", self._on_odometry, 50)
-        lossless = p["input_policy"] == "lossless"
-        self.worker = StageWorker("prefix", self._serve, policy=p["input_policy"],
-                                  capacity=LOSSLESS_FRAMES if lossless else 1, cores=node.cores,
-                                  threads=p["threads"] or None, health=node.health, on_error=node._on_worker_error,
-                                  stamp_of=lambda item: item.stamp_ns).start()
+        self.most_open = 0   # the most frames open at once (the overlap, in the `alpamayo` check)
+        self.worker = StageWorker("prefix", self._handle, source=self.server.next_event, cores=node.cores,
+                                  threads=p["threads"] or None, health=node.health,
+                                  on_error=node._on_worker_error).start()
         node.get_logger().info(
             f"prefix: {model.config.release} ({model.num_blocks} blocks), partition {self.server.partition}, "
             f"dtype {node.dtype_choice.dtype}, "
             f"cameras {p['camera_topics']} (resized into {self.pixels or 'no budget: as they come'} pixels), "
-            f"sampling {s.sampling}, flow {s.flow}, guidance {s.guidance}")
+            f"sampling {s.sampling}, flow {s.flow}, guidance {s.guidance}, up to {p['max_in_flight']} frames open")
 
     def _subscribe_cameras(self, topics: list[str], compressed: bool) -> None:
         expect(len(topics) == CAMERAS, ConfigError,
@@ -125,7 +130,9 @@ class AlpamayoPrefixStage(Side):
         if ready is None or not self.node.accepting(stamp_ns=ready[1]):
             return
         camera_msgs, padded = self.images.add(ready[0])   # the history keeps every complete set, served or not
-        self.worker.submit(_Taken(camera_msgs, padded, self.seq, ready[1]))   # a drop is counted there
+        dropped = self.server.submit(_Taken(camera_msgs, padded, self.seq, ready[1]))
+        if dropped is not None:
+            self.node.health.drop(self.lossy_reason, dropped.stamp_ns)
         self.seq += 1
 
     def _on_odometry(self, msg: Odometry) -> None:
@@ -133,24 +140,43 @@ class AlpamayoPrefixStage(Side):
         self.route.add_odometry(msg)
 
     # ---- the worker's thread -----------------------------------------------------------------------------
-    def _serve(self, taken: _Taken) -> None:
+    def _handle(self, event) -> None:
+        """One event of the server (next_event): a frame to begin, or an answer (None: its deadline passed) for
+        an open one; a frame whose outcome is set is accounted for."""
+        kind, subject, back = event
+        if kind == "frame":
+            conversation = self._begin(subject)
+        else:
+            conversation = subject
+            self.server.step(conversation, back)
+        if conversation is not None and conversation.outcome is not None:
+            self._account(conversation.outcome, conversation.context)
+
+    def _begin(self, taken: _Taken):
+        """The frame's inputs, then its prompt out (None: refused, counted)."""
         start = time.perf_counter()
         job = self._job(taken)
         if job is None:
-            return
-        t0 = time.perf_counter()
-        taken.inputs_ms = (t0 - start) * 1e3   # decoding, resizing and patchifying its new images, the prompt
-        outcome = self.server.serve(job, lambda data: self.pub.publish(UInt8MultiArray(data=data)), self._linked)
-        ms = (time.perf_counter() - t0) * 1e3
+            return None
+        taken.begun = time.perf_counter()
+        taken.inputs_ms = (taken.begun - start) * 1e3   # decoding, resizing and patchifying its new images, the prompt
+        conversation = self.server.begin(job, lambda data: self.pub.publish(UInt8MultiArray(data=data)),
+                                         self._linked)
+        conversation.context = taken
+        self.most_open = max(self.most_open, len(self.server.open))
+        return conversation
+
+    def _account(self, outcome, taken: _Taken | None) -> None:
+        """A frame over: sent (its frame_info, the stage time), or lost (counted here, or by the suffix)."""
         if outcome.sent:
             self.padded_frames += int(taken.padded > 0)
             self.last_guided = outcome.settings.guidance
             self.frames_by_guidance[self.last_guided] += 1
-            self._publish_info(outcome, taken, ms)
+            self._publish_info(outcome, taken, (time.perf_counter() - taken.begun) * 1e3)
             self.node.health.record(sum(outcome.times.values()))
             self.node.diagnostics.publish_time(sum(outcome.times.values()))
         elif outcome.counted_here:
-            self.node._reject(outcome.reason, ConfigError(outcome.message), taken.stamp_ns)
+            self.node._reject(outcome.reason, ConfigError(outcome.message), outcome.tag.stamp_ns)
         else:
             self.node.get_logger().warning(outcome.message, throttle_duration_sec=1.0)
 
@@ -227,9 +253,15 @@ class AlpamayoPrefixStage(Side):
                  {"partition": str(s.partition), "num_blocks": str(self.model.num_blocks),
                   "stale_answers": str(s.stale_answers), "camera_sync_discarded": str(self.sync.discarded),
                   "frames_with_repeated_images": str(self.padded_frames), "dtype": self.node.dtype_choice.dtype,
-                  "frames_guided": str(guided), "frames_unguided": str(unguided)}),
+                  "frames_guided": str(guided), "frames_unguided": str(unguided),
+                  "frames_open": str(len(s.open)), "frames_open_most": str(self.most_open)}),
                 self.route.check()]
 
     def close(self) -> None:
-        self.server.close()
+        """Frames waiting to start and frames open: each counted `shutdown` (an open one's suffix told to let it
+        go)."""
+        for taken in self.server.close():
+            self.node.health.drop("shutdown", taken.stamp_ns)
         self.worker.close()
+        for outcome in self.server.give_up_open():
+            self._account(outcome, None)

@@ -6,7 +6,8 @@ markers), its ~/debug/trajectory_info with the decoded token ids and their count
 max_tokens), the seed, the expert's Euler steps and each side's ms per phase (expert time per side included);
 its reasoning as text on ~/output/reasoning where the release has a tokenizer (ReasoningOutput).
 A frame the server refuses (non-finite boundary, damaged or out-of-turn message) is counted here with its reason;
-the prefix hears it and moves on.
+the prefix hears it and moves on. Up to max_in_flight frames open at once (the prefix's overlap); a frame that
+finishes after a newer one of the same prefix run (its reasoning longer) is not published: superseded, counted.
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ class AlpamayoSuffixStage(Side):
         p = node.params
         self.node = node
         self.model = model = side_model(node, "suffix")
-        self.server = AlpamayoSuffixServer(model)
+        self.server = AlpamayoSuffixServer(model, max_open=p["max_in_flight"])
+        self.newest = (None, -1)   # (run, seq) of the newest frame published: an older one finishing is superseded
         self.answer_pub = node.configured_publisher(UInt8MultiArray, "~/output/action_tokens", TOKENS_QOS)
         node.configured_subscription(UInt8MultiArray, "~/input/boundary_state", self._on_message, TOKENS_QOS)
         self.worker = StageWorker("suffix", self._handle, policy="lossless", capacity=QUEUE,
@@ -110,8 +112,18 @@ class AlpamayoSuffixStage(Side):
         if reply.refused is not None:
             tag, reason, message = reply.refused
             self.node._reject(reason, ConfigError(message), tag.stamp_ns)
-        if reply.finished is not None:
+        if reply.finished is not None and not self._superseded(reply.finished.tag):
             self._publish(reply.finished, (t0 - received) * 1e3)
+
+    def _superseded(self, tag) -> bool:
+        """A frame finished after a newer frame of its prefix's run was published (its plan is older than the car's
+        newest): counted, not published."""
+        run, seq = self.newest
+        if tag.run == run and tag.seq < seq:
+            self.node.health.drop("superseded", tag.stamp_ns)
+            return True
+        self.newest = (tag.run, tag.seq)
+        return False
 
     def _await_prefix_reader(self) -> None:
         """The answers writer counts the prefix's reader before an answer goes out (a reliable, volatile message
