@@ -21,6 +21,7 @@ class PrefixOutcome:
     counted_here: bool = False       # the prefix counts this loss (else the suffix refused it and counts it)
     times: dict = field(default_factory=dict)   # phase -> the prefix's ms
     settings: FrameSettings | None = None
+    reported: bool = False           # the caller's: accounted for (once, whichever thread ended the frame)
 
 
 class FrameLost(HybridVLAError):

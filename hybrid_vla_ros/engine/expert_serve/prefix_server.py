@@ -63,16 +63,18 @@ class AlpamayoPrefixServer(Cut):
     cut_name = "Alpamayo prefix partition"
 
     def __init__(self, model, partition: int, sampling: Sampling, flow: FlowSettings, guidance: bool = False,
-                 seed: int = 0, timeout_s: float = DEFAULT_TIMEOUT_S, max_open: int = 1, capacity: int = 1):
+                 seed: int = 0, timeout_s: float = DEFAULT_TIMEOUT_S, max_open: int = 1, capacity: int = 1,
+                 keep_newest: bool = True):
         """seed: each frame's sampler seed is drawn from it and the frame's stamp (engine/decode/sampling.py
         step_seed): reproducible on any process. timeout_s: the longest wait for one answer of the suffix.
-        max_open: frames in flight at once (`next_event` starts no more); capacity: frames waiting to start
-        (`submit`: 1 = the newest wins)."""
+        max_open: frames in flight at once (`next_event` starts no more); capacity: frames waiting to start;
+        keep_newest: a frame submitted to a full inbox pushes the oldest waiting one out (capacity 1: the newest
+        wins), else it is turned away (a lossless queue keeps what came first)."""
         check_settings(model, sampling, flow, guidance)
         expect(timeout_s > 0, ConfigError, f"timeout_s={timeout_s!r}: expected > 0 seconds")
         expect(max_open >= 1 and capacity >= 1, ConfigError,
                f"max_open={max_open!r}, capacity={capacity!r}: expected at least 1 each")
-        self.max_open, self.capacity, self.inbox = max_open, capacity, deque()
+        self.max_open, self.capacity, self.keep_newest, self.inbox = max_open, capacity, keep_newest, deque()
         self.model, self.sampling, self.flow, self.guidance = model, sampling, flow, guidance
         self.seed, self.timeout_s = seed, timeout_s
         self.partition = partition
@@ -112,12 +114,13 @@ class AlpamayoPrefixServer(Cut):
             self.cond.notify_all()
 
     def submit(self, item):
-        """A frame to start (the node's, with a stamp_ns) -> the one it pushed out when the inbox was full (the
-        oldest waiting: with capacity 1, the newest wins), or None."""
+        """A frame to start (the node's, with a stamp_ns) -> the frame lost when the inbox was full (keep_newest: the
+        oldest waiting, else this one), this one after close, or None."""
         with self.cond:
-            if self.closed:   # never started: the caller counts it
+            full = len(self.inbox) >= self.capacity
+            if self.closed or (full and not self.keep_newest):   # never started: the caller counts it
                 return item
-            dropped = self.inbox.popleft() if len(self.inbox) >= self.capacity else None
+            dropped = self.inbox.popleft() if full else None
             self.inbox.append(item)
             self.cond.notify_all()
         return dropped
@@ -154,10 +157,8 @@ class AlpamayoPrefixServer(Cut):
         """After close: every frame still in flight lost as `shutdown` (the suffix told to let it go)."""
         with self.cond:
             open_now = list(self.open.values())
-        for conversation in open_now:
-            self._end(conversation, FrameLost("shutdown", f"frame {conversation.frame.tag.seq}: the Alpamayo "
-                                                          f"prefix closed"))
-        return [c.outcome for c in open_now]
+        return [c.outcome for c in open_now   # a frame the worker ended meanwhile is the worker's to report
+                if self._end(c, FrameLost("shutdown", f"frame {c.frame.tag.seq}: the Alpamayo prefix closed"))]
 
     # ---- the worker's thread -----------------------------------------------------------------------------
     def serve(self, job: PrefixJob, send, linked=None) -> PrefixOutcome:
@@ -218,13 +219,14 @@ class AlpamayoPrefixServer(Cut):
             del self.open[tag.run, tag.seq]
             return True
 
-    def _end(self, conversation: "Conversation", exc: HybridVLAError | None) -> None:
+    def _end(self, conversation: "Conversation", exc: HybridVLAError | None) -> bool:
+        """The frame's outcome set; False when another thread ended it first (it set the outcome)."""
         frame = conversation.frame
         if not self._close(conversation):
-            return
+            return False
         if exc is None:
             conversation.outcome = PrefixOutcome(frame.tag, True, times=frame.times, settings=frame.settings)
-            return
+            return True
         if isinstance(exc, FrameLost):
             reason, counted_here = exc.reason, exc.counted_here
         else:   # bad inputs, a token outside the vocabulary, a non-finite action state
@@ -234,6 +236,7 @@ class AlpamayoPrefixServer(Cut):
             frame.send(None, ABORT)
         conversation.outcome = PrefixOutcome(frame.tag, False, reason, str(exc), counted_here, frame.times,
                                              frame.settings)
+        return True
 
     def _exchange(self, frame: OutgoingFrame, inputs: AlpamayoInputs):
         """The frame's crossings, as a generator: it sends what is due and yields the kind of answer it waits for

@@ -156,15 +156,17 @@ class StageWorker:
     def __init__(self, name: str, handler, policy: str = "lossless", capacity: int = 16,
                  cores: list[int] | None = None, threads: int | None = None, health: StageHealth | None = None,
                  on_start=None, on_error=None, stuck_after_s: float = 30.0, admit=None, on_admitted_stop=None,
-                 source=None, on_displaced=None, stamp_of=None):
+                 source=None, on_displaced=None, stamp_of=None, pending=None):
         """admit(stopped) -> bool: called before each take; False ends the worker (on_admitted_stop() is
         called when a take after a successful admit finds the end of input). source() -> item | None: pull
         items from it instead of the mailbox (None ends the worker). on_displaced(item): a latest-policy
-        drop. stamp_of(item) -> the frame stamp of an item, or None: reported with each frame lost here."""
+        drop. stamp_of(item) -> the frame stamp of an item, or None: reported with each frame lost here.
+        pending() -> the items waiting in the source (its backlog; the mailbox's own are counted anyway)."""
         self.name, self.handler, self.on_start, self.on_error = name, handler, on_start, on_error
         self.stuck_after_s, self.admit, self.on_admitted_stop = stuck_after_s, admit, on_admitted_stop
         self.source, self.on_displaced = source, on_displaced
         self.stamp_of = stamp_of or (lambda item: None)
+        self.pending = pending or (lambda: 0)
         self._busy_since: float | None = None
         self._hard_stop = False
         self.cores, self.threads = cores, threads
@@ -216,7 +218,8 @@ class StageWorker:
 
     def backlog(self) -> int:
         with self._mailbox.cond:
-            return len(self._mailbox.items) + (1 if self.busy else 0)
+            waiting = len(self._mailbox.items)
+        return waiting + self.pending() + (1 if self.busy else 0)
 
     def room(self) -> int:
         return self._mailbox.room()

@@ -61,7 +61,8 @@ class Prefix(Side):
         self.lossy_reason = "displaced" if p["input_policy"] == "latest" else "queue_full"
         self.step_pub = node.configured_publisher(DiagnosticStatus, "~/debug/step_info", 100)
         self.worker = StageWorker("prefix", self._step, source=self.server.next_group, cores=node.cores,
-                                  threads=p["threads"] or None, health=node.health, on_error=node._on_worker_error)
+                                  threads=p["threads"] or None, health=node.health, on_error=node._on_worker_error,
+                                  pending=lambda: len(self.server.inbox))
         AnswerInput(node, self.server.tokens_in, "invalid_tokens")   # ~/input/action_tokens: each step's tokens
         self.stage = self.server   # partition, set_partition: the cut moves at the next drain
         self.worker.start()

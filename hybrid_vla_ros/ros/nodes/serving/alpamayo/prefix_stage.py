@@ -6,8 +6,8 @@ ego history, the prompt ids) and served by AlpamayoPrefixServer on the worker's 
 Up to max_in_flight frames open at once (the next frame's prefill while the suffix decodes the one before: the
 worker takes the server's events, engine/expert_serve/prefix_server.py next_event: an answer for an open frame
 first, then a frame past its deadline, then a new frame while fewer than max_in_flight are open); frames waiting to
-start: input_policy latest, the newest wins (the one displaced counted); lossless, up to 64 queued (the oldest
-pushed out, queue_full). A frame is refused, and counted, when its images do not fit (invalid_image), its stamp is not newer
+start: input_policy latest, the newest wins (the one displaced counted); lossless, up to 64 queued (a frame
+coming to a full queue turned away, queue_full). A frame is refused, and counted, when its images do not fit (invalid_image), its stamp is not newer
 (out_of_order), its ego history is incomplete (kinematic_state_missing; use_kinematic_state false: standing
 still), no suffix is linked within token_timeout_s (suffix_absent: both topics matched; a frame waits for one, as
 at start-up), or its exchange fails here (suffix_timeout: token_timeout_s, -1 = 60 s; invalid_answer;
@@ -23,6 +23,7 @@ and, with guidance on, runs unguided (frame_info guided false).
 
 from __future__ import annotations
 
+import threading
 import time
 
 from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
@@ -54,6 +55,12 @@ POSE_WAIT_S = 0.5            # the frame's newest pose may come this much after 
 MIN_POSE_SKEW_NS = 50_000_000
 
 
+def event_stamp(event) -> int:
+    """The frame stamp of a server event (AlpamayoPrefixServer.next_event): a frame to begin or an open one's."""
+    kind, subject, _ = event
+    return subject.stamp_ns if kind == "frame" else subject.frame.tag.stamp_ns
+
+
 class _Taken:
     """A complete camera set and the frames before it (messages, decoded on the worker's thread)."""
 
@@ -80,7 +87,8 @@ class AlpamayoPrefixStage(Side):
         self.lossy_reason = "queue_full" if lossless else "displaced"
         self.server = self.stage = AlpamayoPrefixServer(model, p["partition_point"], s.sampling, s.flow,
                                                         s.guidance, s.seed, timeout, max_open=p["max_in_flight"],
-                                                        capacity=LOSSLESS_FRAMES if lossless else 1)
+                                                        capacity=LOSSLESS_FRAMES if lossless else 1,
+                                                        keep_newest=not lossless)
         self.skew_ns = int(p["sync_skew_ms"] * 1e6)
         self.seq, self.last_stamp_ns, self.padded_frames = 0, -1, 0
         self.images, self.rows = ImageHistory(), ImageRows()   # each image decoded, resized, patchified once
@@ -98,9 +106,10 @@ class AlpamayoPrefixStage(Side):
         if self.poses is not None:
             node.configured_subscription(Odometry, "~/input/kinematic_state", self._on_odometry, 50)
         self.most_open = 0   # the most frames open at once (the overlap, in the `alpamayo` check)
+        self.accounting = threading.Lock()   # a frame ended by the worker or by close: reported once
         self.worker = StageWorker("prefix", self._handle, source=self.server.next_event, cores=node.cores,
-                                  threads=p["threads"] or None, health=node.health,
-                                  on_error=node._on_worker_error).start()
+                                  threads=p["threads"] or None, health=node.health, on_error=node._on_worker_error,
+                                  stamp_of=event_stamp, pending=lambda: len(self.server.inbox)).start()
         node.get_logger().info(
             f"prefix: {model.config.release} ({model.num_blocks} blocks), partition {self.server.partition}, "
             f"dtype {node.dtype_choice.dtype}, "
@@ -132,7 +141,7 @@ class AlpamayoPrefixStage(Side):
         camera_msgs, padded = self.images.add(ready[0])   # the history keeps every complete set, served or not
         dropped = self.server.submit(_Taken(camera_msgs, padded, self.seq, ready[1]))
         if dropped is not None:
-            self.node.health.drop(self.lossy_reason, dropped.stamp_ns)
+            self.node.health.drop("shutdown" if self.server.closed else self.lossy_reason, dropped.stamp_ns)
         self.seq += 1
 
     def _on_odometry(self, msg: Odometry) -> None:
@@ -168,7 +177,13 @@ class AlpamayoPrefixStage(Side):
 
     def _account(self, outcome, taken: _Taken | None) -> None:
         """A frame over: sent (its frame_info, the stage time), or lost (counted here, or by the suffix)."""
-        if outcome.sent:
+        with self.accounting:
+            if outcome.reported:
+                return
+            outcome.reported = True
+        if outcome.reason == "shutdown":
+            self.node.health.drop("shutdown", outcome.tag.stamp_ns)
+        elif outcome.sent:
             self.padded_frames += int(taken.padded > 0)
             self.last_guided = outcome.settings.guidance
             self.frames_by_guidance[self.last_guided] += 1

@@ -7,7 +7,8 @@ max_tokens), the seed, the expert's Euler steps and each side's ms per phase (ex
 its reasoning as text on ~/output/reasoning where the release has a tokenizer (ReasoningOutput).
 A frame the server refuses (non-finite boundary, damaged or out-of-turn message) is counted here with its reason;
 the prefix hears it and moves on. Up to max_in_flight frames open at once (the prefix's overlap); a frame that
-finishes after a newer one of the same prefix run (its reasoning longer) is not published: superseded, counted.
+finishes after a newer one of the same prefix run went to the output (its reasoning longer) is not published:
+superseded, counted.
 """
 
 from __future__ import annotations
@@ -116,8 +117,8 @@ class AlpamayoSuffixStage(Side):
             self._publish(reply.finished, (t0 - received) * 1e3)
 
     def _superseded(self, tag) -> bool:
-        """A frame finished after a newer frame of its prefix's run was published (its plan is older than the car's
-        newest): counted, not published."""
+        """A frame finished after a newer frame of its prefix's run went to the output (its plan is older than the
+        car's newest): counted, not published."""
         run, seq = self.newest
         if tag.run == run and tag.seq < seq:
             self.node.health.drop("superseded", tag.stamp_ns)
