@@ -104,10 +104,14 @@ def test_the_prefix_starts_frames_oldest_first_up_to_max_open_and_ends_the_rest_
     kind, conversation, back = prefix.next_event(0)
     assert (kind, conversation) == ("answer", started[1]) and back.index == 0
     assert prefix.close() == [jobs[4]]
+    assert prefix.submit(jobs[0]) is jobs[0]             # after close: handed back, never started
     outcomes = prefix.give_up_open()
     assert [(o.tag.seq, o.reason, o.sent) for o in outcomes] == [(2, "shutdown", False), (3, "shutdown", False)]
     assert [envelope.decode_forward(m).kind for m in sent[-2:]] == [envelope.ABORT, envelope.ABORT]
-    assert not prefix.open
+    assert not prefix.open and prefix.give_up_open() == []   # each frame ended once
+    queue = AlpamayoPrefixServer(model, 2, SAMPLING, alpamayo.FlowSettings(2), capacity=2, keep_newest=False)
+    assert [queue.submit(j) for j in jobs[:3]] == [None, None, jobs[2]]   # lossless: the newcomer turned away
+    assert list(queue.inbox) == jobs[:2]
     late = AlpamayoPrefixServer(model, 2, SAMPLING, alpamayo.FlowSettings(2), seed=SEED, timeout_s=0.1)
     conversation = late.begin(jobs[0], lambda data: None)
     time.sleep(0.15)
