@@ -84,8 +84,9 @@ def test_two_frames_open_at_once_each_equal_the_reference(releases):
 
 def test_the_prefix_starts_frames_oldest_first_up_to_max_open_and_ends_the_rest_at_close(releases):
     """next_event: an open frame's answer first, then a waiting frame while fewer than max_open are in flight; a full
-    inbox pushes out its oldest (keep_newest false: turns the newcomer away); a frame past its deadline comes back `late` (suffix_timeout once stepped); close hands
-    back what waited, give_up_open ends what was in flight as shutdown and tells the suffix to let it go (ABORT)."""
+    inbox pushes out its oldest (keep_newest false: turns the newcomer away); a frame past its deadline comes back
+    `late` (suffix_timeout once stepped); close hands back what waited, give_up_open ends what was in flight as
+    shutdown (once) and tells the suffix to let it go (ABORT)."""
     model = alpamayo.load_release(releases["r1"])
     inputs = frame_inputs(model, [im for s in camera_sets(4) for im in s], still_history(), PromptText())
     prefix = AlpamayoPrefixServer(model, 2, SAMPLING, alpamayo.FlowSettings(2), seed=SEED, max_open=2, capacity=2)
