@@ -4,11 +4,11 @@ ego history, the prompt ids) and served by AlpamayoPrefixServer on the worker's 
 ~/output/boundary_state, the suffix's answers in on ~/input/action_tokens (both reliable, volatile: TOKENS_QOS).
 
 Up to max_in_flight frames open at once (the next frame's prefill while the suffix decodes the one before: the
-worker takes the server's events, engine/expert_serve/prefix_server.py next_event: an answer for an open frame
-first, then a frame past its deadline, then a new frame while fewer than max_in_flight are open); frames waiting to
-start: input_policy latest, the newest wins (the one displaced counted); lossless, up to 64 queued (a frame
-coming to a full queue turned away, queue_full). A frame is refused, and counted, when its images do not fit (invalid_image), its stamp is not newer
-(out_of_order), its ego history is incomplete (kinematic_state_missing; use_kinematic_state false: standing
+worker takes the server's events, engine/expert_serve/prefix_server.py next_event: each open frame's answer or
+its deadline passed, oldest first, then a new frame while fewer than max_in_flight are open); frames waiting to
+start: input_policy latest, the newest wins (the one displaced counted); lossless, up to 64 queued (a frame coming
+to a full queue turned away, queue_full). A frame is refused, and counted, when its images do not fit
+(invalid_image), its stamp is not newer (out_of_order), its ego history is incomplete (kinematic_state_missing; use_kinematic_state false: standing
 still), no suffix is linked within token_timeout_s (suffix_absent: both topics matched; a frame waits for one, as
 at start-up), or its exchange fails here (suffix_timeout: token_timeout_s, -1 = 60 s; invalid_answer;
 nonfinite_boundary). A frame the suffix refuses is counted there. ~/debug/frame_info per frame sent: the prefix's
