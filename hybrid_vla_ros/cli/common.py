@@ -82,8 +82,8 @@ SERVED_BY = {
                 "and suffix nodes (`hybrid-vla graph` with model.checkpoint a release directory or model.preset "
                 "tiny-alpamayo-r1 / tiny-alpamayo-1.5); `hybrid-vla memory --checkpoint DIR` (each side of a "
                 "release in its own process); "
-                "`hybrid-vla bench --preset alpamayo-bench` times the split on a reduced 1.5; shapes: `hybrid-vla "
-                "info --preset alpamayo-r1-like`",
+                "`hybrid-vla bench` (native, serial and pipelined on the model; --preset alpamayo-bench: a reduced "
+                "1.5); shapes: `hybrid-vla info --preset alpamayo-r1-like`",
     "expert_shapes": "`hybrid-vla info` and `plan` (its shapes, bytes and predicted costs); to run the split: "
                      "--preset tiny-alpamayo-r1 / tiny-alpamayo-1.5 or a release directory as --checkpoint; "
                      "`hybrid-vla bench --preset alpamayo-bench` times it on a reduced 1.5",
@@ -118,7 +118,8 @@ def model_kind(args) -> str | None:
 
 def serves(args, kind: str) -> bool:
     if kind == "alpamayo":   # memory reads a release's files (a preset is built whole: it has none)
-        return args.command == "verify" or (args.command == "memory" and bool(getattr(args, "checkpoint", None)))
+        return args.command in ("verify", "bench") or (args.command == "memory" and
+                                                       bool(getattr(args, "checkpoint", None)))
     if kind == "expert_shapes":
         return args.command in ("info", "plan")
     return args.command in ("info", "export", "make-sample-drive") or (

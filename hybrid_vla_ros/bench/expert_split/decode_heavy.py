@@ -1,6 +1,8 @@
 """`hybrid-vla bench --preset alpamayo-bench --reasoning-tokens N --flow-steps K`: a decode-heavy model's modes
 side by side on the reduced Alpamayo 1.5 of reduced.py (8 blocks of hidden 512, a 256-wide expert, seeded weights),
-the same frames (seeds 0, 1, ...) in each mode, one run:
+or on any Alpamayo model the command is given (`--preset tiny-alpamayo-r1` / `tiny-alpamayo-1.5`, `--checkpoint` a
+release directory: frame 0 of engine/expert_split/verify.py's synthetic inputs), the same frames (seeds 0, 1, ...)
+in each mode, one run:
 
     native     run_reference, one frame after the other, one thread on the prefix's cores (the GPU stand-in)
     serial     the split (engine/expert_split/frames.py), each side one thread on its own cores, one frame at a time
@@ -25,6 +27,7 @@ import torch
 
 from ...engine.cpu import allowed_cores, pinned, split_cores
 from ...engine.expert_split.frames import FrameStream
+from ...errors import ConfigError, expect
 from ...model.plugins.alpamayo.decode import Sampling
 from ...model.plugins.alpamayo.flow import FlowSettings
 from ...model.plugins.alpamayo.reference import run_reference
@@ -126,13 +129,26 @@ def median_run(runs: list[dict]) -> dict:
                      "latency_ms": [m["latency_ms"]["mean"] for m in runs]}}
 
 
+def bench_model(preset: str | None = None, checkpoint: str | None = None, seed: int = 0) -> tuple:
+    """-> (model, one frame's inputs, its name): the reduced 1.5 (preset None or PRESET), else the Alpamayo preset or
+    release directory named, with a route span in its prompt where its config has route tokens."""
+    if checkpoint is None and preset in (None, PRESET):
+        return reduced_model(seed), reduced_inputs(route=True, seed=seed), PRESET
+    from ...engine.expert_split.verify import model_name, synthetic_inputs
+    from ...model.load import load_vla
+    model = load_vla(preset=None if checkpoint else preset, checkpoint=checkpoint)
+    return model, synthetic_inputs(model, seed, "route_start" in model.config.special_ids), model_name(model)
+
+
 def run_decode_heavy(reasoning: int = 32, steps: int = 10, frames: int = 6, warmup: int = 1,
                      partition: int | None = None, max_in_flight: int = 2, guidance: bool = False, seed: int = 0,
                      modes=("native", "serial", "serial_one_core", "pipelined"), progress=None,
-                     repeat: int = 1) -> dict:
+                     repeat: int = 1, preset: str | None = None, checkpoint: str | None = None) -> dict:
     """Every mode on the same frames, one run; see the module doc. The report is JSON-ready."""
     progress = progress or (lambda text: None)
-    model, inputs = reduced_model(seed), reduced_inputs(route=True, seed=seed)
+    model, inputs, name = bench_model(preset, checkpoint, seed)
+    expect(not guidance or "route_start" in model.config.special_ids, ConfigError,
+           f"--guidance: {name} has no route tokens (Alpamayo 1.5's guidance needs a route span)")
     blocks = model.config.vlm.text_config.num_hidden_layers
     partition = blocks // 2 if partition is None else partition
     sampling = Sampling(max_new_tokens=reasoning)
@@ -154,7 +170,7 @@ def run_decode_heavy(reasoning: int = 32, steps: int = 10, frames: int = 6, warm
     results = {name: median_run(found) for name, found in runs.items()}
     results["packed"] = {"skipped": PACKED_MISSING}
     tokens = [len(r.tokens) for r in refs]
-    return {"scenario": "decode-heavy", "preset": PRESET, "blocks": blocks,
+    return {"scenario": "decode-heavy", "preset": name, "blocks": blocks,
             "hidden": model.config.vlm.text_config.hidden_size, "expert_hidden": model.expert.config.hidden_size,
             "expert_layers": model.expert.config.num_hidden_layers, "vocab": model.config.vocab_size,
             "prompt_tokens": int(inputs.input_ids.shape[1]), "reasoning_tokens": reasoning,

@@ -1,6 +1,8 @@
 """`hybrid-vla bench --preset alpamayo-bench`: the Alpamayo split measured on the reduced Alpamayo 1.5
 (bench/expert_split/). `--scenario decode-heavy` (the preset's default): native vs serial vs pipelined across
-frames; `--scenario split-phases`: native vs split-serial per phase, one frame at a time, at each of --cuts."""
+frames; `--scenario split-phases`: native vs split-serial per phase, one frame at a time, at each of --cuts.
+Any other Alpamayo model (`--preset tiny-alpamayo-r1` / `tiny-alpamayo-1.5`, `--checkpoint` a release directory)
+runs decode-heavy on itself."""
 
 from __future__ import annotations
 
@@ -31,12 +33,17 @@ def wants(args) -> bool:
     """The reduced Alpamayo was asked for (its preset, its scenarios or one of its options); other presets refused
     with it."""
     from ...errors import ConfigError
-    asked = args.preset == PRESET or args.scenario in SCENARIOS
+    from ..common import model_kind
+    own = model_kind(args) == "alpamayo"   # an Alpamayo preset or release: decode-heavy on itself
+    asked = args.preset == PRESET or args.scenario in SCENARIOS or own
     phases_only = bool(args.cuts) or args.serialise
     options = args.reasoning_tokens is not None or args.flow_steps is not None or args.guidance or phases_only
     if not (asked or options):
         return False
-    if args.preset not in (None, PRESET) or args.checkpoint:
+    if own and (phases_only or args.scenario == "split-phases"):
+        raise ConfigError(f"--scenario split-phases / --cuts / --serialise run the reduced Alpamayo (--preset "
+                          f"{PRESET}) only; {args.checkpoint or args.preset} runs --scenario decode-heavy")
+    if not own and (args.preset not in (None, PRESET) or args.checkpoint):
         raise ConfigError(f"--reasoning-tokens / --flow-steps / --guidance / --cuts / --serialise / --scenario "
                           f"decode-heavy / split-phases run the reduced Alpamayo (--preset {PRESET}) only; a "
                           f"real-size one does not run here: "
@@ -60,8 +67,10 @@ def decode_heavy(args) -> int:
     if reasoning < 1 or steps < 1 or (args.frames or 6) < 2:
         raise ConfigError("--reasoning-tokens and --flow-steps: at least 1; --frames: at least 2 (a period)")
     repeat = 1 if args.repeat is None else max(1, args.repeat)
+    preset = None if args.checkpoint else args.preset
     report = run_decode_heavy(reasoning, steps, args.frames or 6, args.warmup, args.partition, args.max_in_flight,
-                              args.guidance, progress=progress_printer("decode-heavy"), repeat=repeat)
+                              args.guidance, progress=progress_printer("decode-heavy"), repeat=repeat,
+                              preset=preset, checkpoint=args.checkpoint or None)
     save_report(report, args, plot)
     print("\n".join(table(report)))
     print(f"full report: {args.json}" if args.json else "(--json FILE writes the full report)")
