@@ -90,3 +90,28 @@ def test_load_step_that_would_measure_nothing_is_refused_with_the_reason():
     out = subprocess.run([sys.executable, "-m", "hybrid_vla_ros.cli", "bench", "--scenario", "load-step", "--preset",
                           "tiny", "--frames", "24"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "load step at frame 25 with 24 frames" in out.stderr, out.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", ["tiny-orion-release", "tiny-simlingo", "tiny-recogdrive"])
+def test_bench_runs_every_mode_on_a_published_shape(preset, tmp_path):
+    """The bench column for the published shapes (issue 51, item 2): native, serial and pipelined on the preset's
+    synthetic frames (they carry the route's navigation), and the graph in one process on a drive with a route
+    where the model needs navigation; a model that needs its pose history has its graph mode skipped with the
+    reason, never a failed run."""
+    from hybrid_vla_ros.model.presets import get_preset
+    out = subprocess.run([sys.executable, "-m", "hybrid_vla_ros.cli", "bench", "--preset", preset, "--frames", "3",
+                          "--warmup", "1", "--modes", "native,serial,pipelined,graph", "--transports", "inproc",
+                          "--json", str(tmp_path / "b.json")], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    modes = json.loads((tmp_path / "b.json").read_text())["modes"]
+    for name in ("native", "serial", "pipelined"):
+        mode = modes[name]
+        assert mode["frames"] == 4 and mode["dropped"] == 0 and mode["failed"] == 0, (name, mode)
+        assert mode["period_ms"]["p50"] > 0 and mode["latency_ms"]["p99"] >= mode["latency_ms"]["p50"] > 0
+    assert modes["serial"]["max_in_flight_seen"] == 1
+    graph = modes["graph"]
+    if {"pose", "history"} & set(get_preset(preset).context):
+        assert "odometry" in graph["skipped"], graph
+    else:
+        assert graph["completed"] == 4 and graph["transport"] == "inproc", graph

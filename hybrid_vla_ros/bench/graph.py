@@ -47,12 +47,17 @@ def run_graph_mode(model: VLAModel, placement: Placement, partition: int, frames
     if model.spec.name not in _presets() and not checkpoint_of(model):
         return {"skipped": "graph modes run named presets or checkpoint directories (the nodes load the model "
                            "themselves)"}
+    context = set(model.spec.context)
+    if context & {"pose", "history"}:
+        return {"skipped": f"graph modes: the model needs the ego's pose and its history ({sorted(context)}), which "
+                           f"the bench drive's readiness probe, stamped before any odometry, cannot have; the graph "
+                           f"serves it from a drive with odometry (`hybrid-vla demo`)"}
     from ..ros.launch_support.bringup import graph_params, write_combined_config
-    from ..ros.demo import drive_graph, write_sample_drive
+    from ..ros.demo import drive_graph
     work = Path(tempfile.mkdtemp(prefix="hvla_bench_"))
-    bag = write_sample_drive(work / "drive", model.spec, camera_topics(model.spec.num_cameras), frames,
-                             compressed=False)
+    bag, route = bench_drive(work, model, frames)
     overrides = graph_overrides(model, placement, partition, prefix_cores, suffix_cores, max_in_flight)
+    overrides["hybrid_vla_prefix"].update(route)
     overrides["hybrid_vla_prefix"].update(prefix_extra or {})
     if "chunks" in (prefix_extra or {}):   # chunked prefill: the suffix sizes its boundary queue for it
         overrides["hybrid_vla_suffix"]["chunks"] = prefix_extra["chunks"]
@@ -75,6 +80,20 @@ def run_graph_mode(model: VLAModel, placement: Placement, partition: int, frames
             **{key: summary[key] for key in GIL_KEYS if key in summary},
             "note": "raw images over DDS into the prefix node, trajectories out of the suffix node; period from "
                     "the arrival times of the suffix's per-frame info, latency from publish to that arrival"}
+
+
+def bench_drive(work: Path, model: VLAModel, frames: int) -> tuple[Path, dict]:
+    """-> (the drive bag of the model's synthetic frames, the prefix's route parameters): a model that needs
+    navigation drives on our intersection map with a route (ros/bags/drives.py write_route_drive), else the sample
+    drive."""
+    from ..ros.demo import write_sample_drive
+    topics = camera_topics(model.spec.num_cameras)
+    if "navigation" not in model.spec.context:
+        return write_sample_drive(work / "drive", model.spec, topics, frames, compressed=False), {}
+    from ..ros.bags.drives import write_route_drive
+    osm = work / "intersection.osm"
+    bag = write_route_drive(work / "drive", model.spec, topics, osm, turn="left", frames=frames, compressed=False)
+    return bag, {"map_path": str(osm), "route_lookahead_m": 10.0}
 
 
 def thread_cpu_line(modes: dict) -> str:
