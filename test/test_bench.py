@@ -114,4 +114,5 @@ def test_bench_runs_every_mode_on_a_published_shape(preset, tmp_path):
     if {"pose", "history"} & set(get_preset(preset).context):
         assert "odometry" in graph["skipped"], graph
     else:
-        assert graph["completed"] == 4 and graph["transport"] == "inproc", graph
+        assert graph["completed"] + graph["dropped"] == 4 and graph["completed"] >= 3, graph   # as the tiny's
+        assert graph["transport"] == "inproc" and graph["period_ms"]["p50"] > 0, graph
