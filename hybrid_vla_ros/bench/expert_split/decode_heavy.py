@@ -146,9 +146,9 @@ def run_decode_heavy(reasoning: int = 32, steps: int = 10, frames: int = 6, warm
                      repeat: int = 1, preset: str | None = None, checkpoint: str | None = None) -> dict:
     """Every mode on the same frames, one run; see the module doc. The report is JSON-ready."""
     progress = progress or (lambda text: None)
-    model, inputs, name = bench_model(preset, checkpoint, seed)
+    model, inputs, model_label = bench_model(preset, checkpoint, seed)
     expect(not guidance or "route_start" in model.config.special_ids, ConfigError,
-           f"--guidance: {name} has no route tokens (Alpamayo 1.5's guidance needs a route span)")
+           f"--guidance: {model_label} has no route tokens (Alpamayo 1.5's guidance needs a route span)")
     blocks = model.config.vlm.text_config.num_hidden_layers
     partition = blocks // 2 if partition is None else partition
     sampling = Sampling(max_new_tokens=reasoning)
@@ -170,7 +170,7 @@ def run_decode_heavy(reasoning: int = 32, steps: int = 10, frames: int = 6, warm
     results = {name: median_run(found) for name, found in runs.items()}
     results["packed"] = {"skipped": PACKED_MISSING}
     tokens = [len(r.tokens) for r in refs]
-    return {"scenario": "decode-heavy", "preset": name, "blocks": blocks,
+    return {"scenario": "decode-heavy", "preset": model_label, "blocks": blocks,
             "hidden": model.config.vlm.text_config.hidden_size, "expert_hidden": model.expert.config.hidden_size,
             "expert_layers": model.expert.config.num_hidden_layers, "vocab": model.config.vocab_size,
             "prompt_tokens": int(inputs.input_ids.shape[1]), "reasoning_tokens": reasoning,
