@@ -159,14 +159,12 @@ class StageWorker:
                  source=None, on_displaced=None, stamp_of=None, pending=None):
         """admit(stopped) -> bool: called before each take; False ends the worker (on_admitted_stop() is
         called when a take after a successful admit finds the end of input). source() -> item | None: pull
-        items from it instead of the mailbox (None ends the worker). on_displaced(item): a latest-policy
-        drop. stamp_of(item) -> the frame stamp of an item, or None: reported with each frame lost here.
-        pending() -> the items waiting in the source (its backlog; the mailbox's own are counted anyway)."""
+        items from it instead of the mailbox (None ends the worker); pending() -> the items waiting there.
+        on_displaced(item): a latest-policy drop. stamp_of(item) -> an item's frame stamp, or None."""
         self.name, self.handler, self.on_start, self.on_error = name, handler, on_start, on_error
         self.stuck_after_s, self.admit, self.on_admitted_stop = stuck_after_s, admit, on_admitted_stop
-        self.source, self.on_displaced = source, on_displaced
+        self.source, self.on_displaced, self.pending = source, on_displaced, pending or (lambda: 0)
         self.stamp_of = stamp_of or (lambda item: None)
-        self.pending = pending or (lambda: 0)
         self._busy_since: float | None = None
         self._hard_stop = False
         self.cores, self.threads = cores, threads
