@@ -137,3 +137,26 @@ def run_to_end(cmd: list[str], timeout_s: float) -> tuple[int, str]:
         out, _ = proc.communicate()
         pytest.fail(f"the graph did not end: {out[-3000:]}")
     return proc.returncode, out
+
+
+def recorded_back_and_demo(summary: dict, stamps: list, bag, config, tmp_path) -> dict:
+    """The drive's trajectories recorded back (`hybrid-vla record`'s recorder) and read back, and `hybrid-vla demo
+    --config` running the same drive through the graph that file describes. -> demo's summary."""
+    import json
+    import subprocess
+    import sys
+    from rclpy.serialization import deserialize_message
+    from hybrid_vla_ros.ros.bags.storage import message_class, read_bag
+    from hybrid_vla_ros.ros.messages import stamp_to_ns
+    from hybrid_vla_ros.ros.topics import TRAJECTORY_TOPIC
+    assert summary["recorded"][TRAJECTORY_TOPIC] == len(stamps)
+    written = [m for m in read_bag(next((tmp_path / "recorded").parent.glob("recorded*")))[0]
+               if m.topic == TRAJECTORY_TOPIC]
+    assert sorted(stamp_to_ns(deserialize_message(m.raw, message_class(m.msgtype)).header.stamp)
+                  for m in written) == stamps
+    out = subprocess.run([sys.executable, "-m", "hybrid_vla_ros.cli", "demo", "--config", str(config), "--bag", str(bag),
+                          "--out", str(tmp_path / "demo")], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    summary = json.loads((tmp_path / "demo" / "summary.json").read_text())
+    assert summary["trajectories"] == len(stamps), out.stdout
+    return summary

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -196,24 +197,18 @@ def test_a_release_is_served_by_the_graph_in_processes_exactly(name, guidance, r
         stop_processes(procs)
 
 
-@pytest.mark.slow
-def test_1_5_is_served_in_one_process_exactly(releases, domain):
+@contextmanager
+def one_process(params):
+    """The prefix and the suffix in one process, and a Driver on its executor: -> (graph, driver)."""
     import rclpy
     from hybrid_vla_ros.ros.launch_support.bringup import InProcessGraph
     context = rclpy.Context()
     rclpy.init(context=context)
-    graph = InProcessGraph(graph_params(releases["1.5"], True), context=context,
-                           nodes=("hybrid_vla_prefix", "hybrid_vla_suffix"))
+    graph = InProcessGraph(params, context=context, nodes=("hybrid_vla_prefix", "hybrid_vla_suffix"))
     driver = Driver(context, graph.executor, graph.spin_once)
     try:
         assert not graph.failed, graph.failed
-        prefix, suffix = graph.nodes["hybrid_vla_prefix"], graph.nodes["hybrid_vla_suffix"]
-        damage(driver, prefix, suffix)
-        sets = camera_sets(3)
-        paths, infos = driver.drive(sets, timeout_s=60)
-        check(paths, infos, expected(suffix.serving.model, sets, True))
-        assert dict(prefix.health.rejected) == {"invalid_answer": 1, "old_message": 1}
-        assert dict(suffix.health.rejected) == {"invalid_boundary": 1, "old_message": 1}
+        yield graph, driver
     finally:
         driver.close()
         graph.shutdown()
@@ -221,19 +216,24 @@ def test_1_5_is_served_in_one_process_exactly(releases, domain):
 
 
 @pytest.mark.slow
+def test_1_5_is_served_in_one_process_exactly(releases, domain):
+    with one_process(graph_params(releases["1.5"], True)) as (graph, driver):
+        prefix, suffix = graph.nodes["hybrid_vla_prefix"], graph.nodes["hybrid_vla_suffix"]
+        damage(driver, prefix, suffix)
+        sets = camera_sets(3)
+        paths, infos = driver.drive(sets, timeout_s=60)
+        check(paths, infos, expected(suffix.serving.model, sets, True))
+        assert dict(prefix.health.rejected) == {"invalid_answer": 1, "old_message": 1}
+        assert dict(suffix.health.rejected) == {"invalid_boundary": 1, "old_message": 1}
+
+
+@pytest.mark.slow
 def test_a_release_in_bf16_on_both_sides_is_served_in_one_process_exactly(releases, domain):
     """The `dtype` parameters for a release (issue 51): both nodes read their side in bf16, and the trajectories
     equal the unsplit bf16 model's (the trajectory itself comes out in fp32); the diagnostics say the dtype."""
-    import rclpy
-    from hybrid_vla_ros.ros.launch_support.bringup import InProcessGraph
     params = graph_params(releases["r1"], False)
     params["hybrid_vla_prefix"]["dtype"] = params["hybrid_vla_suffix"]["dtype"] = "bf16"
-    context = rclpy.Context()
-    rclpy.init(context=context)
-    graph = InProcessGraph(params, context=context, nodes=("hybrid_vla_prefix", "hybrid_vla_suffix"))
-    driver = Driver(context, graph.executor, graph.spin_once)
-    try:
-        assert not graph.failed, graph.failed
+    with one_process(params) as (graph, driver):
         suffix = graph.nodes["hybrid_vla_suffix"]
         model = suffix.serving.model
         assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
@@ -242,10 +242,6 @@ def test_a_release_in_bf16_on_both_sides_is_served_in_one_process_exactly(releas
         paths, infos = driver.drive(sets, timeout_s=60)
         check(paths, infos, expected(model, sets, False))
         assert ("dtype", 0, "bf16") in [check[:3] for check in suffix._extra_checks()]
-    finally:
-        driver.close()
-        graph.shutdown()
-        rclpy.shutdown(context=context)
 
 
 def damaged_forward(width: int = 8) -> bytes:

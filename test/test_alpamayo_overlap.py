@@ -7,7 +7,7 @@ graph in one process over real DDS on loopback; the releases, drive and referenc
 
 import pytest
 
-from test_alpamayo_graph import BASE_NS, Driver, camera_sets, expected, graph_params, releases  # noqa: F401
+from test_alpamayo_graph import BASE_NS, camera_sets, expected, graph_params, one_process, releases  # noqa: F401
 from ros_harness import wait_until
 
 
@@ -29,17 +29,10 @@ def drive_at_once(driver, sets, suffix, timeout_s):
 @pytest.mark.parametrize("in_flight", [1, 2])
 def test_frames_in_flight_at_once_each_equal_the_reference(in_flight, releases, domain):
     import numpy as np
-    import rclpy
     from hybrid_vla_ros.engine.expert_serve.envelope import Tag
-    from hybrid_vla_ros.ros.launch_support.bringup import InProcessGraph
     params = graph_params(releases["r1"], False)
     params["hybrid_vla_prefix"]["max_in_flight"] = params["hybrid_vla_suffix"]["max_in_flight"] = in_flight
-    context = rclpy.Context()
-    rclpy.init(context=context)
-    graph = InProcessGraph(params, context=context, nodes=("hybrid_vla_prefix", "hybrid_vla_suffix"))
-    driver = Driver(context, graph.executor, graph.spin_once)
-    try:
-        assert not graph.failed, graph.failed
+    with one_process(params) as (graph, driver):
         prefix, suffix = graph.nodes["hybrid_vla_prefix"], graph.nodes["hybrid_vla_suffix"]
         sets = camera_sets(4)
         refs = expected(suffix.serving.model, sets, False)
@@ -58,7 +51,3 @@ def test_frames_in_flight_at_once_each_equal_the_reference(in_flight, releases, 
         run, newest = suffix.serving.newest   # an older frame of the run finishing now: counted, not published
         assert newest == len(sets) - 1 and suffix.serving._superseded(Tag(run, 0, BASE_NS))
         assert suffix.health.drop_reasons["superseded"] == superseded + 1
-    finally:
-        driver.close()
-        graph.shutdown()
-        rclpy.shutdown(context=context)

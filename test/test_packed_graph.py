@@ -229,7 +229,7 @@ def test_a_recorded_drive_gives_the_same_actions_in_one_process_and_in_separate_
     """The prefix and suffix as separate processes share nothing but the packed steps and tokens on DDS. The
     trajectories are recorded back (`hybrid-vla record`'s recorder) and read back, and `hybrid-vla demo --config`
     runs the same drive through the graph that file describes."""
-    from test_published_graph import recorded_back_and_demo
+    from ros_harness import recorded_back_and_demo
     from hybrid_vla_ros.ros.launch_support.bringup import graph_params, write_combined_config
     from hybrid_vla_ros.ros.demo import drive_graph, write_sample_drive
     from ros_harness import CAMERAS, TINY_OVERRIDES

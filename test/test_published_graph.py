@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from ros_harness import TINY_OVERRIDES
+from ros_harness import TINY_OVERRIDES, recorded_back_and_demo
 
 pytest.importorskip("autoware_planning_msgs.msg", reason="the real Autoware messages (scripts/setup.sh builds them)")
 pytestmark = pytest.mark.slow
@@ -120,27 +120,6 @@ def test_a_published_shape_is_served_from_a_drive_with_geometry_and_a_route(mode
     for stamp in traj_one:
         np.testing.assert_allclose(traj_many[stamp], traj_one[stamp], atol=1e-5, err_msg=f"frame {stamp}")
     recorded_back_and_demo(one, sorted(traj_one), bag, config, tmp_path)
-
-
-def recorded_back_and_demo(summary: dict, stamps: list, bag, config, tmp_path) -> None:
-    """The drive's trajectories recorded back (`hybrid-vla record`'s recorder) and read back, and `hybrid-vla demo
-    --config` running the same drive through the graph that file describes."""
-    import json
-    import subprocess
-    import sys
-    from rclpy.serialization import deserialize_message
-    from hybrid_vla_ros.ros.bags.storage import message_class, read_bag
-    from hybrid_vla_ros.ros.messages import stamp_to_ns
-    from hybrid_vla_ros.ros.topics import TRAJECTORY_TOPIC
-    assert summary["recorded"][TRAJECTORY_TOPIC] == len(stamps)
-    written = [m for m in read_bag(next((tmp_path / "recorded").parent.glob("recorded*")))[0]
-               if m.topic == TRAJECTORY_TOPIC]
-    assert sorted(stamp_to_ns(deserialize_message(m.raw, message_class(m.msgtype)).header.stamp)
-                  for m in written) == stamps
-    out = subprocess.run([sys.executable, "-m", "hybrid_vla_ros.cli", "demo", "--config", str(config), "--bag", str(bag),
-                          "--out", str(tmp_path / "demo")], capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert json.loads((tmp_path / "demo" / "summary.json").read_text())["trajectories"] == len(stamps), out.stdout
 
 
 def test_the_route_s_turn_changes_converted_orion_s_plan_in_the_graph(domain, tmp_path):
