@@ -92,7 +92,7 @@ def test_the_prefix_starts_frames_oldest_first_up_to_max_open_and_ends_the_rest_
     prefix = AlpamayoPrefixServer(model, 2, SAMPLING, alpamayo.FlowSettings(2), seed=SEED, max_open=2, capacity=2)
     suffix, sent = AlpamayoSuffixServer(model, max_open=2), []
     jobs = [PrefixJob(inputs, i, 1000 + i) for i in range(5)]
-    assert [prefix.submit(j) for j in jobs[:4]] == [None, None, jobs[0], jobs[1]]   # capacity 2: the oldest out
+    assert [prefix.submit(j) for j in jobs[:4]] == [(None, ""), (None, ""), (jobs[0], "full"), (jobs[1], "full")]
     started = []
     for expected in jobs[2:4]:
         kind, job, _ = prefix.next_event(0)
@@ -105,13 +105,18 @@ def test_the_prefix_starts_frames_oldest_first_up_to_max_open_and_ends_the_rest_
     kind, conversation, back = prefix.next_event(0)
     assert (kind, conversation) == ("answer", started[1]) and back.index == 0
     assert prefix.close() == [jobs[4]]
-    assert prefix.submit(jobs[0]) is jobs[0]             # after close: handed back, never started
+    assert prefix.submit(jobs[0]) == (jobs[0], "shutdown")   # after close: handed back, never started
     outcomes = prefix.give_up_open()
     assert [(o.tag.seq, o.reason, o.sent) for o in outcomes] == [(2, "shutdown", False), (3, "shutdown", False)]
     assert [envelope.decode_forward(m).kind for m in sent[-2:]] == [envelope.ABORT, envelope.ABORT]
-    assert not prefix.open and prefix.give_up_open() == []   # each frame ended once
+    assert not prefix.open and prefix.give_up_open() == []
+    ended = started[0]   # ended once: the worker's late end of a frame close ended neither replaces its outcome ...
+    assert not prefix._end(ended, None) and ended.outcome.reason == "shutdown"
+    sent_before = len(sent)
+    ended.frame.send(None)                               # ... nor sends its crossings
+    assert len(sent) == sent_before
     queue = AlpamayoPrefixServer(model, 2, SAMPLING, alpamayo.FlowSettings(2), capacity=2, keep_newest=False)
-    assert [queue.submit(j) for j in jobs[:3]] == [None, None, jobs[2]]   # lossless: the newcomer turned away
+    assert [queue.submit(j) for j in jobs[:3]] == [(None, ""), (None, ""), (jobs[2], "full")]   # the newcomer away
     assert list(queue.inbox) == jobs[:2]
     late = AlpamayoPrefixServer(model, 2, SAMPLING, alpamayo.FlowSettings(2), seed=SEED, timeout_s=0.1)
     conversation = late.begin(jobs[0], lambda data: None)

@@ -54,24 +54,32 @@ def test_bench_reports_per_step_costs_on_each_side(bench_report):
     assert all(native[phase]["ms_per_call"] > 0 for phase in ("prefill", "decode", "expert"))
 
 
-@pytest.mark.parametrize("preset, guidance", [("tiny-alpamayo-r1", False), ("tiny-alpamayo-1.5", True)])
+@pytest.mark.parametrize("preset, guidance", [("tiny-alpamayo-r1", False), ("tiny-alpamayo-1.5", True),
+                                             ("release-r1", False)])
 def test_bench_runs_native_serial_and_pipelined_on_a_tiny_alpamayo_preset(preset, guidance, tmp_path, capsys):
-    """Any Alpamayo model the command is given, not only the reduced 1.5 (issue 51, item 2's bench column): every
-    mode on the preset itself, exact; split-phases is the reduced model's only, refused in one line."""
+    """Any Alpamayo model the command is given, not only the reduced 1.5 (issue 51, item 2's bench column): a tiny
+    preset, or a release directory as its authors save it (--checkpoint); every mode on the model itself, exact.
+    Another bench's options (split-phases, --gil) are refused in one line, not ignored."""
     from hybrid_vla_ros.cli import main
+    model = ["--preset", preset]
+    if preset.startswith("release"):
+        from published_alpamayo import write_release
+        model = ["--checkpoint", str(write_release(tmp_path / "r1", "alpamayo_r1"))]
     path = tmp_path / "report.json"
-    code = main(["bench", "--preset", preset, "--reasoning-tokens", "3", "--flow-steps", "2", "--frames", "2",
+    code = main(["bench", *model, "--reasoning-tokens", "3", "--flow-steps", "2", "--frames", "2",
                  "--warmup", "1", "--json", str(path), *(["--guidance"] if guidance else [])])
     report = json.loads(path.read_text())
-    assert code == 0 and report["exact"] and report["preset"] == preset and report["guidance"] is guidance
+    name = "r1" if preset.startswith("release") else preset
+    assert code == 0 and report["exact"] and report["preset"] == name and report["guidance"] is guidance
     for name in ("native", *SPLIT_MODES):
         mode = report["modes"][name]
         assert mode["exact"] and mode["period_ms"]["mean"] > 0 and mode["latency_ms"]["mean"] > 0
     assert report["modes"]["pipelined"]["max_in_flight"] == 2
-    capsys.readouterr()
-    assert main(["bench", "--preset", preset, "--scenario", "split-phases"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "split-phases" in err and "decode-heavy" in err, err
+    for other in (["--scenario", "split-phases"], ["--gil"]):
+        capsys.readouterr()
+        assert main(["bench", *model, *other]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and other[-1] in err and "decode-heavy only" in err, err
 
 
 def test_bench_refuses_decode_options_for_a_real_size_preset(capsys):

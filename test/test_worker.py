@@ -99,6 +99,15 @@ def test_closing_without_drain_counts_every_frame_it_leaves_with_its_stamp():
     assert health.drop_reasons["shutdown"] == 3
 
 
+def test_a_worker_fed_by_a_source_counts_what_waits_there_in_its_backlog():
+    """pending(): the items waiting in the source (a server's inbox) are the worker's backlog, as a mailbox's are."""
+    waiting = [1, 2, 3]
+    worker = StageWorker("t", lambda item: None, source=lambda: None, pending=lambda: len(waiting))
+    assert worker.backlog() == 3
+    waiting.clear()
+    assert worker.backlog() == 0 and StageWorker("u", lambda item: None).backlog() == 0
+
+
 def test_an_ended_worker_tells_the_cpu_its_thread_used_and_not_its_idle_time():
     def spin(seconds):
         end = time.thread_time() + seconds

@@ -40,9 +40,8 @@ def wants(args) -> bool:
     options = args.reasoning_tokens is not None or args.flow_steps is not None or args.guidance or phases_only
     if not (asked or options):
         return False
-    if own and (phases_only or args.scenario == "split-phases"):
-        raise ConfigError(f"--scenario split-phases / --cuts / --serialise run the reduced Alpamayo (--preset "
-                          f"{PRESET}) only; {args.checkpoint or args.preset} runs --scenario decode-heavy")
+    if own:
+        refuse_other_benches(args, phases_only)
     if not own and (args.preset not in (None, PRESET) or args.checkpoint):
         raise ConfigError(f"--reasoning-tokens / --flow-steps / --guidance / --cuts / --serialise / --scenario "
                           f"decode-heavy / split-phases run the reduced Alpamayo (--preset {PRESET}) only; a "
@@ -51,6 +50,19 @@ def wants(args) -> bool:
     if phases_only and args.scenario != "split-phases":
         raise ConfigError("--cuts / --serialise: --scenario split-phases only")
     return True
+
+
+def refuse_other_benches(args, phases_only: bool) -> None:
+    """An Alpamayo model runs decode-heavy only: any option of another bench is refused, not ignored."""
+    from ...errors import ConfigError
+    from .scenarios import DEFAULT_MODES
+    given = [name for name, asked in (
+        (f"--scenario {args.scenario}", args.scenario not in ("modes", "decode-heavy")), ("--cuts / --serialise",
+         phases_only), (f"--head {args.head}", args.head != "waypoints"), ("--gil", args.gil),
+        (f"--modes {args.modes}", args.modes != DEFAULT_MODES)) if asked]
+    if given:
+        raise ConfigError(f"{', '.join(given)}: {args.checkpoint or args.preset} is an Alpamayo model, benched by "
+                          f"--scenario decode-heavy only (split-phases: the reduced --preset {PRESET})")
 
 
 def cmd_expert_split(args) -> int:

@@ -6,7 +6,7 @@ from ..common import add_model_args, add_placement_args
 from .expert_split import add_args as add_expert_split_args
 from .memory import cmd_memory
 from .modes import cmd_bench
-from .scenarios import LOAD_STEP_FRAMES, MODES_FRAMES
+from .scenarios import DEFAULT_MODES, LOAD_STEP_FRAMES, MODES_FRAMES
 
 
 def register(sub) -> None:
@@ -24,8 +24,7 @@ def _bench_parser(sub) -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--max-in-flight", type=int, default=2)
     p.add_argument("--transports", default="inproc,shm,inline", help="handovers of the pipelined modes")
-    p.add_argument("--modes", default="native,native_all_cores,serial,pipelined,serial_chunked,pipelined_chunked,graph,"
-                   "graph_processes",
+    p.add_argument("--modes", default=DEFAULT_MODES,
                    help="modes to run side by side (graph: the three ROS nodes in one process; graph_processes: "
                         "one process per node)")
     p.add_argument("--chunks", default="4", help="chunked prefill of the *_chunked modes: a count 2..64 or 'camera' "

@@ -7,6 +7,7 @@ from ...report import write_report
 from ..common import model_from_args, placement_from_args, save_report
 
 MODES_FRAMES, LOAD_STEP_FRAMES = 24, 80
+DEFAULT_MODES = "native,native_all_cores,serial,pipelined,serial_chunked,pipelined_chunked,graph,graph_processes"
 
 
 def bench_suffix_dtypes(args, model) -> int:

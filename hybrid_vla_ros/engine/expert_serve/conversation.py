@@ -9,7 +9,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from ...errors import HybridVLAError, InputError, expect
-from .envelope import CROSSING, REFUSED, Back, FrameSettings, Forward, Tag, encode_forward
+from .envelope import ABORT, CROSSING, REFUSED, Back, FrameSettings, Forward, Tag, encode_forward
 
 
 @dataclass
@@ -37,6 +37,7 @@ class OutgoingFrame:
         self.tag, self.settings, self.send_bytes = tag, settings, send
         self.index, self.answers = 0, 0
         self.times = {"prefill": 0.0, "decode": 0.0, "unguided": 0.0, "expert": 0.0}
+        self.ended = False   # set when the frame left the server's open frames: nothing but an ABORT goes out
 
     def timed(self, phase: str, fn, *args):
         start = time.perf_counter()
@@ -45,6 +46,8 @@ class OutgoingFrame:
         return out
 
     def send(self, state, kind: int = CROSSING) -> None:
+        if self.ended and kind != ABORT:   # ended by another thread (close) while its exchange ran: not sent
+            return
         first = self.index == 0
         self.send_bytes(encode_forward(Forward(self.tag, self.index, kind, state, dict(self.times),
                                                self.settings if first else None)))

@@ -113,17 +113,18 @@ class AlpamayoPrefixServer(Cut):
             conversation.answers.append(back)
             self.cond.notify_all()
 
-    def submit(self, item):
-        """A frame to start (the node's, with a stamp_ns) -> the frame lost when the inbox was full (keep_newest: the
-        oldest waiting, else this one), this one after close, or None."""
+    def submit(self, item) -> tuple:
+        """A frame to start (the node's, with a stamp_ns) -> (the frame lost, why): (None, "") when none was; the
+        oldest waiting (keep_newest) or this one turned away when the inbox was full ("full"); this one after close
+        ("shutdown"). The caller counts it."""
         with self.cond:
             full = len(self.inbox) >= self.capacity
-            if self.closed or (full and not self.keep_newest):   # never started: the caller counts it
-                return item
+            if self.closed or (full and not self.keep_newest):   # never started
+                return item, "shutdown" if self.closed else "full"
             dropped = self.inbox.popleft() if full else None
             self.inbox.append(item)
             self.cond.notify_all()
-        return dropped
+        return dropped, "full" if full else ""
 
     def next_event(self, wait_s: float | None = None):
         """What the worker does next, oldest frame first: ("answer", conversation, back) for an open frame with an
@@ -217,6 +218,7 @@ class AlpamayoPrefixServer(Cut):
             if self.open.get((tag.run, tag.seq)) is not conversation:
                 return False
             del self.open[tag.run, tag.seq]
+            conversation.frame.ended = True
             return True
 
     def _end(self, conversation: "Conversation", exc: HybridVLAError | None) -> bool:

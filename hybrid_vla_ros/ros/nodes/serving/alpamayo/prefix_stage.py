@@ -139,9 +139,9 @@ class AlpamayoPrefixStage(Side):
         if ready is None or not self.node.accepting(stamp_ns=ready[1]):
             return
         camera_msgs, padded = self.images.add(ready[0])   # the history keeps every complete set, served or not
-        dropped = self.server.submit(_Taken(camera_msgs, padded, self.seq, ready[1]))
+        dropped, why = self.server.submit(_Taken(camera_msgs, padded, self.seq, ready[1]))
         if dropped is not None:
-            self.node.health.drop("shutdown" if self.server.closed else self.lossy_reason, dropped.stamp_ns)
+            self.node.health.drop("shutdown" if why == "shutdown" else self.lossy_reason, dropped.stamp_ns)
         self.seq += 1
 
     def _on_odometry(self, msg: Odometry) -> None:
