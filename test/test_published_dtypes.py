@@ -5,8 +5,9 @@ of the fp32 plan's extent (its largest |x|, |y|): bf16 and int8 change the numbe
 plan. Measured by this test's runs (`pytest test/test_published_dtypes.py`, its `diffs` printed once) on a
 2-core AMD EPYC with avx2, avx512f/bw/cd/dq/vl/vnni/ifma/vbmi/vbmi2/bitalg/vpopcntdq, avx512_bf16, no AMX:
 ORION 0.6% (0.004 m of 0.67 m), SimLingo 0.5% bf16 and 2% int8, ReCogDrive 1.8% bf16 and 1% int8 (1.15 m of a
-65 m plan: its DDIM head denoises from the blocks' output over its steps, which carries their rounding further than a single-pass head). auto runs what its start-up probe chose
-(fp32 or bf16 here; the probe's own test is in test_ros_graph.py)."""
+65 m plan: its DDIM head denoises from the blocks' output over its steps, which carries their rounding further
+than a single-pass head). auto runs what its start-up probe chose (fp32 or bf16 here; the probe's own test is in
+test_ros_graph.py)."""
 
 import numpy as np
 import pytest
