@@ -58,9 +58,11 @@ class Harness:
         rclpy.init(context=self.context)
         self.graph = InProcessGraph(graph_params(overrides=merged), context=self.context,
                                     activate_scheduler=activate_scheduler)
+        self.params = merged
         self.spec = get_preset(merged["hybrid_vla_prefix"]["model.preset"])
         self.node = Node("test_driver", context=self.context)
-        self.image_pubs = [self.node.create_publisher(Image, topic, 10) for topic in CAMERAS]
+        self.cameras = merged["hybrid_vla_prefix"]["camera_topics"]   # the prefix's, in its order
+        self.image_pubs = [self.node.create_publisher(Image, topic, 10) for topic in self.cameras]
         self.boundary_pub = self.node.create_publisher(UInt8MultiArray, BOUNDARY_TOPIC, BOUNDARY_QOS)
         self.infos, self.paths, self.frame_infos = [], [], []
         self.node.create_subscription(DiagnosticStatus, "/hybrid_vla_suffix/debug/trajectory_info",

@@ -7,7 +7,6 @@ stamped at the odometry's time): in one process, and in the diffusion planner's 
 import os
 import signal
 import subprocess
-import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -18,42 +17,16 @@ from test_alpamayo_graph import releases  # noqa: F401 (the fixture)
 from test_autoware_msgs import need_real_messages
 from test_launch import Probe, terminal_signals
 from test_launch_command import NODES as SEAT_NODES, SEAT, command, needs_launch
+from live_odometry import LiveOdometry
 from ros_harness import wait_until
 from hybrid_vla_ros.model.plugins import alpamayo
 
-ODOMETRY_NS, FRAME_NS, HISTORY_NS = 50_000_000, 100_000_000, 1_600_000_000   # the prefix keeps 16 poses 0.1 s apart
+HISTORY_NS = 1_600_000_000   # the prefix keeps 16 poses 0.1 s apart
 
 
-class LiveOdometry:
-    """The car's odometry as it comes: stamped at the wall clock every 50 ms (its time counted from origin_ns),
-    published while the graph spins."""
-
-    def __init__(self, driver, spin_graph):
-        self.driver, self.spin_graph = driver, spin_graph
-        self.origin_ns = self.next_ns = self.history_from_ns = time.time_ns() // FRAME_NS * FRAME_NS
-        self.sent = {}   # stamp -> the Odometry published
-
-    def spin(self, timeout=0.02):
-        while self.next_ns <= time.time_ns():
-            self.sent[self.next_ns] = msg = odometry(self.next_ns, self.origin_ns)
-            self.driver.odom.publish(msg)
-            self.next_ns += ODOMETRY_NS
-        self.spin_graph(timeout)
-
-    def linked(self, timeout_s: float) -> None:
-        """Both stages' odometry readers count this writer (their own reports): what is sent from now on reaches
-        them (reliable); what went before may not have (seen: a prefix 3 processes away missing a history pose)."""
-        from hybrid_vla_ros.ros.topics import KINEMATIC_TOPIC
-        assert wait_until(lambda: all(self.driver.reports.matched(node, "subscription", KINEMATIC_TOPIC)
-                                      for node in ("hybrid_vla_prefix", "hybrid_vla_suffix")), self.spin, timeout_s)
-        self.history_from_ns = self.next_ns
-
-    def frame_stamp(self, after_ns: int) -> int:
-        """A camera stamp on the 0.1 s grid with 1.6 s of odometry before it, sent after the readers matched, and
-        newer than after_ns."""
-        assert wait_until(lambda: self.next_ns - ODOMETRY_NS >= max(self.history_from_ns + HISTORY_NS,
-                                                                    after_ns + FRAME_NS), self.spin, 10)
-        return (self.next_ns - ODOMETRY_NS) // FRAME_NS * FRAME_NS
+def live_odometry(driver, spin_graph) -> LiveOdometry:
+    """The drive's odometry stamped now (a gentle left turn at 5 m/s), 1.6 s of it before each frame."""
+    return LiveOdometry(driver, spin_graph, odometry, HISTORY_NS)
 
 
 def live_params(checkpoint, guidance=False):
@@ -168,7 +141,7 @@ def test_an_alpamayo_release_publishes_retimed_candidates_and_the_scheduler_samp
     rclpy.init(context=context)
     graph = InProcessGraph(live_params(releases[release], guidance), context=context)
     driver = Driver(context, graph.executor, graph.spin_once)
-    live = LiveOdometry(driver, graph.spin_once)
+    live = live_odometry(driver, graph.spin_once)
     candidates, frame_infos = listen(driver, live), []
     driver.node.create_subscription(DiagnosticStatus, PREFIX_INFO_TOPIC,
                                     lambda m: frame_infos.append({kv.key: kv.value for kv in m.values}), 50)
@@ -215,7 +188,7 @@ def test_the_seat_launch_file_with_an_alpamayo_release_publishes_retimed_candida
     context = rclpy.Context()
     rclpy.init(context=context)
     driver = Driver(context)
-    live = LiveOdometry(driver, driver.spin)
+    live = live_odometry(driver, driver.spin)
     candidates = listen(driver, live)
     try:
         asker = SimpleNamespace(node=driver.node, spin=live.spin)   # Probe's way of asking, on this node
