@@ -4,10 +4,11 @@ weight bytes `info` reports for it.
 Per stage: `weight_bytes` (info's resident bytes: the stage's blocks plus the dynamic zone), `peak_rss_bytes`
 above `baseline_rss_bytes` (a bare interpreter with torch imported), measured after the stage's weights
 were paged in (safetensors maps the files: a tensor's pages are resident, and shared with other processes
-mapping the same file, once touched), split into `imports_rss_bytes` (the
-package's code: transformers and the model classes, no weights) and `weights_rss_bytes` (what the loaded stage
-holds beyond the imports), and `peak_cuda_bytes` on a CUDA prefix. Run as a module, it is one stage's
-child process (one JSON line on stdout).
+mapping the same file, once touched), split into `imports_rss_bytes` (the package's code: transformers and the
+model classes, no weights) and `weights_rss_bytes` (what the loaded stage holds beyond the imports);
+`peak_weights_rss_bytes`, the peak above the imports (the weights and what their loading held at once: one tensor
+in flight; `peak_within_target`: at most 15% above weight_bytes); `peak_cuda_bytes` on a CUDA prefix. Run as a
+module, it is one stage's child process (one JSON line on stdout).
 """
 
 from __future__ import annotations
@@ -117,12 +118,15 @@ def memory_report(checkpoint: str | None, preset: str | None, partition: int, zo
         args += ["--zone", f"{zone[0]},{zone[1]}"] if zone else []
         child = json.loads(_child(args))
         weights_rss = child["rss_after_load_bytes"] - child["imports_rss_bytes"]
+        peak_weights = child["peak_rss_bytes"] - child["imports_rss_bytes"]   # the load's peak above the code
         stages[stage] = {**child, "baseline_rss_bytes": baseline,
                          "peak_rss_above_baseline_bytes": child["peak_rss_bytes"] - baseline,
                          "imports_rss_bytes": child["imports_rss_bytes"] - baseline,
                          "weights_rss_bytes": weights_rss,
                          "weights_rss_over_weight_bytes": weights_rss / max(1, child["weight_bytes"]),
-                         "within_target": abs(weights_rss / max(1, child["weight_bytes"]) - 1) <= TARGET_FRACTION}
+                         "within_target": abs(weights_rss / max(1, child["weight_bytes"]) - 1) <= TARGET_FRACTION,
+                         "peak_weights_rss_bytes": peak_weights,
+                         "peak_within_target": peak_weights <= (1 + TARGET_FRACTION) * child["weight_bytes"]}
     return {"checkpoint": checkpoint, "preset": preset, "partition": partition, "dtype": dtype, "device": device,
             "target_fraction": TARGET_FRACTION, "stages": stages}
 

@@ -18,6 +18,9 @@ def cmd_memory(args) -> int:
         rows.append((f"{stage}: weights (info) / resident",
                      f"{r['weight_bytes'] / mib:.1f} / {r['weights_rss_bytes'] / mib:.1f} MiB "
                      f"({r['weights_rss_over_weight_bytes']:.2f}x, {'within' if r['within_target'] else 'outside'} 15%)"))
+        rows.append((f"{stage}: peak above the code (weights + loading)",
+                     f"{r['peak_weights_rss_bytes'] / mib:.1f} MiB ({r['peak_weights_rss_bytes'] / max(1, r['weight_bytes']):.2f}x, "
+                     f"{'within' if r['peak_within_target'] else 'outside'} 15%)"))
         rows.append((f"{stage}: peak above baseline (code + weights)",
                      f"{r['peak_rss_above_baseline_bytes'] / mib:.1f} MiB (imports {r['imports_rss_bytes'] / mib:.1f} MiB)"))
     print(key_value_table(rows + [("full report", args.json or "(--json FILE)")]))
