@@ -59,8 +59,10 @@ def test_each_stage_reads_only_the_tensors_of_its_side(preset, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("preset", [*PRESETS, "tiny-act"])
 def test_memory_holds_each_stage_within_15_percent_of_its_side(preset, tmp_path):
+    """tiny-act's sides are the ActionFlow servers (the suffix holds the head's action rows, not the head):
+    which tensors each reads is test_packed_serve.py's; here, fewer than the checkpoint's and the bounds."""
     spec = dataclasses.replace(get_preset(preset), intermediate_size=8192, num_blocks=12)
     save_checkpoint(build_model(spec), tmp_path / "wide")
     out = subprocess.run([sys.executable, "-m", "hybrid_vla_ros.cli", "memory", "--checkpoint", str(tmp_path / "wide"),
@@ -69,11 +71,14 @@ def test_memory_holds_each_stage_within_15_percent_of_its_side(preset, tmp_path)
     assert out.returncode == 0, out.stderr
     shapes = load_vla(checkpoint=str(tmp_path / "wide"), shapes_only=True)
     for stage, report in json.loads((tmp_path / "memory.json").read_text())["stages"].items():
+        assert report["within_target"] and report["peak_within_target"], (stage, report)
+        if shapes.kind == "tokens":
+            assert 0 < report["tensors_read"] < len(shapes.checkpoint_files.weight_map), (stage, report)
+            continue
         owned = owned_tensors(shapes, stage, 5, 7)
         assert report["tensors_read"] == len(owned), (stage, report)
         buffers = owned_tensors(shapes, stage, 5, 7, "buffers")   # rotary tables and the like: computed, not read
         assert report["weight_bytes"] == sum(t.numel() * t.element_size() for t in owned + buffers), (stage, report)
-        assert report["within_target"] and report["peak_within_target"], (stage, report)
     total = sum(t.numel() * 4 for t in {id(t): t for t in shapes.parameters()}.values())
     stages = json.loads((tmp_path / "memory.json").read_text())["stages"]
     assert stages["prefix"]["weight_bytes"] < 0.75 * total and stages["suffix"]["weight_bytes"] < 0.75 * total

@@ -38,7 +38,6 @@ def stage_in_this_process(stage: str, checkpoint: str | None, preset: str | None
     import torch
     from ..engine.scheduling.partition import partition_report
     from ..engine.placement import Placement
-    from ..engine.stages import PrefixStage, SuffixStage
     from ..model.load import load_vla
     if checkpoint is not None and alpamayo.is_release(checkpoint):
         expect(device in ("auto", "cpu"), ConfigError, f"--prefix-device {device}: an Alpamayo release's sides run "
@@ -48,17 +47,18 @@ def stage_in_this_process(stage: str, checkpoint: str | None, preset: str | None
     shapes = load_vla(preset=preset, checkpoint=checkpoint, shapes_only=True).to(placement.prefix_dtype)
     imports_rss = psutil.Process().memory_info().rss  # code and a weightless (meta) model: the lazy imports done
     model = load_vla(preset=preset, checkpoint=checkpoint, lazy=True)   # the stage reads (draws) its own side
-    built = PrefixStage(model, partition, placement, zone) if stage == "prefix" else \
-        SuffixStage(model, partition, placement, zone)
+    modules, zone = built_side(model, stage, partition, placement, zone)
     with torch.no_grad():  # page the weights in, as the first frame does (safetensors maps them lazily)
-        for tensor in [t for m in built_modules(built) for t in m.parameters()]:
+        for tensor in [t for m in modules for t in m.parameters()]:
             tensor.sum()
-    report = partition_report(shapes, partition, tuple(built.zone))
+    weight_bytes = partition_report(shapes, partition, zone)[f"{stage}_resident_bytes"] if model.kind == "waypoints" \
+        else sum(t.numel() * t.element_size() for t in {id(t): t for m in modules
+                                                        for t in [*m.parameters(), *m.buffers()]}.values())
     cuda = torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None
-    return {"stage": stage, "weight_bytes": report[f"{stage}_resident_bytes"], "imports_rss_bytes": imports_rss,
+    return {"stage": stage, "weight_bytes": weight_bytes, "imports_rss_bytes": imports_rss,
             "rss_after_load_bytes": psutil.Process().memory_info().rss,
             "peak_rss_bytes": _peak_rss(),
-            "peak_cuda_bytes": cuda, "zone": list(built.zone),
+            "peak_cuda_bytes": cuda, "zone": list(zone),
             "tensors_read": len(model.checkpoint_files.read_keys) if checkpoint else None}
 
 
@@ -87,12 +87,26 @@ def release_stage_in_this_process(stage: str, checkpoint: str, partition: int, z
             "tensors_in_release": len(model.weight_map)}
 
 
-def built_modules(stage) -> list:
-    """The modules a built stage computes with."""
-    if hasattr(stage, "norm"):  # suffix
-        return list(stage.blocks.values()) + [stage.norm, stage.head]
-    from ..engine.scheduling.partition import prefix_modules
-    return prefix_modules(stage.model, stage.zone[1])
+def built_side(model, stage: str, partition: int, placement, zone) -> tuple[list, tuple[int, int]]:
+    """The stage its node builds (reading its side) -> (the modules it computes with, its zone). An action-token
+    model's sides are the ActionFlow servers (engine/actionflow): the prefix without the head, the suffix with the
+    head's action rows."""
+    from ..engine.scheduling.partition import Zone, prefix_modules, side_modules
+    from ..engine.stages import PrefixStage, SuffixStage
+    if model.kind == "tokens":
+        from ..engine.actionflow.prefix_server import PackedPrefixServer
+        from ..engine.actionflow.suffix_server import PackedSuffixServer
+        lo, hi = Zone.around(partition, model.num_blocks, zone)
+        if stage == "prefix":
+            PackedPrefixServer(model, 1, 1, partition, zone=(lo, hi))
+            return side_modules(model, 0, hi), (lo, hi)
+        server = PackedSuffixServer(model, zone=(lo, hi))
+        return [*model.decoder.layers[lo:], model.decoder.norm, server.tokens.head(model)], (lo, hi)
+    if stage == "prefix":
+        built = PrefixStage(model, partition, placement, zone)
+        return prefix_modules(built.model, built.zone[1]), tuple(built.zone)
+    built = SuffixStage(model, partition, placement, zone)
+    return list(built.blocks.values()) + [built.norm, built.head], tuple(built.zone)
 
 
 def _child(args: list[str]) -> str:
