@@ -87,8 +87,8 @@ SERVED_BY = {
     "expert_shapes": "`hybrid-vla info` and `plan` (its shapes, bytes and predicted costs); to run the split: "
                      "--preset tiny-alpamayo-r1 / tiny-alpamayo-1.5 or a release directory as --checkpoint; "
                      "`hybrid-vla bench --preset alpamayo-bench` times it on a reduced 1.5",
-    "tokens": "`hybrid-vla info`, `export`, `make-sample-drive`, `memory`, `bench --head action-tokens` (ActionFlow's "
-              "packed decoding) and the ROS graph's packed nodes (`hybrid-vla graph` with model.preset)"}
+    "tokens": "`hybrid-vla verify`, `info`, `export`, `make-sample-drive`, `memory`, `bench --head action-tokens` "
+              "(ActionFlow's packed decoding) and the ROS graph's packed nodes (`hybrid-vla graph` with model.preset)"}
 
 
 def model_kind(args) -> str | None:
@@ -122,7 +122,7 @@ def serves(args, kind: str) -> bool:
                                                        bool(getattr(args, "checkpoint", None)))
     if kind == "expert_shapes":
         return args.command in ("info", "plan")
-    return args.command in ("info", "export", "make-sample-drive", "memory") or (
+    return args.command in ("verify", "info", "export", "make-sample-drive", "memory") or (
         args.command == "bench" and getattr(args, "head", None) == "action-tokens")
 
 

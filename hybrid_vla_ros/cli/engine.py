@@ -15,6 +15,8 @@ def cmd_verify(args) -> int:
     refuse_real_size(args)
     if model_kind(args) == "alpamayo":   # a release directory or an Alpamayo preset: run_split vs run_reference
         return verify_alpamayo(args)
+    if model_kind(args) == "tokens":     # ActionFlow's packed split vs sequential decoding
+        return verify_tokens(args)
     model = model_from_args(args)
     result = verify_partitions(model, placement_from_args(args, model), frames=args.frames)
     emit(result, args.json, lambda r: [f"{r['preset']} ({r['family']}, {r['num_blocks']} blocks, {r['dtype']})"] +
@@ -50,6 +52,25 @@ def verify_alpamayo(args) -> int:
     model = model_from_args(args, dtype={"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype])
     result = verify_split(model, frames=args.frames)
     emit(result, args.json, report_lines)
+    return 0 if result["max_abs_diff"] <= args.tolerance else 1
+
+
+def verify_tokens(args) -> int:
+    """An action-token model: both sides on the CPU in fp32, in this process (engine/actionflow/verify.py)."""
+    from ..engine.actionflow.verify import verify_token_partitions
+    from ..errors import ConfigError
+    given = [f"{flag} {value}" for flag, value, default in (("--prefix-device", args.prefix_device, ("auto", "cpu")),
+             ("--dtype", args.dtype, ("fp32",)), ("--suffix-dtype", args.suffix_dtype, (None, "fp32")))
+             if value not in default]
+    if given:
+        raise ConfigError(f"{', '.join(given)}: an action-token model is verified on the CPU in fp32, both sides in "
+                          f"this process (ActionFlow's packed split against sequential decoding); leave them out")
+    result = verify_token_partitions(model_from_args(args), frames=args.frames)
+    emit(result, args.json, lambda r: [f"{r['preset']} ({r['family']}, {r['num_blocks']} blocks, {r['dtype']}, "
+                                       f"action tokens, pack {r['pack']})"] +
+         [f"  p={x['partition']:3d}  max_abs_diff={x['max_abs_diff']:.3e}"
+          + (f"  other tokens in frames {x['frames_with_other_tokens']}" if x["frames_with_other_tokens"] else "")
+          for x in r["results"]])
     return 0 if result["max_abs_diff"] <= args.tolerance else 1
 
 

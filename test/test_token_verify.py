@@ -1,0 +1,41 @@
+"""`hybrid-vla verify` on an action-token model (issue 51, item 2's verify cell for tiny-act): ActionFlow's packed
+decoding split at every p against sequential decoding (engine/actionflow/verify.py). Equal tokens at every cut give
+the trajectory's difference 0.0; a frame whose tokens differ is named and fails the command."""
+
+import json
+
+from hybrid_vla_ros.cli import main
+from hybrid_vla_ros.engine.actionflow import verify as token_verify
+
+
+def test_verify_prints_zero_at_every_cut_for_an_action_token_model(capsys):
+    assert main(["verify", "--preset", "tiny-act"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("tiny-act (") and "action tokens" in lines[0]
+    assert [line.split("max_abs_diff=")[1] for line in lines[1:]] == ["0.000e+00"] * 5
+    assert main(["verify", "--preset", "tiny-act", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [r["partition"] for r in report["results"]] == list(range(report["num_blocks"] + 1))
+    assert all(r["max_abs_diff"] == 0.0 and not r["frames_with_other_tokens"] for r in report["results"])
+    assert report["frames"] == 2 and all(n > 1 for n in report["tokens_per_frame"].values())
+
+
+def test_verify_names_a_frame_whose_tokens_differ_and_fails(capsys, monkeypatch):
+    """The reference's tokens of frame 1 changed: every cut reports it, and the command exits 1."""
+    sequential = token_verify.sequential_results
+
+    def changed(model, frames, decode=None):
+        out = sequential(model, frames, decode)
+        out[1].tokens = [out[1].tokens[0] + 1, *out[1].tokens[1:]]
+        return out
+    monkeypatch.setattr(token_verify, "sequential_results", changed)
+    assert main(["verify", "--preset", "tiny-act"]) == 1
+    lines = capsys.readouterr().out.strip().splitlines()[1:]
+    assert len(lines) == 5 and all("max_abs_diff=inf" in line and "frames [1]" in line for line in lines)
+
+
+def test_verify_refuses_other_dtypes_and_devices_for_an_action_token_model_in_one_line(capsys):
+    for args in (["--dtype", "bf16"], ["--prefix-device", "cuda"]):
+        assert main(["verify", "--preset", "tiny-act", *args]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and args[-1] in err and "fp32" in err, err
