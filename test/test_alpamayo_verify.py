@@ -87,11 +87,11 @@ COMMANDS = {"verify": [], "info": [], "run": ["--frames", "1"], "export": ["--ou
             "bench": ["--frames", "2"], "memory": ["--partition", "1"], "profile": [], "plan": [],
             "calibrate": ["--out", "{tmp}/cal"], "train": ["--out", "{tmp}/train", "--steps", "1"],
             "eval": ["--drives", "1"], "make-sample-drive": ["--out", "{tmp}/drive", "--frames", "2"]}
-SERVED = {"tiny-act": {"verify", "info", "export", "make-sample-drive", "memory"},
+SERVED = {"tiny-act": {"verify", "info", "export", "make-sample-drive", "memory", "bench"},
           "tiny-alpamayo-1.5": {"verify", "bench"}, "tiny-alpamayo-r1": {"verify", "bench"},
           "alpamayo-r1-like": {"info", "plan"}}
 # preset -> what its refusal must name as serving it
-SERVED_BY = {"tiny-act": "`bench --head action-tokens`", "tiny-alpamayo-1.5": "`hybrid-vla verify`",
+SERVED_BY = {"tiny-act": "`bench` (native, serial, pipelined", "tiny-alpamayo-1.5": "`hybrid-vla verify`",
              "tiny-alpamayo-r1": "`hybrid-vla verify`", "alpamayo-r1-like": "--preset tiny-alpamayo-r1"}
 
 

@@ -87,8 +87,9 @@ SERVED_BY = {
     "expert_shapes": "`hybrid-vla info` and `plan` (its shapes, bytes and predicted costs); to run the split: "
                      "--preset tiny-alpamayo-r1 / tiny-alpamayo-1.5 or a release directory as --checkpoint; "
                      "`hybrid-vla bench --preset alpamayo-bench` times it on a reduced 1.5",
-    "tokens": "`hybrid-vla verify`, `info`, `export`, `make-sample-drive`, `memory`, `bench --head action-tokens` "
-              "(ActionFlow's packed decoding) and the ROS graph's packed nodes (`hybrid-vla graph` with model.preset)"}
+    "tokens": "`hybrid-vla verify`, `info`, `export`, `make-sample-drive`, `memory`, `bench` (native, serial, "
+              "pipelined; --head action-tokens: ActionFlow's packs) and the ROS graph's packed nodes (`hybrid-vla "
+              "graph` with model.preset)"}
 
 
 def model_kind(args) -> str | None:
@@ -123,7 +124,8 @@ def serves(args, kind: str) -> bool:
     if kind == "expert_shapes":
         return args.command in ("info", "plan")
     return args.command in ("verify", "info", "export", "make-sample-drive", "memory") or (
-        args.command == "bench" and getattr(args, "head", None) == "action-tokens")
+        args.command == "bench" and (getattr(args, "scenario", "modes") == "modes" or
+                                     getattr(args, "head", None) == "action-tokens"))
 
 
 def refuse_unserved(args) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..common import model_from_args, placement_from_args, save_report
 from .expert_split import cmd_expert_split, wants
-from .scenarios import MODES_FRAMES, WITH_MODEL, bench_actionflow, bench_faults
+from .scenarios import MODES_FRAMES, WITH_MODEL, bench_actionflow, bench_faults, bench_token_modes
 
 
 def cmd_bench(args) -> int:
@@ -19,6 +19,9 @@ def cmd_bench(args) -> int:
         return bench_faults(args)
     if args.head == "action-tokens":
         return bench_actionflow(args)
+    from ..common import model_kind
+    if model_kind(args) == "tokens" and args.scenario == "modes":   # an action-token model: native, serial, pipelined
+        return bench_token_modes(args)
     model = model_from_args(args, lazy=True)
     if args.scenario in WITH_MODEL:
         return WITH_MODEL[args.scenario](args, model)

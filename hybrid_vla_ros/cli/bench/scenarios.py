@@ -93,6 +93,27 @@ def bench_preprocess(args, model) -> int:
     return 0
 
 
+def bench_token_modes(args) -> int:
+    """An action-token model with the default bench: native, serial and pipelined (bench/token_modes.py), at the
+    largest --pack."""
+    from ...bench.token_modes import plot_token_modes, run_token_modes, token_modes_lines
+    from ...report import progress_printer
+    report = run_token_modes(model_from_args(args), frames=args.frames or MODES_FRAMES, pack=max(packs_of(args)),
+                             partition=args.partition, progress=progress_printer("bench"))
+    save_report(report, args, plot_token_modes)
+    print("\n".join(token_modes_lines(report)))
+    print(f"full report: {args.json}" if args.json else "(--json FILE writes the full report)")
+    return 0
+
+
+def packs_of(args) -> list[int]:
+    from ...errors import ConfigError
+    try:
+        return [int(k) for k in args.pack.split(",") if k]
+    except ValueError as exc:
+        raise ConfigError(f"--pack '{args.pack}': expected comma-separated integers, e.g. 1,2,4,8") from exc
+
+
 def bench_actionflow(args) -> int:
     from ...bench.actionflow import plot_actionflow, run_actionflow_bench
     from ...errors import ConfigError
@@ -100,10 +121,7 @@ def bench_actionflow(args) -> int:
     if not (args.preset or args.checkpoint):
         args.preset = "bench-act"
     model = model_from_args(args)   # whole: the sequential reference decodes with HF's own forward
-    try:
-        packs = [int(k) for k in args.pack.split(",") if k]
-    except ValueError as exc:
-        raise ConfigError(f"--pack '{args.pack}': expected comma-separated integers, e.g. 1,2,4,8") from exc
+    packs = packs_of(args)
     repeat = 1 if args.repeat is None else args.repeat
     if repeat < 1:
         raise ConfigError(f"--repeat {repeat}: expected at least 1 run per configuration")

@@ -1,6 +1,7 @@
-"""`hybrid-vla verify` on an action-token model (issue 51, item 2's verify cell for tiny-act): ActionFlow's packed
-decoding split at every p against sequential decoding (engine/actionflow/verify.py). Equal tokens at every cut give
-the trajectory's difference 0.0; a frame whose tokens differ is named and fails the command."""
+"""`hybrid-vla verify` and `bench` on an action-token model (issue 51, item 2's verify and bench cells for tiny-act).
+verify: ActionFlow's packed decoding split at every p against sequential decoding (engine/actionflow/verify.py);
+equal tokens at every cut give the trajectory's difference 0.0; a frame whose tokens differ is named and fails the
+command. bench: native, serial and pipelined side by side (bench/token_modes.py), each exact against native."""
 
 import json
 
@@ -39,3 +40,14 @@ def test_verify_refuses_other_dtypes_and_devices_for_an_action_token_model_in_on
         assert main(["verify", "--preset", "tiny-act", *args]) == 2
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and args[-1] in err and "fp32" in err, err
+
+
+def test_bench_runs_native_serial_and_pipelined_on_an_action_token_model(capsys, tmp_path):
+    assert main(["bench", "--preset", "tiny-act", "--frames", "4", "--pack", "2", "--json", str(tmp_path / "b.json"),
+                 "--plot", str(tmp_path / "b.png")]) == 0
+    table = capsys.readouterr().out
+    report = json.loads((tmp_path / "b.json").read_text())
+    assert list(report["modes"]) == ["native", "serial", "pipelined"] and report["exact"]
+    for name, mode in report["modes"].items():
+        assert mode["exact"] and mode["frames_per_s"] > 0 and f"  {name} " in table, name
+    assert report["pack"] == 2 and report["partition"] == 2 and (tmp_path / "b.png").stat().st_size > 0
