@@ -160,3 +160,25 @@ def test_every_repository_path_the_front_page_and_its_docs_name_exists():
             if not link.startswith("http") and not (doc.parent / link).exists():
                 missing.append(f"{doc.name}: link {link}")
     assert not missing, "\n".join(missing)
+
+
+def test_every_test_the_feature_table_names_exists_and_its_count_matches_the_table():
+    """docs/INTERFACES.md, "Every feature for every model": each `file::test` it cites is a test of that file (a
+    name cut short with `...` matches its start), and the summary line counts the table's cells."""
+    text = (ROOT / "docs" / "INTERFACES.md").read_text()
+    section = text[text.index("## Every feature for every model"):]
+    section = section[:section.index("\n## ", 3)]
+    missing = []
+    for file, name, cut in re.findall(r"`(test_[a-z0-9_]+\.py)::(test_[a-z0-9_]*[a-z0-9])(_\.\.\.)?", section):
+        source = ROOT / "test" / file
+        if not source.exists() or not re.search(rf"def {name}{'' if cut else '[(]'}", source.read_text()):
+            missing.append(f"{file}::{name}")
+    assert not missing, missing
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    cells = [cell.strip().split(" (")[0] for row in rows for cell in row.strip().strip("|").split("|")[1:]]
+    count = {mark: cells.count(mark) for mark in ("✓", "✓ᴿ", "reason", "◐", "gap")}
+    summary = re.search(r"(\d+) cells: (\d+) tested \((\d+) of them ✓ᴿ\), (\d+) with a reason, (\d+) partly tested "
+                        r"\(◐\), (\d+) gaps", section)
+    assert summary, "the summary line under the table"
+    assert [int(n) for n in summary.groups()] == [len(cells), count["✓"] + count["✓ᴿ"], count["✓ᴿ"],
+                                                  count["reason"], count["◐"], count["gap"]], count
