@@ -181,7 +181,9 @@ def test_memory_measures_each_side_of_a_release_reading_only_its_tensors(tmp_pat
         assert out.returncode == 2 and said in out.stderr and out.stderr.strip().count("\n") == 0, out.stderr
 
 
-def test_each_node_takes_fp32_or_bf16_for_a_release_and_refuses_the_rest_with_the_reason():
+def test_each_node_takes_its_dtype_for_a_release_and_refuses_the_rest_with_the_reason():
+    """fp32 or bf16 on either side, auto and int8 on the suffix; fp16, int8 on the prefix, auto on the prefix and a
+    GPU prefix refused, naming what."""
     from hybrid_vla_ros.engine.dtype_choice import DtypeChoice
     from hybrid_vla_ros.errors import ConfigError
     from hybrid_vla_ros.ros.nodes.serving.alpamayo.settings import side_dtype
@@ -189,7 +191,9 @@ def test_each_node_takes_fp32_or_bf16_for_a_release_and_refuses_the_rest_with_th
     assert side_dtype({"dtype": "bf16", "device": "cpu"}, "prefix", model, None).dtype == "bf16"
     auto = side_dtype({"dtype": "auto"}, "suffix", model, None)   # the probe on the release's block shapes
     assert isinstance(auto, DtypeChoice) and auto.dtype in ("fp32", "bf16") and auto.reason
-    for params, side, named in (({"dtype": "int8"}, "suffix", "dtype=int8"), ({"dtype": "fp16"}, "suffix", "fp16"),
+    assert side_dtype({"dtype": "int8"}, "suffix", model, None).dtype == "int8"
+    for params, side, named in (({"dtype": "int8", "device": "cpu"}, "prefix", "dtype=int8"),
+                                ({"dtype": "fp16"}, "suffix", "fp16"),
                                 ({"dtype": "fp32", "device": "cuda"}, "prefix", "device=cuda"),
                                 ({"dtype": "auto", "device": "cpu"}, "prefix", "dtype=auto")):
         with pytest.raises(ConfigError, match=named):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from .....engine.chunking import parse_chunks
 from .....engine.decode.policy import DecodePolicy
 from .....engine.dtype_choice import DtypeChoice, choose_suffix_dtype
+from .....engine.int8 import int8_available
 from .....errors import ConfigError, expect
 from .....model.plugins.alpamayo.decode import Sampling
 from .....model.plugins.alpamayo.flow import FlowSettings
@@ -47,8 +48,9 @@ def stage_settings(params, model) -> StageSettings:
 def side_dtype(params, side: str, model, cores) -> DtypeChoice:
     """The dtype a release's side is read and run in: fp32 or bf16 on the CPU. The prefix's `dtype`; the suffix's
     `dtype`, where auto is engine/dtype_choice.py's probe on the release's block shapes (bf16 only where native
-    and measured faster). Each side may differ: a side converts what arrives to its own dtype. Refused with the
-    reason: fp16 and int8 (no CPU path for a release), a GPU prefix (not in this version)."""
+    and measured faster), or int8 on the suffix (its layers' linears: engine/expert_split/int8.py). Each side may
+    differ: a side converts what arrives to its own dtype. Refused with the reason: fp16 (no CPU path for a
+    release), int8 on the prefix or where this torch has no int8 kernel, a GPU prefix (not in this version)."""
     name = params["dtype"]
     if side == "prefix":
         expect(params["device"] in ("auto", "cpu"), ConfigError,
@@ -56,8 +58,13 @@ def side_dtype(params, side: str, model, cores) -> DtypeChoice:
     elif name == "auto":
         text = model.config.vlm.text_config
         return choose_suffix_dtype(text.hidden_size, text.intermediate_size, cores)
+    elif name == "int8":
+        missing = int8_available()
+        expect(missing is None, ConfigError, f"dtype=int8: {missing}; set fp32 or bf16")
+        return DtypeChoice("int8", "set by the dtype parameter: the suffix's layers' linears in int8, the rest fp32")
     expect(name in ("fp32", "bf16"), ConfigError,
-           f"dtype={name}: an Alpamayo release's {side} runs fp32 or bf16 on the CPU (or auto, on the suffix)")
+           f"dtype={name}: an Alpamayo release's {side} runs fp32 or bf16 on the CPU (int8 too, on the suffix; "
+           f"auto, on the suffix)")
     return DtypeChoice(name, "set by the dtype parameter")
 
 

@@ -6,17 +6,20 @@ import threading
 
 import torch
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32}   # int8: read fp32, then quantized
 _WEIGHTS: dict = {}
 _LOCK = threading.Lock()
 
 
-def with_weights(model, side: str, zone, dtype=torch.float32):
+def with_weights(model, side: str, zone, dtype=torch.float32, int8: bool = False):
     """The release with the tensors of this node's side read (engine/expert_split/sides.py: a prefix never reads
     lm_head or the blocks past the zone, a suffix never the vision tower): one model per directory per process,
     so a prefix and a suffix in one process share it, each side's tensors read once. (The node's shared model is
     read shapes-only; one per dtype.) An Alpamayo preset (model/plugins/alpamayo/tiny.py) is built whole: the
-    node's own model in fp32, else once per dtype."""
+    node's own model in fp32, else once per dtype. int8 (a suffix): a model of its own, read in fp32, its layers
+    from the zone's start quantized (engine/expert_split/int8.py)."""
+    if int8:
+        return _int8_suffix(model, zone)
     from .....engine.expert_split.sides import side_reads
     from .....model.plugins.alpamayo import load_release
     from .....model.plugins.alpamayo.release import read_more
@@ -37,10 +40,27 @@ def with_weights(model, side: str, zone, dtype=torch.float32):
         return release
 
 
+def _int8_suffix(model, zone):
+    from .....engine.expert_split.int8 import quantize_suffix
+    from .....engine.expert_split.sides import side_reads
+    from .....model.plugins.alpamayo import load_release
+    from .....model.plugins.alpamayo.release import read_more
+    from .....model.plugins.alpamayo.tiny import build_preset
+    with _LOCK:
+        if model.checkpoint_directory is None:
+            release = build_preset(model.preset_name, torch.float32)
+        else:
+            release = load_release(str(model.checkpoint_directory), shapes_only=True)
+            read_more(release, side_reads(release, "suffix", zone))
+        quantize_suffix(release, zone[0])
+        return release
+
+
 def side_model(node, side: str):
     """The node's release for `side`, refused at configure for what Alpamayo's sides do not do (chunks, warm
     standby, a NUMA node), in the side's dtype (node.dtype_choice: settings.side_dtype)."""
     from .settings import refuse_unserved, side_dtype
     refuse_unserved(node.params, side)
     node.dtype_choice = side_dtype(node.params, side, node.model, node.cores)
-    return with_weights(node.model, side, node.zone, DTYPES[node.dtype_choice.dtype])
+    name = node.dtype_choice.dtype
+    return with_weights(node.model, side, node.zone, DTYPES[name], int8=name == "int8")
