@@ -129,7 +129,7 @@ def test_pack_and_ring_size_are_validated_with_a_reason(act_models):
 
 
 def test_bench_reports_each_pack_unsplit_and_split_with_exactness(act_models, tmp_path):
-    from hybrid_vla_ros.bench.actionflow import plot_actionflow, run_actionflow_bench
+    from hybrid_vla_ros.bench.action_tokens.packs import plot_actionflow, run_actionflow_bench
     report = run_actionflow_bench(act_models["tiny-act"], [1, 2], frames=4, partition=2, progress=lambda t: None)
     assert report["exact"] is True and report["tokens_per_frame"] == 8
     for side in (report["pack"], report["split"]["pack"], report["split_threads"]["pack"]):
@@ -152,7 +152,7 @@ def test_bench_cli_refuses_a_bad_pack_list():
 
 @pytest.mark.slow
 def test_bench_graph_entry_serves_every_frame_through_the_nodes_in_processes(act_models):
-    from hybrid_vla_ros.bench.actionflow import run_packed_graph
+    from hybrid_vla_ros.bench.action_tokens.packs import run_packed_graph
     report = {"split": {"prefix_cores": [0], "suffix_cores": [1]}}
     entry = run_packed_graph(act_models["tiny-act"], 2, 2, 4, 2, report)
     assert entry["completed"] == 4 and entry["transport"] == "packed" and entry["frames_per_s"] > 0, entry

@@ -1,7 +1,7 @@
 """`hybrid-vla verify` and `bench` on an action-token model (issue 51, item 2's verify and bench cells for tiny-act).
 verify: ActionFlow's packed decoding split at every p against sequential decoding (engine/actionflow/verify.py);
 equal tokens at every cut give the trajectory's difference 0.0; a frame whose tokens differ is named and fails the
-command. bench: native, serial and pipelined side by side (bench/token_modes.py), each exact against native."""
+command. bench: native, serial and pipelined side by side (bench/action_tokens/modes.py), each exact against native."""
 
 import json
 

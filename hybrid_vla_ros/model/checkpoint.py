@@ -36,8 +36,8 @@ from ..errors import ConfigError, expect
 from .checkpoint_files import (CONFIG_FILE, HEAD_FILE, HEAD_FORMAT, HEAD_PREFIX, INDEX_FILE, OPTIONAL_FIELDS,
                                PROCESSOR_FILE, PROMPT_FILE, PROMPT_PREFIX, SCENE_FILE, SCENE_FORMAT, SCENE_PREFIX,
                                SCENE_SPEC_FIELDS, TOKEN_FIELDS, VLA_FIELDS, WEIGHTS_FILE, CheckpointFiles, _opened,
-                               checkpoint_spec, inspect_checkpoint, plain_tensors, read_tensor)
-from .heap import release_freed_heap
+                               checkpoint_spec, inspect_checkpoint, plain_tensors, read_tensor,
+                               release_freed_heap)
 from .lora import adapter_source, is_adapter_parameter, save_adapters
 from .preprocess import ImageProcessing
 from .tokenize.prompt import has_tokenizer, load_prompt
@@ -120,7 +120,7 @@ def materialise(model: VLAModel, files: CheckpointFiles, modules, dtype: torch.d
         owner, leaf = _owner(model, name)
         owner._parameters[leaf] = nn.Parameter(tensor, requires_grad=False)
         files.read_keys.add(key)
-        release_freed_heap()   # this read's temporaries given back before the next read (model/heap.py)
+        release_freed_heap()   # this read's temporaries given back before the next read (checkpoint_files.py)
     if fresh_head and any(id(p) in wanted for p in model.action_head.parameters()):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(model.spec.seed)

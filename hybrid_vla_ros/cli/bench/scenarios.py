@@ -94,9 +94,9 @@ def bench_preprocess(args, model) -> int:
 
 
 def bench_token_modes(args) -> int:
-    """An action-token model with the default bench: native, serial and pipelined (bench/token_modes.py), at the
+    """An action-token model with the default bench: native, serial and pipelined (bench/action_tokens/modes.py), at the
     largest --pack."""
-    from ...bench.token_modes import plot_token_modes, run_token_modes, token_modes_lines
+    from ...bench.action_tokens.modes import plot_token_modes, run_token_modes, token_modes_lines
     from ...report import progress_printer
     report = run_token_modes(model_from_args(args), frames=args.frames or MODES_FRAMES, pack=max(packs_of(args)),
                              partition=args.partition, progress=progress_printer("bench"))
@@ -115,7 +115,7 @@ def packs_of(args) -> list[int]:
 
 
 def bench_actionflow(args) -> int:
-    from ...bench.actionflow import plot_actionflow, run_actionflow_bench
+    from ...bench.action_tokens.packs import plot_actionflow, run_actionflow_bench
     from ...errors import ConfigError
     from ...report import key_value_table, progress_printer
     if not (args.preset or args.checkpoint):

@@ -20,8 +20,7 @@ import torch
 from torch import nn
 
 from ....errors import ConfigError, expect
-from ...checkpoint_files import _opened, _weight_map, read_tensor
-from ...heap import release_freed_heap
+from ...checkpoint_files import _opened, _weight_map, read_tensor, release_freed_heap
 from ...seeded import parameters_on_meta
 from .config import TRAJ_TOKENS, parse, read_json, special_tokens, vlm_directory
 from .model import AlpamayoModel
@@ -70,7 +69,7 @@ def read_more(model: AlpamayoModel, reads, dtype: torch.dtype = torch.float32) -
         with _opened(path) as handle:
             wanted = dtype if parameter else current.dtype
             _set(model, name, read_tensor(handle, path, name, current, wanted), parameter)
-        release_freed_heap()   # the read's temporaries given back before the next (model/heap.py)
+        release_freed_heap()   # the read's temporaries given back before the next (model/checkpoint_files.py)
     model.buffers_read = True
     return sum(parameter for *_, parameter in entries)
 

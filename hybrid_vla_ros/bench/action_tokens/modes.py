@@ -2,7 +2,7 @@
 tokens, side by side in one run, on the same frames: native (sequential decoding unsplit: transformers' layers and
 cache, one frame at a time), serial (ActionFlow's packed split at p, one group: each step's prefix side, then its
 suffix side, in one thread) and pipelined (two packed groups alternating across the cut, the suffix side in a
-process of its own: the graph's arrangement, bench/actionflow.py). Native and serial run on one core, pipelined on
+process of its own: the graph's arrangement, bench/action_tokens/packs.py). Native and serial run on one core, pipelined on
 two (prefix side on the first, suffix side on the second: the two-core stand-in for GPU + CPU). `exact`: every
 frame's tokens equal native's. `--head action-tokens` compares packs and threads in depth."""
 
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import time
 
-from ..engine.cpu import allowed_cores
-from ..model.inputs import synthetic_frame
-from ..report import pyplot
-from .actionflow import TimedFlow, _sequential, _split_processes_run, _summary, cores_and_threads
+from ...engine.cpu import allowed_cores
+from ...model.inputs import synthetic_frame
+from ...report import pyplot
+from .packs import TimedFlow, sequential_run, split_processes_run, summarise, cores_and_threads
 
 MODES = ("native", "serial", "pipelined")
 
@@ -23,15 +23,15 @@ def run_token_modes(model, frames: int = 24, pack: int = 2, partition: int | Non
     inputs = [synthetic_frame(spec, i) for i in range(frames)]
     partition = spec.num_blocks // 2 if partition is None else partition
     split = {"prefix_cores": cores[:1], "suffix_cores": cores[1:2] or cores[:1]}
-    native, reference = _sequential(model, inputs, cores[:1], 1)
+    native, reference = sequential_run(model, inputs, cores[:1], 1)
     native.update(exact=True, speedup_vs_sequential=1.0)
     progress(f"native: {native['frames_per_s']:.2f} frames/s")
     with cores_and_threads(set(cores[:1]), 1):
         flow = TimedFlow(model, pack, partition=partition)
         t0 = time.perf_counter()
-        serial = _summary(flow.run(inputs), time.perf_counter() - t0, native["frames_per_s"], reference)
+        serial = summarise(flow.run(inputs), time.perf_counter() - t0, native["frames_per_s"], reference)
     progress(f"serial: {serial['frames_per_s']:.2f} frames/s")
-    pipelined = _split_processes_run(model, pack, partition, inputs, native["frames_per_s"], reference,
+    pipelined = split_processes_run(model, pack, partition, inputs, native["frames_per_s"], reference,
                                      {"split": split})
     progress(f"pipelined: {pipelined['frames_per_s']:.2f} frames/s")
     modes = {"native": native, "serial": serial, "pipelined": pipelined}

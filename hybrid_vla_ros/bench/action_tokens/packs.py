@@ -12,11 +12,11 @@ from contextlib import contextmanager
 
 import torch
 
-from ..engine.actionflow.packing import ActionFlow, run_alternating
-from ..engine.actionflow.reference import sequential_results
-from ..engine.cpu import allowed_cores
-from ..model.inputs import synthetic_frame
-from ..report import percentiles, pyplot
+from ...engine.actionflow.packing import ActionFlow, run_alternating
+from ...engine.actionflow.reference import sequential_results
+from ...engine.cpu import allowed_cores
+from ...model.inputs import synthetic_frame
+from ...report import percentiles, pyplot
 
 
 @contextmanager
@@ -55,7 +55,7 @@ class TimedFlow(ActionFlow):
         return tokens
 
 
-def _summary(results, wall_s: float, sequential_fps: float, reference: dict) -> dict:
+def summarise(results, wall_s: float, sequential_fps: float, reference: dict) -> dict:
     done = [r for r in results if r.tokens is not None]
     fps = len(done) / wall_s
     return {"frames_per_s": fps, "latency_ms": percentiles([r.latency_s * 1e3 for r in done]),
@@ -71,7 +71,7 @@ def run_actionflow_bench(model, packs: list[int], frames: int = 24, partition: i
     spec, cores = model.spec, sorted(allowed_cores())
     inputs = [synthetic_frame(spec, i) for i in range(frames)]
     partition = spec.num_blocks // 2 if partition is None else partition
-    sequential, reference = _sequential(model, inputs, cores, repeat)
+    sequential, reference = sequential_run(model, inputs, cores, repeat)
     seq_fps = sequential["frames_per_s"]
     progress(f"sequential: {seq_fps:.2f} frames/s")
     report = {"preset": spec.name, "frames": frames, "repeat": repeat, "cores": cores,
@@ -86,7 +86,7 @@ def run_actionflow_bench(model, packs: list[int], frames: int = 24, partition: i
         runs: dict[str, list] = {"unsplit": [], "split": [], "split_threads": []}
         for _ in range(repeat):
             runs["unsplit"].append(_unsplit_run(model, pack, inputs, seq_fps, reference, cores))
-            runs["split"].append(_split_processes_run(model, pack, partition, inputs, seq_fps, reference, report))
+            runs["split"].append(split_processes_run(model, pack, partition, inputs, seq_fps, reference, report))
             runs["split_threads"].append(_split_run(model, pack, partition, inputs, seq_fps, reference, report))
         entry, split, threads = (_median(runs[mode]) for mode in ("unsplit", "split", "split_threads"))
         report["pack"][str(pack)], report["split"]["pack"][str(pack)] = entry, split
@@ -105,7 +105,7 @@ def run_actionflow_bench(model, packs: list[int], frames: int = 24, partition: i
     return report
 
 
-def _sequential(model, inputs, cores, repeat: int) -> tuple[dict, dict]:
+def sequential_run(model, inputs, cores, repeat: int) -> tuple[dict, dict]:
     """Plain sequential decoding on all cores, `repeat` times: -> (its entry, seq -> tokens)."""
     walls = []
     with cores_and_threads(set(cores), len(cores)):
@@ -124,7 +124,7 @@ def _unsplit_run(model, pack: int, inputs, seq_fps: float, reference: dict, core
         flow = TimedFlow(model, pack)
         t0 = time.perf_counter()
         results = flow.run(inputs)
-        entry = _summary(results, time.perf_counter() - t0, seq_fps, reference)
+        entry = summarise(results, time.perf_counter() - t0, seq_fps, reference)
     steps = max(1, len(flow.rows))
     entry.update(steps=len(flow.rows), rows_per_step=sum(flow.rows) / steps,
                  step_ms=(flow.busy_s["prefix"] + flow.busy_s["suffix"]) * 1e3 / steps)
@@ -147,7 +147,7 @@ def _split_run(model, pack: int, partition: int, inputs, seq_fps: float, referen
         t0 = time.perf_counter()
         results = run_alternating(groups, inputs, suffix_cores=suffix_cores)
         wall = time.perf_counter() - t0
-    entry = _summary(results, wall, seq_fps, reference)
+    entry = summarise(results, wall, seq_fps, reference)
     busy = {side: sum(g.busy_s[side] for g in groups) for side in ("prefix", "suffix")}
     entry.update(prefix_busy_s=busy["prefix"], suffix_busy_s=busy["suffix"],
                  slower_stage_fraction=max(busy.values()) / wall)
@@ -167,8 +167,8 @@ def run_packed_graph(model, pack: int, groups: int, frames: int, partition: int,
     action-token model from a bag replayed at its recorded 10 Hz: faster than these cores decode, so frames
     queue at the prefix (input policy lossless) and the output rate is the graph's capacity. (As fast as
     possible, a burst of camera images overflows the prefix's sensor-data subscription, keep last 5.)"""
-    from ..engine.placement import Placement
-    from .graph import run_graph_mode
+    from ...engine.placement import Placement
+    from ..graph import run_graph_mode
     entry = run_graph_mode(model, Placement(), partition, frames, report["split"]["prefix_cores"],
                            report["split"]["suffix_cores"], 2, processes=True,
                            prefix_extra={"pack": pack, "pack_groups": groups}, window=frames, rate=1.0,
@@ -185,8 +185,8 @@ def _suffix_process(conn, preset: str, cores: list[int]) -> None:
     seconds it worked."""
     os.sched_setaffinity(0, set(cores))
     torch.set_num_threads(1)
-    from ..engine.actionflow.suffix_server import PackedSuffixServer
-    from ..model.load import load_vla
+    from ...engine.actionflow.suffix_server import PackedSuffixServer
+    from ...model.load import load_vla
     server, busy = PackedSuffixServer(load_vla(preset=preset)), 0.0
     conn.send_bytes(b"ready")
     while payload := conn.recv_bytes():
@@ -197,13 +197,13 @@ def _suffix_process(conn, preset: str, cores: list[int]) -> None:
     conn.send(busy)
 
 
-def _split_processes_run(model, pack: int, partition: int, inputs, seq_fps: float, reference: dict,
+def split_processes_run(model, pack: int, partition: int, inputs, seq_fps: float, reference: dict,
                          report: dict) -> dict:
     """The graph's arrangement without ROS: the prefix server here (two alternating groups, core 0), the
     suffix server in another process (core 1), packed steps and tokens as bytes over a pipe."""
     import multiprocessing
     from collections import deque
-    from ..engine.actionflow.prefix_server import PackedPrefixServer
+    from ...engine.actionflow.prefix_server import PackedPrefixServer
     ctx = multiprocessing.get_context("spawn")
     here, there = ctx.Pipe()
     child = ctx.Process(target=_suffix_process, args=(there, model.spec.name, report["split"]["suffix_cores"]),
@@ -237,7 +237,7 @@ def _split_processes_run(model, pack: int, partition: int, inputs, seq_fps: floa
         here.send_bytes(b"")
         suffix_busy = here.recv() if here.poll(CHILD_WAIT_S) else float("nan")
         child.join(10)
-    entry = _summary(results, wall, seq_fps, reference)
+    entry = summarise(results, wall, seq_fps, reference)
     entry.update(prefix_busy_s=busy, suffix_busy_s=suffix_busy, slower_stage_fraction=max(busy, suffix_busy) / wall)
     return entry
 
