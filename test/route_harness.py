@@ -56,11 +56,15 @@ class RouteDrive:
         from hybrid_vla_ros.ros.topics import KINEMATIC_TOPIC
         self.ids = write_intersection_map(tmp_path / "intersection.osm")
         self.h = Harness(route_overrides(preset, tmp_path / "intersection.osm", overrides), activate_scheduler)
-        self.preset, self.stamps = preset, []
-        self.odom = self.h.node.create_publisher(Odometry, KINEMATIC_TOPIC, 200)
-        self.reports = EndpointReports(self.h.node)
-        self.live = LiveOdometry(self, self.h.spin, lane_odometry, HISTORY_NS)
-        self.served = self.h.served_frames()
+        try:
+            self.preset, self.stamps = preset, []
+            self.odom = self.h.node.create_publisher(Odometry, KINEMATIC_TOPIC, 200)
+            self.reports = EndpointReports(self.h.node)
+            self.live = LiveOdometry(self, self.h.spin, lane_odometry, HISTORY_NS)
+            self.served = self.h.served_frames()
+        except BaseException:
+            self.h.close()
+            raise
 
     def start(self, timeout_s: float = 30.0) -> None:
         """The rig's geometry known to the prefix (a model that needs cameras), the route received, every reader of

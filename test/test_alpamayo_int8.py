@@ -26,11 +26,13 @@ def test_the_split_with_an_int8_suffix_equals_the_release_with_those_layers_in_i
     sampling, flow = Sampling(max_new_tokens=REASONING_TOKENS), flow_settings(model, guided)
     blocks, expert_layers = model.num_blocks, len(model.expert.layers)
     moved = 0.0
-    for p in range(1, blocks):
+    for p in range(blocks + 1):
         quantized = copy.deepcopy(model)
         assert quantize_suffix(quantized, p) == (blocks - p) + (expert_layers - min(p, expert_layers))
         text = quantized.vlm.model.language_model.layers
         assert [is_quantized(layer) for layer in text] == [i >= p for i in range(blocks)]
+        assert [is_quantized(layer) for layer in quantized.expert.layers] == [
+            i >= min(p, expert_layers) for i in range(expert_layers)]
         for seq in range(2):
             inputs = synthetic_inputs(model, seq, guided)
             want = run_reference(quantized, inputs, seq, sampling, flow, guided)
@@ -57,3 +59,17 @@ def test_the_suffix_node_serves_a_release_in_int8_exactly_as_the_release_with_it
         check(paths, infos, expected(reference, sets, False))
         assert ("dtype", 0, "int8") in [c[:3] for c in suffix._extra_checks()]
         assert {p.dtype for p in served.parameters() if not p.is_meta} == {torch.float32}
+
+
+def test_an_int8_suffix_with_a_cut_that_may_move_is_refused_at_configure_with_the_reason():
+    """The prefix runs [0, p) in fp32 and the int8 suffix quantizes from the zone's start: with a zone wider than
+    one cut, the layers between would change precision with the cut, and the plan with them."""
+    from types import SimpleNamespace
+    from hybrid_vla_ros.errors import ConfigError
+    from hybrid_vla_ros.ros.nodes.serving.alpamayo.weights import side_model
+    params = {"dtype": "int8", "chunks": "1", "warm_standby": False, "numa_node": -1}
+    node = SimpleNamespace(params=params, model=load_vla(preset="tiny-alpamayo-r1"), cores=None, zone=(1, 3))
+    with pytest.raises(ConfigError, match=r"dtype=int8: .*fixed cut.*\[1, 3\]"):
+        side_model(node, "suffix")
+    node.zone = (2, 2)
+    assert is_quantized(side_model(node, "suffix").vlm.model.language_model.layers[2])

@@ -5,7 +5,7 @@ warm standby suffix, over loopback DDS, driven on the intersection map's approac
 (route_harness.py). In one drive: three frames at p = 2; the cut sent on the scheduler's topic moves to 3 between
 frames; a frame at 3; the active suffix goes silent (leaves the executor, as if SIGKILLed) and the standby serves the
 last two. Every frame is published once, as CandidateTrajectories in map stamped at publish time, starting at the
-ego of the newest odometry, its positions the unsplit model's plan for that frame at equal absolute times; the
+ego of an odometry sample sent between the frame and then, its positions the unsplit model's plan for that frame at equal absolute times; the
 scheduler gets one sample per frame with the cut it ran at."""
 
 import numpy as np
@@ -30,16 +30,17 @@ OVERRIDES = {
 }
 
 
-def standby_suffix(drive):
-    """A second suffix under the standby's name, in the same executor (`--processes` gives it its own)."""
+def standby_suffix(drive, made: list) -> list:
+    """A second suffix under the standby's name, in the same executor (`--processes` gives it its own); appended
+    to `made` as soon as it exists, so that the test's cleanup finds it whatever fails after."""
     from hybrid_vla_ros.ros.launch_support.bringup import graph_params, make_node
     from hybrid_vla_ros.ros.nodes.lifecycle import bring_up
     from hybrid_vla_ros.ros.topics import STANDBY_NODE
-    node = make_node("hybrid_vla_suffix", graph_params(overrides=drive.h.params)["hybrid_vla_suffix"],
-                     drive.h.context, name=STANDBY_NODE)
-    drive.h.graph.executor.add_node(node)
-    bring_up(node)
-    return node
+    made.append(make_node("hybrid_vla_suffix", graph_params(overrides=drive.h.params)["hybrid_vla_suffix"],
+                          drive.h.context, name=STANDBY_NODE))
+    drive.h.graph.executor.add_node(made[-1])
+    bring_up(made[-1])
+    return made
 
 
 def move_cut(drive, partition: int) -> None:
@@ -80,13 +81,13 @@ def test_a_route_model_is_re_timed_moves_its_cut_and_fails_over_to_its_standby(p
     need_real_messages()
     from autoware_internal_planning_msgs.msg import CandidateTrajectories
     from hybrid_vla_ros.ros.topics import CANDIDATES_TOPIC
-    drive = RouteDrive(preset, tmp_path, OVERRIDES, activate_scheduler=True)
-    h, standby = drive.h, None
+    drive = RouteDrive(preset, tmp_path, OVERRIDES, activate_scheduler=True)   # closes its Harness if it fails
+    h, made = drive.h, []   # made: the standby node, once it exists
     primary = h.suffix
     try:
         candidate_sets = []
         h.node.create_subscription(CandidateTrajectories, CANDIDATES_TOPIC, candidate_sets.append, 20)
-        standby = standby_suffix(drive)
+        standby = standby_suffix(drive, made)[-1]
         drive.start()
         assert wait_until(lambda: primary.serving.role.active, drive.live.spin, 10)
         for seq in range(3):
@@ -94,7 +95,7 @@ def test_a_route_model_is_re_timed_moves_its_cut_and_fails_over_to_its_standby(p
         move_cut(drive, 3)
         drive.send(3)
         assert primary.serving.role.active and not standby.serving.role.active and standby.serving.role.buffer
-        h.graph.executor.remove_node(primary)            # silent from now on
+        h.graph.executor.remove_node(primary)            # silent from now on (its entities stay: not a SIGKILL)
         for seq in (4, 5):
             drive.send(seq)
         assert standby.serving.role.active and standby.serving.role.takeovers == 1
@@ -108,9 +109,9 @@ def test_a_route_model_is_re_timed_moves_its_cut_and_fails_over_to_its_standby(p
         assert [f.context.missing(h.spec.context) for f in drive.served] == [[]] * 6   # all it declares, known
         check_candidates(drive, candidate_sets)
     finally:
-        if standby is not None:
-            h.graph.executor.remove_node(standby)
-            standby.destroy_node()
+        for node in made:
+            h.graph.executor.remove_node(node)
+            node.destroy_node()
         if primary not in h.graph.executor.get_nodes():
             h.graph.executor.add_node(primary)
         drive.close()

@@ -42,12 +42,24 @@ def test_verify_refuses_other_dtypes_and_devices_for_an_action_token_model_in_on
         assert err.count("\n") == 0 and args[-1] in err and "fp32" in err, err
 
 
-def test_bench_runs_native_serial_and_pipelined_on_an_action_token_model(capsys, tmp_path):
-    assert main(["bench", "--preset", "tiny-act", "--frames", "4", "--pack", "2", "--json", str(tmp_path / "b.json"),
-                 "--plot", str(tmp_path / "b.png")]) == 0
+def test_bench_runs_native_serial_and_pipelined_on_an_action_token_checkpoint(capsys, tmp_path):
+    """A checkpoint, so that the pipelined mode's suffix process reads the same weights (by the directory, not the
+    preset's name: bench/action_tokens/packs.py model_source)."""
+    from hybrid_vla_ros.model.checkpoint import save_checkpoint
+    from hybrid_vla_ros.model.load import load_vla
+    save_checkpoint(load_vla(preset="tiny-act"), tmp_path / "act")
+    assert main(["bench", "--checkpoint", str(tmp_path / "act"), "--frames", "4", "--pack", "2",
+                 "--json", str(tmp_path / "b.json"), "--plot", str(tmp_path / "b.png")]) == 0
     table = capsys.readouterr().out
     report = json.loads((tmp_path / "b.json").read_text())
     assert list(report["modes"]) == ["native", "serial", "pipelined"] and report["exact"]
     for name, mode in report["modes"].items():
         assert mode["exact"] and mode["frames_per_s"] > 0 and f"  {name} " in table, name
     assert report["pack"] == 2 and report["partition"] == 2 and (tmp_path / "b.png").stat().st_size > 0
+
+
+def test_bench_refuses_for_an_action_token_model_what_it_would_not_run_in_one_line(capsys):
+    for args in (["--dtype", "bf16"], ["--suffix-dtype", "int8"], ["--pack", ","]):
+        assert main(["bench", "--preset", "tiny-act", *args]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and args[-1] in err, err

@@ -42,6 +42,18 @@ def model_from_args(args, shapes_only: bool = False, dtype=None, lazy: bool | No
                     dtype=dtype or torch.float32, fresh_head=getattr(args, "fresh_head", False))
 
 
+def refuse_placement_for_tokens(args, what: str) -> None:
+    """An action-token model's verify and bench run both sides on the CPU in fp32 (ActionFlow): a placement flag
+    other than that is refused in one line rather than ignored."""
+    from ..errors import ConfigError
+    given = [f"{flag} {value}" for flag, value, default in (("--prefix-device", args.prefix_device, ("auto", "cpu")),
+             ("--dtype", args.dtype, ("fp32",)), ("--suffix-dtype", args.suffix_dtype, (None, "fp32")))
+             if value not in default]
+    if given:
+        raise ConfigError(f"{', '.join(given)}: an action-token model is {what} on the CPU in fp32 (ActionFlow's "
+                          f"packed split against sequential decoding); leave them out")
+
+
 def placement_from_args(args, model):
     import sys
     from ..engine.cpu import default_stage_cores

@@ -58,13 +58,8 @@ def verify_alpamayo(args) -> int:
 def verify_tokens(args) -> int:
     """An action-token model: both sides on the CPU in fp32, in this process (engine/actionflow/verify.py)."""
     from ..engine.actionflow.verify import verify_token_partitions
-    from ..errors import ConfigError
-    given = [f"{flag} {value}" for flag, value, default in (("--prefix-device", args.prefix_device, ("auto", "cpu")),
-             ("--dtype", args.dtype, ("fp32",)), ("--suffix-dtype", args.suffix_dtype, (None, "fp32")))
-             if value not in default]
-    if given:
-        raise ConfigError(f"{', '.join(given)}: an action-token model is verified on the CPU in fp32, both sides in "
-                          f"this process (ActionFlow's packed split against sequential decoding); leave them out")
+    from .common import refuse_placement_for_tokens
+    refuse_placement_for_tokens(args, "verified")
     result = verify_token_partitions(model_from_args(args), frames=args.frames)
     emit(result, args.json, lambda r: [f"{r['preset']} ({r['family']}, {r['num_blocks']} blocks, {r['dtype']}, "
                                        f"action tokens, pack {r['pack']})"] +

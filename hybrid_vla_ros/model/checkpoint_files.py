@@ -5,7 +5,6 @@ and the VLASpec they imply. checkpoint.py builds and reads the model from it."""
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 import json
 from contextlib import contextmanager
@@ -197,11 +196,15 @@ def checkpoint_spec(files: CheckpointFiles) -> VLASpec:
 
 @functools.lru_cache(maxsize=1)
 def _malloc_trim():
-    name = ctypes.util.find_library("c")
+    """glibc's malloc_trim from the C library this process already runs (no search: ctypes.util.find_library
+    starts ldconfig or a compiler), or None."""
     try:
-        return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+        trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
     except OSError:
         return None
+    if trim is not None:
+        trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return trim
 
 
 def release_freed_heap() -> bool:

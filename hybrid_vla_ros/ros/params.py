@@ -125,9 +125,10 @@ PREFIX_PARAMS = _common_model() + [
 SUFFIX_PARAMS = _common_model() + [
     ParamSpec("dtype", "string", "CPU suffix compute dtype (waypoint and action-token models alike); int8: the "
               "blocks' linear layers in int8 (weights per channel, activations per token; smoothed where the "
-              "checkpoint has an int8 calibration), the rest bf16 where the CPU has native bf16, else fp32; auto: the fastest of fp32, bf16 (native bf16 "
-              "only) and int8 (only with a calibration within int8_max_deviation_m) by a start-up probe on the "
-              "worker's cores", choices=("fp32", "bf16", "fp16", "int8", "auto")),
+              "checkpoint has an int8 calibration), the rest bf16 where the CPU has native bf16, else fp32 (an "
+              "Alpamayo release: the rest fp32, and a fixed cut); auto: the fastest of fp32, bf16 (native bf16 only) "
+              "and int8 (only with a calibration within int8_max_deviation_m; never for a release) by a start-up "
+              "probe on the worker's cores", choices=("fp32", "bf16", "fp16", "int8", "auto")),
     ParamSpec("int8_max_deviation_m", "double", "dtype auto takes int8 only where the checkpoint's int8 "
               "calibration (hybrid-vla calibrate) measured a mean trajectory deviation from fp32 of at most this "
               "(metres; every block on the CPU, the worst cut)", 0.0, 10.0),

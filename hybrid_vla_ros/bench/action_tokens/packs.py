@@ -179,15 +179,15 @@ def run_packed_graph(model, pack: int, groups: int, frames: int, partition: int,
     return entry
 
 
-def _suffix_process(conn, preset: str, cores: list[int]) -> None:
+def _suffix_process(conn, source: dict, cores: list[int]) -> None:
     """The suffix side in a process of its own (as the suffix node runs it: no interpreter lock shared with
     the prefix): packed steps in, next tokens out, over a pipe; an empty message ends it, answered with the
-    seconds it worked."""
+    seconds it worked. source: load_vla's preset or checkpoint, the model the parent benches."""
     os.sched_setaffinity(0, set(cores))
     torch.set_num_threads(1)
     from ...engine.actionflow.suffix_server import PackedSuffixServer
     from ...model.load import load_vla
-    server, busy = PackedSuffixServer(load_vla(preset=preset)), 0.0
+    server, busy = PackedSuffixServer(load_vla(**source)), 0.0
     conn.send_bytes(b"ready")
     while payload := conn.recv_bytes():
         t0 = time.perf_counter()
@@ -195,6 +195,12 @@ def _suffix_process(conn, preset: str, cores: list[int]) -> None:
         busy += time.perf_counter() - t0
         conn.send_bytes(tokens)
     conn.send(busy)
+
+
+def model_source(model) -> dict:
+    """load_vla's arguments for the model benched: its checkpoint directory where it was read from one."""
+    files = getattr(model, "checkpoint_files", None)
+    return {"checkpoint": str(files.directory)} if files is not None else {"preset": model.spec.name}
 
 
 def split_processes_run(model, pack: int, partition: int, inputs, seq_fps: float, reference: dict,
@@ -206,7 +212,7 @@ def split_processes_run(model, pack: int, partition: int, inputs, seq_fps: float
     from ...engine.actionflow.prefix_server import PackedPrefixServer
     ctx = multiprocessing.get_context("spawn")
     here, there = ctx.Pipe()
-    child = ctx.Process(target=_suffix_process, args=(there, model.spec.name, report["split"]["suffix_cores"]),
+    child = ctx.Process(target=_suffix_process, args=(there, model_source(model), report["split"]["suffix_cores"]),
                         daemon=True)
     child.start()
     receive = lambda: here.recv_bytes() if here.poll(CHILD_WAIT_S) else _child_failed(child)  # noqa: E731

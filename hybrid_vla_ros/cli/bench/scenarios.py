@@ -98,20 +98,25 @@ def bench_token_modes(args) -> int:
     largest --pack."""
     from ...bench.action_tokens.modes import plot_token_modes, run_token_modes, token_modes_lines
     from ...report import progress_printer
+    from ..common import refuse_placement_for_tokens
+    refuse_placement_for_tokens(args, "benched")
     report = run_token_modes(model_from_args(args), frames=args.frames or MODES_FRAMES, pack=max(packs_of(args)),
                              partition=args.partition, progress=progress_printer("bench"))
     save_report(report, args, plot_token_modes)
     print("\n".join(token_modes_lines(report)))
     print(f"full report: {args.json}" if args.json else "(--json FILE writes the full report)")
-    return 0
+    return 0 if report["exact"] else 1
 
 
 def packs_of(args) -> list[int]:
     from ...errors import ConfigError
     try:
-        return [int(k) for k in args.pack.split(",") if k]
+        packs = [int(k) for k in args.pack.split(",") if k]
     except ValueError as exc:
         raise ConfigError(f"--pack '{args.pack}': expected comma-separated integers, e.g. 1,2,4,8") from exc
+    if not packs or min(packs) < 1:
+        raise ConfigError(f"--pack '{args.pack}': expected one or more frame counts of at least 1, e.g. 1,2,4,8")
+    return packs
 
 
 def bench_actionflow(args) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...errors import ConfigError, expect
 from ...model.inputs import synthetic_frame
 from ...model.vla import VLAModel
 from .packing import ActionFlow
@@ -18,6 +19,7 @@ from .reference import sequential_results
 def verify_token_partitions(model: VLAModel, frames: int = 2, pack: int = 2) -> dict:
     """-> per partition p in 0..L: frames whose tokens differ from sequential decoding's, and the largest
     trajectory difference (inf where a frame's tokens differ, or it failed)."""
+    expect(frames >= 1 and pack >= 1, ConfigError, f"{frames} frame(s), pack {pack}: the check needs at least one of each")
     samples = [synthetic_frame(model.spec, seq) for seq in range(frames)]
     reference = {r.seq: r for r in sequential_results(model, samples)}
     results = []

@@ -6,6 +6,8 @@ import threading
 
 import torch
 
+from .....errors import ConfigError, expect
+
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32}   # int8: read fp32, then quantized
 _WEIGHTS: dict = {}
 _LOCK = threading.Lock()
@@ -63,4 +65,10 @@ def side_model(node, side: str):
     refuse_unserved(node.params, side)
     node.dtype_choice = side_dtype(node.params, side, node.model, node.cores)
     name = node.dtype_choice.dtype
+    # int8 quantizes the suffix's layers from the zone's start; the prefix runs [0, p) in fp32, so with a cut that
+    # moves, the layers between the zone's start and p would change precision with it, and the plan with them
+    expect(name != "int8" or node.zone[0] == node.zone[1], ConfigError,
+           f"dtype=int8: an Alpamayo suffix in int8 needs a fixed cut (dynamic zone [{node.zone[0]}, {node.zone[1]}] "
+           f"lets it move, and the layers it crosses would change precision, so the plan would change with the cut); "
+           f"set dynamic_zone_min = dynamic_zone_max = partition_point (or -1), or dtype fp32 / bf16")
     return with_weights(node.model, side, node.zone, DTYPES[name], int8=name == "int8")
