@@ -63,3 +63,9 @@ def test_bench_refuses_for_an_action_token_model_what_it_would_not_run_in_one_li
         assert main(["bench", "--preset", "tiny-act", *args]) == 2
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and args[-1] in err, err
+
+
+def test_memory_refuses_for_an_action_token_model_a_dtype_its_servers_would_not_read(capsys):
+    assert main(["memory", "--preset", "tiny-act", "--partition", "1", "--dtype", "bf16"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--dtype bf16" in err and "fp32" in err, err

@@ -45,6 +45,10 @@ def stage_in_this_process(stage: str, checkpoint: str | None, preset: str | None
         return release_stage_in_this_process(stage, checkpoint, partition, zone, dtype)
     placement = Placement.create(device, dtype, dtype)
     shapes = load_vla(preset=preset, checkpoint=checkpoint, shapes_only=True).to(placement.prefix_dtype)
+    given = f"--dtype {dtype}" if dtype != "fp32" else f"--prefix-device {device}"
+    expect(shapes.kind == "waypoints" or (dtype == "fp32" and device in ("auto", "cpu")), ConfigError,
+           f"{given}: an action-token model's sides are measured as the ActionFlow servers read them, on the CPU "
+           f"in fp32")
     imports_rss = psutil.Process().memory_info().rss  # code and a weightless (meta) model: the lazy imports done
     model = load_vla(preset=preset, checkpoint=checkpoint, lazy=True)   # the stage reads (draws) its own side
     modules, zone = built_side(model, stage, partition, placement, zone)
