@@ -163,14 +163,17 @@ def test_every_repository_path_the_front_page_and_its_docs_name_exists():
 
 
 def test_every_test_the_feature_table_names_exists_and_its_count_matches_the_table():
-    """docs/INTERFACES.md, "Every feature for every model": each `file::test` it cites is a test of that file (a
-    name cut short with `...` matches its start), and the summary line counts the table's cells."""
+    """docs/INTERFACES.md, "Every feature for every model": each `file::test` it cites is a test of that file, and
+    each `::test` one of the file named last before it (a name cut short with `...` matches its start); the
+    summary line counts the table's cells."""
     text = (ROOT / "docs" / "INTERFACES.md").read_text()
     section = text[text.index("## Every feature for every model"):]
     section = section[:section.index("\n## ", 3)]
-    missing = []
-    for file, name, cut in re.findall(r"`(test_[a-z0-9_]+\.py)::(test_[a-z0-9_]*[a-z0-9])(_\.\.\.)?", section):
-        source = ROOT / "test" / file
+    missing, file = [], None
+    # `file::test`, or `::test` of the file named last before it
+    for named, name, cut in re.findall(r"`(test_[a-z0-9_]+\.py)?::(test_[a-z0-9_]*[a-z0-9])(_\.\.\.)?", section):
+        file = named or file
+        source = ROOT / "test" / (file or "?")
         if not source.exists() or not re.search(rf"def {name}{'' if cut else '[(]'}", source.read_text()):
             missing.append(f"{file}::{name}")
     assert not missing, missing
