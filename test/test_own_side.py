@@ -71,6 +71,9 @@ def test_memory_holds_each_stage_within_15_percent_of_its_side(preset, tmp_path)
     assert out.returncode == 0, out.stderr
     shapes = load_vla(checkpoint=str(tmp_path / "wide"), shapes_only=True)
     for stage, report in json.loads((tmp_path / "memory.json").read_text())["stages"].items():
+        peak = report["peak_weights_rss_bytes"] / report["weight_bytes"]
+        print(f"{preset} {stage}: {report['weight_bytes'] / 2**20:.1f} MiB, resident "   # docs/BENCHMARKS.md
+              f"{report['weights_rss_over_weight_bytes']:.2f}x, peak {peak:.2f}x")
         assert report["within_target"] and report["peak_within_target"], (stage, report)
         if shapes.kind == "tokens":
             assert 0 < report["tensors_read"] < len(shapes.checkpoint_files.weight_map), (stage, report)
