@@ -44,7 +44,7 @@ def wait_until(predicate, spin, timeout_s=20.0):
 
 
 class Harness:
-    def __init__(self, overrides=None, activate_scheduler=False):
+    def __init__(self, overrides=None, activate_scheduler=False, cameras=None):
         import rclpy
         from diagnostic_msgs.msg import DiagnosticStatus
         from rclpy.node import Node
@@ -61,7 +61,8 @@ class Harness:
         self.params = merged
         self.spec = get_preset(merged["hybrid_vla_prefix"]["model.preset"])
         self.node = Node("test_driver", context=self.context)
-        self.cameras = merged["hybrid_vla_prefix"]["camera_topics"]   # the prefix's, in its order
+        self.cameras = cameras or CAMERAS   # raw Image topics this driver publishes (a test of compressed topics
+                                            # publishes its own; route_harness.py: the model's own camera count)
         self.image_pubs = [self.node.create_publisher(Image, topic, 10) for topic in self.cameras]
         self.boundary_pub = self.node.create_publisher(UInt8MultiArray, BOUNDARY_TOPIC, BOUNDARY_QOS)
         self.infos, self.paths, self.frame_infos = [], [], []

@@ -55,7 +55,8 @@ class RouteDrive:
         from hybrid_vla_ros.ros.nodes.diagnostics import EndpointReports
         from hybrid_vla_ros.ros.topics import KINEMATIC_TOPIC
         self.ids = write_intersection_map(tmp_path / "intersection.osm")
-        self.h = Harness(route_overrides(preset, tmp_path / "intersection.osm", overrides), activate_scheduler)
+        params = route_overrides(preset, tmp_path / "intersection.osm", overrides)
+        self.h = Harness(params, activate_scheduler, cameras=params["hybrid_vla_prefix"]["camera_topics"])
         try:
             self.preset, self.stamps = preset, []
             self.odom = self.h.node.create_publisher(Odometry, KINEMATIC_TOPIC, 200)
