@@ -17,6 +17,8 @@ PYEOF
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 timeout 60 "$PY" -m hybrid_vla_ros.cli verify --preset tiny --prefix-device cuda --tolerance 1e-4 --json > "$OUT/verify_tiny_cuda.json"
 timeout 60 "$PY" -m hybrid_vla_ros.cli verify --preset tiny-llava --prefix-device cuda --tolerance 1e-4 --json > "$OUT/verify_tiny_llava_cuda.json"
+# an Alpamayo release's prefix on the GPU (fp32 / bf16 / fp16) beside a CPU suffix, in the graph
+timeout 240 "$PY" -m pytest -q -rs -s test/test_alpamayo_gpu.py | tee "$OUT/alpamayo_gpu.txt"
 # the trained driving model with its prefix on the GPU: ADE vs native (CPU, fp32) and the largest difference
 timeout 200 "$PY" -m hybrid_vla_ros.cli eval --checkpoint builtin:drive --drives 10 --seed 0 --prefix-device cuda \
   --json "$OUT/eval_drive_cuda.json" > "$OUT/eval_drive_cuda.txt"

@@ -194,7 +194,9 @@ def test_each_node_takes_its_dtype_for_a_release_and_refuses_the_rest_with_the_r
     assert side_dtype({"dtype": "int8"}, "suffix", model, None).dtype == "int8"
     for params, side, named in (({"dtype": "int8", "device": "cpu"}, "prefix", "dtype=int8"),
                                 ({"dtype": "fp16"}, "suffix", "fp16"),
-                                ({"dtype": "fp32", "device": "cuda"}, "prefix", "device=cuda"),
+                                ({"dtype": "fp16", "device": "cpu"}, "prefix", "fp16 on a GPU only"),
+                                *([({"dtype": "fp32", "device": "cuda"}, "prefix", "prefix device 'cuda'")]
+                                  if not torch.cuda.is_available() else []),
                                 ({"dtype": "auto", "device": "cpu"}, "prefix", "dtype=auto")):
         with pytest.raises(ConfigError, match=named):
             side_dtype(params, side, model, None)

@@ -59,10 +59,11 @@ class ExpertSpan:
     """One cache as the expert sees it (expert.py ExpertContext's positions and mask): the action tokens at
     text positions offset + j, cached tokens from `offset` on hidden, the action tokens non-causal."""
 
-    def __init__(self, cache, length: int, offset: int, rope_delta: int, n: int, dtype: torch.dtype):
+    def __init__(self, cache, length: int, offset: int, rope_delta: int, n: int, dtype: torch.dtype,
+                 device: torch.device | None = None):
         self.cache, self.length = cache, length
-        self.positions = expert_positions(offset, rope_delta, n)                           # (3, 1, n)
-        self.mask = expert_mask(length, offset, n, dtype)                                  # (1, 1, n, length + n)
+        self.positions = expert_positions(offset, rope_delta, n).to(device)               # (3, 1, n)
+        self.mask = expert_mask(length, offset, n, dtype).to(device)                      # (1, 1, n, length + n)
 
 
 def run_expert_blocks(expert, first: int, count: int, hidden: torch.Tensor, span: ExpertSpan) -> torch.Tensor:
@@ -93,14 +94,16 @@ class Stream:
         self.cache, self.prompt_len, self.rope_delta, self.length = cache, prompt_len, rope_delta, prompt_len
 
 
-def expert_spans(streams: dict, tokens: int, n: int, dtype: torch.dtype) -> list[ExpertSpan]:
+def expert_spans(streams: dict, tokens: int, n: int, dtype: torch.dtype,
+                 device: torch.device | None = None) -> list[ExpertSpan]:
     """The guided cache's span (offset: right after the `tokens` sampled), then 1.5's route-free one when
-    present (the same offset past its own, shorter prompt), as reference.py builds their ExpertContexts."""
+    present (the same offset past its own, shorter prompt), as reference.py builds their ExpertContexts; their
+    positions and masks on `device` (the side's; None: where they are made, the CPU)."""
     guided = streams[0]
     offset = guided.prompt_len + tokens
-    spans = [ExpertSpan(guided.cache, guided.length, offset, guided.rope_delta, n, dtype)]
+    spans = [ExpertSpan(guided.cache, guided.length, offset, guided.rope_delta, n, dtype, device)]
     if 1 in streams:
         free = streams[1]
         spans.append(ExpertSpan(free.cache, free.length, offset - guided.prompt_len + free.prompt_len,
-                                free.rope_delta, n, dtype))
+                                free.rope_delta, n, dtype, device))
     return spans

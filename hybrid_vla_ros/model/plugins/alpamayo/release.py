@@ -57,9 +57,11 @@ def _set(model: nn.Module, name: str, tensor: torch.Tensor, parameter: bool) -> 
         owner._buffers[leaf] = tensor
 
 
-def read_more(model: AlpamayoModel, reads, dtype: torch.dtype = torch.float32) -> int:
+def read_more(model: AlpamayoModel, reads, dtype: torch.dtype = torch.float32, device=None) -> int:
     """Read the parameters reads(name) selects that are still on the meta device, in `dtype`, and the saved
-    buffers not read yet, as stored (the action space's statistics stay fp32). -> parameters read."""
+    buffers not read yet, as stored (the action space's statistics stay fp32). device (a GPU prefix): each tensor
+    moved there as it is read, and every buffer with it (rotary tables, Fourier frequencies); never the module
+    (the other side's parameters stay on the meta device). -> parameters read."""
     weight_map = model.weight_map
     entries = [(n, p, True) for n, p in model.named_parameters() if p.is_meta and reads(n)]
     done = getattr(model, "buffers_read", False)
@@ -68,9 +70,13 @@ def read_more(model: AlpamayoModel, reads, dtype: torch.dtype = torch.float32) -
         path = weight_map[name]
         with _opened(path) as handle:
             wanted = dtype if parameter else current.dtype
-            _set(model, name, read_tensor(handle, path, name, current, wanted), parameter)
+            _set(model, name, read_tensor(handle, path, name, current, wanted).to(device), parameter)
         release_freed_heap()   # the read's temporaries given back before the next (model/checkpoint_files.py)
     model.buffers_read = True
+    if device is not None:
+        for name, buffer in list(model.named_buffers()):
+            if not buffer.is_meta and buffer.device != torch.device(device):
+                _set(model, name, buffer.to(device), False)
     return sum(parameter for *_, parameter in entries)
 
 

@@ -112,7 +112,7 @@ class AlpamayoPrefixStage(Side):
                                   stamp_of=event_stamp, pending=lambda: len(self.server.inbox)).start()
         node.get_logger().info(
             f"prefix: {model.config.release} ({model.num_blocks} blocks), partition {self.server.partition}, "
-            f"dtype {node.dtype_choice.dtype}, "
+            f"dtype {node.dtype_choice.dtype} on {model.vlm.model.language_model.embed_tokens.weight.device}, "
             f"cameras {p['camera_topics']} (resized into {self.pixels or 'no budget: as they come'} pixels), "
             f"sampling {s.sampling}, flow {s.flow}, guidance {s.guidance}, up to {p['max_in_flight']} frames open")
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from .....engine.chunking import parse_chunks
 from .....engine.decode.policy import DecodePolicy
 from .....engine.dtype_choice import DtypeChoice, choose_suffix_dtype
@@ -49,12 +51,16 @@ def side_dtype(params, side: str, model, cores) -> DtypeChoice:
     """The dtype a release's side is read and run in: fp32 or bf16 on the CPU. The prefix's `dtype`; the suffix's
     `dtype`, where auto is engine/dtype_choice.py's probe on the release's block shapes (bf16 only where native
     and measured faster), or int8 on the suffix (its layers' linears: engine/expert_split/int8.py). Each side may
-    differ: a side converts what arrives to its own dtype. Refused with the reason: fp16 (no CPU path for a
-    release), int8 on the prefix or where this torch has no int8 kernel, a GPU prefix (not in this version)."""
+    differ: a side converts what arrives to its own dtype. The prefix may run on a GPU (`device`: prefix_device),
+    there in fp32, bf16 or fp16. Refused with the reason: fp16 on the CPU (no native path), int8 on the prefix or
+    where this torch has no int8 kernel, cuda where torch has none."""
     name = params["dtype"]
     if side == "prefix":
-        expect(params["device"] in ("auto", "cpu"), ConfigError,
-               f"device={params['device']}: an Alpamayo release's prefix runs on the CPU in this version; set cpu")
+        device = prefix_device(params)   # ConfigError: cuda where there is none
+        expect(name != "fp16" or device.type == "cuda", ConfigError,
+               f"dtype=fp16: an Alpamayo prefix runs fp16 on a GPU only (device: cuda); on the CPU fp32 or bf16")
+        if name == "fp16":
+            return DtypeChoice(name, "set by the dtype parameter (a GPU prefix)")
     elif name == "auto":
         text = model.config.vlm.text_config
         return choose_suffix_dtype(text.hidden_size, text.intermediate_size, cores)
@@ -66,6 +72,14 @@ def side_dtype(params, side: str, model, cores) -> DtypeChoice:
            f"dtype={name}: an Alpamayo release's {side} runs fp32 or bf16 on the CPU (int8 too, on the suffix; "
            f"auto, on the suffix)")
     return DtypeChoice(name, "set by the dtype parameter")
+
+
+def prefix_device(params) -> torch.device:
+    """The prefix's `device`: cpu or cuda[:i] (refused where torch has no CUDA); auto is the CPU for a release, so
+    that a machine with a GPU runs what was asked for rather than what it happens to have."""
+    from .....engine.placement import resolve_prefix_device
+    name = params["device"]
+    return torch.device("cpu") if name == "auto" else resolve_prefix_device(name)
 
 
 def refuse_unserved(params, side: str) -> None:

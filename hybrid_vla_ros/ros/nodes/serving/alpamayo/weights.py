@@ -8,37 +8,42 @@ import torch
 
 from .....errors import ConfigError, expect
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32}   # int8: read fp32, then quantized
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
+          "int8": torch.float32}   # int8: read fp32, then quantized; fp16: a GPU prefix only (settings.py)
+CPU = torch.device("cpu")
 _WEIGHTS: dict = {}
 _LOCK = threading.Lock()
 
 
-def with_weights(model, side: str, zone, dtype=torch.float32, int8: bool = False):
+def with_weights(model, side: str, zone, dtype=torch.float32, int8: bool = False, device=CPU):
     """The release with the tensors of this node's side read (engine/expert_split/sides.py: a prefix never reads
     lm_head or the blocks past the zone, a suffix never the vision tower): one model per directory per process,
     so a prefix and a suffix in one process share it, each side's tensors read once. (The node's shared model is
     read shapes-only; one per dtype.) An Alpamayo preset (model/plugins/alpamayo/tiny.py) is built whole: the
     node's own model in fp32, else once per dtype. int8 (a suffix): a model of its own, read in fp32, its layers
-    from the zone's start quantized (engine/expert_split/int8.py)."""
+    from the zone's start quantized (engine/expert_split/int8.py). device (a GPU prefix): a model per device too,
+    its side read onto it."""
     if int8:
         return _int8_suffix(model, zone)
     from .....engine.expert_split.sides import side_reads
     from .....model.plugins.alpamayo import load_release
     from .....model.plugins.alpamayo.release import read_more
     from .....model.plugins.alpamayo.tiny import build_preset
+    device = torch.device(device)
     if model.checkpoint_directory is None:
-        if dtype == torch.float32:
+        if dtype == torch.float32 and device == CPU:
             return model
         with _LOCK:
-            if (model.preset_name, dtype) not in _WEIGHTS:
-                _WEIGHTS[model.preset_name, dtype] = build_preset(model.preset_name, dtype)
-            return _WEIGHTS[model.preset_name, dtype]
-    key = (str(model.checkpoint_directory), dtype)
+            key = (model.preset_name, dtype, device)
+            if key not in _WEIGHTS:
+                _WEIGHTS[key] = build_preset(model.preset_name, dtype).to(device)
+            return _WEIGHTS[key]
+    key = (str(model.checkpoint_directory), dtype, device)
     with _LOCK:
         if key not in _WEIGHTS:
             _WEIGHTS[key] = load_release(key[0], dtype=dtype, shapes_only=True)
         release = _WEIGHTS[key]
-        read_more(release, side_reads(release, side, zone), dtype)
+        read_more(release, side_reads(release, side, zone), dtype, None if device == CPU else device)
         return release
 
 
@@ -61,7 +66,7 @@ def _int8_suffix(model, zone):
 def side_model(node, side: str):
     """The node's release for `side`, refused at configure for what Alpamayo's sides do not do (chunks, warm
     standby, a NUMA node), in the side's dtype (node.dtype_choice: settings.side_dtype)."""
-    from .settings import refuse_unserved, side_dtype
+    from .settings import prefix_device, refuse_unserved, side_dtype
     refuse_unserved(node.params, side)
     node.dtype_choice = side_dtype(node.params, side, node.model, node.cores)
     name = node.dtype_choice.dtype
@@ -71,4 +76,8 @@ def side_model(node, side: str):
            f"dtype=int8: an Alpamayo suffix in int8 needs a fixed cut (dynamic zone [{node.zone[0]}, {node.zone[1]}] "
            f"lets it move, and the layers it crosses would change precision, so the plan would change with the cut); "
            f"set dynamic_zone_min = dynamic_zone_max = partition_point (or -1), or dtype fp32 / bf16")
-    return with_weights(node.model, side, node.zone, DTYPES[name], int8=name == "int8")
+    device = prefix_device(node.params) if side == "prefix" else CPU
+    if device.type == "cuda":   # fp32 on the GPU means fp32: TF32 off (engine/placement.py exact_fp32)
+        from .....engine.placement import Placement
+        Placement(prefix_device=device, prefix_dtype=DTYPES[name]).exact_fp32()
+    return with_weights(node.model, side, node.zone, DTYPES[name], int8=name == "int8", device=device)
