@@ -191,7 +191,9 @@ def test_latest_policy_keeps_the_newest_waiting_frame(models):
     model = models["tiny-act"]
     prefix = PackedPrefixServer(model, 1, 1, 2, policy="latest")
     a, b, c = frames_of(model, 3)
-    assert prefix.submit(a) is None and prefix.submit(b) is a and prefix.submit(c) is b
+    assert prefix.submit(a) == (None, "") and prefix.submit(b) == (a, "full") and prefix.submit(c) == (b, "full")
+    prefix.close()
+    assert prefix.submit(a) == (a, "shutdown")   # after close: this one, said why (the node counts it shutdown)
 
 
 def test_parameters_are_validated_with_a_reason(models):

@@ -2,8 +2,8 @@
 when the model decodes its action as tokens (engine/actionflow/packing.py).
 
 PackedPrefixServer (the prefix node): frames in; each packed step out as bytes (engine/actionflow/codec.py); the
-suffix's next tokens back as bytes. `groups` independent groups of up to `pack` frames share one prefix-side
-KV ring (slots = groups x pack). A group's next step needs its previous step's tokens, so one group leaves
+suffix's next tokens back as bytes, on the one serving loop (engine/serve/: the Packed policy). `groups` independent
+groups of up to `pack` frames share one prefix-side KV ring (slots = groups x pack). A group's next step needs its previous step's tokens, so one group leaves
 one side idle every step; with two, the prefix runs group b's step while the suffix runs group a's. A step
 whose tokens do not come back within `token_timeout_s` fails its frames (slots freed; the others go on);
 AUTO (-1) derives it from the measured token round trips (engine/pipeline/limits.py: a real-size CPU suffix
@@ -17,9 +17,7 @@ Its counterpart in the suffix node is engine/actionflow/suffix_server.py.
 from __future__ import annotations
 
 import secrets
-import threading
 import time
-from collections import deque
 from dataclasses import dataclass
 
 import torch
@@ -34,8 +32,9 @@ from ..decode.decoder import TokenDecoder
 from ..decode.policy import DecodePolicy
 from ..pipeline.limits import AUTO, TOKEN_FIRST_S, TOKEN_TIMEOUT, Limit, Recent, resolve
 from ..scheduling.partition import check_partition
+from ..serve.loop import Flight, ServeLoop
+from ..serve.policy import Packed
 
-POLL_S = 0.05
 GRACE_S = 0.25  # after a step's deadline, for answers sent before it to arrive (DDS: milliseconds)
 MAX_GROUPS = 8
 MAX_SLOTS = 256
@@ -57,6 +56,14 @@ class SentStep:
     @property
     def prefill(self) -> bool:
         return self.prefill_seq is not None
+
+
+class AwaitedStep(Flight):
+    """A packed step sent, awaiting its tokens: its group, its state, the timeout it was sent with."""
+
+    def __init__(self, step: int, group: int, state: PackedState, limit_s: float):
+        super().__init__(step, limit_s + max(GRACE_S, 0.25 * limit_s))
+        self.group, self.state, self.limit_s = group, state, limit_s
 
 
 @dataclass
@@ -84,7 +91,7 @@ class PackedPrefixServer:
                f"token_timeout_s={token_timeout_s!r}: expected > 0 (seconds) or {AUTO:g} (auto)")
         self.model, self.pack, self.slots = model, pack, pack * groups
         self.tokens = TokenDecoder(model, decode)
-        self.policy, self.capacity = policy, (1 if policy == "latest" else capacity)
+        self.capacity = 1 if policy == "latest" else capacity
         self.token_timeout_s = token_timeout_s
         self.round_trips = Recent()   # seconds from a step sent to its tokens back
         self.zone = zone or (0, model.num_blocks)
@@ -93,19 +100,21 @@ class PackedPrefixServer:
         side = self._side(check_partition(partition, model.num_blocks, "packed prefix partition"))
         self.groups = [ActionFlow(model, pack, prefix_side=side, with_suffix=False, prepare=prepare, decode=decode)
                        for _ in range(groups)]
-        self.cond = threading.Condition()
-        self.inbox: deque[Frame] = deque()
-        self.arrived: deque[tuple[int, dict[int, int], float]] = deque()  # (step, tokens, when) from the suffix
-        # step -> (group, state, deadline, sent at, its timeout in s)
-        self.awaiting: dict[int, tuple[int, PackedState, float, float, float]] = {}
+        self.loop = ServeLoop(self.capacity)   # frames waiting; steps awaiting tokens (AwaitedStep, by step id)
+        self.policy = Packed(self.groups, pack, admitting=lambda: self.pending_partition is None)
+        self.cond, self.inbox, self.awaiting = self.loop.cond, self.loop.inbox, self.loop.flights
         self.lost: list[Lost] = []
         self.completed: list[ActionResult] = []
         self.pending_partition: int | None = None
-        self.step_no, self.turn, self.closed = 0, 0, False
+        self.step_no = 0
         # Step ids on the wire start at a random base per server (a reconfigure or a respawn makes a new one):
         # a late answer to a step of an earlier run never matches a step of this one.
         self.run_base = secrets.randbits(62) << 1
-        self.stale_tokens = 0   # token messages for steps no longer awaited (timed out, repeated)
+
+    @property
+    def stale_tokens(self) -> int:
+        """Token messages for steps no longer awaited (timed out, repeated, of an earlier run)."""
+        return self.loop.stale
 
     def _side(self, partition: int) -> PackedSide:
         return PackedSide(self.model, 0, partition, self.slots, self.tokens.slot_tokens, self.weights, self.tokens)
@@ -130,20 +139,15 @@ class PackedPrefixServer:
         return sum(len(g.flight) for g in self.groups)
 
     # ---- other threads: frames, tokens, partition requests -----------------------------------------------
-    def submit(self, frame: Frame) -> Frame | None:
-        """-> the frame this one displaced or pushed out (latest: the one waiting; lossless: the oldest)."""
-        with self.cond:
-            dropped = self.inbox.popleft() if len(self.inbox) >= self.capacity else None
-            self.inbox.append(frame)
-            self.cond.notify_all()
-        return dropped
+    def submit(self, frame: Frame) -> tuple[Frame | None, str]:
+        """-> (the frame lost, why): the one this displaced or pushed out when the inbox was full ("full"; latest: the
+        one waiting; lossless: the oldest), this one after close ("shutdown"), (None, "") when none was."""
+        return self.loop.submit(frame)
 
     def tokens_in(self, payload) -> None:
         """The suffix's answer to a step (bytes); an InputError when it is damaged."""
         tokens, step = decode_tokens(payload)
-        with self.cond:
-            self.arrived.append((step, tokens, time.monotonic()))
-            self.cond.notify_all()
+        self.loop.deliver(step, (tokens, time.monotonic()))
 
     def request_partition(self, partition: int) -> None:
         """Applied at the next drain (no frame in flight)."""
@@ -158,11 +162,10 @@ class PackedPrefixServer:
 
     def close(self) -> None:
         """Stop serving; every frame still waiting or in flight is lost as `shutdown` (take_lost says which)."""
+        waiting = self.loop.close()
         with self.cond:
-            self.closed = True
-            left = list(self.inbox) + [f for g in self.groups for f in g.waiting] + \
+            left = waiting + [f for g in self.groups for f in g.waiting] + \
                 [e.frame for g in self.groups for e in g.flight.values()]
-            self.inbox.clear()
             self.lost += [Lost("shutdown", f"frame {f.seq}: the packed prefix closed", f.stamp_ns) for f in left]
             self.cond.notify_all()
 
@@ -179,27 +182,32 @@ class PackedPrefixServer:
     # ---- the prefix worker's thread ----------------------------------------------------------------------
     def next_group(self, wait_s: float | None = None) -> int | None:
         """Blocks until a group can step, -> its index; None once closed or after wait_s (None: no limit).
-        Arrived tokens are applied and late ones expired on the way, and a waiting partition change is made
-        once nothing is in flight."""
-        end = None if wait_s is None else time.monotonic() + wait_s
-        with self.cond:
-            while not self.closed:
-                self._apply_tokens()
-                self._expire(time.monotonic())
-                self._repartition()
-                group = self._ready_group()
-                if group is not None:
-                    return group
-                if end is not None and time.monotonic() >= end:
-                    return None
-                self.cond.wait(POLL_S if end is None else max(0.0, min(POLL_S, end - time.monotonic())))
-        return None
+        Arrived tokens are applied and late steps failed on the way (the loop's events, oldest first), and a
+        waiting partition change is made once nothing is in flight."""
+        event = self.loop.next_event(self._choose, wait_s)
+        return None if event is None else event[1]
+
+    def _choose(self, loop: ServeLoop, now: float):
+        """Under the loop's lock: every answer and late step settled, then the Packed policy's group to step."""
+        while True:
+            self._repartition()
+            event = self.policy.choose(loop, now)
+            if event is None or event[0] == "step":
+                return event
+            kind, flight, answer = event
+            loop.settle(flight)
+            if kind == "answer":
+                self._apply_tokens(flight, *answer)
+            else:
+                self._fail_step(flight.group, flight.state, "token_feedback_timeout",
+                                f"no action tokens for step {flight.key} within {flight.limit_s:g} s "
+                                f"(is the suffix running and publishing ~/output/action_tokens?)")
 
     @property
     def idle(self) -> bool:
         """Nothing waiting, in flight or awaited."""
         with self.cond:
-            return not (self.inbox or self.awaiting or self.arrived or any(g.busy for g in self.groups))
+            return not (self.inbox or self.awaiting or any(g.busy for g in self.groups))
 
     def step(self, index: int) -> SentStep | None:
         """Group `index`'s packed step through blocks [0, p), as bytes for the suffix (None: nothing to run)."""
@@ -216,9 +224,8 @@ class PackedPrefixServer:
             step = self.run_base + self.step_no
             # one authority per frame: a suffix done after the deadline answers nothing and drops the step's
             # frames; this side gives them up (and counts them) only a grace later, when any answer sent
-            # before the deadline has arrived
-            now = time.monotonic()
-            self.awaiting[step] = (index, state, now + limit_s + max(GRACE_S, 0.25 * limit_s), now, limit_s)
+            # before the deadline has arrived (AwaitedStep's deadline)
+            self.loop.open(AwaitedStep(step, index, state, limit_s))
         prefix_ms = (time.perf_counter() - t0) * 1e3
         deadline_ns = time.time_ns() + int(limit_s * 1e9)
         payload = encode_state(state, group.partition, step, self.slots, deadline_ns)
@@ -227,37 +234,13 @@ class PackedPrefixServer:
                         prefill.seq if prefill else None, group.partition, prefix_ms,
                         prefill.stamp_ns if prefill else max(s.stamp_ns for s in state.segments))
 
-    def _ready_group(self) -> int | None:
-        """Round robin over groups not waiting for tokens: one with frames in flight, or one that can admit
-        the oldest frame of the inbox (not while a partition change waits for the drain)."""
-        busy = {entry[0] for entry in self.awaiting.values()}
-        for k in range(len(self.groups)):
-            index = (self.turn + k) % len(self.groups)
-            group = self.groups[index]
-            if index in busy:
-                continue
-            if self.inbox and self.pending_partition is None and len(group.flight) + len(group.waiting) < self.pack:
-                group.submit(self.inbox.popleft())
-            if group.busy:
-                self.turn = index + 1
-                return index
-        return None
-
-    def _apply_tokens(self) -> None:
-        while self.arrived:
-            step, tokens, when = self.arrived.popleft()
-            waiting = self.awaiting.pop(step, None)
-            if waiting is None:
-                self.stale_tokens += 1
-                continue
-            index, state, _, sent_at, _ = waiting
-            self.round_trips.add(when - sent_at)
-            problem = self._check_tokens(state, tokens)
-            if problem:
-                self._fail_step(index, state, "invalid_tokens", f"step {step}: {problem}")
-                continue
-            group = self.groups[index]
-            self.completed += group.finish(state, tokens)
+    def _apply_tokens(self, flight: AwaitedStep, tokens: dict[int, int], when: float) -> None:
+        self.round_trips.add(when - flight.sent_at)
+        problem = self._check_tokens(flight.state, tokens)
+        if problem:
+            self._fail_step(flight.group, flight.state, "invalid_tokens", f"step {flight.key}: {problem}")
+            return
+        self.completed += self.groups[flight.group].finish(flight.state, tokens)
 
     def _check_tokens(self, state: PackedState, tokens: dict[int, int]) -> str:
         expected = {s.seq for s in state.segments}
@@ -267,14 +250,6 @@ class PackedPrefixServer:
         bad = {seq: t for seq, t in tokens.items() if not vocab.in_vocabulary(t)}
         return f"tokens {bad} outside the {vocab.label} [{vocab.base}, " \
                f"{vocab.base + vocab.size})" if bad else ""
-
-    def _expire(self, now: float) -> None:
-        for step, (index, state, deadline, _, limit_s) in list(self.awaiting.items()):
-            if now > deadline:
-                del self.awaiting[step]
-                self._fail_step(index, state, "token_feedback_timeout",
-                                f"no action tokens for step {step} within {limit_s:g} s "
-                                f"(is the suffix running and publishing ~/output/action_tokens?)")
 
     def _fail_step(self, index: int, state: PackedState, reason: str, message: str) -> None:
         group = self.groups[index]

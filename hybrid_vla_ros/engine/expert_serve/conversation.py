@@ -1,14 +1,15 @@
 """One split Alpamayo frame in flight at the prefix (ROS-free): its messages out (OutgoingFrame: numbered, timed,
 the first with the frame's settings), its exchange as a generator of the answers it awaits, the answers as they came,
-the deadline of the one awaited, and its outcome once over (Conversation). prefix_server.py keeps them open."""
+the deadline of the one awaited, and its outcome once over (Conversation: a flight of the one serving loop,
+engine/serve/loop.py, keyed by the frame's run and seq). prefix_server.py keeps them open."""
 
 from __future__ import annotations
 
 import time
-from collections import deque
 from dataclasses import dataclass, field
 
 from ...errors import HybridVLAError, InputError, expect
+from ..serve.loop import Flight
 from .envelope import ABORT, CROSSING, REFUSED, Back, FrameSettings, Forward, Tag, encode_forward
 
 
@@ -54,24 +55,23 @@ class OutgoingFrame:
         self.index += 1
 
 
-class Conversation:
+class Conversation(Flight):
     """One frame in flight at the prefix: its exchange (a generator of awaited answer kinds), its answers as they
-    came, the deadline of the one awaited, and its outcome once over."""
+    came (Flight.answers), the deadline of the one awaited, and its outcome once over. Answers are due (`due`) once
+    its prompt went out."""
 
     def __init__(self, frame: OutgoingFrame, timeout_s: float):
-        self.frame, self.timeout_s = frame, timeout_s
-        self.answers: deque[Back] = deque()
+        super().__init__((frame.tag.run, frame.tag.seq), timeout_s, due=False)
+        self.frame = frame
         self.awaiting: type | None = None
         self.outcome: PrefixOutcome | None = None
-        self.deadline = time.monotonic() + timeout_s
-        self.started = False   # its prompt went out: answers are due
         self.context = None    # the caller's own (the node's frame it came from)
         self._exchange = None
 
     def start(self, exchange) -> None:
         self._exchange = exchange
         self.awaiting = next(exchange)   # the prefill goes out
-        self.deadline, self.started = time.monotonic() + self.timeout_s, True
+        self.renew()
 
     def take(self, back: Back) -> None:
         """The awaited answer: refused, out of turn or of the wrong kind -> FrameLost / InputError."""
@@ -86,4 +86,4 @@ class Conversation:
             self.awaiting = self._exchange.send(back.state)
         except StopIteration:
             self.awaiting = None
-        self.deadline = time.monotonic() + self.timeout_s
+        self.renew()

@@ -5,7 +5,8 @@ state is out. The prefix node's engine for an Alpamayo release; its counterpart 
 
 `serve` runs a whole frame on the caller's thread (the node's worker) and waits for each answer, which another
 thread hands in through `answer`; `begin` and `step` let a caller keep several frames open at once (each answer
-goes to its own frame, by run and seq: a Conversation). The prefix decides what the frame runs by (the cut, the
+goes to its own frame, by run and seq: a Conversation), on the one serving loop (engine/serve/: the OnePerForward
+policy, `max_open` frames in flight). The prefix decides what the frame runs by (the cut, the
 frame's seed, the sampling, the flow and the guidance: envelope.FrameSettings) and sends it with the frame's first
 message; the suffix follows it. Once its last expert state is out the prefix is done with the frame (the suffix
 finishes the last step and the trajectory while the prefix may already prefill the next frame).
@@ -19,10 +20,8 @@ the suffix refuses (its answer REFUSED) is counted there, not here.
 from __future__ import annotations
 
 import secrets
-import threading
 import time
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -36,6 +35,8 @@ from .conversation import Conversation, FrameLost, OutgoingFrame, PrefixOutcome
 from .envelope import ABORT, Back, FrameSettings, Tag, decode_back
 from ..expert_split.prefix import PrefixSide
 from ..expert_split.runner import Cut
+from ..serve.loop import ServeLoop
+from ..serve.policy import OnePerForward
 
 DEFAULT_TIMEOUT_S = 60.0
 MAX_STEPS = 1000
@@ -74,15 +75,22 @@ class AlpamayoPrefixServer(Cut):
         expect(timeout_s > 0, ConfigError, f"timeout_s={timeout_s!r}: expected > 0 seconds")
         expect(max_open >= 1 and capacity >= 1, ConfigError,
                f"max_open={max_open!r}, capacity={capacity!r}: expected at least 1 each")
-        self.max_open, self.capacity, self.keep_newest, self.inbox = max_open, capacity, keep_newest, deque()
+        self.max_open, self.policy = max_open, OnePerForward(max_open)
+        self.loop = ServeLoop(capacity, keep_newest)   # frames waiting; frames in flight (Conversation, by run, seq)
+        self.cond, self.inbox, self.open = self.loop.cond, self.loop.inbox, self.loop.flights
         self.model, self.sampling, self.flow, self.guidance = model, sampling, flow, guidance
         self.seed, self.timeout_s = seed, timeout_s
         self.partition = partition
         self.run = secrets.randbits(63)
-        self.cond = threading.Condition()
-        self.open: dict[tuple[int, int], Conversation] = {}   # (run, seq) -> a frame in flight
-        self.stale_answers = 0           # answers for no frame in flight (late, or of an earlier run)
-        self.closed = False
+
+    @property
+    def stale_answers(self) -> int:
+        """Answers for no frame in flight (late, or of an earlier run)."""
+        return self.loop.stale
+
+    @property
+    def closed(self) -> bool:
+        return self.loop.closed
 
     def set_partition(self, value: int) -> None:
         """Taken at the next frame (a frame runs at the cut it started with, on both sides)."""
@@ -105,54 +113,23 @@ class AlpamayoPrefixServer(Cut):
         """One answer of the suffix (bytes): kept for the frame in flight, else counted stale. InputError when
         damaged (the caller counts it)."""
         back = decode_back(payload)
-        with self.cond:
-            conversation = self.open.get((back.tag.run, back.tag.seq))
-            if conversation is None:
-                self.stale_answers += 1
-                return
-            conversation.answers.append(back)
-            self.cond.notify_all()
+        self.loop.deliver((back.tag.run, back.tag.seq), back)
 
     def submit(self, item) -> tuple:
         """A frame to start (the node's, with a stamp_ns) -> (the frame lost, why): (None, "") when none was; the
         oldest waiting (keep_newest) or this one turned away when the inbox was full ("full"); this one after close
         ("shutdown"). The caller counts it."""
-        with self.cond:
-            full = len(self.inbox) >= self.capacity
-            if self.closed or (full and not self.keep_newest):   # never started
-                return item, "shutdown" if self.closed else "full"
-            dropped = self.inbox.popleft() if full else None
-            self.inbox.append(item)
-            self.cond.notify_all()
-        return dropped, "full" if full else ""
+        return self.loop.submit(item)
 
     def next_event(self, wait_s: float | None = None):
         """What the worker does next, oldest frame first: ("answer", conversation, back) for an open frame with an
         answer in; ("late", conversation, None) for one past its deadline; ("frame", item, None) when fewer than
         max_open are open and one waits; None once closed (or after wait_s)."""
-        end = None if wait_s is None else time.monotonic() + wait_s
-        with self.cond:
-            while not self.closed:
-                now = time.monotonic()
-                for conversation in self.open.values():
-                    if conversation.answers:
-                        return "answer", conversation, conversation.answers.popleft()
-                    if conversation.started and now >= conversation.deadline:
-                        return "late", conversation, None
-                if self.inbox and len(self.open) < self.max_open:
-                    return "frame", self.inbox.popleft(), None
-                if end is not None and now >= end:
-                    return None
-                self.cond.wait(0.05)
-            return None
+        return self.loop.next_event(self.policy.choose, wait_s)
 
     def close(self) -> list:
         """No frame starts or steps after this; -> the frames that waited to start (the caller counts them)."""
-        with self.cond:
-            self.closed = True
-            waiting, self.inbox = list(self.inbox), deque()
-            self.cond.notify_all()
-        return waiting
+        return self.loop.close()
 
     def give_up_open(self) -> list[PrefixOutcome]:
         """After close: every frame still in flight lost as `shutdown` (the suffix told to let it go)."""
@@ -182,9 +159,8 @@ class AlpamayoPrefixServer(Cut):
         tag = Tag(self.run, job.seq, job.stamp_ns, job.arrival_ns)
         frame = OutgoingFrame(tag, self.settings_for(job.stamp_ns, self.routed(job.inputs)), send)
         conversation = Conversation(frame, self.timeout_s)
-        with self.cond:   # open before the first message: its answers may come before send() returns
-            expect((tag.run, tag.seq) not in self.open, InputError, f"frame {tag.seq} is in flight already")
-            self.open[tag.run, tag.seq] = conversation
+        # open before the first message: its answers may come before send() returns
+        expect(self.loop.open(conversation), InputError, f"frame {tag.seq} is in flight already")
         try:
             check_inputs(self.model, job.inputs)
             self._await_suffix(frame, linked)
@@ -213,11 +189,9 @@ class AlpamayoPrefixServer(Cut):
 
     def _close(self, conversation: "Conversation") -> bool:
         """Out of `open`; False when it was out already (ended once: by the worker or by give_up_open)."""
-        tag = conversation.frame.tag
         with self.cond:
-            if self.open.get((tag.run, tag.seq)) is not conversation:
+            if not self.loop.settle(conversation):
                 return False
-            del self.open[tag.run, tag.seq]
             conversation.frame.ended = True
             return True
 

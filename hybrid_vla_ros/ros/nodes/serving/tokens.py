@@ -80,9 +80,9 @@ class Prefix(Side):
         return True
 
     def submit(self, frame) -> None:
-        dropped = self.server.submit(frame)
+        dropped, why = self.server.submit(frame)
         if dropped is not None:
-            self.node.health.drop(self.lossy_reason, dropped.stamp_ns)
+            self.node.health.drop("shutdown" if why == "shutdown" else self.lossy_reason, dropped.stamp_ns)
 
     def _step(self, group: int) -> None:
         """One group's packed step (the worker's handler): publish its bytes, then account for the frames
