@@ -20,7 +20,11 @@ def cmd_plan(args) -> int:
     calibration = Calibration(args.calibration)
     progress = progress_printer("plan")
     chunks = _chunks(args.chunks)
-    if args.paper:
+    if args.fit:
+        report = _fit(args, calibration, progress)
+        from ..plan.fit import fit_lines
+        lines = fit_lines(report)
+    elif args.paper:
         from ..errors import ConfigError
         if chunks != [1]:
             raise ConfigError("--chunks: the paper comparison is unchunked; give --preset (or a checkpoint) instead")
@@ -69,6 +73,27 @@ def _plan_model(args, calibration, progress, chunks) -> dict:
     result = plan_described(model, gpu, key, cpu, gpu_dtype, cpu_dtype, budget, args.tokens, calibration,
                             progress=progress, chunks=chunks)
     return _decode_heavy(args, model, result)
+
+
+def _fit(args, calibration, progress) -> dict:
+    """--fit: each GPU part (with its budget) beside --cpu, the cuts that fit and the best of them per length."""
+    from ..errors import ConfigError
+    from ..plan.decode_heavy import is_decode_heavy
+    from ..plan.fit import fit_report, parse_fit
+    from ..plan.hardware import parse_cpu
+    clashing = [flag for flag, given in (("--paper", args.paper), ("--gpu", args.gpu != "this"),
+                                         ("--gpu-budget-gb", bool(args.gpu_budget_gb)), ("--chunks", args.chunks != "1"))
+                if given]
+    if clashing:
+        raise ConfigError(f"--fit names each GPU and its budget itself (e.g. l20,h200:64); drop {', '.join(clashing)}")
+    gpus, lengths = parse_fit(args.fit), _lengths(args)
+    model = model_from_args(args)
+    if not is_decode_heavy(model):
+        raise ConfigError(f"--fit: {model.spec.name} is not a decode-heavy preset (alpamayo-r1-like, "
+                          f"alpamayo2-super-like); for another model give --gpu PART --gpu-budget-gb GIB")
+    cpu = None if args.cpu == "this" else parse_cpu(args.cpu)
+    return fit_report(model, gpus, cpu, _dtype(args.dtype), _dtype(args.suffix_dtype or args.dtype), lengths,
+                      args.flow_steps, args.guidance, calibration, progress)
 
 
 def _lengths(args) -> list[int]:
@@ -120,6 +145,10 @@ def register(sub) -> None:
     p.add_argument("--flow-steps", type=int, default=10, help="decode-heavy presets: the expert's Euler steps")
     p.add_argument("--guidance", action="store_true",
                    help="decode-heavy presets: Alpamayo 1.5's classifier-free guidance (second cache, expert on both)")
+    p.add_argument("--fit", default=None,
+                   help="decode-heavy presets: GPU parts, each with an optional budget in GiB after ':' (e.g. "
+                        "rtx4090,rtx5090,l20,h200:64): the cuts whose GPU side fits (KV cache included), the best "
+                        "per reasoning length, native where it fits")
     p.add_argument("--every", type=int, default=1, help="print every N-th cut (the best, 0 and L always)")
     p.add_argument("--json", default=None, help="write the full plan (every cut, every assumption) here")
     p.set_defaults(func=cmd_plan)

@@ -118,6 +118,7 @@ _REAL_SCENE = dict(width=1024, depth=24, heads=16, patch_size=16, history_querie
 # Alpamayo's expert_cfg (over the VLM's text config; KV heads and head_dim must stay the VLM's) and its
 # action_in_proj_cfg (PerWaypointActionInProjV2), model/plugins/alpamayo/.
 _ALPAMAYO_EXPERT = {"hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 16}
+_ALPAMAYO2_SUPER_EXPERT = {"hidden_size": 1536, "intermediate_size": 6144, "num_attention_heads": 16}
 _ALPAMAYO_IN_PROJ = {"num_enc_layers": 4, "hidden_size": 1024, "max_freq": 100.0, "num_fourier_feats": 20}
 
 _QWEN3_TINY = dict(patch_size=16, image_height=64, image_width=64, vision_depth=3, deepstack_blocks=2)
@@ -207,6 +208,20 @@ PRESETS: dict[str, VLASpec] = {
                                 num_waypoints=64, waypoint_dt_s=0.1, real_size=True,
                                 notes="Alpamayo 1 shapes: Qwen3-VL-8B (4 cameras x 4 frames, 48 history tokens) "
                                       "+ a 2.3B flow-matching expert over its per-layer KV"),
+    # Alpamayo 2 Super (NVlabs/alpamayo2 @beb2977, read through its lucamodica/alpamayo2 mirror): a Qwen3-VL-32B VLM (64
+    # blocks of hidden 5120, 64 heads of 128, 8 KV heads, MLP 25600: third-party reads of its config; the release's
+    # config.json is gated) over 6 cameras x 4 frames inside the processor's pixel budget (163840..196608 px: 320 x
+    # 576 gives 180 tokens an image), and a 2.3B flow-matching expert (hidden 1536, MLP 6144, 16 heads of 128 over the
+    # VLM's 64 per-layer caches); vocabulary 151669 + 4000 <iN> + 29 special tokens, padded to a multiple of 128.
+    "alpamayo2-super-like": VLASpec(name="alpamayo2-super-like", family="qwen3_vl", num_blocks=64, hidden_size=5120,
+                                    num_heads=64, num_kv_heads=8, head_dim=128, intermediate_size=25600,
+                                    vocab_size=155776, vision_depth=27, vision_hidden=1152, vision_heads=16,
+                                    vision_intermediate=4304, patch_size=16, deepstack_blocks=3, image_height=320,
+                                    image_width=576, num_cameras=24, text_tokens=128, head="alpamayo_expert",
+                                    head_config={"expert": _ALPAMAYO2_SUPER_EXPERT, "in_proj": _ALPAMAYO_IN_PROJ},
+                                    num_waypoints=64, waypoint_dt_s=0.1, real_size=True,
+                                    notes="Alpamayo 2 Super shapes: Qwen3-VL-32B (6 cameras x 4 frames) + a 2.3B "
+                                          "flow-matching expert over its per-layer KV"),
     "minddrive-like": VLASpec(name="minddrive-like", family="qwen2_5_vl", num_blocks=36, hidden_size=2048,
                               num_heads=16, num_kv_heads=2, intermediate_size=11008, vocab_size=151936,
                               vision_depth=32, vision_hidden=1280, vision_heads=16, vision_intermediate=3420,

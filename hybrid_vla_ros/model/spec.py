@@ -28,6 +28,9 @@ class VLASpec:
     num_kv_heads: int
     intermediate_size: int
     vocab_size: int = 512  # byte tokens (256) + specials; real checkpoints bring their own
+    # Attention width per head; 0: hidden_size / num_heads. Qwen3-VL-32B: 64 heads of 128 over a 5120 hidden (its
+    # q_proj 5120 -> 8192), so a spec of its shapes must say it (qwen3_vl only).
+    head_dim: int = 0
     # Vision encoder (always on the prefix device).
     vision_depth: int = 2
     vision_hidden: int = 64
@@ -96,7 +99,9 @@ class VLASpec:
             value = getattr(self, name)
             expect(isinstance(value, int) and value > 0, ConfigError,
                    f"spec '{self.name}': {name}={value!r}, expected a positive integer")
-        expect(self.hidden_size % self.num_heads == 0, ConfigError,
+        expect(isinstance(self.head_dim, int) and self.head_dim >= 0 and self.head_dim % 2 == 0, ConfigError,
+               f"spec '{self.name}': head_dim={self.head_dim!r}, expected an even width (0: hidden / heads)")
+        expect(self.head_dim or self.hidden_size % self.num_heads == 0, ConfigError,
                f"spec '{self.name}': hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
         expect(self.waypoint_dt_s > 0, ConfigError,
                f"spec '{self.name}': waypoint_dt_s={self.waypoint_dt_s}, expected > 0")
@@ -128,6 +133,11 @@ class VLASpec:
         for side in ("image_height", "image_width"):
             expect(getattr(self, side) % step == 0, ConfigError,
                    f"spec '{self.name}': {side}={getattr(self, side)} must be a multiple of {step} for {self.family}")
+
+    @property
+    def attention_head_dim(self) -> int:
+        """One attention head's width: head_dim, or hidden_size / num_heads."""
+        return self.head_dim or self.hidden_size // self.num_heads
 
     def _check_plugins(self, family) -> None:
         expect(isinstance(self.query_tokens, int) and self.query_tokens >= 1 and

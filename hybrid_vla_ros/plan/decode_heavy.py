@@ -56,7 +56,7 @@ class Shapes:
 
 def shapes_of(model, workload: dict) -> Shapes:
     spec = model.spec
-    head_dim = spec.hidden_size // spec.num_heads
+    head_dim = spec.attention_head_dim
     expert = (spec.head_config or {}).get("expert", {})
     eh, ei = expert.get("hidden_size", spec.hidden_size), expert.get("intermediate_size", spec.intermediate_size)
     e_heads = expert.get("num_attention_heads", spec.num_heads)
@@ -175,9 +175,11 @@ def sides_of_plan(result: dict, sampler_ms: float) -> tuple[Side, Side, float]:
     return gpu, cpu, result["gpu"]["link_gbs"] * LINK_OF_PEAK[0]
 
 
-def best_split(s: Shapes, times, gpu, cpu, link, n, steps, guidance) -> dict:
-    rows = [split_row(s, times, gpu, cpu, link, p, n, steps, guidance) for p in range(s.blocks + 1)]
-    return min(rows, key=lambda r: (round(r["period_ms"], 9), r["p"]))
+def best_split(s: Shapes, times, gpu, cpu, link, n, steps, guidance, cuts=None) -> dict | None:
+    """The cut of least period among `cuts` (default: every cut); None when cuts is empty."""
+    cuts = range(s.blocks + 1) if cuts is None else cuts
+    rows = [split_row(s, times, gpu, cpu, link, p, n, steps, guidance) for p in cuts]
+    return min(rows, key=lambda r: (round(r["period_ms"], 9), r["p"])) if rows else None
 
 
 def _stops_paying(s, times, gpu, cpu, link, steps, guidance, cut: int | None = None, most: int = 4096) -> dict:

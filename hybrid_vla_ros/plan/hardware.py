@@ -113,6 +113,15 @@ PARTS_GPU = {
                     memory_gb=141.0, link_gbs=64.0, link="PCIe 5.0 x16",
                     source="NVIDIA H200 datasheet: 141 GB HBM3e, 4.8 TB/s, FP32 67 TFLOPS, BF16/FP16 tensor 1979 "
                            "TFLOPS with sparsity (989.5 dense), PCIe Gen5 x16"),
+    "rtx4090": GpuSpec("NVIDIA GeForce RTX 4090", {"fp32": 82.6, "bf16": 165.2, "fp16": 165.2}, memory_gbs=1008.0,
+                       memory_gb=24.0, link_gbs=32.0, link="PCIe 4.0 x16",
+                       source="NVIDIA Ada Lovelace architecture whitepaper: 24 GB GDDR6X, 1008 GB/s, FP32 82.6 TFLOPS, "
+                              "FP16/BF16 tensor with FP32 accumulate 165.2 TFLOPS dense (330.4 with sparsity), PCIe "
+                              "Gen4 x16"),
+    "rtx5090": GpuSpec("NVIDIA GeForce RTX 5090", {"fp32": 104.8, "bf16": 209.5, "fp16": 209.5}, memory_gbs=1792.0,
+                       memory_gb=32.0, link_gbs=64.0, link="PCIe 5.0 x16",
+                       source="NVIDIA Blackwell (GB202) figures: 32 GB GDDR7, 1792 GB/s, FP32 104.8 TFLOPS, FP16/BF16 "
+                              "tensor with FP32 accumulate 209.5 TFLOPS dense (419 with sparsity), PCIe Gen5 x16"),
     "orin": GpuSpec("NVIDIA Jetson AGX Orin 64GB", {"fp32": 5.3, "bf16": 42.5, "fp16": 42.5}, memory_gbs=204.8,
                     memory_gb=64.0, link_gbs=204.8, link="shared LPDDR5", shared_memory=True,
                     source="Jetson AGX Orin technical brief: 2048 CUDA cores (5.3 FP32 TFLOPS), 64 tensor cores "

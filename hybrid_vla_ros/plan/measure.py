@@ -162,7 +162,7 @@ def measure_block(model, rows: int, dtype: torch.dtype, cores=None, device="cpu"
     params = sum(p.numel() for p in layers[0].parameters())
     layers = [quantized_copy(layer) for layer in layers] if int8 else layers
     work = Workload(spec.name, 1, spec.hidden_size, spec.num_heads, spec.num_kv_heads, spec.intermediate_size,
-                    rows, front=FrontEnd("none", 0.0, 0, 0.0), block_params=params)
+                    rows, front=FrontEnd("none", 0.0, 0, 0.0), block_params=params, head_width=spec.head_dim)
     gemm_flops = 2.0 * rows * spec.hidden_size * spec.intermediate_size
     x, gemm = _largest_gemm(spec, rows, dtype, dev, int8)
     with pinned(cores if dev.type == "cpu" else None), torch.inference_mode():

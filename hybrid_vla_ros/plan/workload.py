@@ -42,6 +42,7 @@ class Workload:
     head_flops: float = 0.0
     head_tied: bool = False      # the LM head shares the embedding table (one copy when both sides are one device)
     notes: tuple = ()
+    head_width: int = 0          # one attention head's width; 0: hidden / heads (VLASpec.head_dim)
 
     def __post_init__(self) -> None:
         expect(self.num_blocks >= 1 and self.tokens >= 1 and self.passes >= 1, ConfigError,
@@ -53,7 +54,7 @@ class Workload:
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.head_width or self.hidden // self.heads
 
     @property
     def linear_params(self) -> int:
@@ -140,7 +141,8 @@ def workload_from_model(model, tokens: int | None = None) -> Workload:
                     front=_vision_front_end(model, front_params),
                     block_params=module_bytes([decoder.layers[0]])[0], embed_params=embed,
                     head_params=head_params, head_flops=head_flops,
-                    notes=(f"{spec.family} preset '{spec.name}': parameter counts from the built modules",))
+                    notes=(f"{spec.family} preset '{spec.name}': parameter counts from the built modules",),
+                    head_width=spec.head_dim)
 
 
 __all__ = ["FrontEnd", "Workload", "vit_front_end", "workload_from_model"]

@@ -30,7 +30,7 @@ BANDWIDTH_BYTES = 1 << 30
 def block_flops(spec, tokens: int) -> dict:
     """FLOPs of one decoder block at `tokens` tokens: {"linear", "attention", "total"}."""
     hidden, heads, kv_heads = spec.hidden_size, spec.num_heads, spec.num_kv_heads
-    head_dim = hidden // heads
+    head_dim = spec.attention_head_dim
     params = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2 + 3 * hidden * spec.intermediate_size
     linear = 2.0 * tokens * params
     attention = 2.0 * 2.0 * heads * head_dim * tokens * tokens / 2  # QK^T and PV, causal half

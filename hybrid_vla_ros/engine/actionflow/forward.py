@@ -158,7 +158,7 @@ class PackedSide:
         self.model, self.lo, self.hi, self.dtype = model, lo, hi, weights.dtype
         self.blocks = [weights(block) for block in decoder.layers[lo:hi]]
         self.norm, self.head = (weights(decoder.norm), weights(self.tokens.head(model))) if ends else (None, None)
-        head_dim = spec.hidden_size // spec.num_heads
+        head_dim = spec.attention_head_dim
         self.ring = KVRing(range(lo, hi), slots, slot_tokens, spec.num_kv_heads, head_dim, weights.dtype)
 
     @torch.inference_mode()

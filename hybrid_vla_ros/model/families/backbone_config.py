@@ -40,6 +40,9 @@ def spec_fields(config, own_tokenizer: bool = False) -> dict:
     shared = dict(family=family.name, num_blocks=text.num_hidden_layers, hidden_size=text.hidden_size,
                   num_heads=text.num_attention_heads, num_kv_heads=text.num_key_value_heads,
                   intermediate_size=text.intermediate_size, vocab_size=text.vocab_size)
+    head_dim = getattr(text, "head_dim", None)   # said only where it is not hidden / heads (Qwen3-VL-32B: 128)
+    if head_dim and head_dim != text.hidden_size // text.num_attention_heads:
+        shared["head_dim"] = head_dim
     vision = getattr(config, "vision_config", None)   # a scene-encoded LLM has none
     if vision is not None:
         shared["patch_size"] = vision.patch_size

@@ -53,6 +53,8 @@ class Family:
         """The family's own shape rules of a VLASpec (ConfigError); untiled families take no tile_size."""
         expect(spec.tile_size == 0, ConfigError,
                f"spec '{spec.name}': tile_size={spec.tile_size!r}, but {spec.family} does not tile images (keep 0)")
+        expect(spec.head_dim in (0, spec.hidden_size // spec.num_heads) or self.name == "qwen3_vl", ConfigError,
+               f"spec '{spec.name}': head_dim={spec.head_dim} other than hidden / heads: only qwen3_vl builds it here")
 
     # ---- one frame's inputs --------------------------------------------------------------------------
     def image_tokens_per_camera(self, spec) -> int:

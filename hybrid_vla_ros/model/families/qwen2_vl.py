@@ -42,7 +42,7 @@ class Qwen2VLFamily(Family):
                     temporal_patch_size=self.temporal_patch)
 
     def build_config(self, spec):
-        head_dim = spec.hidden_size // spec.num_heads
+        head_dim = spec.attention_head_dim
         text = dict(text_fields(spec), rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0,
                                                          "mrope_section": mrope_section(head_dim)})
         return self.config_class(text_config=text, vision_config=self.vision_config(spec), image_token_id=IMAGE_TOKEN,

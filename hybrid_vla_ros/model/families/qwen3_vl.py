@@ -54,7 +54,7 @@ class Qwen3VLFamily(Qwen2VLFamily):
                     deepstack_visual_indexes=deepstack_indexes(spec.vision_depth, spec.deepstack_blocks))
 
     def build_config(self, spec):
-        head_dim = spec.hidden_size // spec.num_heads
+        head_dim = spec.attention_head_dim
         rope = {"rope_type": "default", "rope_theta": 5_000_000.0, "mrope_interleaved": True,
                 "mrope_section": interleaved_mrope_section(head_dim)}
         text = dict(text_fields(spec), head_dim=head_dim, rope_parameters=rope)
