@@ -14,7 +14,8 @@ the tiny sizes. The package's tests build a checkpoint from it (test/manifest_ch
 authors' is needed then.
 
 Also `--model alpamayo_r1 | alpamayo1_5` (NVlabs/alpamayo, NVlabs/alpamayo1.5, transformers 4.57.1: their
-save_pretrained; manifest/alpamayo.py) and `--model recogdrive` (the planner in its Lightning .ckpt, transformers
+save_pretrained; manifest/alpamayo.py), `--model alpamayo2_super` (NVlabs/alpamayo2, the same venv plus hydra-core;
+manifest/alpamayo2.py) and `--model recogdrive` (the planner in its Lightning .ckpt, transformers
 4.37.2, pytorch-lightning, diffusers; manifest/recogdrive.py), `--model recogdrive_vlm` (its InternVLChatModel's
 save_pretrained, the same venv; manifest/chat_vlm.py) and `--model simlingo --internvl OpenGVLab/InternVL-snapshot`
 (RenzKa/simlingo's DrivingModel; transformers 4.46.3, peft 0.13.2; manifest/simlingo.py). Give --commit when the
@@ -37,7 +38,8 @@ import sizes    # noqa: E402
 import stubs    # noqa: E402
 
 ALPAMAYO = ("alpamayo_r1", "alpamayo1_5")   # NVlabs/alpamayo, NVlabs/alpamayo1.5 (manifest/alpamayo.py)
-OTHERS = {"recogdrive": "recogdrive_manifest",            # its planner (manifest/recogdrive.py)
+OTHERS = {"alpamayo2_super": "alpamayo2_manifest",       # NVlabs/alpamayo2 (manifest/alpamayo2.py)
+          "recogdrive": "recogdrive_manifest",            # its planner (manifest/recogdrive.py)
           "recogdrive_vlm": "recogdrive_vlm_manifest",    # its VLM (manifest/chat_vlm.py)
           "simlingo": "simlingo_manifest"}                # its DrivingModel (manifest/simlingo.py)
 
@@ -143,6 +145,19 @@ def alpamayo_manifest(model: str, snapshot: Path, tiny: bool, commit: str | None
             "snapshot": {"source": alpamayo.SOURCES[model], "commit": commit or snapshot_commit(snapshot)},
             "versions": versions(), "stubbed_modules": stubs.stubbed(),
             "tokenizer_base": sizes_used["tokenizer_base"], **alpamayo.manifest_fields(model, built),
+            "tensors": tensor_rows(built["state"], built["model"])}
+
+
+def alpamayo2_manifest(model: str, snapshot: Path, tiny: bool, commit: str | None) -> dict:
+    """Alpamayo 2 Super as the authors' save_pretrained writes it (manifest/alpamayo2.py)."""
+    import alpamayo2
+    import alpamayo2_sizes
+    built = alpamayo2.build_and_save(snapshot, tiny)
+    sizes_used = alpamayo2_sizes.TINY if tiny else alpamayo2_sizes.RELEASED
+    return {"format": FORMAT, "model": model, "size": "tiny" if tiny else "released",
+            "snapshot": {"source": alpamayo2.SOURCE, "commit": commit or snapshot_commit(snapshot)},
+            "versions": versions(), "stubbed_modules": stubs.stubbed(),
+            "tokenizer_base": sizes_used["tokenizer_base"], **alpamayo2.manifest_fields(built),
             "tensors": tensor_rows(built["state"], built["model"])}
 
 
