@@ -69,11 +69,11 @@ def sets(manifest: dict) -> list:
     return [tuple(s) for s in manifest["mapping_sets"]]
 
 
-def write_pretrained(manifest: dict, folder: Path) -> dict:
+def write_pretrained(manifest: dict, folder: Path, scale: float = SCALE) -> dict:
     """A save_pretrained directory as the manifest lists it: config.json as the authors' code wrote it, each
     safetensors file with its keys and metadata, the shard index when there is one -> the state dict written."""
     from safetensors.torch import save_file
-    state = state_from_manifest(manifest)
+    state = state_from_manifest(manifest, scale)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(manifest["config_json"]))
     container = manifest["container"]
@@ -85,10 +85,10 @@ def write_pretrained(manifest: dict, folder: Path) -> dict:
     return state
 
 
-def write_safetensors_release(manifest: dict, folder: Path) -> dict:
+def write_safetensors_release(manifest: dict, folder: Path, scale: float = SCALE) -> dict:
     """An Alpamayo save_pretrained directory (manifest/alpamayo.py): write_pretrained, and the backbone's
     config.json where a relative vlm_name_or_path points -> the state dict written."""
-    state = write_pretrained(manifest, folder)
+    state = write_pretrained(manifest, folder, scale)
     backbone = folder / manifest["config_json"]["vlm_name_or_path"]
     backbone.mkdir(parents=True, exist_ok=True)
     (backbone / "config.json").write_text(json.dumps(manifest["backbone_config"]))

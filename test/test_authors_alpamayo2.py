@@ -2,17 +2,26 @@
 wrote from `Alpamayo2Super` and its `ExpertModel` (NVlabs/alpamayo2 @beb2977, read through its lucamodica/alpamayo2
 mirror; transformers 4.57.1, hydra-core), not from this package's module tree. The released-size one (built on the
 meta device) holds every tensor of the `alpamayo2-super-like` preset the fit table plans, at the same shape; the
-authors' tokenizer code gives the vocabulary and trajectory-token ids the preset assumes; a tiny release directory
-written from the tiny one is refused in one line that says what serves it (the layout is not served yet)."""
+authors' tokenizer code gives the vocabulary and trajectory-token ids the preset assumes. A tiny release directory
+written from the tiny one loads (its nested expert keys read into the package's model), runs as the authors'
+`sample_trajectories_from_data` runs it (golden outputs their code recorded: scripts/extract_golden_alpamayo2.py) and
+splits exactly at every cut."""
 
+import gzip
+import json
 import math
+from pathlib import Path
 
 import pytest
+import torch
 
-from hybrid_vla_ros.errors import ConfigError
+from hybrid_vla_ros.engine.expert_split import run_split
 from hybrid_vla_ros.model.load import load_vla
+from hybrid_vla_ros.model.plugins import alpamayo
 from manifest_checkpoint import load_manifest, write_safetensors_release
 
+GOLDEN = Path(__file__).resolve().parent / "data" / "golden" / "alpamayo2_super_tiny.json.gz"
+TOL = 1e-5   # x the largest coordinate: float32 in another operation order
 # the preset's parameter names -> the release's keys (its Qwen3-VL under vlm.model, the expert's LLM under
 # expert.expert, the projections beside it)
 ROUTES = (("backbone.", "vlm.model."), ("action_head.expert.", "expert.expert."),
@@ -60,11 +69,70 @@ def test_the_authors_tokenizer_code_gives_the_vocabulary_and_ids_the_preset_assu
     assert config["tokens_per_history_traj"] == 48 and config["tokens_per_future_traj"] == 128
 
 
-def test_a_tiny_alpamayo_2_super_directory_is_refused_in_one_line_naming_what_serves(tmp_path, capsys):
+def golden_inputs(golden: dict) -> alpamayo.AlpamayoInputs:
+    data = golden["inputs"]
+    pixels = data["pixel_values"]   # the script's CPU torch.randn, drawn again from its seed
+    return alpamayo.AlpamayoInputs(
+        input_ids=torch.tensor(data["input_ids"]), image_grid_thw=torch.tensor(data["image_grid_thw"]),
+        pixel_values=torch.randn(pixels["shape"], generator=torch.Generator().manual_seed(pixels["seed"])),
+        ego_history_xyz=torch.tensor(data["ego_history_xyz"]), ego_history_rot=torch.tensor(data["ego_history_rot"]))
+
+
+@pytest.fixture(scope="module")
+def golden_release(tmp_path_factory):
+    """(golden, the tiny release written with the values the golden's run loaded, its model)."""
+    golden = json.loads(gzip.decompress(GOLDEN.read_bytes()))
+    folder = tmp_path_factory.mktemp("alpamayo2_super")
+    write_safetensors_release(load_manifest("alpamayo2_super_tiny"), folder, scale=golden["scale"])
+    return golden, folder, alpamayo.load_release(folder)
+
+
+def close(ours: torch.Tensor, theirs: torch.Tensor) -> bool:
+    return float((ours - theirs).abs().max()) <= TOL * max(1.0, float(theirs.abs().max()))
+
+
+def test_the_package_runs_the_release_as_its_authors_code_does(golden_release):
+    """Their sample_trajectories_from_data on the tiny release (scripts/extract_golden_alpamayo2.py): the same
+    reasoning tokens (the most likely each step: top_p 1e-6); at each of their 10 Euler steps, the package's
+    velocity at their x and t equals theirs (the expert over the cache the reasoning left: positions, mask, the
+    action projections); their sampled actions integrate to their trajectory. Each within float32's reordering
+    (transformers 4.57.1 there, this package's version here): the whole sampled trajectory of the random tiny
+    expert is not comparable (a 1e-6 velocity difference grows to 0.2 over 10 steps: the script's docstring)."""
+    from hybrid_vla_ros.model.plugins.alpamayo.decode import decode
+    from hybrid_vla_ros.model.plugins.alpamayo.expert import ExpertContext
+    from hybrid_vla_ros.model.plugins.alpamayo.reference import fused_prompt, offset_of
+    golden, _, model = golden_release
+    cfg, inputs = model.config, golden_inputs(golden)
+    sampling = alpamayo.Sampling(top_p=golden["top_p"], max_new_tokens=golden["max_new_tokens"])
+    prompt = fused_prompt(model, inputs)
+    with torch.inference_mode():
+        decoded = decode(model.vlm, prompt, model.image_token_id, cfg.traj_token_ids["future_start"], cfg.banned,
+                         sampling, torch.Generator().manual_seed(0))
+        assert decoded.tokens == golden["tokens"]
+        context = ExpertContext(model, decoded.cache, offset_of(decoded, prompt.input_ids.shape[1]), decoded.rope_delta)
+        for i, step in enumerate(golden["steps"]):
+            x, t = torch.tensor([step["x"]]), torch.full((1, 1, 1), step["t"])
+            assert close(context.velocity(x, t)[0], torch.tensor(step["v"])), i
+        actions = torch.tensor([golden["actions"]])
+        xyz, _ = model.action_space.to_trajectory(actions, inputs.ego_history_xyz[:, 0], inputs.ego_history_rot[:, 0])
+    assert close(xyz[0], torch.tensor(golden["pred_xyz"]))
+
+
+def test_the_split_equals_the_unsplit_release_on_the_published_layout_at_every_cut(golden_release):
+    """6 cameras x 4 frames, 48 history tokens (the golden's inputs), decode and expert across every cut."""
+    golden, _, model = golden_release
+    sampling = alpamayo.Sampling(top_p=golden["top_p"], max_new_tokens=golden["max_new_tokens"])
+    inputs = golden_inputs(golden)
+    ours = alpamayo.run_reference(model, inputs, sampling=sampling)
+    assert ours.tokens == golden["tokens"] and torch.isfinite(ours.xyz).all()
+    for p in range(model.num_blocks + 1):
+        split = run_split(model, inputs, p, sampling=sampling)
+        assert split.result.tokens == ours.tokens and torch.equal(split.result.xyz, ours.xyz), p
+
+
+def test_hybrid_vla_verify_splits_the_authors_layout_exactly_at_every_cut(golden_release, capsys):
     from hybrid_vla_ros.cli import main
-    write_safetensors_release(load_manifest("alpamayo2_super_tiny"), tmp_path)
-    with pytest.raises(ConfigError, match="Alpamayo 2 Super release .* not served yet"):
-        load_vla(checkpoint=str(tmp_path))
-    assert main(["verify", "--checkpoint", str(tmp_path)]) != 0
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "--fit" in err and "Traceback" not in err
+    _, folder, _ = golden_release
+    assert main(["verify", "--checkpoint", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "alpamayo2_super" in out and out.count("max_abs_diff=0.000e+00") == 5   # p = 0 .. 4

@@ -199,7 +199,7 @@ def test_engine_commands_refuse_a_release_by_name(r1):
 def test_top_p_keeps_the_smallest_nucleus_and_never_the_banned_range():
     from hybrid_vla_ros.model.plugins.alpamayo.decode import filtered_logits
     logits = torch.tensor([0.0, 5.0, 3.0, 9.0, 1.0])
-    kept = filtered_logits(logits, (3, 4), alpamayo.Sampling(temperature=1.0, top_p=0.9)).isfinite()
+    kept = filtered_logits(logits, ((3, 4),), alpamayo.Sampling(temperature=1.0, top_p=0.9)).isfinite()
     assert kept.tolist() == [False, True, True, False, False]   # 9.0 is banned; 5, 3 reach 0.9 of the rest
 
 

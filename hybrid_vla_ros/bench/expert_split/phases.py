@@ -15,7 +15,7 @@ import torch
 
 from ...engine.expert_split.runner import run_split
 from ...engine.expert_split.crossings import roundtrip
-from ...model.plugins.alpamayo.decode import Sampling, feed, new_cache, prefill, sample
+from ...model.plugins.alpamayo.decode import Sampling, fed_tokens, feed, new_cache, prefill, sample
 from ...model.plugins.alpamayo.flow import FlowSettings
 from ...model.plugins.alpamayo.reference import fused_prompt, run_reference
 from .reduced import reduced_inputs, reduced_model
@@ -25,7 +25,7 @@ def _reasoning_phases(model, frame, tokens: list[int], fed: int, sampling: Sampl
     """run_reference's own functions, timed one by one: prefill (+ the first sample), then per fed token its
     feed and the next sample -> (prefill ms, mean ms per fed token)."""
     cfg, generator = model.config, torch.Generator().manual_seed(0)
-    banned = (cfg.traj_token_start_idx, cfg.traj_token_start_idx + cfg.traj_vocab_size)
+    banned = cfg.banned
     with torch.inference_mode():
         prompt = fused_prompt(model, frame)
         cache, start = new_cache(model.vlm), time.perf_counter()
@@ -42,7 +42,7 @@ def native_phases(model, frame, sampling, flow, guidance, seed) -> tuple[dict, o
     """run_reference on one frame -> (ms per phase: prefill, per decode step, unguided, per Euler step, total;
     the result)."""
     result = run_reference(model, frame, seed, sampling, flow, guidance)
-    fed = len(result.tokens) - (0 if result.stopped else 1)
+    fed = len(fed_tokens(result.tokens, sampling.max_new_tokens))
     prefill_ms, decode_ms = _reasoning_phases(model, frame, result.tokens, fed, sampling)
     t = result.timings
     return {"prefill": prefill_ms, "decode": decode_ms, "unguided": t["unguided_ms"],

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from ...errors import ConfigError, HybridVLAError, InputError, expect
+from ...model.plugins.alpamayo.config import check_guidance
 from ...model.plugins.alpamayo.decode import Sampling
 from ...model.plugins.alpamayo.flow import FlowSettings
 from ...model.plugins.alpamayo.reference import AlpamayoInputs, check_inputs, fused_prompt
@@ -55,9 +56,8 @@ def check_settings(model, sampling: Sampling, flow: FlowSettings, guidance: bool
     sampling.check()
     flow.check()
     expect(flow.steps <= MAX_STEPS, ConfigError, f"flow matching: steps={flow.steps}, at most {MAX_STEPS}")
-    cfg = model.config
-    expect(not guidance or "route_start" in cfg.special_ids, ConfigError,
-           f"guidance: the {cfg.release} config has no route tokens (add_special_tokens is off)")
+    if guidance:
+        check_guidance(model.config)
 
 
 class AlpamayoPrefixServer(Cut):

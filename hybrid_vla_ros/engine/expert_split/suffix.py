@@ -38,7 +38,7 @@ class SuffixSide:
         self.expert_first = min(partition, model.expert.config.num_hidden_layers)
         self.expert_layers = model.expert.config.num_hidden_layers - self.expert_first
         self.generator = torch.Generator().manual_seed(seed)
-        self.banned = (cfg.traj_token_start_idx, cfg.traj_token_start_idx + cfg.traj_vocab_size)
+        self.banned = cfg.banned
         self.stop_id = cfg.traj_token_ids["future_start"]
         self.streams: dict[int, Stream] = {}
         self.tokens: list[int] = []

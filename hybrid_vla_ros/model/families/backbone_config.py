@@ -11,13 +11,6 @@ from ..registry import family_of_model_type, supported_model_types
 from .base import ATTN_IMPL
 
 
-# Releases whose layout is known but not served yet: what the refusal says instead of the family list
-NOT_YET = {"alpamayo2_super": "an Alpamayo 2 Super release (NVlabs/alpamayo2): its layout (vlm.*, expert.expert.*, "
-                              "expert.action_in_proj.*, separate history / future vocabularies) is not served yet "
-                              "(issue 55); `hybrid-vla plan --preset alpamayo2-super-like --fit l20,h200` says where its "
-                              "cuts fit, Alpamayo 1 / 1.5 directories (alpamayo_r1, alpamayo1_5) are served"}
-
-
 def load_backbone_config(directory: Path):
     """config.json of a checkpoint directory -> the transformers config, offline; unknown families refused."""
     from transformers import AutoConfig
@@ -26,7 +19,6 @@ def load_backbone_config(directory: Path):
         model_type = json.loads(path.read_text()).get("model_type")
     except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as exc:
         raise ConfigError(f"checkpoint '{path}': not a JSON object ({exc})") from exc
-    expect(model_type not in NOT_YET, ConfigError, f"checkpoint '{path}': {NOT_YET.get(model_type)}")
     expect(isinstance(model_type, str) and family_of_model_type(model_type) is not None, ConfigError,
            f"checkpoint '{path}': model_type {model_type!r} is not supported; supported: {supported_model_types()}")
     try:

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ....errors import ConfigError, expect
+from .config_super import MODEL_TYPE, as_release_fields, vlm_of
 
-RELEASES = {"alpamayo_r1": "Alpamayo 1 (R1)", "alpamayo1_5": "Alpamayo 1.5"}
+RELEASES = {"alpamayo_r1": "Alpamayo 1 (R1)", "alpamayo1_5": "Alpamayo 1.5", "alpamayo2_super": "Alpamayo 2 Super"}
 QWEN3_VL_8B = "Qwen/Qwen3-VL-8B-Instruct"
 # The backbones the releases name, all Qwen3-VL-8B shaped (Cosmos-Reason2-8B is a fine-tune of it).
 KNOWN_VLMS = (QWEN3_VL_8B, "nvidia/Cosmos-Reason2-8B", "nvidia/Cosmos-Reason1-7B")
@@ -58,6 +59,13 @@ class AlpamayoConfig:
     tokens_per_future_traj: int = 64
     non_causal: bool = True
     raw: dict = field(default_factory=dict, repr=False)
+    masked_ids: tuple = ()       # never sampled besides the <iN> (Alpamayo 2 Super: the text EOS ids)
+
+    @property
+    def banned(self) -> tuple[tuple[int, int], ...]:
+        """The id spans [lo, hi) the reasoning never samples: every <iN>, and masked_ids."""
+        start = self.traj_token_start_idx
+        return ((start, start + self.traj_vocab_size), *((i, i + 1) for i in self.masked_ids))
 
     @property
     def n_waypoints(self) -> int:
@@ -148,9 +156,11 @@ def expert_config(text_config, overrides: dict):
 def _special_ids(raw: dict, image_token_id: int) -> dict:
     """The ids add_special_tokens gives SPECIAL_KEYS after <i0> .. <iN-1>. A token the base vocabulary already
     holds keeps its id and takes no new one (a tokenizer's add_tokens): Qwen3-VL's <|image_pad|> (the backbone's
-    image_token_id), told by vocab_size: 28 added tokens instead of 29, the ids after it one lower."""
+    image_token_id), told by vocab_size: 28 added tokens instead of 29, the ids after it one lower. Alpamayo 2 Super
+    pads its vocabulary to 128, so there the backbone's image token lying below <i0> tells it."""
     first = int(raw["traj_token_start_idx"]) + int(raw["traj_vocab_size"])
-    reused = int(raw["vocab_size"]) - first == len(SPECIAL_KEYS) - 1
+    reused = int(image_token_id) < int(raw["traj_token_start_idx"]) if raw.get("model_type") == MODEL_TYPE else \
+        int(raw["vocab_size"]) - first == len(SPECIAL_KEYS) - 1
     keys = [k for k in SPECIAL_KEYS if not (reused and k == "image_pad")]
     special = {k: first + i for i, k in enumerate(keys)}
     if reused:
@@ -174,7 +184,9 @@ def _token_ids(raw: dict, image_token_id: int) -> tuple[dict, dict]:
 
 def _hist_start(raw: dict) -> int:
     """hist_token_start_idx (base_model.py _initialize_trajectory_tokenizers): <i0>, moved past the future
-    tokenizer's bins when both tokenizers are configured."""
+    tokenizer's bins when both tokenizers are configured (Alpamayo 2 Super: <i0>, its history vocabulary first)."""
+    if raw.get("model_type") == MODEL_TYPE:
+        return int(raw["hist_token_start_idx"])
     start = int(raw["traj_token_start_idx"])
     if raw.get("hist_traj_tokenizer_cfg") and raw.get("traj_tokenizer_cfg"):
         start += int(raw["traj_tokenizer_cfg"].get("num_bins", 0))
@@ -183,8 +195,12 @@ def _hist_start(raw: dict) -> int:
 
 def _history(raw: dict) -> dict:
     cfg = _strip(raw.get("hist_traj_tokenizer_cfg"))
+    expect(not cfg.get("predict_yaw", False), ConfigError,
+           "hist_traj_tokenizer_cfg: predict_yaw (a fourth, yaw token per step) is not built here; the releases "
+           "read here encode x, y, z")
     return {"num_bins": int(cfg.get("num_bins", 1000)), "ego_xyz_min": list(cfg.get("ego_xyz_min", (-4, -4, -10))),
-            "ego_xyz_max": list(cfg.get("ego_xyz_max", (4, 4, 10)))}
+            "ego_xyz_max": list(cfg.get("ego_xyz_max", (4, 4, 10))),
+            "pad_origin_at_beginning": bool(cfg.get("pad_origin_at_beginning", True))}
 
 
 def parse(raw: dict, directory: Path | None = None, vlm=None) -> AlpamayoConfig:
@@ -193,11 +209,16 @@ def parse(raw: dict, directory: Path | None = None, vlm=None) -> AlpamayoConfig:
     where = f"'{directory / 'config.json'}'" if directory else "config"
     model_type = raw.get("model_type")
     expect(model_type in RELEASES, ConfigError, f"{where}: model_type {model_type!r} is not one of {list(RELEASES)}")
+    if model_type == MODEL_TYPE:   # its own field names, read into Alpamayo 1's (config_super.py)
+        raw, vlm = as_release_fields(raw, where, directory), vlm if vlm is not None else vlm_of(raw, where)
     for name in ("traj_token_start_idx", "traj_vocab_size", "vocab_size"):
         expect(isinstance(raw.get(name), int) and raw[name] > 0, ConfigError,
                f"{where}: {name}={raw.get(name)!r}, expected a positive integer (the release saves it)")
     vlm = vlm_config(raw, directory, vlm)
     traj_ids, special = _token_ids(raw, vlm.image_token_id)
+    expect(bool(raw.get("expert_non_causal_attention", True)), ConfigError,
+           f"{where}: expert_non_causal_attention is false: a causal mask among the action tokens is not built here "
+           f"(the releases read here attend both ways)")
     return AlpamayoConfig(
         model_type=model_type, vlm=vlm, expert=expert_config(vlm.text_config, raw.get("expert_cfg")),
         vocab_size=int(raw["vocab_size"]), traj_token_start_idx=int(raw["traj_token_start_idx"]),
@@ -206,4 +227,15 @@ def parse(raw: dict, directory: Path | None = None, vlm=None) -> AlpamayoConfig:
         action_space=_strip(raw.get("action_space_cfg")), in_proj=_strip(raw.get("action_in_proj_cfg")),
         flow=_strip(raw.get("diffusion_cfg")),
         tokens_per_future_traj=int(raw.get("tokens_per_future_traj", 64)),
-        non_causal=bool(raw.get("expert_non_causal_attention", True)), raw=raw)
+        non_causal=bool(raw.get("expert_non_causal_attention", True)), raw=raw,
+        masked_ids=tuple(raw.get("masked_ids", ())))
+
+
+def check_guidance(config: AlpamayoConfig) -> None:
+    """Classifier-free guidance needs route tokens, and Alpamayo 2 Super has none in its prompts: its ExpertModel
+    refuses classifier-free guidance (models/expert.py) and its route is plain text."""
+    expect(config.model_type != MODEL_TYPE, ConfigError,
+           "guidance: Alpamayo 2 Super's inference has no classifier-free guidance (its ExpertModel refuses it and "
+           "its prompt carries the route as plain text); run it with guidance off")
+    expect("route_start" in config.special_ids, ConfigError,
+           f"guidance: the {config.release} config has no route tokens (add_special_tokens is off)")

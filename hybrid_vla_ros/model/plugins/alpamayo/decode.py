@@ -40,11 +40,13 @@ class Decoded:
     rope_delta: int                # M-RoPE position of sequence index s: s + rope_delta
 
 
-def filtered_logits(logits: torch.Tensor, banned: tuple[int, int], sampling: Sampling) -> torch.Tensor:
-    """(V,) -> (V,) fp32: banned range at -inf, divided by the temperature, outside the top-p nucleus -inf
-    (the smallest set of most likely tokens whose mass reaches top_p; the most likely always kept)."""
+def filtered_logits(logits: torch.Tensor, banned: tuple[tuple[int, int], ...], sampling: Sampling) -> torch.Tensor:
+    """(V,) -> (V,) fp32: the banned id spans [lo, hi) at -inf (AlpamayoConfig.banned), divided by the temperature,
+    outside the top-p nucleus -inf (the smallest set of most likely tokens whose mass reaches top_p; the most likely
+    always kept)."""
     out = logits.float().clone()
-    out[banned[0]:banned[1]] = float("-inf")
+    for lo, hi in banned:
+        out[lo:hi] = float("-inf")
     out = out / sampling.temperature
     if sampling.top_p < 1.0:
         ordered, order = torch.sort(out, descending=False)
@@ -55,7 +57,8 @@ def filtered_logits(logits: torch.Tensor, banned: tuple[int, int], sampling: Sam
     return out
 
 
-def sample(logits: torch.Tensor, banned: tuple[int, int], sampling: Sampling, generator: torch.Generator) -> int:
+def sample(logits: torch.Tensor, banned: tuple[tuple[int, int], ...], sampling: Sampling,
+           generator: torch.Generator) -> int:
     probs = filtered_logits(logits, banned, sampling).softmax(-1)                      # (V,)
     return int(torch.multinomial(probs.cpu(), 1, generator=generator))
 
@@ -94,9 +97,15 @@ def feed(vlm, tokens: list[int], start: int, rope_delta: int, cache) -> torch.Te
 
 def verdict(tokens: list[int], stop_id: int, max_new_tokens: int) -> tuple[bool, bool]:
     """After sampling tokens[-1]: (feed it into the cache, the decode ends). The stop token is fed, then the
-    decode ends; at max_new_tokens without it the last token is not fed (as `generate` leaves it)."""
+    decode ends (the releases' StopAfterEOS lets `generate` run one step more); the max_new_tokens-th token is never
+    fed, the stop token or not (`generate` ends at the length before feeding it)."""
     stopped = tokens[-1] == stop_id
-    return stopped or len(tokens) < max_new_tokens, stopped or len(tokens) >= max_new_tokens
+    return len(tokens) < max_new_tokens, stopped or len(tokens) >= max_new_tokens
+
+
+def fed_tokens(tokens: list[int], max_new_tokens: int) -> list[int]:
+    """The sampled tokens `verdict` fed into the cache: all but one at max_new_tokens."""
+    return tokens[:-1] if len(tokens) >= max_new_tokens else list(tokens)
 
 
 def new_cache(vlm):

@@ -1,7 +1,8 @@
 """The ego history as prompt tokens, and the unguided prompt of 1.5's guidance (alpamayo_r1/models/
 delta_tokenizer.py, base_model.py `tokenize_history_trajectory` / `fuse_traj_tokens`; alpamayo1_5/nav_utils.py
-`remove_nav_text`). The 16 history positions become 16 x 3 deltas (the first from the origin), each scaled from
-[min, max] to num_bins bins, offset by hist_token_start_idx, and replace the prompt's 48 `<|traj_history|>`."""
+`remove_nav_text`; alpamayo2_super/models/delta_tokenizer.py). The 16 history positions become 16 x 3 deltas (the
+first from the origin; 15 x 3 without pad_origin_at_beginning), each scaled from [min, max] to num_bins bins, offset
+by hist_token_start_idx, and replace the prompt's 48 (45) `<|traj_history|>`."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from ....errors import InputError, expect
 
 
 def history_tokens(xyz: torch.Tensor, history: dict, start: int) -> torch.Tensor:
-    """xyz (B, T, 3) -> (B, T*3) token ids."""
-    padded = torch.nn.functional.pad(xyz.float(), [0, 0, 1, 0])                        # (B, T+1, 3)
-    delta = padded[:, 1:] - padded[:, :-1]                                              # (B, T, 3)
+    """xyz (B, T, 3) -> (B, T*3) token ids; (B, (T-1)*3) without pad_origin_at_beginning (Alpamayo 2 Super's
+    option: the history ends at the ego origin, so only the T-1 steps between poses are encoded)."""
+    xyz = xyz.float()
+    padded = torch.nn.functional.pad(xyz, [0, 0, 1, 0]) if history.get("pad_origin_at_beginning", True) else xyz
+    delta = padded[:, 1:] - padded[:, :-1]                                              # (B, T or T-1, 3)
     low = torch.tensor(history["ego_xyz_min"], dtype=delta.dtype)
     high = torch.tensor(history["ego_xyz_max"], dtype=delta.dtype)
     bins = history["num_bins"]

@@ -1,6 +1,7 @@
 """An Alpamayo release as one module, its parameters named as the released safetensors name them:
 `vlm.*` (Qwen3VLForConditionalGeneration: `vlm.model.visual.*`, `vlm.model.language_model.*`, `vlm.lm_head.*`),
-`expert.*`, `action_in_proj.*`, `action_out_proj.*`, and the action space's statistics `action_space.*`."""
+`expert.*`, `action_in_proj.*`, `action_out_proj.*`, and the action space's statistics `action_space.*`. Alpamayo 2
+Super saves the last four inside its ExpertModel (`expert.expert.*`, `expert.action_in_proj.*`, ...): `file_key`."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from .config import AlpamayoConfig
 from .expert import build_expert
 
 ACTION_CHANNELS = 2   # acceleration, curvature
+# Alpamayo 2 Super's ExpertModel holds the expert's LLM and its projections: our name -> its file's
+NESTED = (("expert.", "expert.expert."), ("action_in_proj.", "expert.action_in_proj."),
+          ("action_out_proj.", "expert.action_out_proj."), ("action_space.", "expert.action_space."))
 
 
 class AlpamayoModel(nn.Module):
@@ -27,8 +31,8 @@ class AlpamayoModel(nn.Module):
         self.expert = build_expert(config.expert)
         hidden = config.expert.hidden_size
         # Alpamayo 1 saves the Fourier frequencies; 1.5 registers them non-persistent
-        self.action_in_proj = in_proj_from(config.in_proj, ACTION_CHANNELS, hidden,
-                                           persistent_freqs=config.model_type == "alpamayo_r1")
+        self.action_in_proj = in_proj_from(config.in_proj, ACTION_CHANNELS, hidden,   # 1.5: non-persistent
+                                           persistent_freqs=config.model_type != "alpamayo1_5")
         self.action_out_proj = nn.Linear(hidden, ACTION_CHANNELS)
         self.action_space = UnicycleActionSpace(config.action_space)
 
@@ -55,6 +59,14 @@ class AlpamayoModel(nn.Module):
     def image_token_id(self) -> int:
         return int(self.config.vlm.image_token_id)
 
+    def file_key(self, name: str) -> str:
+        """A parameter's or buffer's name in the release's safetensors."""
+        if self.config.model_type == "alpamayo2_super":
+            for ours, theirs in NESTED:
+                if name.startswith(ours):
+                    return theirs + name[len(ours):]
+        return name
+
     def published_keys(self) -> set[str]:
-        """The tensors a release's safetensors hold for this config."""
-        return set(self.state_dict().keys())
+        """The tensors a release's safetensors hold for this config (their names there)."""
+        return {self.file_key(name) for name in self.state_dict()}

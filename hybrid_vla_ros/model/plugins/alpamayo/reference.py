@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ....errors import ConfigError, InputError, expect, expect_finite
-from .decode import Decoded, Prompt, Sampling, decode, feed, new_cache, prefill
+from ....errors import InputError, expect, expect_finite
+from .config import check_guidance
+from .decode import Decoded, Prompt, Sampling, decode, fed_tokens, feed, new_cache, prefill
 from .expert import ExpertContext
 from .flow import FlowSettings, sample
 from .history import fuse_history, history_tokens, without_route
@@ -92,16 +93,15 @@ def offset_of(decoded: Decoded, prompt_len: int) -> int:
     return prompt_len + len(decoded.tokens)
 
 
-def unguided_context(model, prompt: Prompt, decoded: Decoded, offset: int) -> ExpertContext:
+def unguided_context(model, prompt: Prompt, decoded: Decoded, offset: int, sampling: Sampling) -> ExpertContext:
     """The prompt without its route span, prefilled, fed the reasoning the guided cache holds."""
     special = model.config.special_ids
-    expect("route_start" in special, ConfigError,
-           f"guidance: the {model.config.release} config has no route tokens (add_special_tokens is off)")
+    check_guidance(model.config)
     ids = without_route(prompt.input_ids, special["route_start"], special["route_end"])          # (1, S')
     cache = new_cache(model.vlm)
     _, delta = prefill(model.vlm, Prompt(ids, prompt.pixel_values, prompt.image_grid_thw), model.image_token_id,
                        cache)
-    held = decoded.tokens if decoded.stopped else decoded.tokens[:-1]
+    held = fed_tokens(decoded.tokens, sampling.max_new_tokens)
     if held:
         feed(model.vlm, held, ids.shape[1], delta, cache)
     return ExpertContext(model, cache, offset - prompt.input_ids.shape[1] + ids.shape[1], delta)
@@ -120,12 +120,11 @@ def run_reference(model, inputs: AlpamayoInputs, seed: int = 0, sampling: Sampli
     cfg, t0 = model.config, time.perf_counter()
     generator = torch.Generator().manual_seed(seed)
     prompt = fused_prompt(model, inputs)
-    banned = (cfg.traj_token_start_idx, cfg.traj_token_start_idx + cfg.traj_vocab_size)
-    decoded = decode(model.vlm, prompt, model.image_token_id, cfg.traj_token_ids["future_start"], banned, sampling,
+    decoded = decode(model.vlm, prompt, model.image_token_id, cfg.traj_token_ids["future_start"], cfg.banned, sampling,
                      generator)
     timings = {"reasoning_ms": _ms(t0)}
     offset, t1 = offset_of(decoded, prompt.input_ids.shape[1]), time.perf_counter()
-    unguided = unguided_context(model, prompt, decoded, offset) if guidance else None
+    unguided = unguided_context(model, prompt, decoded, offset, sampling) if guidance else None
     timings["unguided_ms"], t2 = _ms(t1), time.perf_counter()
     guided = ExpertContext(model, decoded.cache, offset, decoded.rope_delta)
     shape = (1, *model.action_space.dims)                                                        # (1, N, 2)

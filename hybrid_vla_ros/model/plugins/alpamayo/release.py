@@ -37,7 +37,7 @@ def build(config, meta: bool = True) -> AlpamayoModel:
 
 
 def _check_keys(model: AlpamayoModel, weight_map: dict, directory: Path) -> None:
-    params = {name for name, _ in model.named_parameters()}
+    params = {model.file_key(name) for name, _ in model.named_parameters()}
     missing = sorted(params - set(weight_map))
     expect(not missing, ConfigError,
            f"Alpamayo checkpoint '{directory}': {len(missing)} tensors the config implies are in no safetensors "
@@ -70,7 +70,8 @@ def read_more(model: AlpamayoModel, reads, dtype: torch.dtype = torch.float32, d
         path = weight_map[name]
         with _opened(path) as handle:
             wanted = dtype if parameter else current.dtype
-            _set(model, name, read_tensor(handle, path, name, current, wanted).to(device), parameter)
+            tensor = read_tensor(handle, path, model.file_key(name), current, wanted)
+            _set(model, name, tensor.to(device), parameter)
         release_freed_heap()   # the read's temporaries given back before the next (model/checkpoint_files.py)
     model.buffers_read = True
     if device is not None:
@@ -97,7 +98,9 @@ def load_release(directory, dtype: torch.dtype = torch.float32, shapes_only: boo
     _check_keys(model, weight_map, directory)
     for name, param in list(model.named_parameters()):   # unread ones in `dtype` too: a side's dtype is its own
         _set(model, name, torch.empty_like(param, dtype=dtype, device="meta"), True)
-    model.checkpoint_directory, model.weight_map = directory, weight_map
+    names = [name for name in model.state_dict() if model.file_key(name) in weight_map]
+    model.checkpoint_directory = directory
+    model.weight_map = {name: weight_map[model.file_key(name)] for name in names}   # our names -> their files
     if not shapes_only:
         read_more(model, reads or (lambda name: True), dtype)
     return model.eval()
@@ -163,6 +166,7 @@ def check_tokenizer(config, directory: Path) -> None:
         got = tokenizer.convert_tokens_to_ids(token)
         expect(got == wanted, ConfigError, f"{where} gives {token} the id {got}, config.json implies {wanted} "
                f"(vocab_size, traj_token_start_idx, traj_token_ids and the backbone's token ids); refused")
-    expect(len(tokenizer) == config.vocab_size, ConfigError,
+    padded = -(-len(tokenizer) // 128) * 128 if config.model_type == "alpamayo2_super" else len(tokenizer)
+    expect(padded == config.vocab_size, ConfigError,
            f"{where} has {len(tokenizer)} tokens with the release's added, config.json's vocab_size is "
-           f"{config.vocab_size}; refused")
+           f"{config.vocab_size}{' (padded to 128)' if padded != len(tokenizer) else ''}; refused")
