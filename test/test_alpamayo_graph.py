@@ -26,6 +26,7 @@ from hybrid_vla_ros.engine.expert_serve.release_prompt import release_prompt
 from hybrid_vla_ros.model.plugins import alpamayo
 
 CAMERAS = [f"/test/alpamayo/cam{i}/image" for i in range(4)]
+CAMERAS_2_SUPER = [f"/test/alpamayo/cam{i}/image" for i in range(6)]   # its trajectory profile's 6 slots
 FRAMES, SEED, STEPS, MAX_TOKENS, GUIDANCE = 4, 7, 4, 6, 2.0
 BASE_NS = 3_000_000_000                           # frames at 3.0 s, 3.1 s, ... (odometry from 0 s, every 0.1 s)
 PROMPT = {"system": list(range(10, 22)), "user": list(range(50, 60)), "route": [40, 41, 42]}
@@ -38,12 +39,26 @@ def releases(tmp_path_factory):
     root = tmp_path_factory.mktemp("alpamayo_graph")
     r15 = write_release(root / "r15", "alpamayo1_5", seed=3, pixels=TINY_PIXELS)
     (r15 / "prompt_ids.json").write_text(json.dumps(PROMPT))     # the chat template's text ids (no tokenizer here)
-    return {"r1": write_release(root / "r1", "alpamayo_r1", pixels=TINY_PIXELS), "1.5": r15}
+    return {"r1": write_release(root / "r1", "alpamayo_r1", pixels=TINY_PIXELS), "1.5": r15,
+            "2super": alpamayo_2_super(root / "2super")}
 
 
-def camera_sets(n=FRAMES):
+def alpamayo_2_super(folder):
+    """The tiny Alpamayo 2 Super release as its authors' save_pretrained lays it out (test_authors_alpamayo2.py),
+    its pixel budget set to take the test images as they are, the text's ids in prompt_ids.json (no route: its
+    route is plain text, without route tokens)."""
+    from manifest_checkpoint import load_manifest, write_safetensors_release
+    write_safetensors_release(load_manifest("alpamayo2_super_tiny"), folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["min_pixels"], config["max_pixels"] = TINY_PIXELS
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "prompt_ids.json").write_text(json.dumps({k: PROMPT[k] for k in ("system", "user")}))
+    return folder
+
+
+def camera_sets(n=FRAMES, cameras=CAMERAS):
     rng = np.random.default_rng(0)
-    return [[rng.integers(0, 256, (32, 32, 3), dtype=np.uint8) for _ in CAMERAS] for _ in range(n)]
+    return [[rng.integers(0, 256, (32, 32, 3), dtype=np.uint8) for _ in cameras] for _ in range(n)]
 
 
 def odometry(stamp_ns, origin_ns=0):
@@ -82,7 +97,7 @@ def expected(model, sets, guidance, kinematic=True, stamps=None, origin_ns=0, ro
     return out
 
 
-def graph_params(checkpoint, guidance):
+def graph_params(checkpoint, guidance, cameras=CAMERAS):
     from hybrid_vla_ros.ros.launch_support.bringup import graph_params as params
     # one torch thread per side, as the reference runs (expected): fp32 sums in another order with more threads,
     # and a test process's thread count depends on the tests before it (seen: last-bit differences in a suite run)
@@ -91,7 +106,7 @@ def graph_params(checkpoint, guidance):
     decode = {"decode.sample": True, "decode.temperature": 0.6, "decode.top_p": 0.98, "decode.seed": SEED,
               "decode.max_tokens": MAX_TOKENS}
     return params(overrides={
-        "hybrid_vla_prefix": {**model, **decode, "camera_topics": CAMERAS, "image_transport": "raw",
+        "hybrid_vla_prefix": {**model, **decode, "camera_topics": cameras, "image_transport": "raw",
                               "input_policy": "lossless", "use_kinematic_state": True, "token_timeout_s": 30.0,
                               "flow.steps": STEPS, "flow.guidance_weight": GUIDANCE if guidance else 1.0},
         "hybrid_vla_suffix": {**model, **decode, "frame_id": "base_link", "output_type": "path", "dtype": "fp32",
@@ -102,7 +117,7 @@ def graph_params(checkpoint, guidance):
 class Driver:
     """Cameras and odometry out, trajectories and their infos in, on this test's domain."""
 
-    def __init__(self, context, executor=None, spin=None):
+    def __init__(self, context, executor=None, spin=None, cameras=CAMERAS):
         from diagnostic_msgs.msg import DiagnosticStatus
         from nav_msgs.msg import Odometry, Path
         from rclpy.executors import SingleThreadedExecutor
@@ -110,7 +125,8 @@ class Driver:
         from sensor_msgs.msg import Image
         from hybrid_vla_ros.ros.topics import KINEMATIC_TOPIC, TRAJECTORY_INFO_TOPIC, TRAJECTORY_TOPIC
         self.node = Node("alpamayo_driver", context=context)
-        self.cams = [self.node.create_publisher(Image, t, 10) for t in CAMERAS]
+        self.cameras = cameras
+        self.cams = [self.node.create_publisher(Image, t, 10) for t in cameras]
         self.odom = self.node.create_publisher(Odometry, KINEMATIC_TOPIC, 200)
         self.paths, self.infos = [], []
         self.node.create_subscription(Path, TRAJECTORY_TOPIC, self.paths.append, 50)
@@ -129,7 +145,7 @@ class Driver:
                           timeout_s), "the prefix did not come up"
         # the nodes' own counts (seen lost: a best-effort image sent before the prefix's reader matched this
         # writer; a trajectory published before the suffix's writer matched this reader)
-        assert wait_until(lambda: self.reports.matched("hybrid_vla_prefix", "subscription", *CAMERAS) and
+        assert wait_until(lambda: self.reports.matched("hybrid_vla_prefix", "subscription", *self.cameras) and
                           self.reports.matched("hybrid_vla_suffix", "publisher", TRAJECTORY_TOPIC,
                                                TRAJECTORY_INFO_TOPIC), self.spin, timeout_s), self.reports.values
 
@@ -173,20 +189,22 @@ def check(paths, infos, refs):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, guidance", [("r1", False), ("1.5", True)])
+@pytest.mark.parametrize("name, guidance", [("r1", False), ("1.5", True), ("2super", False)])
 def test_a_release_is_served_by_the_graph_in_processes_exactly(name, guidance, releases, domain, tmp_path):
+    """Alpamayo 2 Super: 6 camera topics x 4 frames, its nested expert keys, no <|cot_start|> at the prompt's end."""
     from hybrid_vla_ros.ros.launch_support.bringup import write_combined_config
     from hybrid_vla_ros.ros.launch_support.supervise import stop_processes
     import rclpy
-    config = write_combined_config(graph_params(releases[name], guidance), tmp_path / "graph.yaml")
+    cameras = CAMERAS_2_SUPER if name == "2super" else CAMERAS
+    config = write_combined_config(graph_params(releases[name], guidance, cameras), tmp_path / "graph.yaml")
     procs = [subprocess.Popen([sys.executable, "-m", "hybrid_vla_ros.ros.launch_support.bringup", "--node", node,
                                "--config", str(config)], env={**os.environ, "OMP_NUM_THREADS": "1"},
                               start_new_session=True) for node in ("hybrid_vla_suffix", "hybrid_vla_prefix")]
     context = rclpy.Context()
     rclpy.init(context=context)
-    driver = Driver(context)
+    driver = Driver(context, cameras=cameras)
     try:
-        sets = camera_sets()
+        sets = camera_sets(cameras=cameras)
         refs = expected(alpamayo.load_release(releases[name]), sets, guidance)
         paths, infos = driver.drive(sets, timeout_s=60)
         check(paths, infos, refs)

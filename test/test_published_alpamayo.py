@@ -14,7 +14,7 @@ from hybrid_vla_ros.model.load import load_vla
 from hybrid_vla_ros.model.plugins import alpamayo
 from hybrid_vla_ros.model.plugins.alpamayo.action_space import UnicycleActionSpace
 from hybrid_vla_ros.model.plugins.alpamayo.expert import ExpertContext
-from hybrid_vla_ros.model.plugins.alpamayo.history import history_tokens
+from hybrid_vla_ros.model.plugins.alpamayo.reference import history_tokens
 
 SHORT = alpamayo.Sampling(max_new_tokens=10)
 

@@ -36,9 +36,8 @@ from ...errors import ConfigError, InputError, expect
 from ...types import Pose2D
 from ...model.plugins.alpamayo.reference import AlpamayoInputs
 
-CAMERAS, FRAMES_PER_CAMERA = 4, 4
+FRAMES_PER_CAMERA = 4   # cameras: the release's (AlpamayoConfig.cameras: 4, Alpamayo 2 Super 6)
 HISTORY_POSES, HISTORY_STEP_NS = 16, 100_000_000
-HISTORY_TOKENS = 48
 IMAGE_MEAN = IMAGE_STD = 0.5
 PROMPT_FILE = "prompt_ids.json"
 
@@ -140,11 +139,11 @@ def prompt_ids(config, image_tokens: list[int], text: PromptText, route: bool) -
     ids = list(text.system)
     for count in image_tokens:
         ids += [vlm.vision_start_token_id] + [vlm.image_token_id] * count + [vlm.vision_end_token_id]
-    ids += [traj["history_start"]] + [traj["history"]] * HISTORY_TOKENS + [traj["history_end"]]
+    ids += [traj["history_start"]] + [traj["history"]] * config.history_tokens + [traj["history_end"]]
     if route:
         ids += [special["route_start"], *text.route, special["route_end"]]
     ids += list(text.user)
-    if "cot_start" in special:
+    if config.opens_reasoning:
         ids.append(special["cot_start"])
     return torch.tensor([ids], dtype=torch.long)
 

@@ -90,7 +90,11 @@ def release_prompt(model):
     where the release or its backbone's folder has one; else the ids of a hand-made `prompt_ids.json` beside its
     config.json (frame_inputs.PromptText; none: the text parts empty)."""
     from ...model.plugins.alpamayo.release import release_tokenizer
-    from .frame_inputs import PromptText
+    from .frame_inputs import PROMPT_FILE, PromptText
     directory = model.checkpoint_directory
     tokenizer = release_tokenizer(model.config, directory) if directory is not None else None
+    expect(tokenizer is None or model.config.model_type != "alpamayo2_super", ConfigError,
+           f"'{directory}': Alpamayo 2 Super's prompt from its tokenizer is not built here (its chat template, six "
+           f"camera labels and frame labels not checked against its code); give the text's ids in {PROMPT_FILE} "
+           f"instead of a tokenizer (docs/ALPAMAYO.md section 7)")
     return ReleasePrompt(tokenizer) if tokenizer is not None else PromptText.from_release(directory)

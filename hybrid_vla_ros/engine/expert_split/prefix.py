@@ -15,7 +15,7 @@ import torch
 
 from ...errors import InputError, expect
 from ...model.plugins.alpamayo.decode import Prompt, new_cache, prompt_positions, text_positions
-from ...model.plugins.alpamayo.history import without_route
+from ...model.plugins.alpamayo.reference import without_route
 from .blocks import Stream, embed_prompt, expert_spans, run_expert_blocks, run_vlm_blocks
 from .crossings import (GUIDED, UNGUIDED, ActionState, ExpertState, PromptState, TokenChoice, TokensState,
                         check_action)

@@ -18,8 +18,7 @@ from ...errors import ConfigError, expect
 from ...model.plugins.alpamayo.decode import Sampling
 from ...model.plugins.alpamayo.flow import FlowSettings
 from ...model.plugins.alpamayo.reference import run_reference
-from ..expert_serve.frame_inputs import (CAMERAS, FRAMES_PER_CAMERA, HISTORY_POSES, PromptText, inputs_from_rows,
-                                         patchify)
+from ..expert_serve.frame_inputs import FRAMES_PER_CAMERA, HISTORY_POSES, PromptText, inputs_from_rows, patchify
 from .runner import run_split
 
 REASONING_TOKENS = 16          # decode up to this many tokens per frame (the release's 256: minutes per cut)
@@ -37,7 +36,7 @@ def synthetic_inputs(model, seq: int, route: bool):
     """Frame `seq`'s inputs (the module's docstring)."""
     rng = np.random.default_rng(seq)
     images = [rng.integers(0, 256, (IMAGE_SIDE, IMAGE_SIDE, 3), dtype=np.uint8)
-              for _ in range(CAMERAS * FRAMES_PER_CAMERA)]
+              for _ in range(model.config.cameras * FRAMES_PER_CAMERA)]
     t = np.arange(HISTORY_POSES) * 0.1
     yaw = 0.05 * t
     poses = np.stack([5.0 * t * np.cos(yaw), 5.0 * t * np.sin(yaw), yaw], -1)               # (16, 3)

@@ -75,6 +75,23 @@ class AlpamayoConfig:
     def release(self) -> str:
         return RELEASES[self.model_type]
 
+    @property
+    def cameras(self) -> int:
+        """Camera slots of a frame: Alpamayo 2 Super's trajectory profile 6 (input_profiles.py: IDs 0, 1, 2, 3, 5, 6),
+        Alpamayo 1 / 1.5's 4 (0, 1, 2, 6); each with 4 frames."""
+        return 6 if self.model_type == MODEL_TYPE else 4
+
+    @property
+    def history_tokens(self) -> int:
+        """The prompt's `<|traj_history|>` pads: 3 per encoded step of the 16 poses (15 without the origin pad)."""
+        return 3 * (16 if self.history.get("pad_origin_at_beginning", True) else 15)
+
+    @property
+    def opens_reasoning(self) -> bool:
+        """The prompt ends with `<|cot_start|>` (Alpamayo 1 / 1.5's continue_final_message); Alpamayo 2 Super's
+        ends where the assistant's turn opens (its generation prompt)."""
+        return self.model_type != MODEL_TYPE and "cot_start" in self.special_ids
+
 
 def read_json(path: Path) -> dict:
     try:

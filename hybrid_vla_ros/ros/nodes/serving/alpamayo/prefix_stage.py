@@ -33,7 +33,7 @@ from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import UInt8MultiArray
 
 from .....engine.expert_serve.release_prompt import release_prompt
-from .....engine.expert_serve.frame_inputs import (CAMERAS, ImageHistory, ImageRows, history_poses, inputs_from_rows,
+from .....engine.expert_serve.frame_inputs import (ImageHistory, ImageRows, history_poses, inputs_from_rows,
                                                   patchify, pixel_budget, still_history)
 from .....engine.expert_serve.prefix_server import DEFAULT_TIMEOUT_S, AlpamayoPrefixServer, PrefixJob
 from .....engine.pipeline.camera_sync import CameraSync, StampedHistory
@@ -117,10 +117,11 @@ class AlpamayoPrefixStage(Side):
             f"sampling {s.sampling}, flow {s.flow}, guidance {s.guidance}, up to {p['max_in_flight']} frames open")
 
     def _subscribe_cameras(self, topics: list[str], compressed: bool) -> None:
-        expect(len(topics) == CAMERAS, ConfigError,
-               f"camera_topics: {len(topics)} topics, an Alpamayo release takes {CAMERAS} cameras")
+        cameras = self.model.config.cameras
+        expect(len(topics) == cameras, ConfigError,
+               f"camera_topics: {len(topics)} topics, an {self.model.config.release} release takes {cameras} cameras")
         self.topics, self.compressed = topics, compressed
-        self.sync = CameraSync(CAMERAS, self.skew_ns,
+        self.sync = CameraSync(cameras, self.skew_ns,
                                on_discard=lambda stamp: self.node.health.drop("camera_set_incomplete", stamp))
         msg_type = CompressedImage if compressed else Image
         for index, topic in enumerate(topics):
