@@ -136,3 +136,66 @@ def test_hybrid_vla_verify_splits_the_authors_layout_exactly_at_every_cut(golden
     assert main(["verify", "--checkpoint", str(folder)]) == 0
     out = capsys.readouterr().out
     assert "alpamayo2_super" in out and out.count("max_abs_diff=0.000e+00") == 5   # p = 0 .. 4
+
+
+def tiny_config(**changes) -> dict:
+    """The tiny release's config.json as the authors' code wrote it, with nested `changes` ("a.b": value)."""
+    import copy
+    raw = copy.deepcopy(load_manifest("alpamayo2_super_tiny")["config_json"])
+    for path, value in changes.items():
+        *parents, leaf = path.split(".")
+        node = raw
+        for key in parents:
+            node = node[key]
+        node[leaf] = value
+    return raw
+
+
+@pytest.mark.parametrize("change, why", [
+    ({"expert_config.llm_config.rms_norm_eps": 1e-5}, "differs from the VLM's text config in \\['rms_norm_eps'\\]"),
+    ({"hist_traj_tokenizer_cfg.predict_yaw": True}, "predict_yaw"),
+    ({"expert_config.expert_non_causal_attention": False}, "causal mask"),
+    ({"traj_ids.future_id0": 999}, "future_id0"),
+])
+def test_a_config_this_reading_would_get_wrong_is_refused_naming_the_field(change, why):
+    from hybrid_vla_ros.errors import ConfigError
+    from hybrid_vla_ros.model.plugins.alpamayo.config import parse
+    with pytest.raises(ConfigError, match=why):
+        parse(tiny_config(**change))
+
+
+def test_guidance_is_refused_for_alpamayo_2_super(golden_release):
+    from hybrid_vla_ros.engine.expert_serve.prefix_server import check_settings
+    from hybrid_vla_ros.errors import ConfigError
+    golden, _, model = golden_release
+    with pytest.raises(ConfigError, match="no classifier-free guidance"):
+        alpamayo.run_reference(model, golden_inputs(golden), sampling=alpamayo.Sampling(max_new_tokens=2), guidance=True)
+    with pytest.raises(ConfigError, match="no classifier-free guidance"):
+        check_settings(model, alpamayo.Sampling(), alpamayo.FlowSettings(), guidance=True)
+
+
+def test_without_the_origin_pad_the_history_is_45_tokens_the_48_less_the_step_from_the_origin():
+    from hybrid_vla_ros.model.plugins.alpamayo.config import parse
+    from hybrid_vla_ros.model.plugins.alpamayo.reference import history_tokens
+    padded = parse(tiny_config())
+    config = parse(tiny_config(**{"hist_traj_tokenizer_cfg.pad_origin_at_beginning": False}))
+    assert (padded.history_tokens, config.history_tokens) == (48, 45)
+    t = torch.arange(-15, 1, dtype=torch.float32) * 0.1
+    xyz = torch.stack([5.0 * t, 0.3 * t * t, torch.zeros(16)], -1).view(1, 16, 3)
+    ours = history_tokens(xyz, config.history, config.hist_token_start_idx)
+    assert ours.shape == (1, 45) and torch.equal(ours, history_tokens(xyz, padded.history, 300)[:, 3:])
+
+
+def test_the_text_end_ids_are_never_sampled_and_the_stop_token_at_the_cap_is_not_fed():
+    from hybrid_vla_ros.model.plugins.alpamayo.config import parse
+    from hybrid_vla_ros.model.plugins.alpamayo.decode import filtered_logits, verdict
+    config = parse(tiny_config(**{"vlm_config.text_config.eos_token_id": [7, 352]}))   # 352: <|traj_future_start|>
+    assert config.masked_ids == (7,) and config.banned == ((300, 340), (7, 8))
+    logits = torch.zeros(384)
+    logits[7], logits[352] = 50.0, 40.0
+    kept = filtered_logits(logits, config.banned, alpamayo.Sampling(top_p=1e-6))
+    assert int(kept.argmax()) == 352 and torch.isinf(kept[7]) and torch.isinf(kept[300:340]).all()
+    stop = config.traj_token_ids["future_start"]
+    assert verdict([5, stop], stop, 8) == (True, True)          # stopped early: fed (StopAfterEOS's extra step)
+    assert verdict([5] * 7 + [stop], stop, 8) == (False, True)  # at max_new_tokens: generate never feeds it
+    assert verdict([5] * 8, stop, 8) == (False, True) and verdict([5], stop, 8) == (True, False)

@@ -50,6 +50,7 @@ def test_a_head_wider_than_hidden_over_heads_splits_exactly_and_survives_a_check
 def test_the_fit_budgets_are_parsed_with_a_reason_for_each_refusal():
     rtx, h200 = parse_fit("rtx4090,h200:64")
     assert rtx.budget_gib == pytest.approx(24e9 / GIB) and h200.budget_gib == 64.0
+    assert parse_fit("h200:139")[0].budget_gib == 139.0   # what the card shows, above 141 GB read as 10^9 bytes
     for bad, why in (("rtx4090:30", "holds"), ("a100", "not a part"), ("h200:x", "GiB"), (",", "at least one")):
         with pytest.raises(ConfigError, match=why):
             parse_fit(bad)
@@ -113,3 +114,8 @@ def test_the_command_refuses_flags_that_fit_decides_itself(capsys):
     from hybrid_vla_ros.cli import main
     assert main(["plan", "--preset", "alpamayo2-super-like", "--fit", "l20", "--gpu", "h200"]) != 0
     assert "drop --gpu" in capsys.readouterr().err
+
+
+def test_the_cpu_sampler_is_timed_on_this_machine():
+    from hybrid_vla_ros.plan.decode_heavy import sampler_ms_here
+    assert 0 < sampler_ms_here(4096, repeats=2) < 1000

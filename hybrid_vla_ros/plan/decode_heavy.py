@@ -89,10 +89,10 @@ def sampler_ms_here(vocab: int, repeats: int = 10) -> float:
     logits, gen = torch.randn(vocab, generator=torch.Generator().manual_seed(0)), torch.Generator().manual_seed(0)
     times = []
     with pinned(None, 1):
-        sample(logits, (0, 1), Sampling(), gen)
+        sample(logits, ((0, 1),), Sampling(), gen)
         for _ in range(repeats):
             t0 = time.thread_time()
-            sample(logits, (0, 1), Sampling(), gen)
+            sample(logits, ((0, 1),), Sampling(), gen)
             times.append((time.thread_time() - t0) * 1e3)
     return min(times)
 

@@ -1,5 +1,6 @@
 """A driving frame -> an Alpamayo release's inputs (model/plugins/alpamayo/reference.py AlpamayoInputs), ROS-free:
-the last 4 frames of 4 cameras, the ego history from the poses kept, the prompt's token ids.
+the last 4 frames of each of the release's cameras (4; Alpamayo 2 Super 6), the ego history from the poses kept,
+the prompt's token ids.
 
 Images: as Qwen3-VL's image processor lays them out (transformers Qwen2VLImageProcessor: rescaled to [0, 1],
 normalised with mean = std = 0.5 as Qwen3-VL's preprocessor_config.json has them, each image repeated to
@@ -14,8 +15,9 @@ config names no budget takes images as they are (multiples of patch x merge). Un
 repeated (counted in `padded`).
 Ego history: 16 poses 0.1 s apart ending at the frame's stamp (the releases': 1.6 s at 10 Hz), in the t0 ego frame.
 Prompt: [system ids] then per image <|vision_start|> <|image_pad|> x tokens <|vision_end|>, then
-<|traj_history_start|> 48 x <|traj_history|> <|traj_history_end|>, with guidance a route span
-<|route_start|> [route ids] <|route_end|>, then [user ids] and <|cot_start|> (a release with a tokenizer: the route
+<|traj_history_start|> 48 x <|traj_history|> <|traj_history_end|> (45 without the origin pad), with guidance a route
+span <|route_start|> [route ids] <|route_end|>, then [user ids] and <|cot_start|> (not for Alpamayo 2 Super, whose
+prompt ends where the assistant's turn opens; a release with a tokenizer: the route
 span holds the live route's text, whenever a turn is ahead). The text ids come from
 `prompt_ids.json` beside the release's config.json ({"system": [...], "user": [...], "route": [...]}) for a
 release without a tokenizer (without the file the text parts are empty); a release with one gets the prompt its

@@ -18,6 +18,8 @@ token count, as the processor does. The released cameras are indices 0, 1, 2, 6 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from ...errors import ConfigError, expect
@@ -92,9 +94,11 @@ def release_prompt(model):
     from ...model.plugins.alpamayo.release import release_tokenizer
     from .frame_inputs import PROMPT_FILE, PromptText
     directory = model.checkpoint_directory
+    if model.config.model_type == "alpamayo2_super":   # its prompt from its tokenizer is not built: the ids given
+        expect(directory is not None and (Path(directory) / PROMPT_FILE).is_file(), ConfigError,
+               f"'{directory}': Alpamayo 2 Super's prompt from its tokenizer is not built here (its chat template and "
+               f"its per-image camera and frame labels not checked against its code); put the prompt text's ids in "
+               f"{PROMPT_FILE} beside its config.json (docs/ALPAMAYO.md section 7)")
+        return PromptText.from_release(directory)
     tokenizer = release_tokenizer(model.config, directory) if directory is not None else None
-    expect(tokenizer is None or model.config.model_type != "alpamayo2_super", ConfigError,
-           f"'{directory}': Alpamayo 2 Super's prompt from its tokenizer is not built here (its chat template, six "
-           f"camera labels and frame labels not checked against its code); give the text's ids in {PROMPT_FILE} "
-           f"instead of a tokenizer (docs/ALPAMAYO.md section 7)")
     return ReleasePrompt(tokenizer) if tokenizer is not None else PromptText.from_release(directory)

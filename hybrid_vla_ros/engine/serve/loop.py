@@ -72,7 +72,8 @@ class ServeLoop:
         """No event after this; -> the frames that waited to start (the caller accounts for them)."""
         with self.cond:
             self.closed = True
-            waiting, self.inbox = list(self.inbox), deque()
+            waiting = list(self.inbox)
+            self.inbox.clear()   # in place: the servers hold this deque (their waiting counts read it)
             self.cond.notify_all()
         return waiting
 

@@ -227,7 +227,7 @@ def parse(raw: dict, directory: Path | None = None, vlm=None) -> AlpamayoConfig:
     model_type = raw.get("model_type")
     expect(model_type in RELEASES, ConfigError, f"{where}: model_type {model_type!r} is not one of {list(RELEASES)}")
     if model_type == MODEL_TYPE:   # its own field names, read into Alpamayo 1's (config_super.py)
-        raw, vlm = as_release_fields(raw, where, directory), vlm if vlm is not None else vlm_of(raw, where)
+        raw, vlm = as_release_fields(raw, where), vlm if vlm is not None else vlm_of(raw, where)
     for name in ("traj_token_start_idx", "traj_vocab_size", "vocab_size"):
         expect(isinstance(raw.get(name), int) and raw[name] > 0, ConfigError,
                f"{where}: {name}={raw.get(name)!r}, expected a positive integer (the release saves it)")

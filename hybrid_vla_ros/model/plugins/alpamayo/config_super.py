@@ -12,13 +12,10 @@ config.py and models/expert.py) in the fields config.py reads for Alpamayo 1 / 1
 Its special tokens are the 29 of 1.5's list under their own names, added after the 4000 <iN> (config.py
 build_alpamayo2_super_tokenizer); Qwen3-VL's <|image_pad|> is a base token, so it takes no new id. Its reasoning
 never samples the text's end tokens (models/alpamayo2_super.py `_append_text_eos_mask`: the VLM's generation
-config's eos ids, `<|traj_future_start|>` kept): masked_ids, from the release's generation_config.json where it ships
-one (from_pretrained reads it), else from vlm_config."""
+config's eos ids, `<|traj_future_start|>` kept): masked_ids, from vlm_config (the VLM is built from it, so its
+generation config is; a generation_config.json beside the release configures the wrapper, not the VLM)."""
 
 from __future__ import annotations
-
-import json
-from pathlib import Path
 
 from ....errors import ConfigError, expect
 
@@ -42,21 +39,16 @@ def vlm_of(raw: dict, where: str):
     return Qwen3VLConfig(**{k: v for k, v in vlm.items() if k not in ("architectures", "model_type", "_name_or_path")})
 
 
-def text_eos_ids(raw: dict, directory: Path | None, keep: int) -> tuple[int, ...]:
-    """The ids the reasoning masks: the generation config's eos_token_id (an int or a list), less `keep`."""
+def text_eos_ids(raw: dict, keep: int) -> tuple[int, ...]:
+    """The ids the reasoning masks: the VLM's generation config's eos_token_id (built from vlm_config: its own
+    field, else its text config's; an int or a list), less `keep`."""
     vlm = raw["vlm_config"]
     eos = vlm.get("eos_token_id", vlm["text_config"].get("eos_token_id"))
-    path = directory / "generation_config.json" if directory else None
-    if path is not None and path.is_file():
-        try:
-            eos = json.loads(path.read_text()).get("eos_token_id", eos)
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError, AttributeError) as exc:
-            raise ConfigError(f"'{path}': not a readable generation config ({exc})") from None
     ids = [eos] if isinstance(eos, int) else list(eos or [])
     return tuple(int(i) for i in ids if int(i) != keep)
 
 
-def as_release_fields(raw: dict, where: str, directory: Path | None = None) -> dict:
+def as_release_fields(raw: dict, where: str) -> dict:
     """config.json of an Alpamayo 2 Super release -> the fields config.parse reads (Alpamayo 1's names)."""
     ids, expert = raw.get("traj_ids") or {}, raw.get("expert_config") or {}
     missing = [k for k in TRAJ_IDS if not isinstance(ids.get(k), int)]
@@ -83,4 +75,4 @@ def as_release_fields(raw: dict, where: str, directory: Path | None = None) -> d
             "action_space_cfg": expert.get("action_space_cfg"), "diffusion_cfg": expert.get("diffusion_cfg"),
             "action_in_proj_cfg": expert.get("action_in_proj_cfg"),
             "expert_non_causal_attention": expert.get("expert_non_causal_attention", True),
-            "masked_ids": text_eos_ids(raw, directory, ids["future_start"])}
+            "masked_ids": text_eos_ids(raw, ids["future_start"])}

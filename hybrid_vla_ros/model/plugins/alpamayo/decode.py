@@ -1,7 +1,7 @@
 """The VLM's prefill and its sampled reasoning decode, as the releases run them through `generate`
 (alpamayo_r1/models/alpamayo_r1.py: do_sample, temperature 0.6, top-p 0.98, no top-k; the discrete trajectory
-tokens <i0> .. never sampled (ExpertLogitsProcessor); stop at `<|traj_future_start|>`, which still enters the
-cache (StopAfterEOS); at most max_new_tokens). Sampling draws from a seeded CPU generator: one seed, one decode."""
+tokens <i0> .. never sampled (ExpertLogitsProcessor; Alpamayo 2 Super also its text end ids); stop at
+`<|traj_future_start|>`, which still enters the cache (StopAfterEOS) unless it is the max_new_tokens-th token). Sampling draws from a seeded CPU generator: one seed, one decode."""
 
 from __future__ import annotations
 

@@ -59,8 +59,8 @@ def without_route(input_ids: torch.Tensor, route_start: int, route_end: int) -> 
 
 @dataclass
 class AlpamayoInputs:
-    """As the published pipeline has them: the chat template's ids with 48 `<|traj_history|>` pads, the
-    processor's pixels of 4 cameras x 4 frames (one grid row per image), the ego history in the t0 frame."""
+    """As the published pipeline has them: the chat template's ids with 48 (or 45) `<|traj_history|>` pads, the
+    processor's pixels of the cameras x 4 frames (one grid row per image), the ego history in the t0 frame."""
     input_ids: torch.Tensor          # (1, S)
     pixel_values: torch.Tensor       # (P, 3 * temporal_patch * patch^2)
     image_grid_thw: torch.Tensor     # (images, 3)
