@@ -121,10 +121,29 @@ def _saved_files(folder: Path) -> tuple[dict, dict, dict]:
     return state, files, metadata
 
 
-def build_and_save(model: str, snapshot: Path, tiny: bool) -> dict:
-    """The authors' model built and saved by its own save_pretrained -> what the manifest needs."""
+def build_saved(model_cls, config, out: Path, tiny: bool) -> tuple:
+    """The authors' class built from `config` (seed 0) and saved by its own save_pretrained into `out` -> (model,
+    state, {file: keys}, {file: metadata}); at the released size on the meta device, the writer recording."""
     import torch
     import transformers.modeling_utils as modeling_utils
+    torch.manual_seed(0)
+    if tiny:
+        built = model_cls(config)
+        built.save_pretrained(str(out))
+        return (built, *_saved_files(out))
+    writer = RecordingWriter()
+    with parameters_on_meta():       # buffers stay real: their code computes with them (.item())
+        built = model_cls(config)
+    modeling_utils.safe_save_file, original = writer, modeling_utils.safe_save_file
+    try:
+        built.save_pretrained(str(out))
+    finally:
+        modeling_utils.safe_save_file = original
+    return built, writer.state, writer.files, writer.metadata
+
+
+def build_and_save(model: str, snapshot: Path, tiny: bool) -> dict:
+    """The authors' model built and saved by its own save_pretrained -> what the manifest needs."""
     sizes = alpamayo_sizes.TINY if tiny else alpamayo_sizes.RELEASED
     model_cls, config_cls = import_authors(snapshot, model)
     patch_processor(sizes["tokenizer_base"], sizes["vlm"])
@@ -133,21 +152,7 @@ def build_and_save(model: str, snapshot: Path, tiny: bool) -> dict:
     with _working_dir(work):
         _write_backbone(work, sizes["release"]["vlm_name_or_path"], sizes["vlm"])
         config = config_cls(**alpamayo_sizes.release_kwargs(model, tiny))
-        torch.manual_seed(0)
-        if tiny:
-            built = model_cls(config)
-            built.save_pretrained(str(out))
-            state, files, metadata = _saved_files(out)
-        else:
-            writer = RecordingWriter()
-            with parameters_on_meta():       # buffers stay real: their code computes with them (.item())
-                built = model_cls(config)
-            modeling_utils.safe_save_file, original = writer, modeling_utils.safe_save_file
-            try:
-                built.save_pretrained(str(out))
-            finally:
-                modeling_utils.safe_save_file = original
-            state, files, metadata = writer.state, writer.files, writer.metadata
+        built, state, files, metadata = build_saved(model_cls, config, out, tiny)
     saved_config = json.loads((out / "config.json").read_text())
     index = out / "model.safetensors.index.json"
     return {"model": built, "state": state, "files": files, "metadata": metadata, "config_json": saved_config,

@@ -21,7 +21,6 @@ from pathlib import Path
 import alpamayo
 import alpamayo2_sizes
 import stubs
-from authors import parameters_on_meta
 
 SOURCE = "src/alpamayo2_super/models/alpamayo2_super.py"
 
@@ -50,8 +49,6 @@ def _write_backbone(folder: Path, name: str, vlm: dict) -> None:
 
 def build_and_save(snapshot: Path, tiny: bool) -> dict:
     """The authors' model built and saved by its own save_pretrained -> what the manifest needs."""
-    import torch
-    import transformers.modeling_utils as modeling_utils
     sizes = alpamayo2_sizes.TINY if tiny else alpamayo2_sizes.RELEASED
     model_cls, config_cls = import_authors(snapshot)
     patch_tokenizer(sizes["tokenizer_base"], sizes["vlm"])
@@ -60,21 +57,7 @@ def build_and_save(snapshot: Path, tiny: bool) -> dict:
     with alpamayo._working_dir(work):
         _write_backbone(work, sizes["release"]["vlm_name_or_path"], sizes["vlm"])
         config = config_cls(**alpamayo2_sizes.release_kwargs(tiny))
-        torch.manual_seed(0)
-        if tiny:
-            built = model_cls(config)
-            built.save_pretrained(str(out))
-            state, files, metadata = alpamayo._saved_files(out)
-        else:
-            writer = alpamayo.RecordingWriter()
-            with parameters_on_meta():
-                built = model_cls(config)
-            modeling_utils.safe_save_file, original = writer, modeling_utils.safe_save_file
-            try:
-                built.save_pretrained(str(out))
-            finally:
-                modeling_utils.safe_save_file = original
-            state, files, metadata = writer.state, writer.files, writer.metadata
+        built, state, files, metadata = alpamayo.build_saved(model_cls, config, out, tiny)
     index = out / "model.safetensors.index.json"
     return {"model": built, "state": state, "files": files, "metadata": metadata,
             "config_json": json.loads((out / "config.json").read_text()),
