@@ -118,15 +118,18 @@ def model_kind(args) -> str | None:
         directory = resolve_checkpoint(args.checkpoint)
         if is_release(directory):
             return "alpamayo"
+        from ..model.plugins.onevl import is_release as is_onevl
+        if is_onevl(directory):
+            return "tokens"   # its plan written as text, decoded by ActionFlow's packed engine
         files = inspect_checkpoint(directory, getattr(args, "fresh_head", False))   # its head's metadata only
-        return "tokens" if files.vla.get("action_head") == "tokens" else None
+        return "tokens" if files.vla.get("action_head") in ("tokens", "text") else None
     preset = args.preset or getattr(args, "default_preset", None)
     if preset in ALPAMAYO_PRESETS:
         return "alpamayo"
     spec = PRESETS.get(preset)
     if spec is None:
         return None
-    return "expert_shapes" if spec.head == "alpamayo_expert" else "tokens" if spec.action_head == "tokens" else None
+    return "expert_shapes" if spec.head == "alpamayo_expert" else "tokens" if spec.action_head in ("tokens", "text") else None
 
 
 def serves(args, kind: str) -> bool:

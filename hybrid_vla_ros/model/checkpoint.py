@@ -84,6 +84,8 @@ def _checkpoint_key(key: str, available, key_prefixes) -> str | None:
 
 def _source(files: CheckpointFiles, name: str, key_prefixes) -> tuple[Path, str]:
     """Our parameter name -> (file, key in it)."""
+    if name in files.head_keys:   # a release's text head is its own LM head (model/plugins/onevl.py)
+        return files.weight_map[files.head_keys[name]], files.head_keys[name]
     if name.startswith(HEAD_PREFIX):
         return files.head_file, name[len(HEAD_PREFIX):]
     if is_adapter_parameter(name):
@@ -108,7 +110,7 @@ def materialise(model: VLAModel, files: CheckpointFiles, modules, dtype: torch.d
     (safetensors reads them there: no CPU copy of a GPU stage's weights); the rest stays on the meta
     device. A head missing on purpose (fresh_head) is initialised from the spec's seed."""
     wanted = {id(p) for m in modules for p in m.parameters()}
-    fresh_head = files.head_file is None
+    fresh_head = files.head_file is None and not files.head_keys
     for name, param in list(model.named_parameters()):
         if id(param) not in wanted or param.device.type != "meta" or (fresh_head and name.startswith(HEAD_PREFIX)):
             continue
@@ -167,15 +169,21 @@ def _owner(model: nn.Module, name: str) -> tuple[nn.Module, str]:
 
 
 def load_checkpoint(directory: str | Path, dtype: torch.dtype = torch.float32, keep=None,
-                    fresh_head: bool = False) -> VLAModel:
+                    fresh_head: bool = False, release=None) -> VLAModel:
     """The model of a checkpoint directory. keep(model) -> the modules to read (default: all of them);
-    everything else keeps its parameters on the meta device."""
-    files = inspect_checkpoint(directory, fresh_head)
+    everything else keeps its parameters on the meta device. release: a published layout read as it is, without
+    our head file (model/plugins/onevl.py): (its VLA fields, prompt(family, config), head_key(files))."""
+    files = inspect_checkpoint(directory, fresh_head or release is not None)
+    if release is not None:
+        vla, make_prompt, head_key = release
+        files.vla, files.head_keys = {**vla, **files.vla}, {HEAD_PREFIX + "weight": head_key(files)}
     spec = checkpoint_spec(files)
     with parameters_on_meta():
         model = VLAModel(spec, backbone_config=files.config)
     model.checkpoint_files = files
-    if has_tokenizer(files.directory):
+    if release is not None:
+        model.prompt = make_prompt(model.family, files.config)
+    elif has_tokenizer(files.directory):
         model.prompt = load_prompt(files.directory, model.family, files.config, files.vla.get("plan_token"),
                                    files.vla.get("slot_token"))
         model.prompt.check_query_tokens(spec.query_tokens, spec.slot_tokens)   # the head names its query tokens

@@ -68,6 +68,7 @@ class CheckpointFiles:
     prompt_file: Path | None = None
     adapters: dict = field(default_factory=dict)   # LoRA adapter name -> (weights file, its keys)
     read_keys: set[str] = field(default_factory=set)
+    head_keys: dict = field(default_factory=dict)   # a release's head read from its backbone files: ours -> its key
 
 
 def _refuse_pickle(directory: Path) -> None:

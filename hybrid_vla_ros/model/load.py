@@ -9,7 +9,7 @@ import torch
 
 from ..errors import ConfigError, expect
 from .checkpoint import ensure_loaded, load_checkpoint
-from .plugins import alpamayo
+from .plugins import alpamayo, onevl
 from .presets import ALPAMAYO_PRESETS, get_preset
 from .vla import VLAModel, build_model
 
@@ -44,6 +44,8 @@ def load_vla(preset: str | None = None, checkpoint: str | None = None, dtype: to
         if alpamayo.is_release(resolve_checkpoint(checkpoint)):   # a published Alpamayo directory, as released:
             return alpamayo.load_release(resolve_checkpoint(checkpoint), dtype=dtype,   # its own model (the nodes
                                          shapes_only=shapes_only or lazy)               # serve it: ros/nodes/serving/alpamayo)
+        if onevl.is_release(resolve_checkpoint(checkpoint)):   # a OneVL directory as its authors save it
+            return onevl.load_release(resolve_checkpoint(checkpoint), dtype, keep, shapes_only or lazy)
         return load_checkpoint(resolve_checkpoint(checkpoint), dtype=dtype,
                                keep=(lambda m: []) if shapes_only or lazy else keep, fresh_head=fresh_head)
     if preset in ALPAMAYO_PRESETS:   # an Alpamayo release at unit-test size: its own model, built whole

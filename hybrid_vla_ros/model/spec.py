@@ -14,7 +14,9 @@ from ..errors import ConfigError, expect
 from .registry import SCENE_ENCODERS, family_names, get_family, plugin_class
 from .tokenize.tokens import MIN_VOCAB
 
-ACTION_HEADS = ("waypoints", "tokens")
+ACTION_HEADS = ("waypoints", "tokens", "text")
+MAX_ANSWER_TOKENS = 1024   # the decode policy's own limit (engine/decode/policy.py MAX_TOKENS)
+ANSWER_VALUES = (2, 3)   # a text answer's numbers a pose: x, y (AR1) or x, y, heading (NAVSIM)
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,10 @@ class VLASpec:
     action_head: str = "waypoints"
     action_bins: int = 256
     action_step_range_m: float = 4.0
+    # "text" (OneVL): the LLM writes the num_waypoints poses as text over its whole vocabulary through its own LM head,
+    # at most answer_tokens tokens, each pose answer_values numbers (model/tokenize/text_waypoints.py).
+    answer_tokens: int = 160
+    answer_values: int = 3
     # Real-size presets (the shapes of published models): built on the meta device, each stage's tensors drawn
     # on demand by a per-tensor seeded init in the stage's dtype (model/seeded.py); `info` answers from shapes.
     real_size: bool = False
@@ -114,6 +120,8 @@ class VLASpec:
                    f"ids above the prompt's {MIN_VOCAB}; raise vocab_size for more)")
             expect(self.action_step_range_m > 0, ConfigError,
                    f"spec '{self.name}': action_step_range_m={self.action_step_range_m}, expected > 0")
+        if self.action_head == "text":
+            self._check_text_answer()
         from ..context import CONTEXT_PIECES
         expect(isinstance(self.context, list) and all(p in CONTEXT_PIECES for p in self.context), ConfigError,
                f"spec '{self.name}': context={self.context!r}, expected a list of {list(CONTEXT_PIECES)}")
@@ -133,6 +141,14 @@ class VLASpec:
         for side in ("image_height", "image_width"):
             expect(getattr(self, side) % step == 0, ConfigError,
                    f"spec '{self.name}': {side}={getattr(self, side)} must be a multiple of {step} for {self.family}")
+
+    def _check_text_answer(self) -> None:
+        expect(isinstance(self.answer_tokens, int) and 1 <= self.answer_tokens <= MAX_ANSWER_TOKENS, ConfigError,
+               f"spec '{self.name}': answer_tokens={self.answer_tokens!r}, expected 1..{MAX_ANSWER_TOKENS} (the most "
+               f"tokens a text answer may take; each KV ring slot holds the prompt and them)")
+        expect(self.answer_values in ANSWER_VALUES, ConfigError,
+               f"spec '{self.name}': answer_values={self.answer_values!r}, expected one of {ANSWER_VALUES} "
+               f"(x, y or x, y, heading a pose)")
 
     @property
     def attention_head_dim(self) -> int:

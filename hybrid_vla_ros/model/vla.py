@@ -35,6 +35,8 @@ def make_action_head(spec: VLASpec) -> nn.Module:
     (configured from the spec: num_waypoints, head_hidden, query_tokens and the plugin's own head_config)."""
     if spec.action_head == "tokens":
         return TokenHead(spec.hidden_size, spec.action_bins)
+    if spec.action_head == "text":   # the LLM's own output table (V, H): a text answer's logits over every id
+        return nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
     head = plugin_class(HEADS, spec.head).from_config(head_config(spec), spec.hidden_size, spec)
     expect(head.query_tokens == spec.query_tokens * spec.num_passes, ConfigError,
            f"head {spec.head!r} reads {head.query_tokens} query tokens, the prompt of '{spec.name}' has "
@@ -77,8 +79,9 @@ class VLAModel(nn.Module):
     @property
     def kind(self) -> str:
         """How the graph serves it (ros/nodes/serving): "waypoints" (one boundary state a frame) or "tokens"
-        (ActionFlow's packed decode steps); the HVLM header's kind (engine/handover/message.py KINDS)."""
-        return "tokens" if self.spec.action_head == "tokens" else "waypoints"
+        (ActionFlow's packed decode steps: action tokens, or a text answer); the HVLM header's kind
+        (engine/handover/message.py KINDS)."""
+        return "waypoints" if self.spec.action_head == "waypoints" else "tokens"
 
     @property
     def decoder(self):

@@ -94,8 +94,9 @@ class ActionFlow:
         decode: how each frame's tokens are decoded and when it ends (engine/decode/policy.py; default: greedy,
         the model's action tokens)."""
         spec = model.spec
-        expect(spec.action_head == "tokens", ConfigError,
-               f"model '{spec.name}' has a waypoint head; ActionFlow needs an action-token model (e.g. tiny-act)")
+        expect(model.kind == "tokens", ConfigError,
+               f"model '{spec.name}' has a waypoint head; ActionFlow needs a model that decodes its plan token by "
+               f"token (action tokens, e.g. tiny-act, or a text answer)")
         self.model, self.pack, self.prepare = model, pack, prepare
         self.tokens = TokenDecoder(model, decode)
         self.tokens_per_frame = self.tokens.max_tokens    # the most a frame decodes

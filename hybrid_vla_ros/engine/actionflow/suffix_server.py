@@ -61,7 +61,7 @@ class PackedSuffixServer:
         claim, the prefix's pack x pack_groups (default: the most any prefix may configure). int8: the blocks'
         linears in int8 (engine/int8.py). decode: how tokens are picked and when a frame ends (engine/decode/;
         the prefix's must be the same: it frees a frame's slot by the same rule)."""
-        expect(model.spec.action_head == "tokens", ConfigError,
+        expect(model.kind == "tokens", ConfigError,
                f"model '{model.spec.name}' has a waypoint head: it is served by the suffix stage, not ActionFlow")
         expect(isinstance(max_slots, int) and 1 <= max_slots <= MAX_SLOTS, ConfigError,
                f"max_slots={max_slots!r}: expected 1..{MAX_SLOTS} (pack x pack_groups of the prefix)")

@@ -175,7 +175,10 @@ class Suffix(Side):
         ms = (time.perf_counter() - t0) * 1e3   # the step's compute (the scheduler's sample), not the publishing
         for result in out.completed:
             values = {"latency_ms": f"{result.latency_s * 1e3:.3f}", **result.diagnostics(), "transport": "packed"}
-            if result.trajectory is None:   # tokens only (reasoning, or stopped before a whole action)
+            if result.trajectory is None:   # tokens only (reasoning, stopped before a whole action, no plan)
+                if result.error:   # a text answer that is no plan: counted, nothing published
+                    node.health.drop(result.reason, result.stamp_ns)
+                    values["error"] = result.error
                 node.info_pub.publish(info(f"{node.get_name()}: tokens", {
                     "stamp_ns": result.stamp_ns, "seq": result.seq, "partition": out.partition, **values}))
             else:
