@@ -62,7 +62,7 @@ def verify_tokens(args) -> int:
     refuse_placement_for_tokens(args, "verified")
     result = verify_token_partitions(model_from_args(args), frames=args.frames)
     emit(result, args.json, lambda r: [f"{r['preset']} ({r['family']}, {r['num_blocks']} blocks, {r['dtype']}, "
-                                       f"action tokens, pack {r['pack']})"] +
+                                       f"{r['answer']}, pack {r['pack']})"] +
          [f"  p={x['partition']:3d}  max_abs_diff={x['max_abs_diff']:.3e}"
           + (f"  other tokens in frames {x['frames_with_other_tokens']}" if x["frames_with_other_tokens"] else "")
           for x in r["results"]])

@@ -47,6 +47,9 @@ from .vla import VLAModel, make_action_head
 
 def save_checkpoint(model: VLAModel, directory: str | Path, max_shard_size: str | int = "2GB") -> Path:
     """The HF layout (transformers' save_pretrained for the backbone) plus the action head file."""
+    expect(model.spec.action_head != "text", ConfigError,
+           f"model '{model.spec.name}' writes its plan as text: it is served from its release directory as its "
+           f"authors saved it (model/plugins/onevl.py), not written in this package's layout")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     from transformers.utils import logging as hf_logging

@@ -31,6 +31,7 @@ def verify_token_partitions(model: VLAModel, frames: int = 2, pack: int = 2) -> 
                         "frames_with_other_tokens": differing})
     return {"preset": model.spec.name, "family": model.spec.family, "num_blocks": model.num_blocks, "dtype": "fp32",
             "placement": "both sides on the CPU, in this process", "frames": frames, "pack": pack,
+            "answer": "text" if model.spec.action_head == "text" else "action tokens",
             "tokens_per_frame": {seq: len(r.tokens) for seq, r in reference.items()},
             "results": results, "max_abs_diff": max(r["max_abs_diff"] for r in results)}
 
