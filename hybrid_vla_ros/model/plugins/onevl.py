@@ -48,16 +48,11 @@ def _weight_keys(directory: Path) -> list[str]:
 
 
 def is_release(directory) -> bool:
-    """A directory holding a OneVL release as its authors save it (config.json of Qwen3-VL, `_latent_cot_` keys)."""
+    """A directory holding a OneVL release as its authors save it: a transformers VLM's config.json (theirs is
+    Qwen3-VL's; the backbone family follows from it as for any checkpoint) and `_latent_cot_` keys."""
     directory = Path(directory)
     config = directory / "config.json"
     if not directory.is_dir() or not config.is_file() or (directory / "action_head.safetensors").exists():
-        return False
-    try:
-        model_type = json.loads(config.read_text()).get("model_type")
-    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
-        return False
-    if model_type != "qwen3_vl":
         return False
     try:
         return any(k.startswith(LATENT_PREFIX) for k in _weight_keys(directory))
