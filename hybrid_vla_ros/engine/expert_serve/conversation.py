@@ -22,6 +22,7 @@ class PrefixOutcome:
     counted_here: bool = False       # the prefix counts this loss (else the suffix refused it and counts it)
     times: dict = field(default_factory=dict)   # phase -> the prefix's ms
     settings: FrameSettings | None = None
+    images: dict = field(default_factory=dict)  # the window's images: "encoded" by the tower now, "reused" (kept)
     reported: bool = False           # the caller's: accounted for (once, whichever thread ended the frame)
 
 
@@ -38,6 +39,7 @@ class OutgoingFrame:
         self.tag, self.settings, self.send_bytes = tag, settings, send
         self.index, self.answers = 0, 0
         self.times = {"prefill": 0.0, "decode": 0.0, "unguided": 0.0, "expert": 0.0}
+        self.images: dict = {}   # the prompt's images encoded now / kept from earlier windows (VisionCache)
         self.ended = False   # set when the frame left the server's open frames: nothing but an ABORT goes out
 
     def timed(self, phase: str, fn, *args):

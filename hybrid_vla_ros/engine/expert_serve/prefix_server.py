@@ -35,6 +35,7 @@ from ..expert_split.crossings import GUIDED, ActionState, TokenChoice
 from .conversation import Conversation, FrameLost, OutgoingFrame, PrefixOutcome
 from .envelope import ABORT, Back, FrameSettings, Tag, decode_back
 from ..expert_split.prefix import PrefixSide
+from ..expert_split.vision_cache import VisionCache
 from ..expert_split.runner import Cut
 from ..serve.loop import ServeLoop
 from ..serve.policy import OnePerForward
@@ -82,6 +83,7 @@ class AlpamayoPrefixServer(Cut):
         self.seed, self.timeout_s = seed, timeout_s
         self.partition = partition
         self.run = secrets.randbits(63)
+        self.vision = VisionCache()   # each keyed image encoded once, kept while the next window can read it
 
     @property
     def stale_answers(self) -> int:
@@ -201,7 +203,8 @@ class AlpamayoPrefixServer(Cut):
         if not self._close(conversation):
             return False
         if exc is None:
-            conversation.outcome = PrefixOutcome(frame.tag, True, times=frame.times, settings=frame.settings)
+            conversation.outcome = PrefixOutcome(frame.tag, True, times=frame.times, settings=frame.settings,
+                                                 images=frame.images)
             return True
         if isinstance(exc, FrameLost):
             reason, counted_here = exc.reason, exc.counted_here
@@ -217,10 +220,13 @@ class AlpamayoPrefixServer(Cut):
     def _exchange(self, frame: OutgoingFrame, inputs: AlpamayoInputs):
         """The frame's crossings, as a generator: it sends what is due and yields the kind of answer it waits for
         (the answer is sent back into it)."""
-        side = PrefixSide(self.model, frame.settings.partition)
+        side = PrefixSide(self.model, frame.settings.partition, self.vision)
         prompt = fused_prompt(self.model, inputs)
         history = (inputs.ego_history_xyz[:, 0], inputs.ego_history_rot[:, 0])   # (1, T, 3), (1, T, 3, 3)
-        frame.send(frame.timed("prefill", side.prompt, prompt, GUIDED, history))
+        state = frame.timed("prefill", side.prompt, prompt, GUIDED, history)
+        frame.images = {"encoded": self.vision.encoded, "reused": self.vision.reused} \
+            if prompt.image_keys is not None else {"encoded": int(prompt.image_grid_thw.shape[0]), "reused": 0}
+        frame.send(state)
         while True:
             choice = yield TokenChoice
             if side.take(choice):   # InputError: a token outside the vocabulary

@@ -14,15 +14,20 @@ from ...model.plugins.alpamayo.expert import expert_mask, expert_positions, rest
 from ...types import DeepStack
 
 
-def embed_prompt(vlm, prompt: Prompt) -> tuple[torch.Tensor, DeepStack | None]:
-    """-> the prompt's embeddings (1, S, H) with the image features in place, and DeepStack from block 0."""
+def embed_prompt(vlm, prompt: Prompt, vision=None) -> tuple[torch.Tensor, DeepStack | None]:
+    """-> the prompt's embeddings (1, S, H) with the image features in place, and DeepStack from block 0. vision: a
+    VisionCache (vision_cache.py) keeping each keyed image's encoding; None or a prompt without keys: all encoded."""
     model = vlm.model
     embeds = model.get_input_embeddings()(prompt.input_ids)                                # (1, S, H)
-    image = model.get_image_features(prompt.pixel_values, prompt.image_grid_thw, return_dict=True)
-    features = torch.cat(image.pooler_output, dim=0).to(embeds.device, embeds.dtype)        # (n, H)
+    if vision is not None and prompt.image_keys is not None:
+        features, additions = vision.encode(model, prompt)                                  # (n, H), k x (n, H)
+    else:
+        image = model.get_image_features(prompt.pixel_values, prompt.image_grid_thw, return_dict=True)
+        features = torch.cat(image.pooler_output, dim=0)                                    # (n, H)
+        additions = [torch.cat(per_layer, dim=0) for per_layer in image.deepstack_features]  # k x (n, H)
+    features = features.to(embeds.device, embeds.dtype)
     mask, _ = model.get_placeholder_mask(prompt.input_ids, inputs_embeds=embeds, image_features=features)
     embeds = embeds.masked_scatter(mask, features)                                         # (1, S, H)
-    additions = [torch.cat(per_layer, dim=0) for per_layer in image.deepstack_features]    # k x (n, H)
     if not additions:
         return embeds, None
     positions = mask[0, :, 0].nonzero().squeeze(-1)                                        # (n,)

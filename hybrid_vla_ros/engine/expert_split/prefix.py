@@ -24,8 +24,9 @@ from .crossings import (GUIDED, UNGUIDED, ActionState, ExpertState, PromptState,
 class PrefixSide:
     """One frame's prefix work at cut `partition` (checked by the caller)."""
 
-    def __init__(self, model, partition: int):
-        self.model, self.partition = model, partition
+    def __init__(self, model, partition: int, vision=None):
+        """vision: a VisionCache shared by the frames of one prefix (each keyed image encoded once), or None."""
+        self.model, self.partition, self.vision = model, partition, vision
         self.vlm = model.vlm
         self.text = model.vlm.model.language_model
         self.device = self.text.embed_tokens.weight.device   # the prefix always reads the embeddings
@@ -39,7 +40,7 @@ class PrefixSide:
     def prompt(self, prompt: Prompt, stream: int, history: tuple[torch.Tensor, torch.Tensor]) -> PromptState:
         """Embeddings, image features and blocks [0, p) over a prompt -> its boundary state."""
         _, positions, delta = prompt_positions(self.vlm, prompt, self.model.image_token_id)  # (3, 1, S), CPU
-        hidden, deepstack = embed_prompt(self.vlm, on(prompt, self.device))                # (1, S, H)
+        hidden, deepstack = embed_prompt(self.vlm, on(prompt, self.device), self.vision)   # (1, S, H)
         cache = new_cache(self.vlm)
         hidden = run_vlm_blocks(self.text, 0, self.partition, hidden, positions.to(self.device), cache, True,
                                 deepstack)
@@ -76,7 +77,7 @@ class PrefixSide:
         """1.5's guidance: the prompt without its route span, prefilled (images again)."""
         special = self.model.config.special_ids
         ids = without_route(prompt.input_ids, special["route_start"], special["route_end"])    # (1, S')
-        return self.prompt(Prompt(ids, prompt.pixel_values, prompt.image_grid_thw), UNGUIDED, history)
+        return self.prompt(dataclasses.replace(prompt, input_ids=ids), UNGUIDED, history)
 
     def unguided_feed(self) -> TokensState | None:
         """The reasoning the guided cache holds, fed into the route-free cache in one call (None: no tokens)."""
@@ -99,7 +100,8 @@ def on(prompt: Prompt, device: torch.device) -> Prompt:
     """The prompt's tensors on `device` (the vision tower builds its indices on the grid's device)."""
     if prompt.input_ids.device == device:
         return prompt
-    return Prompt(prompt.input_ids.to(device), prompt.pixel_values.to(device), prompt.image_grid_thw.to(device))
+    return Prompt(prompt.input_ids.to(device), prompt.pixel_values.to(device), prompt.image_grid_thw.to(device),
+                  prompt.image_keys)
 
 
 def host(tensor: torch.Tensor) -> torch.Tensor:

@@ -135,8 +135,9 @@ class AlpamayoSplit(Cut):
     embeddings, the vision tower and action_in_proj on the suffix; L: everything but the heads, the sampler and
     the Euler updates on the prefix)."""
 
-    def __init__(self, model, partition: int, transport=None):
-        self.model, self.transport = model, transport
+    def __init__(self, model, partition: int, transport=None, vision=None):
+        """vision: a VisionCache kept across this split's frames (vision_cache.py): each keyed image encoded once."""
+        self.model, self.transport, self.vision = model, transport, vision
         self.partition = partition
 
 
@@ -155,7 +156,8 @@ class AlpamayoSplit(Cut):
         flow = flow or FlowSettings.from_config(self.model.config.flow)
         self._check(inputs, sampling, flow, guidance)
         start, partition = time.perf_counter(), self.partition       # fixed for this frame
-        prefix, suffix = PrefixSide(self.model, partition), SuffixSide(self.model, partition, seed, sampling)
+        prefix, suffix = PrefixSide(self.model, partition, self.vision), SuffixSide(self.model, partition, seed,
+                                                                                     sampling)
         clock, link = Clock(), Link(self.transport)
         prompt = fused_prompt(self.model, inputs)
         history = (inputs.ego_history_xyz[:, 0], inputs.ego_history_rot[:, 0])   # (1, T, 3), (1, T, 3, 3)

@@ -4,12 +4,17 @@ route guidance. The model: a release directory, or a preset of model/plugins/alp
 absolute difference of the trajectory (positions, rotations, actions) over the frames and both cases; a frame
 whose reasoning tokens differ counts as inf.
 
-Frames: synthetic, as the prefix node builds them (engine/expert_serve/frame_inputs.py): 4 cameras x 4 frames of
-32 x 32 px (seeded noise; not resized into a release's pixel budget, which checks the preprocessing, not the
-split: one image token per image), 16 poses of ego history at 5 m/s in a gentle left turn, fixed text ids and a
-route span; frame i samples with seed i."""
+Frames: synthetic, as the prefix node builds them (engine/expert_serve/frame_inputs.py): a window of the release's
+cameras x the last 4 camera sets of 32 x 32 px (seeded noise; not resized into a release's pixel budget, which
+checks the preprocessing, not the split: one image token per image), frame i's window ending at set i + 3, so
+consecutive frames share 3 of 4 sets; 16 poses of ego history at 5 m/s in a gentle left turn, fixed text ids and a
+route span; frame i samples with seed i. The split keeps each image's encoding across its frames, as the prefix
+node does (vision_cache.py: frame 0 encodes every image, each later frame only its newest set); the reference
+encodes every window whole. The images each frame encoded are in the report."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import torch
@@ -19,7 +24,8 @@ from ...model.plugins.alpamayo.decode import Sampling
 from ...model.plugins.alpamayo.flow import FlowSettings
 from ...model.plugins.alpamayo.reference import run_reference
 from ..expert_serve.frame_inputs import FRAMES_PER_CAMERA, HISTORY_POSES, PromptText, inputs_from_rows, patchify
-from .runner import run_split
+from .runner import AlpamayoSplit
+from .vision_cache import VisionCache
 
 REASONING_TOKENS = 16          # decode up to this many tokens per frame (the release's 256: minutes per cut)
 GUIDANCE_WEIGHT = 2.0          # 1.5's classifier-free guidance, when its config sets none (1.0 = no guidance)
@@ -32,16 +38,21 @@ def model_name(model) -> str:
     return getattr(model, "preset_name", None) or (directory.name if directory is not None else "alpamayo")
 
 
+def camera_set(model, index: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(index)
+    return [rng.integers(0, 256, (IMAGE_SIDE, IMAGE_SIDE, 3), dtype=np.uint8) for _ in range(model.config.cameras)]
+
+
 def synthetic_inputs(model, seq: int, route: bool):
-    """Frame `seq`'s inputs (the module's docstring)."""
-    rng = np.random.default_rng(seq)
-    images = [rng.integers(0, 256, (IMAGE_SIDE, IMAGE_SIDE, 3), dtype=np.uint8)
-              for _ in range(model.config.cameras * FRAMES_PER_CAMERA)]
+    """Frame `seq`'s inputs (the module's docstring), each image keyed by its camera and set."""
+    sets = {k: camera_set(model, k) for k in range(seq, seq + FRAMES_PER_CAMERA)}
+    keys = tuple((c, k) for c in range(model.config.cameras) for k in sets)                 # camera-major
+    images = [sets[k][c] for c, k in keys]
     t = np.arange(HISTORY_POSES) * 0.1
     yaw = 0.05 * t
     poses = np.stack([5.0 * t * np.cos(yaw), 5.0 * t * np.sin(yaw), yaw], -1)               # (16, 3)
     vision = model.config.vlm.vision_config
-    return inputs_from_rows(model, [patchify(image, vision, None) for image in images], poses, TEXT, route)
+    return inputs_from_rows(model, [patchify(image, vision, None) for image in images], poses, TEXT, route, keys)
 
 
 DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
@@ -75,14 +86,17 @@ def verify_split(model, frames: int = 2, reasoning_tokens: int = REASONING_TOKEN
     cases = guidance_cases(model)
     runs = [(seq, guided, synthetic_inputs(model, seq, guided), flow_settings(model, guided))
             for seq in range(frames) for guided in cases]
-    references = [run_reference(model, inputs, seq, sampling, flow, guided) for seq, guided, inputs, flow in runs]
+    references = [run_reference(model, dataclasses.replace(inputs, image_keys=None), seq, sampling, flow, guided)
+                  for seq, guided, inputs, flow in runs]
     results = []
     for p in range(model.num_blocks + 1):
         worst = {guided: 0.0 for guided in cases}
+        vision, encoded = VisionCache(), []
         for (seq, guided, inputs, flow), reference in zip(runs, references):
-            split = run_split(model, inputs, p, seq, sampling, flow, guided)
+            split = AlpamayoSplit(model, p, vision=vision).run(inputs, seq, sampling, flow, guided)
             worst[guided] = max(worst[guided], difference(split.result, reference))
-        results.append({"partition": p, "max_abs_diff": max(worst.values()),
+            encoded.append(vision.encoded_total - sum(encoded))
+        results.append({"partition": p, "max_abs_diff": max(worst.values()), "images_encoded": encoded,
                         "unguided_max_abs_diff": worst[False], **({"guided_max_abs_diff": worst[True]}
                                                                    if True in worst else {})})
     return {"preset": model_name(model), "family": model.config.model_type, "release": model.config.release,
@@ -100,5 +114,6 @@ def report_lines(r: dict) -> list[str]:
     for x in r["results"]:
         detail = f"  (no guidance {x['unguided_max_abs_diff']:.3e}, guidance {x['guided_max_abs_diff']:.3e})" \
             if "guided_max_abs_diff" in x else ""
-        lines.append(f"  p={x['partition']:3d}  max_abs_diff={x['max_abs_diff']:.3e}{detail}")
+        lines.append(f"  p={x['partition']:3d}  max_abs_diff={x['max_abs_diff']:.3e}{detail}  images encoded per "
+                     f"run {x['images_encoded']}")
     return lines

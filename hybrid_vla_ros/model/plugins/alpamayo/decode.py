@@ -30,6 +30,7 @@ class Prompt:
     input_ids: torch.Tensor        # (1, S)
     pixel_values: torch.Tensor     # (P, 3 * temporal_patch * patch^2): every image's patches
     image_grid_thw: torch.Tensor   # (images, 3)
+    image_keys: tuple | None = None   # one key per image (camera, stamp): its encoding may be kept (VisionCache)
 
 
 @dataclass

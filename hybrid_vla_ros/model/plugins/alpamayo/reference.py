@@ -66,6 +66,7 @@ class AlpamayoInputs:
     image_grid_thw: torch.Tensor     # (images, 3)
     ego_history_xyz: torch.Tensor    # (1, 1, T, 3), T = 16
     ego_history_rot: torch.Tensor    # (1, 1, T, 3, 3)
+    image_keys: tuple | None = None  # one per image (camera, stamp): the split's prefix may keep its encoding
 
 
 @dataclass
@@ -123,7 +124,7 @@ def fused_prompt(model, inputs: AlpamayoInputs) -> Prompt:
     cfg = model.config
     hist = history_tokens(inputs.ego_history_xyz[:, 0], cfg.history, cfg.hist_token_start_idx)   # (1, T*3)
     ids = fuse_history(inputs.input_ids.long(), hist, cfg.traj_token_ids["history"])
-    return Prompt(ids, inputs.pixel_values.to(model.vlm.dtype), inputs.image_grid_thw.long())
+    return Prompt(ids, inputs.pixel_values.to(model.vlm.dtype), inputs.image_grid_thw.long(), inputs.image_keys)
 
 
 def offset_of(decoded: Decoded, prompt_len: int) -> int:

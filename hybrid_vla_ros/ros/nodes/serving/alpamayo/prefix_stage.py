@@ -33,8 +33,8 @@ from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import UInt8MultiArray
 
 from .....engine.expert_serve.release_prompt import release_prompt
-from .....engine.expert_serve.frame_inputs import (ImageHistory, ImageRows, history_poses, inputs_from_rows,
-                                                  patchify, pixel_budget, still_history)
+from .....engine.expert_serve.frame_inputs import (FRAMES_PER_CAMERA, ImageHistory, ImageRows, history_poses,
+                                                  inputs_from_rows, patchify, pixel_budget, still_history)
 from .....engine.expert_serve.prefix_server import DEFAULT_TIMEOUT_S, AlpamayoPrefixServer, PrefixJob
 from .....engine.pipeline.camera_sync import CameraSync, StampedHistory
 from .....engine.pipeline.worker import StageWorker
@@ -53,6 +53,12 @@ from .weights import side_model
 LOSSLESS_FRAMES = 64
 POSE_WAIT_S = 0.5            # the frame's newest pose may come this much after its images
 MIN_POSE_SKEW_NS = 50_000_000
+
+
+def image_keys(window: list) -> tuple:
+    """The window's camera messages (camera-major, FRAMES_PER_CAMERA each) -> one key per image: its camera and its
+    stamp (a repeated oldest frame shares its key: encoded once)."""
+    return tuple((i // FRAMES_PER_CAMERA, messages.stamp_to_ns(m.header.stamp)) for i, m in enumerate(window))
 
 
 def event_stamp(event) -> int:
@@ -212,7 +218,8 @@ class AlpamayoPrefixStage(Side):
             return None
         route = self._route(taken)
         try:
-            inputs = inputs_from_rows(self.model, self._image_rows(taken), poses, self.text, route=route)
+            inputs = inputs_from_rows(self.model, self._image_rows(taken), poses, self.text, route=route,
+                                      keys=image_keys(taken.messages))
         except HybridVLAError as exc:
             self.node._reject("invalid_image", exc, taken.stamp_ns)
             return None
@@ -254,6 +261,7 @@ class AlpamayoPrefixStage(Side):
                   "prefix_ms": f"{sum(outcome.times.values()):.3f}",   # the compute (the scheduler's sample)
                   "frame_ms": f"{ms:.3f}", "images_padded": taken.padded, "route": taken.route_text,
                   "guided": str(s.guidance).lower(), "inputs_ms": f"{taken.inputs_ms:.3f}",
+                  "images_encoded": outcome.images.get("encoded", ""), "images_reused": outcome.images.get("reused", ""),
                   **{f"prefix_{k}_ms": f"{v:.3f}" for k, v in outcome.times.items()}}
         self.info_pub.publish(DiagnosticStatus(name=f"{self.node.get_name()}: frame", values=[
             KeyValue(key=k, value=str(v)) for k, v in values.items()]))

@@ -1,0 +1,84 @@
+"""Each image encoded once (issue 53, engine/expert_split/vision_cache.py): a window of cameras x 4 frames runs the
+vision tower only on the images no earlier window had, and every frame stays exactly run_reference's (which encodes
+every window whole), through the byte servers the prefix and suffix nodes run."""
+
+import numpy as np
+import pytest
+import torch
+
+from test_alpamayo_graph import SAMPLING, SEED, camera_sets, releases  # noqa: F401 (releases: the fixture)
+from test_alpamayo_servers import serve
+from hybrid_vla_ros.engine.expert_serve.frame_inputs import PromptText, frame_inputs, still_history
+from hybrid_vla_ros.engine.expert_serve.prefix_server import AlpamayoPrefixServer, PrefixJob
+from hybrid_vla_ros.engine.expert_serve.suffix_server import AlpamayoSuffixServer
+from hybrid_vla_ros.engine.expert_split.vision_cache import VisionCache
+from hybrid_vla_ros.errors import ConfigError
+from hybrid_vla_ros.model.plugins import alpamayo
+from hybrid_vla_ros.model.plugins.alpamayo.reference import fused_prompt
+
+CAMERAS, FRAMES = 4, 4
+
+
+def window(model, sets, last: int, text, keyed=True):
+    """The window ending at camera set `last`: camera-major, oldest first, keyed (camera, set index)."""
+    indices = range(last - FRAMES + 1, last + 1)
+    keys = tuple((c, k) for c in range(CAMERAS) for k in indices)
+    inputs = frame_inputs(model, [sets[k][c] for c, k in keys], still_history(), text, route=True)
+    inputs.image_keys = keys if keyed else None
+    return inputs
+
+
+def test_a_window_encodes_only_its_new_images_and_every_frame_equals_the_reference(releases):
+    """1.5 with guidance: frame 0 encodes its 16 images, each later frame its newest 4 (the route-free prompt of
+    the same frame none); tokens and trajectory equal run_reference's at each cut."""
+    model = alpamayo.load_release(releases["1.5"])
+    text, flow = PromptText.from_release(releases["1.5"]), alpamayo.FlowSettings(3, 2.5)
+    sets = camera_sets(6)
+    suffix = AlpamayoSuffixServer(model)
+    for p in (0, 2, 4):
+        prefix = AlpamayoPrefixServer(model, p, SAMPLING, flow, guidance=True, seed=SEED)
+        for last in (3, 4, 5):
+            inputs = window(model, sets, last, text)
+            outcome, replies = serve(prefix, suffix, PrefixJob(inputs, last, 1000 * p + last))
+            assert outcome.sent, outcome
+            assert outcome.images == ({"encoded": 16, "reused": 0} if last == 3 else {"encoded": 4, "reused": 12})
+            ref = alpamayo.run_reference(model, window(model, sets, last, text, keyed=False),
+                                         outcome.settings.seed, SAMPLING, flow, True)
+            finished = next(r.finished for r in replies if r.finished).result
+            assert finished.tokens == ref.tokens and torch.equal(finished.xyz, ref.xyz), (p, last)
+        assert len(prefix.vision.kept) <= 2 * CAMERAS * FRAMES
+
+
+def test_the_cache_rows_equal_the_whole_window_encoding(releases):
+    model = alpamayo.load_release(releases["r1"])
+    text = PromptText.from_release(releases["r1"])
+    sets = camera_sets(5)
+    vision, visual = VisionCache(), model.vlm.model
+    for last in (3, 4):
+        prompt = fused_prompt(model, window(model, sets, last, text))
+        with torch.inference_mode():
+            got, got_deepstack = vision.encode(visual, prompt)
+            whole = visual.get_image_features(prompt.pixel_values, prompt.image_grid_thw, return_dict=True)
+        torch.testing.assert_close(got, torch.cat(whole.pooler_output), rtol=0, atol=0)
+        for mine, theirs in zip(got_deepstack, whole.deepstack_features):
+            torch.testing.assert_close(mine, torch.cat(theirs), rtol=0, atol=0)
+        assert (vision.encoded, vision.reused) == ((16, 0) if last == 3 else (4, 12))
+
+
+def test_keys_must_name_each_image_and_the_kept_windows_are_bounded(releases):
+    model = alpamayo.load_release(releases["r1"])
+    text = PromptText.from_release(releases["r1"])
+    sets = camera_sets(12)
+    prompt = fused_prompt(model, window(model, sets, 3, text))
+    vision = VisionCache(windows=1)
+    with pytest.raises(ConfigError, match="one key per image"):
+        vision.encode(model.vlm.model, type(prompt)(prompt.input_ids, prompt.pixel_values, prompt.image_grid_thw,
+                                                    prompt.image_keys[:-1]))
+    with pytest.raises(ConfigError, match="windows=0"):
+        VisionCache(windows=0)
+    with torch.inference_mode():
+        for last in range(3, 12):
+            vision.encode(model.vlm.model, fused_prompt(model, window(model, sets, last, text)))
+            assert len(vision.kept) <= CAMERAS * FRAMES
+    assert vision.encoded_total == 16 + 8 * 4 and vision.prompts == 9
+    np.testing.assert_array_equal(sorted(k for _, k in vision.kept), sorted(list(range(8, 12)) * CAMERAS))
