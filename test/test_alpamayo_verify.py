@@ -18,7 +18,8 @@ from hybrid_vla_ros.model.load import load_vla
 from hybrid_vla_ros.model.plugins.alpamayo import Sampling, run_reference
 from hybrid_vla_ros.model.presets import ALPAMAYO_PRESETS
 
-LINE = re.compile(r"^  p=\s*(\d+)  max_abs_diff=(\S+)(?:  \(no guidance (\S+), guidance (\S+)\))?$")
+LINE = re.compile(r"^  p=\s*(\d+)  max_abs_diff=(\S+)(?:  \(no guidance (\S+), guidance (\S+)\))?  images encoded "
+                  r"per run \[[\d, ]+\]$")
 
 
 def verify_lines(capsys, *args) -> tuple[int, list[str]]:
@@ -32,7 +33,8 @@ def test_verify_prints_zero_at_every_cut_for_the_tiny_alpamayo_presets(capsys, n
     assert code == 0, lines
     guided = name == "tiny-alpamayo-1.5"
     assert lines[0].startswith(f"{name} (") and ("without and with guidance" in lines[0]) == guided
-    rows = [LINE.match(line) for line in lines[1:]]
+    assert lines[1].startswith("  each image encoded once: on")   # a tiny 1 / 1.5 tower: row-exact (vision_cache.py)
+    rows = [LINE.match(line) for line in lines[2:]]
     assert all(rows) and [int(r.group(1)) for r in rows] == list(range(5))       # 4 blocks: p = 0 .. 4
     for row in rows:
         values = [float(v) for v in row.groups()[1:] if v is not None]
@@ -69,7 +71,7 @@ def test_verify_runs_an_alpamayo_model_in_bf16_exact_and_refuses_what_it_has_no_
     in another dtype than the prefix has no unsplit reference here: refused in one line."""
     code, out = verify_lines(capsys, "--preset", "tiny-alpamayo-r1", "--dtype", "bf16")
     assert code == 0 and "bf16" in out[0]
-    assert [float(LINE.match(line).group(2)) for line in out[1:]] == [0.0] * 5
+    assert [float(LINE.match(line).group(2)) for line in out[2:]] == [0.0] * 5
     for args in (["--dtype", "fp16"], ["--dtype", "bf16", "--suffix-dtype", "fp32"]):
         assert main(["verify", "--preset", "tiny-alpamayo-r1", *args]) == 2
         assert args[-1] in capsys.readouterr().err
@@ -119,7 +121,7 @@ def test_verify_takes_a_release_directory_as_its_authors_save_it(capsys, tmp_pat
     write_safetensors_release(load_manifest("alpamayo1_5_tiny"), tmp_path)
     code, lines = verify_lines(capsys, "--checkpoint", str(tmp_path), "--frames", "1")
     assert code == 0 and lines[0].startswith(f"{tmp_path.name} (alpamayo1_5, ")
-    rows = [LINE.match(line) for line in lines[1:]]
+    rows = [LINE.match(line) for line in lines[2:]]
     assert all(rows) and all(float(v) == 0.0 for r in rows for v in r.groups()[1:])
 
 

@@ -49,17 +49,20 @@ def reduced_model(seed: int = 0):
     return build(config, meta=False).eval()
 
 
-def reduced_inputs(route: bool = True, seed: int = 0) -> AlpamayoInputs:
-    """16 images (4 x 4 patches of 16 px -> 4 tokens), 48 history pads, a route span, 16 poses at 5 m/s."""
+def reduced_inputs(route: bool = True, seed: int = 0, grid: tuple[int, int] = (4, 4),
+                   pixel_rows: torch.Tensor | None = None) -> AlpamayoInputs:
+    """16 images (default 4 x 4 patches of 16 px -> 4 tokens; `grid` patches each), 48 history pads, a route span,
+    16 poses at 5 m/s. pixel_rows: the images' patch rows (16 * gh * gw, 1536); default seeded noise."""
     gen = torch.Generator().manual_seed(seed)
+    gh, gw = grid
     ids = list(range(10, 30))
     for _ in range(16):
-        ids += [VISION_START] + [IMAGE_PAD] * 4 + [VISION_END]
+        ids += [VISION_START] + [IMAGE_PAD] * (gh * gw // 4) + [VISION_END]
     ids += [SPECIAL["traj_history_start"]] + [SPECIAL["traj_history"]] * 48 + [SPECIAL["traj_history_end"]]
     ids += [SPECIAL["route_start"], 40, 41, 42, SPECIAL["route_end"]] if route else []
     ids += list(range(50, 60)) + [SPECIAL["cot_start"]]
     t = torch.arange(-15, 1, dtype=torch.float32) * 0.1                                       # (16,)
     xyz = torch.stack([5.0 * t, torch.zeros(16), torch.zeros(16)], -1)                        # (16, 3)
-    return AlpamayoInputs(torch.tensor([ids]), torch.randn(16 * 16, 3 * 2 * 16 * 16, generator=gen) * 0.5,
-                          torch.tensor([[1, 4, 4]] * 16), xyz.view(1, 1, 16, 3),
+    rows = pixel_rows if pixel_rows is not None else torch.randn(16 * gh * gw, 3 * 2 * 16 * 16, generator=gen) * 0.5
+    return AlpamayoInputs(torch.tensor([ids]), rows, torch.tensor([[1, gh, gw]] * 16), xyz.view(1, 1, 16, 3),
                           torch.eye(3).expand(1, 1, 16, 3, 3).clone())

@@ -1,6 +1,7 @@
 """`hybrid-vla bench --preset alpamayo-bench`: the Alpamayo split measured on the reduced Alpamayo 1.5
 (bench/expert_split/). `--scenario decode-heavy` (the preset's default): native vs serial vs pipelined across
-frames; `--scenario split-phases`: native vs split-serial per phase, one frame at a time, at each of --cuts.
+frames; `--scenario split-phases`: native vs split-serial per phase, one frame at a time, at each of --cuts;
+`--scenario encode-once`: every window's images encoded vs each image once, over a drive of sliding windows.
 Any other Alpamayo model (`--preset tiny-alpamayo-r1` / `tiny-alpamayo-1.5`, `--checkpoint` a release directory)
 runs decode-heavy on itself."""
 
@@ -10,7 +11,7 @@ from ...bench.expert_split import PRESET
 from ...report import write_report
 from ..common import save_report
 
-SCENARIOS = ("decode-heavy", "split-phases")
+SCENARIOS = ("decode-heavy", "split-phases", "encode-once")
 
 
 def add_args(parser) -> None:
@@ -66,7 +67,26 @@ def refuse_other_benches(args, phases_only: bool) -> None:
 
 
 def cmd_expert_split(args) -> int:
+    if args.scenario == "encode-once":
+        return encode_once(args)
     return split_phases(args) if args.scenario == "split-phases" else decode_heavy(args)
+
+
+def encode_once(args) -> int:
+    """Run, print the table, write --json / --plot."""
+    from ...bench.expert_split.encode_once import plot, run_encode_once, table
+    from ...errors import ConfigError
+    reasoning = 8 if args.reasoning_tokens is None else args.reasoning_tokens
+    steps = 10 if args.flow_steps is None else args.flow_steps
+    windows = args.frames or 6
+    if reasoning < 1 or steps < 1 or windows < 2 or args.guidance:
+        raise ConfigError("--scenario encode-once: --reasoning-tokens and --flow-steps at least 1, --frames (windows) "
+                          "at least 2, no --guidance")
+    report = run_encode_once(windows, args.partition, reasoning, steps)
+    save_report(report, args, plot)
+    print("\n".join(table(report)))
+    print(f"full report: {args.json}" if args.json else "(--json FILE writes the full report)")
+    return 0 if report["exact"] else 1
 
 
 def decode_heavy(args) -> int:

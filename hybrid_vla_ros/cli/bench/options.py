@@ -38,14 +38,15 @@ def _bench_parser(sub) -> None:
                    help="suffix-dtypes: the CPU suffix's dtypes, each at its planned cut")
     p.add_argument("--scenario", default="modes",
                    choices=("modes", "load-step", "preprocess", "faults", "chunk-curve", "suffix-dtypes",
-                            "decode-heavy", "split-phases"),
+                            "decode-heavy", "split-phases", "encode-once"),
                    help="modes: native/serial/pipelined side by side; load-step: scheduler under a competing load; "
                         "preprocess: decoding and resize/normalise of camera frames of --camera size; faults: "
                         "SIGKILL each node of a supervised graph mid-drive, then a soak (tiny preset unless "
                         "--preset names another); suffix-dtypes: serial and pipelined with the suffix in each "
                         "--suffix-dtypes at its planned cut; decode-heavy (or --preset alpamayo-bench): the "
                         "reduced Alpamayo, native vs split-serial vs pipelined across frames; split-phases: the "
-                        "reduced Alpamayo, native vs split-serial per phase at each of --cuts, one frame at a time")
+                        "reduced Alpamayo, native vs split-serial per phase at each of --cuts, one frame at a time; "
+                        "encode-once: the reduced Alpamayo over sliding windows, every image encoded vs each once")
     p.add_argument("--head", default="waypoints", choices=("waypoints", "action-tokens"),
                    help="action-tokens: ActionFlow packed decoding vs sequential (default preset bench-act)")
     p.add_argument("--pack", default="1,2,4,8", help="action-tokens: frames in flight K to compare")

@@ -103,6 +103,7 @@ def verify_split(model, frames: int = 2, reasoning_tokens: int = REASONING_TOKEN
             "num_blocks": model.num_blocks, "dtype": DTYPE_NAMES.get(model.expert_dtype, str(model.expert_dtype)), "placement": "cpu, both sides in this process",
             "frames": frames, "reasoning_tokens": reasoning_tokens, "flow_steps": runs[0][3].steps,
             "guidance": list(cases), "results": results,
+            "encode_once": {"on": bool(vision.exact), "why": vision.why},
             "max_abs_diff": max(r["max_abs_diff"] for r in results)}
 
 
@@ -111,6 +112,9 @@ def report_lines(r: dict) -> list[str]:
     cases = "without and with guidance" if True in r["guidance"] else "without guidance"
     lines = [f"{r['preset']} ({r['family']}, {r['num_blocks']} blocks, {r['dtype']}; decode up to "
              f"{r['reasoning_tokens']} tokens + {r['flow_steps']} expert steps, {cases})"]
+    once = r["encode_once"]
+    lines.append("  each image encoded once: " + ("on (a window's newest images alone give their rows in the whole "
+                                                   "window to the bit)" if once["on"] else f"off ({once['why']})"))
     for x in r["results"]:
         detail = f"  (no guidance {x['unguided_max_abs_diff']:.3e}, guidance {x['guided_max_abs_diff']:.3e})" \
             if "guided_max_abs_diff" in x else ""

@@ -278,7 +278,9 @@ class AlpamayoPrefixStage(Side):
                   "stale_answers": str(s.stale_answers), "camera_sync_discarded": str(self.sync.discarded),
                   "frames_with_repeated_images": str(self.padded_frames), "dtype": self.node.dtype_choice.dtype,
                   "frames_guided": str(guided), "frames_unguided": str(unguided),
-                  "frames_open": str(len(s.open)), "frames_open_most": str(self.most_open)}),
+                  "frames_open": str(len(s.open)), "frames_open_most": str(self.most_open),
+                  "encode_once": "on" if s.vision.exact else f"off: {s.vision.why}",
+                  "images_encoded": str(s.vision.encoded_total)}),
                 self.route.check()]
 
     def close(self) -> None:
