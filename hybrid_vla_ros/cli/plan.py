@@ -93,7 +93,7 @@ def _fit(args, calibration, progress) -> dict:
                           f"alpamayo2-super-like); for another model give --gpu PART --gpu-budget-gb GIB")
     cpu = None if args.cpu == "this" else parse_cpu(args.cpu)
     return fit_report(model, gpus, cpu, _dtype(args.dtype), _dtype(args.suffix_dtype or args.dtype), lengths,
-                      args.flow_steps, args.guidance, calibration, progress)
+                      args.flow_steps, args.guidance, calibration, progress, not args.no_encode_once)
 
 
 def _lengths(args) -> list[int]:
@@ -114,7 +114,7 @@ def _decode_heavy(args, model, result: dict) -> dict:
     if not is_decode_heavy(model):
         return result
     return {**result, "decode_heavy": decode_heavy_section(model, result, _lengths(args), args.flow_steps,
-                                                           args.guidance)}
+                                                           args.guidance, encode_once=not args.no_encode_once)}
 
 
 def register(sub) -> None:
@@ -145,6 +145,9 @@ def register(sub) -> None:
     p.add_argument("--flow-steps", type=int, default=10, help="decode-heavy presets: the expert's Euler steps")
     p.add_argument("--guidance", action="store_true",
                    help="decode-heavy presets: Alpamayo 1.5's classifier-free guidance (second cache, expert on both)")
+    p.add_argument("--no-encode-once", action="store_true",
+                   help="decode-heavy presets: every window's images through the vision tower (default: each image "
+                        "once, the newest frame per camera a window, as the prefix runs where exact)")
     p.add_argument("--fit", default=None,
                    help="decode-heavy presets: GPU parts, each with an optional budget in GiB after ':' (e.g. "
                         "rtx4090,rtx5090,l20,h200:64): the cuts whose GPU side fits (KV cache included), the best "

@@ -33,6 +33,8 @@ CPU_DISPATCH_MS = (0.15, "assumed: eager PyTorch's per-op overhead for ~30 ops p
 GPU_SAMPLER_MS = (0.2, "assumed: top-p sort over the vocabulary on the GPU plus one device-to-host sync")
 LENGTHS = (0, 32, 128, 256, 512)
 IN_FLIGHT = 2
+FRAMES_PER_WINDOW = 4   # a window: the cameras x their last 4 frames; one new frame per camera each window
+KEPT_WINDOWS = 2        # engine/expert_split/vision_cache.py keeps the images of the last 2 windows
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,18 @@ def sampler_ms_here(vocab: int, repeats: int = 10) -> float:
             sample(logits, ((0, 1),), Sampling(), gen)
             times.append((time.thread_time() - t0) * 1e3)
     return min(times)
+
+
+def window_times(times: dict, encode_once: bool) -> dict:
+    """The plan's stage times for one window: with each image encoded once (vision_cache.py) the vision tower runs
+    on the newest frame of each camera only, 1 / FRAMES_PER_WINDOW of the images (the front end's time scaled so:
+    a tower's work is per image)."""
+    return {**times, "front_ms": times["front_ms"] / FRAMES_PER_WINDOW} if encode_once else times
+
+
+def kept_rows_gib(s: Shapes, itemsize: int, encode_once: bool) -> float:
+    """What encode-once keeps on the prefix's device: KEPT_WINDOWS windows of image rows and DeepStack rows."""
+    return KEPT_WINDOWS * s.image_tokens * s.hidden * (1 + s.deepstack) * itemsize / 2 ** 30 if encode_once else 0.0
 
 
 def per_call(s: Shapes, side: Side, context: int) -> dict:
@@ -206,16 +220,16 @@ def _gpu_gib(s: Shapes, result: dict, p: int, itemsize: int) -> float | None:
 
 
 def decode_heavy_section(model, result: dict, lengths=LENGTHS, steps: int = 10, guidance: bool = False,
-                         sampler_ms: float | None = None) -> dict:
+                         sampler_ms: float | None = None, encode_once: bool = True) -> dict:
     """The per-length table for a described plan (result of run.py plan_described); sampler_ms: the CPU's
-    sampler, timed here when not given."""
+    sampler, timed here when not given; encode_once: each image through the vision tower once (window_times)."""
     if "rates" not in result:
         return {"refused": "the decode-heavy prediction needs described hardware (--gpu PART --cpu PART)"}
     s = shapes_of(model, result["workload"])
     sampler = sampler_ms_here(s.vocab) if sampler_ms is None else sampler_ms
     where = "this machine's thread CPU time, one thread (taken as the described CPU's)" if sampler_ms is None else "as given"
     gpu, cpu, link = sides_of_plan(result, sampler)
-    times, cut = result["times"], result.get("best_p")
+    times, cut = window_times(result["times"], encode_once), result.get("best_p")
     rows = []
     for n in lengths:
         native, split = native_row(s, times, gpu, n, steps, guidance), best_split(s, times, gpu, cpu, link, n, steps,
@@ -228,6 +242,8 @@ def decode_heavy_section(model, result: dict, lengths=LENGTHS, steps: int = 10, 
                      "pays": split["period_ms"] < native["period_ms"]})
     per_call_at = {"gpu": per_call(s, gpu, s.prompt), "cpu": per_call(s, cpu, s.prompt)}
     return {"shapes": s.__dict__, "steps": steps, "guidance": guidance, "in_flight": IN_FLIGHT, "rows": rows,
+            "encode_once": encode_once, "front_ms": {"whole_window": result["times"]["front_ms"],
+                                                     "per_window": times["front_ms"]},
             "per_call_ms_at_prompt": per_call_at, "prefill_block_ms": {"gpu": times["block_prefix_ms"],
                                                                        "cpu": times["block_suffix_ms"]},
             "native_gpu_gib": (result["native"]["gpu_bytes"]["total"] + s.vocab * s.hidden * gpu.itemsize) / 2 ** 30
@@ -237,7 +253,8 @@ def decode_heavy_section(model, result: dict, lengths=LENGTHS, steps: int = 10, 
             if cut is not None else None,
             "stops_paying_without_cpu_sampler": _stops_paying(s, times, gpu, replace(cpu, sampler_ms=0.0), link,
                                                               steps, guidance),
-            "assumptions": [f"GPU dispatch {GPU_DISPATCH_MS[0]} ms per layer per step ({GPU_DISPATCH_MS[1]})",
+            "assumptions": [encode_once_assumption(encode_once),
+                            f"GPU dispatch {GPU_DISPATCH_MS[0]} ms per layer per step ({GPU_DISPATCH_MS[1]})",
                             f"CPU dispatch {CPU_DISPATCH_MS[0]} ms per layer per step ({CPU_DISPATCH_MS[1]})",
                             f"GPU sampler {GPU_SAMPLER_MS[0]} ms ({GPU_SAMPLER_MS[1]})",
                             f"CPU sampler {sampler:.2f} ms: top-p (a full sort) over {s.vocab} logits, {where}",
@@ -246,6 +263,15 @@ def decode_heavy_section(model, result: dict, lengths=LENGTHS, steps: int = 10, 
                             f"period with {IN_FLIGHT} frames in flight: max(prefix busy, suffix busy, chain / "
                             f"{IN_FLIGHT}); a frame's output lags by up to {IN_FLIGHT} periods",
                             "no real GPU here: the GPU side is its datasheet x published GEMM / bandwidth shares"]}
+
+
+def encode_once_assumption(encode_once: bool) -> str:
+    if not encode_once:
+        return "every window's images through the vision tower (--no-encode-once)"
+    return (f"each image encoded once: the vision tower on the newest of {FRAMES_PER_WINDOW} frames per camera, "
+            f"1/{FRAMES_PER_WINDOW} of the front end's time a window, its rows for {KEPT_WINDOWS} windows kept on "
+            f"the GPU (the prefix turns it off where its first window's probe finds the rows inexact: "
+            f"engine/expert_split/vision_cache.py)")
 
 
 def decode_lines(result: dict) -> list[str]:

@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ConfigError, expect
-from .decode_heavy import IN_FLIGHT, _gpu_gib, best_split, native_row, sampler_ms_here, shapes_of, sides_of_plan
+from .decode_heavy import (IN_FLIGHT, _gpu_gib, best_split, encode_once_assumption, kept_rows_gib, native_row,
+                           sampler_ms_here, shapes_of, sides_of_plan, window_times)
 from .hardware import PARTS_GPU, GpuSpec, describe
 from .run import plan_described
 
@@ -64,15 +65,17 @@ def _phases(row: dict) -> dict:
     return out
 
 
-def fit_row(s, result: dict, gpu: FitGpu, sides, n: int, steps: int, guidance: bool) -> dict:
+def fit_row(s, result: dict, gpu: FitGpu, sides, n: int, steps: int, guidance: bool, encode_once: bool = True) -> dict:
     gpu_side, cpu_side, link = sides
-    size, caches, times = gpu_side.itemsize, 2 if guidance else 1, result["times"]
-    need = {p: _gpu_gib(s, result, p, size) + kv_gib(s, p, n, size, caches, IN_FLIGHT) for p in range(s.blocks + 1)}
+    size, caches, times = gpu_side.itemsize, 2 if guidance else 1, window_times(result["times"], encode_once)
+    kept = kept_rows_gib(s, size, encode_once)
+    need = {p: _gpu_gib(s, result, p, size) + kv_gib(s, p, n, size, caches, IN_FLIGHT) + kept
+            for p in range(s.blocks + 1)}
     cuts = [p for p, gib in need.items() if gib <= gpu.budget_gib]
     split = best_split(s, times, gpu_side, cpu_side, link, n, steps, guidance, cuts=cuts)
     native = native_row(s, times, gpu_side, n, steps, guidance)
     native_gib = (result["native"]["gpu_bytes"]["total"] + s.vocab * s.hidden * size) / GIB + \
-        kv_gib(s, s.blocks, n, size, caches, 1)
+        kv_gib(s, s.blocks, n, size, caches, 1) + kept
     row = {"gpu": gpu.spec.name, "part": gpu.key, "budget_gib": gpu.budget_gib, "n": n,
            "cuts": [min(cuts), max(cuts)] if cuts else None, "native_gib": native_gib,
            "native_fits": native_gib <= gpu.budget_gib, "native_period_ms": native["period_ms"], "split": None}
@@ -80,11 +83,21 @@ def fit_row(s, result: dict, gpu: FitGpu, sides, n: int, steps: int, guidance: b
         row["split"] = {"p": split["p"], "gpu_gib": need[split["p"]], "period_ms": split["period_ms"],
                         "latency_ms": split["latency_ms"], "phases_ms": _phases(split)}
         row["gain"] = native["period_ms"] / split["period_ms"] if row["native_fits"] else None
+    if encode_once:   # the same window with every image through the tower, in this run (the same measured rates)
+        row["every_image"] = every_image(s, result, gpu, sides, n, steps, guidance)
     return row
 
 
+def every_image(s, result: dict, gpu: FitGpu, sides, n: int, steps: int, guidance: bool) -> dict:
+    """The best cut's period and latency, and native's period, with every window's images encoded."""
+    other = fit_row(s, result, gpu, sides, n, steps, guidance, encode_once=False)
+    split = other["split"] or {}
+    return {"p": split.get("p"), "period_ms": split.get("period_ms"), "latency_ms": split.get("latency_ms"),
+            "native_period_ms": other["native_period_ms"] if other["native_fits"] else None}
+
+
 def fit_report(model, gpus: list[FitGpu], cpu, gpu_dtype, cpu_dtype, lengths, steps: int, guidance: bool,
-               calibration=None, progress=None) -> dict:
+               calibration=None, progress=None, encode_once: bool = True) -> dict:
     """Every GPU x reasoning length; cpu: a CpuSpec, or None for this machine's suffix cores (measured)."""
     rows, sampler, cpu_name, assumptions = [], None, "", []
     for gpu in gpus:
@@ -93,9 +106,11 @@ def fit_report(model, gpus: list[FitGpu], cpu, gpu_dtype, cpu_dtype, lengths, st
         s = shapes_of(model, result["workload"])
         sampler = sampler_ms_here(s.vocab) if sampler is None else sampler
         sides = sides_of_plan(result, sampler)
-        rows += [fit_row(s, result, gpu, sides, n, steps, guidance) for n in lengths]
+        rows += [fit_row(s, result, gpu, sides, n, steps, guidance, encode_once) for n in lengths]
         cpu_name, assumptions = result["cpu"]["name"], [*assumptions, *result["assumptions"]]
+    assumptions.append(encode_once_assumption(encode_once))
     return {"mode": "fit", "model": model.spec.name, "cpu": cpu_name, "steps": steps, "guidance": guidance,
+            "encode_once": encode_once,
             "in_flight": IN_FLIGHT, "sampler_ms": sampler, "rows": rows,
             "assumptions": list(dict.fromkeys(assumptions))}
 
