@@ -33,7 +33,7 @@ def test_verify_prints_zero_at_every_cut_for_the_tiny_alpamayo_presets(capsys, n
     assert code == 0, lines
     guided = name == "tiny-alpamayo-1.5"
     assert lines[0].startswith(f"{name} (") and ("without and with guidance" in lines[0]) == guided
-    assert lines[1].startswith("  each image encoded once: on")   # a tiny 1 / 1.5 tower: row-exact (vision_cache.py)
+    assert lines[1].startswith("  each image encoded once: undecided (not probed yet")   # one window: nothing repeats
     rows = [LINE.match(line) for line in lines[2:]]
     assert all(rows) and [int(r.group(1)) for r in rows] == list(range(5))       # 4 blocks: p = 0 .. 4
     for row in rows:

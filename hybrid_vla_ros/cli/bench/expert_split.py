@@ -79,9 +79,9 @@ def encode_once(args) -> int:
     reasoning = 8 if args.reasoning_tokens is None else args.reasoning_tokens
     steps = 10 if args.flow_steps is None else args.flow_steps
     windows = args.frames or 6
-    if reasoning < 1 or steps < 1 or windows < 2 or args.guidance:
+    if reasoning < 1 or steps < 1 or windows < 3 or args.guidance:
         raise ConfigError("--scenario encode-once: --reasoning-tokens and --flow-steps at least 1, --frames (windows) "
-                          "at least 2, no --guidance")
+                          "at least 3 (the first two set reuse up), no --guidance")
     report = run_encode_once(windows, args.partition, reasoning, steps)
     save_report(report, args, plot)
     print("\n".join(table(report)))

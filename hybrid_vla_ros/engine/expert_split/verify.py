@@ -103,7 +103,7 @@ def verify_split(model, frames: int = 2, reasoning_tokens: int = REASONING_TOKEN
             "num_blocks": model.num_blocks, "dtype": DTYPE_NAMES.get(model.expert_dtype, str(model.expert_dtype)), "placement": "cpu, both sides in this process",
             "frames": frames, "reasoning_tokens": reasoning_tokens, "flow_steps": runs[0][3].steps,
             "guidance": list(cases), "results": results,
-            "encode_once": {"on": bool(vision.exact), "why": vision.why},
+            "encode_once": {"on": bool(vision.exact), "decided": vision.exact is not None, "why": vision.why},
             "max_abs_diff": max(r["max_abs_diff"] for r in results)}
 
 
@@ -113,8 +113,9 @@ def report_lines(r: dict) -> list[str]:
     lines = [f"{r['preset']} ({r['family']}, {r['num_blocks']} blocks, {r['dtype']}; decode up to "
              f"{r['reasoning_tokens']} tokens + {r['flow_steps']} expert steps, {cases})"]
     once = r["encode_once"]
-    lines.append("  each image encoded once: " + ("on (a window's newest images alone give their rows in the whole "
-                                                   "window to the bit)" if once["on"] else f"off ({once['why']})"))
+    state = "on (a window's new images alone give their rows in the whole window to the bit)" if once["on"] else \
+        f"{'off' if once['decided'] else 'undecided'} ({once['why']})"
+    lines.append(f"  each image encoded once: {state}")
     for x in r["results"]:
         detail = f"  (no guidance {x['unguided_max_abs_diff']:.3e}, guidance {x['guided_max_abs_diff']:.3e})" \
             if "guided_max_abs_diff" in x else ""

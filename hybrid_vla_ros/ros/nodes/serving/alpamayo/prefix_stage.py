@@ -56,9 +56,10 @@ MIN_POSE_SKEW_NS = 50_000_000
 
 
 def image_keys(window: list) -> tuple:
-    """The window's camera messages (camera-major, FRAMES_PER_CAMERA each) -> one key per image: its camera and its
-    stamp (a repeated oldest frame shares its key: encoded once)."""
-    return tuple((i // FRAMES_PER_CAMERA, messages.stamp_to_ns(m.header.stamp)) for i, m in enumerate(window))
+    """The window's camera messages (camera-major, FRAMES_PER_CAMERA each) -> one key per image: its camera, its
+    stamp and the message (held by the window while the key can be met: a driver repeating a stamp with another
+    image gets another key); a repeated oldest frame shares its key."""
+    return tuple((i // FRAMES_PER_CAMERA, messages.stamp_to_ns(m.header.stamp), id(m)) for i, m in enumerate(window))
 
 
 def event_stamp(event) -> int:
