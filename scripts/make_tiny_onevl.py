@@ -45,7 +45,7 @@ CHAT_TEMPLATE = (
     "{{ '<|im_end|>\\n' }}"
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}")
-SERVING = {"image_height": 64, "image_width": 64}
+SERVING = {"image_height": 64, "image_width": 64}   # with ROADWork's instruction (onevl.py INSTRUCTION)
 PLAN = [[3.0 * (i + 1), 0.04 * (i + 1) ** 2, math.atan2(0.08 * (i + 1), 3.0)] for i in range(8)]
 VOCAB, SEED, STEPS, FRAMES = 512, 55, 400, 6
 
@@ -155,7 +155,7 @@ def main() -> None:
     out.mkdir(parents=True)
     tokenizer = build_tokenizer(INSTRUCTION, out)
     model, config = authors_model(tokenizer)
-    (out / "onevl_serving.json").write_text(json.dumps(SERVING, indent=1) + "\n")
+    (out / "onevl_serving.json").write_text(json.dumps({"instruction": INSTRUCTION, **SERVING}, indent=1) + "\n")
     marker = {LATENT_PREFIX + "latent_proj.0.bias": torch.zeros(1)}   # marks the untrained copy a release
     model.save_pretrained(str(out))
     from safetensors.torch import load_file, save_file

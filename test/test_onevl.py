@@ -43,7 +43,8 @@ def test_the_answer_reader_takes_the_authors_navsim_format_and_nothing_else():
            body.replace("3.00", "1e9", 1) + "</answer>": "not finite or beyond",
            body + "</answer> and then some": "does not end with",
            body.replace("], [", "] [", 1) + "</answer>": "not a list of poses",
-           body.replace("3.00", "true", 1) + "</answer>": "expected 3 numbers"}
+           body.replace("3.00", "true", 1) + "</answer>": "expected 3 numbers",
+           body.replace("[3.00, 0.04, 0.00]", "[3.00, 0.04, 7.00]") + "</answer>": "beyond one turn"}
     for text, why in bad.items():
         with pytest.raises(InputError, match=why):
             parse_poses(text, 8, 3, END)
@@ -92,7 +93,7 @@ def test_the_authors_generate_writes_the_same_tokens_as_the_package(model):
         encoded = encode_frame(frame, model)
         out = theirs.generate(input_ids=encoded.input_ids, attention_mask=torch.ones_like(encoded.input_ids),
                               mm_token_type_ids=encoded.mm_token_type_ids, **encoded.pixels, do_sample=False,
-                              max_new_tokens=model.spec.answer_tokens, eos_token_id=list(model.prompt.stop_ids))
+                              max_new_tokens=model.spec.answer_tokens)   # stops where its generation_config says
         generated = out[0, encoded.input_ids.shape[1]:].tolist()
         assert generated == ours[frame.seq].tokens
         np.testing.assert_allclose(ours[frame.seq].trajectory.points[:, :2], PLAN[:, :2], atol=0.006)
@@ -118,16 +119,20 @@ def test_an_answer_that_is_no_plan_gives_its_tokens_and_the_reason_not_a_traject
     assert short.max_tokens == 20
 
 
-def test_serving_fields_default_to_navsim_and_a_deployment_file_is_checked(tmp_path):
+def test_serving_fields_default_to_navsim_but_the_instruction_and_a_deployment_file_is_checked(tmp_path):
     release = tmp_path / "release"
     shutil.copytree(TINY, release)
     (release / onevl.SERVING_FILE).unlink()
+    with pytest.raises(ConfigError, match="must state at least the prompt's 'instruction'"):
+        load_vla(checkpoint=str(release), shapes_only=True)
+    (release / onevl.SERVING_FILE).write_text(json.dumps({"instruction": "Drive."}))
     spec = load_vla(checkpoint=str(release), shapes_only=True).spec
-    assert (spec.num_cameras, spec.image_height, spec.image_width, spec.num_waypoints, spec.waypoint_dt_s) == \
-        (1, 1088, 1920, 8, 0.5)
+    assert (spec.num_cameras, spec.image_height, spec.image_width, spec.num_waypoints, spec.waypoint_dt_s,
+            spec.answer_tokens) == (1, 1088, 1920, 8, 0.5, 256)
     for bad, why in (({"cameras": 2}, "unknown fields"), ({"image_height": "64"}, "expected a int"),
-                     ({"answer_values": 4}, "answer_values=4")):
-        (release / onevl.SERVING_FILE).write_text(json.dumps(bad))
+                     ({"answer_values": 4}, "answer_values=4"), ({}, "'instruction' must be"),
+                     ({"text_latents": -1}, "text_latents=-1"), ({"answer_prefix": "<x>"}, "without '<' or '>'")):
+        (release / onevl.SERVING_FILE).write_text(json.dumps({"instruction": "Drive.", **bad} if bad else bad))
         with pytest.raises(ConfigError, match=why):
             load_vla(checkpoint=str(release), shapes_only=True)
 

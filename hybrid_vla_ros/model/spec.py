@@ -78,7 +78,7 @@ class VLASpec:
     action_step_range_m: float = 4.0
     # "text" (OneVL): the LLM writes the num_waypoints poses as text over its whole vocabulary through its own LM head,
     # at most answer_tokens tokens, each pose answer_values numbers (model/tokenize/text_waypoints.py).
-    answer_tokens: int = 160
+    answer_tokens: int = 256
     answer_values: int = 3
     # Real-size presets (the shapes of published models): built on the meta device, each stage's tensors drawn
     # on demand by a per-tensor seeded init in the stage's dtype (model/seeded.py); `info` answers from shapes.

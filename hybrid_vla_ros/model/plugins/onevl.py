@@ -14,10 +14,15 @@ Qwen3-VL backbone with its LM head as a text head (spec action_head "text"), dec
 do_sample False) across the cut by ActionFlow's packed engine. The explaining decoders and the float head are not
 read (listed by `unserved_modules`).
 
-The release says nothing about the cameras, image size or the instruction a deployment uses: they default to the
-authors' NAVSIM run (one front camera at 1920 x 1088, what their processor makes of NAVSIM's 1920 x 1080 images; 8
-poses x, y, heading at 0.5 s; the answer prefix `[`) and a deployment states its own in `onevl_serving.json` beside
-the weights (SERVING_FIELDS; the file is ours, the release stays untouched).
+The release says nothing about the cameras, image size or the instruction a deployment uses. The cameras, sizes and
+answer default to the authors' NAVSIM run (one front camera at 1920 x 1088, what their processor makes of NAVSIM's
+1920 x 1080 images; 8 poses x, y, heading at 0.5 s; the answer prefix `[`); a deployment states its own in
+`onevl_serving.json` beside the weights (SERVING_FIELDS; the file is ours, the release stays untouched), and must
+state the instruction: their NAVSIM prompt (output/navsim_mlp/navsim_results.json in their repository) is written per
+frame, " is the front view. Command: MOVE FORWARD. Velocity: [vx, vy]. Acceleration: [ax, ay]. Historical
+trajectory: [[x, y, h] x 3]. Output the reasoning in <think></think> ...", its length changing with the numbers,
+and prompts of changing length are not served here (the packed KV ring's slots take every frame at one length): a
+fixed instruction is what this package serves, so there is no default that would pass for theirs.
 """
 
 from __future__ import annotations
@@ -29,13 +34,13 @@ from ...errors import ConfigError, expect
 
 LATENT_PREFIX = "_latent_cot_"
 SERVING_FILE = "onevl_serving.json"
-# The NAVSIM instruction itself is in their test set, which their repository holds as a Git LFS pointer only: this
-# is the one their other sets (ROADWork, AR1) open with.
+# ROADWork's instruction in their test set (test_data/roadwork_test.json), the tiny release's: a fixed one
 INSTRUCTION = "Based on the current image, predict the future drivable pathway for the ego vehicle."
+# their NAVSIM answers run to ~150 tokens of Qwen's (8 poses, 2 decimals); 256 leaves room for long plans and signs
 NAVSIM = {"num_cameras": 1, "image_height": 1088, "image_width": 1920, "num_waypoints": 8, "waypoint_dt_s": 0.5,
-          "answer_values": 3, "answer_tokens": 160, "instruction": INSTRUCTION, "answer_prefix": "[",
-          "visual_latents": 4, "text_latents": 2}
-SERVING_FIELDS = tuple(NAVSIM)
+          "answer_values": 3, "answer_tokens": 256, "answer_prefix": "[", "visual_latents": 4, "text_latents": 2}
+SERVING_FIELDS = ("instruction", *NAVSIM)
+MAX_LATENTS = 64
 SPEC_FIELDS = ("num_cameras", "image_height", "image_width", "num_waypoints", "waypoint_dt_s", "answer_values",
                "answer_tokens")
 EMBED_KEY = "model.language_model.embed_tokens.weight"
@@ -61,10 +66,13 @@ def is_release(directory) -> bool:
 
 
 def serving_fields(directory: Path) -> dict:
-    """NAVSIM's defaults, each replaced by the deployment's `onevl_serving.json` where it names one."""
+    """NAVSIM's defaults, each replaced by the deployment's `onevl_serving.json` where it names one; the instruction
+    it must name (module docstring)."""
     path = directory / SERVING_FILE
-    if not path.is_file():
-        return dict(NAVSIM)
+    expect(path.is_file(), ConfigError,
+           f"OneVL release '{directory}': no {SERVING_FILE} beside the weights; it must state at least the prompt's "
+           f"'instruction' (one fixed text: their NAVSIM prompt is written per frame from the ego state and is not "
+           f"served; the model's docstring, model/plugins/onevl.py)")
     try:
         given = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -72,10 +80,20 @@ def serving_fields(directory: Path) -> dict:
     expect(isinstance(given, dict), ConfigError, f"'{path}': expected a JSON object of {list(SERVING_FIELDS)}")
     unknown = sorted(set(given) - set(SERVING_FIELDS))
     expect(not unknown, ConfigError, f"'{path}': unknown fields {unknown}; known: {list(SERVING_FIELDS)}")
+    expect(isinstance(given.get("instruction"), str) and given["instruction"].strip(), ConfigError,
+           f"'{path}': 'instruction' must be the prompt's text (a non-empty string)")
     for name, value in given.items():
-        expect(type(value) is type(NAVSIM[name]) or (isinstance(NAVSIM[name], float) and type(value) is int),
-               ConfigError, f"'{path}': {name}={value!r}, expected a {type(NAVSIM[name]).__name__}")
-    return {**NAVSIM, **given}
+        default = NAVSIM.get(name, "")
+        expect(type(value) is type(default) or (isinstance(default, float) and type(value) is int),
+               ConfigError, f"'{path}': {name}={value!r}, expected a {type(default).__name__}")
+    fields = {**NAVSIM, **given}
+    for name in ("visual_latents", "text_latents"):
+        expect(0 <= fields[name] <= MAX_LATENTS, ConfigError,
+               f"'{path}': {name}={fields[name]}, expected 0..{MAX_LATENTS} (their inference: 4 visual, 2 text)")
+    expect(not set("<>") & set(fields["answer_prefix"]), ConfigError,
+           f"'{path}': answer_prefix={fields['answer_prefix']!r}: the text the answer opens with after <answer> "
+           f"(NAVSIM's '['), without '<' or '>'")
+    return fields
 
 
 def assistant_prefix(fields: dict) -> str:

@@ -62,6 +62,8 @@ def parse_poses(text: str, poses: int, values: int, end_texts: tuple[str, ...] =
                InputError, f"answer pose {i} is {row!r}: expected {values} numbers ({', '.join(VALUES[values])})")
         expect(all(math.isfinite(v) and abs(v) <= MAX_ABS_M for v in row), InputError,
                f"answer pose {i} is {row!r}: a value is not finite or beyond {MAX_ABS_M:g}")
+        expect(values == 2 or abs(row[2]) <= 2 * math.pi, InputError,
+               f"answer pose {i} is {row!r}: heading {row[2]} rad is beyond one turn")
     return np.asarray(rows, dtype=np.float64)
 
 
