@@ -8,7 +8,8 @@ import pytest
 
 from hybrid_vla_ros.model.families import get_family
 from hybrid_vla_ros.model.presets import get_preset
-from hybrid_vla_ros.plan.decode_heavy import decode_heavy_section, decode_lines, native_row, split_row, shapes_of
+from hybrid_vla_ros.plan.decode_heavy import decode_heavy_section, native_row, split_row, shapes_of
+from hybrid_vla_ros.plan.text import decode_lines
 
 SPLIT_MODES = ("serial", "serial_one_core", "pipelined")
 

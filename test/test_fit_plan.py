@@ -15,7 +15,7 @@ from hybrid_vla_ros.model.families import get_family
 from hybrid_vla_ros.model.load import load_vla
 from hybrid_vla_ros.model.presets import get_preset
 from hybrid_vla_ros.model.vla import build_model
-from hybrid_vla_ros.plan.decode_heavy import _gpu_gib, shapes_of, sides_of_plan, split_row
+from hybrid_vla_ros.plan.decode_heavy import _gpu_gib, kept_rows_gib, shapes_of, sides_of_plan, split_row, window_times
 from hybrid_vla_ros.plan.fit import FitGpu, fit_lines, fit_row, kv_gib, parse_fit
 from hybrid_vla_ros.plan.hardware import PARTS_GPU
 
@@ -77,11 +77,17 @@ def test_only_cuts_whose_gpu_side_fits_with_its_kv_cache_are_chosen(guidance):
     gpu = FitGpu("rtx5090", PARTS_GPU["rtx5090"], 29.8)
     row = fit_row(s, result, gpu, sides, 64, 10, guidance)
     caches = 2 if guidance else 1
-    need = {p: _gpu_gib(s, result, p, 2) + kv_gib(s, p, 64, 2, caches, 2) for p in range(s.blocks + 1)}
+    kept = kept_rows_gib(s, 2, True)   # each image encoded once: 2 windows of image rows on the GPU
+    need = {p: _gpu_gib(s, result, p, 2) + kv_gib(s, p, 64, 2, caches, 2) + kept for p in range(s.blocks + 1)}
     fitting = [p for p in need if need[p] <= 29.8]
     assert row["cuts"] == [0, max(fitting)] and fitting == list(range(max(fitting) + 1))
-    assert need[max(fitting) + 1] > 29.8
-    periods = {p: split_row(s, result["times"], *sides, p, 64, 10, guidance)["period_ms"] for p in fitting}
+    assert need[max(fitting) + 1] > 29.8 and 0 < kept < 1
+    whole = fit_row(s, result, gpu, sides, 64, 10, guidance, encode_once=False)   # every image, nothing kept
+    assert whole["cuts"][1] == max(p for p in need if need[p] - kept <= 29.8) >= row["cuts"][1]
+    assert row["every_image"]["p"] == whole["split"]["p"]
+    times = window_times(result["times"], True)   # the tower on a quarter of the images
+    assert times["front_ms"] == pytest.approx(result["times"]["front_ms"] / 4)
+    periods = {p: split_row(s, times, *sides, p, 64, 10, guidance)["period_ms"] for p in fitting}
     assert row["split"]["p"] in fitting and row["split"]["period_ms"] == pytest.approx(min(periods.values()))
     assert row["split"]["gpu_gib"] == pytest.approx(need[row["split"]["p"]])
     assert not row["native_fits"] and row["gain"] is None   # 66 blocks' GiB on a 29.8 GiB budget

@@ -3,8 +3,6 @@ every assumption (JSON carries the same and more)."""
 
 from __future__ import annotations
 
-from .decode_heavy import decode_lines
-
 GIB = 2 ** 30
 
 
@@ -133,3 +131,46 @@ def paper_lines(report: dict) -> list[str]:
 
 
 __all__ = ["chunk_lines", "comparison_lines", "cut_table", "paper_lines", "plan_lines", "recommendation"]
+
+
+def decode_lines(result: dict) -> list[str]:
+    section = result.get("decode_heavy")
+    if not section:
+        return []
+    if "refused" in section:
+        return [f"  decode-heavy: {section['refused']}"]
+    s, g, c = section["shapes"], section["per_call_ms_at_prompt"]["gpu"], section["per_call_ms_at_prompt"]["cpu"]
+    pb = section["prefill_block_ms"]
+    lines = [f"  decode-heavy ({s['prompt']}-token prefill, n reasoning tokens at batch 1, {section['steps']} Euler "
+             f"steps of a {s['expert_layers']}-layer expert over the VLM's KV{', guidance' if section['guidance'] else ''}"
+             f"), per call GPU | CPU:",
+             f"    prefill block {pb['gpu']:.2f} | {pb['cpu']:.2f} ms; decode step per block {g['decode_block']:.2f} | "
+             f"{c['decode_block']:.2f} ms; lm_head {g['lm_head']:.2f} | {c['lm_head']:.2f} ms; sampler "
+             f"{g['sampler']:.2f} | {c['sampler']:.2f} ms; expert layer per step {g['expert_layer']:.2f} | "
+             f"{c['expert_layer']:.2f} ms" + (f"; native GPU {section['native_gpu_gib']:.1f} GiB"
+                                               if section.get("native_gpu_gib") else ""),
+             f"        n  decode share  native ms  best p  GPU GiB  split latency  split period  period gain  latency  pays"
+             f"  | at p = {section['plan_cut']}: period  gain"]
+    for r in section["rows"]:
+        sp, fx = r["split"], r["at_plan_cut"] or {}
+        gain = r["native"]["period_ms"] / fx["period_ms"] if fx else float("nan")
+        gib = "-" if r.get("gpu_gib") is None else f"{r['gpu_gib']:.1f}"
+        lines.append(f"    {r['n']:5d} {r['native']['decode_share']:12.0%} {r['native']['period_ms']:10.0f} {sp['p']:7d} "
+                     f"{gib:>8s} {sp['latency_ms']:14.0f} {sp['period_ms']:13.0f} {r['period_vs_native']:11.2f}x "
+                     f"{r['latency_vs_native']:6.2f}x  {'yes' if r['pays'] else 'no ':3s}  | {fx.get('period_ms', 0):13.0f}"
+                     f" {gain:5.2f}x")
+    lines += [_stop_line(section["stops_paying"], "at the best cut for each n"),
+              _stop_line(section["stops_paying_at_plan_cut"], f"at the prefill plan's cut p = {section['plan_cut']}"),
+              _stop_line(section["stops_paying_without_cpu_sampler"], "at the best cut, the CPU's top-p sampler free")]
+    worse = [r["latency_vs_native"] for r in section["rows"]]
+    lines.append(f"    latency (one frame's chain, best cut) {min(worse):.2f}-{max(worse):.2f}x native's over these lengths")
+    return lines + [f"    - {a}" for a in section["assumptions"]]
+
+
+def _stop_line(stop: dict | None, where: str) -> str:
+    if stop is None:
+        return f"    {where}: no cut"
+    if stop["n"] is not None:
+        return f"    {where}: the split's period stops paying at n = {stop['n']} reasoning tokens"
+    return (f"    {where}: the split's period pays up to n = {stop['searched_to']} (there {stop['ratio_at_most']:.2f}x "
+            f"native, p = {stop['p_at_most']})")
