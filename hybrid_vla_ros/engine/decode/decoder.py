@@ -17,8 +17,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from ...errors import ConfigError, expect
-from ...errors import InputError
+from ...errors import ConfigError, InputError, expect
 from ...model.tokenize.text_waypoints import parse_poses, trajectory_points
 from ...types import Trajectory
 from .policy import DecodePolicy
@@ -99,7 +98,8 @@ class TokenDecoder:
         return "max_tokens" if len(tokens) >= self.max_tokens else ""
 
     def trajectory(self, tokens: list[int], seq: int, stamp_ns: int, partition: int) -> Trajectory | None:
-        """The tokens as waypoints when they are exactly one action (the action vocabulary, all its tokens)."""
+        """The tokens as waypoints when they are exactly one action (the action vocabulary, all its tokens), or a
+        text answer read into poses (InputError when it is no plan)."""
         tokenizer = self.tokenizer
         if self.text is not None:
             return Trajectory(points=trajectory_points(self.answer_poses(tokens), self.dt_s), seq=seq,
