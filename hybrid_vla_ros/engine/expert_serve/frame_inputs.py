@@ -194,7 +194,7 @@ def frame_inputs(model, images: list[np.ndarray], poses: np.ndarray, text: Promp
 def inputs_from_rows(model, patches: list[tuple[torch.Tensor, list[int]]], poses: np.ndarray, text: PromptText,
                      route: bool | str = False, keys: tuple | None = None) -> AlpamayoInputs:
     """frame_inputs from each image's patchify output (rows (P, C*tps*ps*ps), grid), camera-major. keys: one per
-    image (camera, stamp), so the split's prefix encodes each image once (engine/expert_split/vision_cache.py)."""
+    image, unique to it (the node's: camera, stamp, message), so the split's prefix encodes each image once (engine/expert_split/vision_cache.py)."""
     rows, grids = zip(*patches)
     merged = model.config.vlm.vision_config.spatial_merge_size ** 2
     tokens = [g[1] * g[2] // merged for g in grids]

@@ -6,7 +6,7 @@ Keys are the caller's, one per image in the prompt's order, unique to an image (
 message, ros/nodes/serving/alpamayo/prefix_stage.py); a prompt without keys is encoded whole, as the reference does.
 
 Exact only where the tower's kernels give an image the same rows in a call of the new images as in a call of the
-whole window, which depends on the kernels and the shapes (seen here: equal for Alpamayo 1 / 1.5's tiny towers,
+whole window, which depends on the kernels and the shapes (seen on a 2-core AMD EPYC with avx512_bf16: equal for Alpamayo 1 / 1.5's tiny towers,
 up to 2e-6 apart for Alpamayo 2 Super's, enough for its random tiny flow to move the plan 0.2 m). So windows are
 encoded whole, as the reference does, until a window comes whose images partly repeat the one before (the first
 windows of a drive repeat their oldest frame until 4 came, and may share nothing): its new images are then encoded

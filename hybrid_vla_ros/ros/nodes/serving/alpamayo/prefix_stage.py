@@ -262,7 +262,8 @@ class AlpamayoPrefixStage(Side):
                   "prefix_ms": f"{sum(outcome.times.values()):.3f}",   # the compute (the scheduler's sample)
                   "frame_ms": f"{ms:.3f}", "images_padded": taken.padded, "route": taken.route_text,
                   "guided": str(s.guidance).lower(), "inputs_ms": f"{taken.inputs_ms:.3f}",
-                  "images_encoded": outcome.images.get("encoded", ""), "images_reused": outcome.images.get("reused", ""),
+                  "images_encoded": outcome.images.get("encoded", ""),
+                  "images_reused": outcome.images.get("reused", ""),
                   **{f"prefix_{k}_ms": f"{v:.3f}" for k, v in outcome.times.items()}}
         self.info_pub.publish(DiagnosticStatus(name=f"{self.node.get_name()}: frame", values=[
             KeyValue(key=k, value=str(v)) for k, v in values.items()]))
@@ -280,7 +281,8 @@ class AlpamayoPrefixStage(Side):
                   "frames_with_repeated_images": str(self.padded_frames), "dtype": self.node.dtype_choice.dtype,
                   "frames_guided": str(guided), "frames_unguided": str(unguided),
                   "frames_open": str(len(s.open)), "frames_open_most": str(self.most_open),
-                  "encode_once": "on" if s.vision.exact else f"off: {s.vision.why}",
+                  "encode_once": "on" if s.vision.exact else
+                  f"{'off' if s.vision.exact is False else 'undecided'}: {s.vision.why}",
                   "images_encoded": str(s.vision.encoded_total)}),
                 self.route.check()]
 
