@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..model.inputs import synthetic_frame
+from ..model.inputs import synthetic_camera_frame
 from ..model.presets import get_preset
 
 CAMERA_TOPICS = ("/faults/camera0/image_raw", "/faults/camera1/image_raw", "/faults/camera2/image_raw")
@@ -128,7 +128,7 @@ class Camera:
         from diagnostic_msgs.msg import DiagnosticArray
         sub(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
         self.prefix_images = 0  # camera images the prefix's callbacks got (its diagnostics; one incarnation)
-        frame = synthetic_frame(self.spec, 0)
+        frame = synthetic_camera_frame(self.spec, 0)
         from ..ros import messages
         self.messages = [messages.array_to_image(np.ascontiguousarray(img), Image()) for img in frame.images]
 

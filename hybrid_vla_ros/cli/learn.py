@@ -72,6 +72,8 @@ def cmd_eval(args) -> int:
     if args.plot:
         plot_evaluation(report, args.plot)
     print(key_value_table([(name, f"ADE {v['ade_m']:.3f} m, FDE {v['fde_m']:.3f} m"
+                            + (f" (lead braking: {v['lead_braking_ade_m']:.3f} / {v['lead_braking_fde_m']:.3f} m)"
+                               if "lead_braking_ade_m" in v else "")
                             + (f", max diff vs native {v['max_diff_vs_native_m']:.2e} m" if "max_diff_vs_native_m" in v else ""))
                            for name, v in report["settings"].items()]
                           + [("ADE below constant velocity", f"{report['ade_reduction_vs_constant_velocity']:.1%}")]
@@ -85,8 +87,11 @@ def calibration_frames(args, model) -> tuple[list, str]:
     1000 on: evaluation's held-out drives stay unseen). -> (frames, their source in words)."""
     from ..errors import ConfigError, expect
     if args.bag:
+        from ..engine.pipeline.frame_window import FrameWindow
         from ..ros.bags.frames import drive_frames
         frames, skipped = drive_frames(args.bag, model.spec.num_cameras, args.frames)
+        window = FrameWindow(model.spec)   # a model reading its history: each frame's window of the drive
+        frames = [window.push(frame) for frame in frames]
         expect(bool(frames), ConfigError, f"bag {args.bag}: no complete frame with odometry ({skipped})")
         return frames, f"bag {args.bag}: {len(frames)} frames (skipped {skipped})"
     from ..learn.train import TRAIN_SEED_BASE, road_samples

@@ -59,7 +59,7 @@ class FrameEmbedder:
                                                       place.to_prefix(encoded.mm_token_type_ids), self.pixels)
         image_mask = self.input_ids[0] == model.prompt.image_token_id                  # (S,)
         self.positions = image_mask.nonzero().squeeze(-1)                               # (n_img,) ascending
-        cameras = model.spec.num_cameras
+        cameras = model.spec.image_slots
         self.per_camera = (model.family.camera_pixels(model.spec, self.pixels, 0) is not None
                            and self.positions.numel() % cameras == 0)
         self.groups = list(self.positions.chunk(cameras)) if self.per_camera else [self.positions]  # tokens of each

@@ -33,8 +33,15 @@ def predictions(model: VLAModel, samples: list[Sample], partition: int | None, s
 
 
 def score(preds: list, samples: list[Sample]) -> dict:
-    errors = np.array([displacement(p, s.truth[:, :2]) for p, s in zip(preds, samples)])
-    return {"ade_m": float(errors[:, 0].mean()), "fde_m": float(errors[:, 1].mean())}
+    """ADE and FDE over every frame, and over the frames whose lead vehicle is braking (where a model must see
+    the lead's speed, which one image does not show), with that count."""
+    errors = np.array([displacement(p, s.truth[:, :2]) for p, s in zip(preds, samples)])   # (n, 2)
+    braking = np.array([s.lead_braking for s in samples], dtype=bool)
+    out = {"ade_m": float(errors[:, 0].mean()), "fde_m": float(errors[:, 1].mean()), "lead_braking_frames":
+           int(braking.sum())}
+    if braking.any():
+        out.update(lead_braking_ade_m=float(errors[braking, 0].mean()), lead_braking_fde_m=float(errors[braking, 1].mean()))
+    return out
 
 
 def constant_velocity(samples: list[Sample], dt_s: float) -> list:

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from ..engine.pipeline.frame_window import FrameWindow
 from ..engine.stages import frame_embeddings, run_blocks
 from ..errors import ConfigError, expect
 from ..model.vla import VLAModel
@@ -41,17 +42,23 @@ class TrainConfig:
 class Sample:
     frame: Frame
     truth: np.ndarray      # (N, 4): x, y, heading, speed
+    lead_braking: bool = False   # a lead vehicle in view, slower than it was a frame before
 
 
 def road_samples(spec, seeds, frames_per_drive: int, rate_hz: float = 10.0) -> list[Sample]:
-    """Every frame of the drives of `seeds`, at the spec's camera count, image size and waypoint spacing."""
+    """Every frame of the drives of `seeds`, at the spec's camera count, image size and waypoint spacing; a model
+    reading its history gets each frame's window of the drive's frames (engine/pipeline/frame_window.py)."""
     out = []
     for seed in seeds:
+        window, lead_before = FrameWindow(spec), None
         for f in drive(seed, frames_per_drive, spec.num_cameras, spec.image_height, spec.image_width,
                        spec.num_waypoints, spec.waypoint_dt_s, rate_hz):
             frame = Frame(images=f.images, seq=f.seq, stamp_ns=int(f.seq * 1e9 / rate_hz),
                           ego=EgoState(f.scene.speed_mps, f.yaw_rate_rps))
-            out.append(Sample(frame, f.truth))
+            lead = f.scene.lead_speed_mps if f.scene.lead_m is not None else None
+            braking = lead is not None and lead_before is not None and lead < lead_before - 1e-6
+            out.append(Sample(window.push(frame), f.truth, braking))
+            lead_before = lead
     return out
 
 

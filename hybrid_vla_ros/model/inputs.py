@@ -32,8 +32,9 @@ def encode_frame(frame: Frame, model, device: torch.device | str = "cpu") -> Enc
         value = getattr(ego, name)
         expect(isinstance(value, (int, float)) and math.isfinite(value), InputError,
                f"{where}: ego {name}={value!r}, expected a finite number")
-    expect(len(frame.images) == spec.num_cameras, InputError,
-           f"{where}: {len(frame.images)} camera images, model '{spec.name}' expects {spec.num_cameras}")
+    expect(len(frame.images) == spec.image_slots, InputError,
+           f"{where}: {len(frame.images)} camera images, model '{spec.name}' expects {spec.image_slots}"
+           + (f" ({spec.num_cameras} cameras x {spec.frames_per_camera} frames)" if spec.frames_per_camera > 1 else ""))
     images = preprocess(frame.images, model.image_processing, device, where)       # (N, 3, H, W) float32
     blocks, per_block = model.family.image_blocks(spec)
     prompts = [model.prompt.build(blocks, per_block, instruction, spec.text_tokens, float(ego.speed_mps),
@@ -45,7 +46,20 @@ def encode_frame(frame: Frame, model, device: torch.device | str = "cpu") -> Enc
 
 
 def synthetic_frame(spec: VLASpec, seq: int, stamp_ns: int | None = None, seed: int = 0) -> Frame:
-    """A deterministic synthetic frame: smooth gradients plus noise, a slowly moving ego."""
+    """The model's input for synthetic frame `seq`: synthetic_camera_frame's images, or for a model reading its
+    history the window of them (each camera's frames seq - (K-1)s .. seq, frame 0 standing in before it; camera-major,
+    as engine/pipeline/frame_window.py builds it from arriving frames)."""
+    frame = synthetic_camera_frame(spec, seq, stamp_ns, seed)
+    if spec.frames_per_camera == 1:
+        return frame
+    steps = [max(0, seq - k * spec.frame_stride) for k in reversed(range(spec.frames_per_camera))]
+    past = {s: frame.images if s == seq else synthetic_camera_frame(spec, s, seed=seed).images for s in set(steps)}
+    frame.images = [past[s][camera] for camera in range(spec.num_cameras) for s in steps]
+    return frame
+
+
+def synthetic_camera_frame(spec: VLASpec, seq: int, stamp_ns: int | None = None, seed: int = 0) -> Frame:
+    """A deterministic synthetic camera set (one image a camera): smooth gradients plus noise, a slowly moving ego."""
     rng = np.random.default_rng(seed * 100_003 + seq)
     h, w = spec.image_height, spec.image_width
     yy, xx = np.mgrid[0:h, 0:w]

@@ -16,6 +16,7 @@ from .tokenize.tokens import MIN_VOCAB
 
 ACTION_HEADS = ("waypoints", "tokens", "text")
 MAX_ANSWER_TOKENS = 1024   # the decode policy's own limit (engine/decode/policy.py MAX_TOKENS)
+MAX_WINDOW_FRAMES, MAX_FRAME_STRIDE = 8, 10   # a window: up to 8 frames a camera, up to 1 s apart at 10 Hz
 ANSWER_VALUES = (2, 3)   # a text answer's numbers a pose: x, y (AR1) or x, y, heading (NAVSIM)
 
 
@@ -45,6 +46,10 @@ class VLASpec:
     image_height: int = 56
     image_width: int = 56
     num_cameras: int = 1  # ORION and MindDrive take six surround cameras
+    # History: each camera's last frames_per_camera frames, every frame_stride-th camera frame (oldest first), as
+    # image blocks camera-major (engine/pipeline/frame_window.py builds the window; Alpamayo reads 4 per camera).
+    frames_per_camera: int = 1
+    frame_stride: int = 1
     tile_size: int = 0  # InternVL: each camera image is cut into square tiles of this side; 0: untiled families
     # Prompt: instruction bytes are padded/truncated to a fixed count so every frame has the same
     # sequence length (lets the pipeline reuse preallocated boundary buffers).
@@ -105,6 +110,10 @@ class VLASpec:
             value = getattr(self, name)
             expect(isinstance(value, int) and value > 0, ConfigError,
                    f"spec '{self.name}': {name}={value!r}, expected a positive integer")
+        for name, most in (("frames_per_camera", MAX_WINDOW_FRAMES), ("frame_stride", MAX_FRAME_STRIDE)):
+            value = getattr(self, name)
+            expect(isinstance(value, int) and 1 <= value <= most, ConfigError,
+                   f"spec '{self.name}': {name}={value!r}, expected 1..{most}")
         expect(isinstance(self.head_dim, int) and self.head_dim >= 0 and self.head_dim % 2 == 0, ConfigError,
                f"spec '{self.name}': head_dim={self.head_dim!r}, expected an even width (0: hidden / heads)")
         expect(self.head_dim or self.hidden_size % self.num_heads == 0, ConfigError,
@@ -149,6 +158,11 @@ class VLASpec:
         expect(self.answer_values in ANSWER_VALUES, ConfigError,
                f"spec '{self.name}': answer_values={self.answer_values!r}, expected one of {ANSWER_VALUES} "
                f"(x, y or x, y, heading a pose)")
+
+    @property
+    def image_slots(self) -> int:
+        """Images a frame gives the model: every camera's window (num_cameras x frames_per_camera)."""
+        return self.num_cameras * self.frames_per_camera
 
     @property
     def attention_head_dim(self) -> int:

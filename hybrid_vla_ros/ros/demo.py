@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..engine.cpu import thread_cpu_delta, thread_cpu_seconds
 from ..errors import ConfigError, expect
-from ..model.inputs import synthetic_frame
+from ..model.inputs import synthetic_camera_frame
 from ..model.presets import get_preset
 from .. import stop
 from ..report import percentiles, pyplot
@@ -48,7 +48,7 @@ def write_sample_drive(path: str | Path, preset, camera_topics: list[str], frame
     expect(len(camera_topics) == spec.num_cameras, ConfigError,
            f"sample drive: {len(camera_topics)} camera topics for a {spec.num_cameras}-camera model")
     steps = (DriveStep(f.images, f.ego.speed_mps, f.ego.yaw_rate_rps, None)
-             for f in (synthetic_frame(spec, seq, seed=seed) for seq in range(frames)))
+             for f in (synthetic_camera_frame(spec, seq, seed=seed) for seq in range(frames)))
     return write_drive(path, camera_topics, steps, rate_hz, storage, compressed, seed, receive_delay_ms)
 
 

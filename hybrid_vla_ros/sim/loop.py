@@ -22,6 +22,7 @@ blocked (slower than 0.1 m/s for BLOCKED_S; ends it), timeout. Completed: the ca
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -30,7 +31,7 @@ import numpy as np
 from ..engine.retime import CurrentPose, RetimeError, retime
 from ..types import Pose2D, Trajectory
 from .car import CarState, Plan, control, step
-from .policy import View
+from .policy import View, history_ticks
 from .timing import ModeTiming
 from .world import Road, Scenario, random_scenario, scene_at
 
@@ -86,6 +87,7 @@ class Drive:
         self.lead_s = scenario.lead.start_s if scenario.lead else None
         self.s_ego, self.t = 0.0, 0.0
         self.snapshots: dict[int, tuple] = {}        # frame index -> (time, pose, view)
+        self.history_ticks = history_ticks(policy)   # past camera ticks the policy reads with a frame
         self.free_at, self.last_index = 0.0, -1
         self.pending: list[tuple] = []               # (takes effect at, plan, capture pose, capture time)
         self.rec = Record(scenario, timing.mode)
@@ -97,7 +99,10 @@ class Drive:
     def snapshot(self, index: int) -> None:
         scene = scene_at(self.road, self.sc, self.car.pose, self.car.v, self.lead_s, self.lead_speed(self.t),
                          near_s=self.s_ego)
-        self.snapshots[index] = (self.t, self.car.pose, View(scene, self.car.yaw_rate, self.sc.seed, index))
+        past = tuple(self.snapshots[i][2] for i in range(max(0, index - self.history_ticks), index)
+                     if i in self.snapshots)
+        past = tuple(dataclasses.replace(v, past=()) for v in past)     # one level: no chain of pasts
+        self.snapshots[index] = (self.t, self.car.pose, View(scene, self.car.yaw_rate, self.sc.seed, index, past))
 
     def schedule(self, index: int) -> None:
         """Start every frame the first stage can take by now (index: the newest captured frame)."""
@@ -168,7 +173,8 @@ class Drive:
                 if index:
                     self.snapshot(index)
                 self.record()
-                self.snapshots = {i: v for i, v in self.snapshots.items() if i >= self.last_index}
+                self.snapshots = {i: v for i, v in self.snapshots.items()
+                                  if i >= min(self.last_index, index) - self.history_ticks}
             self.schedule(index)
             self.deliver()
             steer, accel = control(self.car, self.plan, self.t)

@@ -22,6 +22,9 @@ class View:
     yaw_rate_rps: float
     seed: int             # the scenario's
     index: int            # the frame's (camera ticks since the start)
+    # the views of the camera ticks before it, oldest first, as far back as the policy's history_ticks reach
+    # (fewer at the start of a drive): what a model reading its history sees of the past
+    past: tuple = ()
 
 
 class OraclePolicy:
@@ -38,10 +41,26 @@ class OraclePolicy:
 
 def render_frame(view: View, spec):
     """The frame a model with `spec`'s cameras sees of `view`: road.render per camera (the sensor noise drawn from
-    the scenario seed and the frame index), stamped at the frame's time (index x 100 ms)."""
+    the scenario seed and the frame index), stamped at the frame's time (index x 100 ms). A model reading its
+    history (spec.frames_per_camera > 1) gets the window of view.past and view (engine/pipeline/frame_window.py)."""
+    if spec.frames_per_camera == 1:
+        return camera_frame(view, spec)
+    from ..engine.pipeline.frame_window import window_depth, window_of
+    views = (*view.past, view)[-window_depth(spec):]
+    return window_of([camera_frame(v, spec) for v in views], spec)
+
+
+def camera_frame(view: View, spec):
+    """`view` through each of spec's cameras: one image a camera."""
     from ..types import EgoState, Frame
     rng = np.random.default_rng([view.seed, view.index])
     images = [render(view.scene, spec.image_height, spec.image_width, CAMERA_YAWS_RAD[c % len(CAMERA_YAWS_RAD)],
                      rng=rng) for c in range(spec.num_cameras)]
     return Frame(images=images, seq=view.index, stamp_ns=int(view.index * 1e8),
                  ego=EgoState(view.scene.speed_mps, view.yaw_rate_rps))
+
+
+def history_ticks(policy) -> int:
+    """Camera ticks before a frame that `policy` reads (0: the frame alone)."""
+    spec = getattr(policy, "spec", None)
+    return 0 if spec is None else (spec.frames_per_camera - 1) * spec.frame_stride

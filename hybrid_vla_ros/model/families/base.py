@@ -72,7 +72,7 @@ class Family:
         """The pixel tensors of one camera alone, for encoding camera by camera (chunked prefill); None when the
         family cannot encode a camera alone. Default: every tensor's rows split evenly over the cameras (each
         camera's images, tiles, patches and grid rows are consecutive and equal in number)."""
-        n = spec.num_cameras
+        n = spec.image_slots
         if not pixels or any(t.shape[0] % n for t in pixels.values()):
             return None
         return {name: t.chunk(n)[camera] for name, t in pixels.items()}
@@ -112,7 +112,7 @@ class Family:
 
     def image_blocks(self, spec) -> tuple[int, int]:
         """The prompt's image blocks: (blocks, tokens per block); one per camera for a vision tower."""
-        return spec.num_cameras, self.image_tokens_per_camera(spec)
+        return spec.image_slots, self.image_tokens_per_camera(spec)
 
     def reference_inputs(self, model, encoded, frame) -> dict:
         """Keyword arguments of HF's own unsplit backbone forward for one encoded frame."""

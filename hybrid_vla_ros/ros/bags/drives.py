@@ -94,13 +94,13 @@ def write_route_drive(path: str | Path, preset, camera_topics: list[str], map_pa
     """A sample drive (the preset's synthetic frames) on our intersection map (route/example_map.py, written to
     map_path): the ego on the approach lane from `start_x` at 8 m/s, its odometry poses along it, the route through
     the junction to `turn` recorded first; camera_info and /tf_static as write_drive records them."""
-    from ...model.inputs import synthetic_frame
+    from ...model.inputs import synthetic_camera_frame
     from ...route.example_map import intersection_route, write_intersection_map
     spec = get_preset(preset) if isinstance(preset, str) else preset
     route = intersection_route(write_intersection_map(map_path), turn)
     speed = 8.0
     steps = (DriveStep(f.images, speed, 0.0, None, (start_x + speed * seq / rate_hz, -1.75, 0.0))
-             for seq, f in ((s, synthetic_frame(spec, s)) for s in range(frames)))
+             for seq, f in ((s, synthetic_camera_frame(spec, s)) for s in range(frames)))
     return write_drive(path, camera_topics, steps, rate_hz, route=route, **kwargs)
 
 

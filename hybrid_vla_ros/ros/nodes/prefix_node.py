@@ -18,6 +18,7 @@ from ...engine.handover.endpoints import PROCESS_REGISTRY
 from ...engine.placement import Placement
 from ..inputs.context_input import ContextInput
 from ...engine.pipeline.camera_sync import CameraSync, StampedHistory, StateFreshness, WaitForState
+from ...engine.pipeline.frame_window import DecodedOnce, FrameWindow, decode_window, window_depth
 from ...engine.pipeline.stamp_order import stamp_order
 from ...errors import ConfigError, HybridVLAError, expect
 from ...types import EgoState, Frame
@@ -104,6 +105,10 @@ class PrefixNode(StageNode):
         self.camera_counts = CameraCounts(len(topics))   # images taken, received, decoded: diagnostics
         self.sync = CameraSync(len(topics), int(self.params["sync_skew_ms"] * 1e6),
                                on_discard=lambda stamp: self.health.drop("camera_set_incomplete", stamp))
+        spec = self.model.spec   # a model reading its history: each complete set joins the window, taken or not
+        self.window = FrameWindow(spec)
+        self.decodes = DecodedOnce(2 * window_depth(spec) * spec.num_cameras)   # each image decoded once
+        self.window_stand_ins = 0   # a window's older image that did not decode: the next newer stood in
         compressed = self.params["image_transport"] == "compressed"
         msg_type = CompressedImage if compressed else Image
         for index, topic in enumerate(topics):
@@ -124,9 +129,9 @@ class PrefixNode(StageNode):
                 self._reject("invalid_image", exc)
                 return
         ready = self.sync.add(camera, image_ns, msg)
+        window = None if ready is None else self.window.push(Frame(images=ready[0], stamp_ns=ready[1]))
         if ready is not None and self.accepting(stamp_ns=ready[1]):
-            camera_msgs, stamp_ns = ready
-            frame = Frame(images=camera_msgs, seq=self.seq, stamp_ns=stamp_ns, ego=None,
+            frame = Frame(images=window.images, seq=self.seq, stamp_ns=ready[1], ego=None,
                           instruction=self.params["instruction"], arrival_ns=time.time_ns())
             self.seq += 1
             (self.ego_gate.add if self.ego_gate is not None else self.serving.submit)(frame)
@@ -136,13 +141,19 @@ class PrefixNode(StageNode):
         compressed = self.params["image_transport"] == "compressed"
         limit = int(self.params["max_image_megapixels"] * 1e6)
         decode = messages.compressed_to_array if compressed else messages.image_to_array
-        self.camera_counts.decoded += len(frame.images)
+        per_camera, before = self.model.spec.frames_per_camera, self.decodes.decoded   # window images, camera-major
+
+        def decode_one(i: int, msg):
+            where = f"camera {i // per_camera} ({self.camera_topics[i // per_camera]})"
+            return self.decodes.get(msg, lambda m: decode(m, where, limit))
         try:
-            frame.images = [decode(msg, f"camera {i} ({self.camera_topics[i]})", limit)
-                            for i, msg in enumerate(frame.images)]
+            frame.images, stand_ins = decode_window(frame.images, per_camera, decode_one)
+            self.window_stand_ins += stand_ins
         except HybridVLAError as exc:
             self._reject("invalid_image", exc, frame.stamp_ns)
             return False
+        finally:
+            self.camera_counts.decoded += self.decodes.decoded - before
         return True
 
     def _on_odometry(self, msg: Odometry) -> None:
@@ -206,6 +217,14 @@ class PrefixNode(StageNode):
         self.accel.apply(frame)
         return self.context_input.apply(frame)   # frame.context; a needed piece missing: refused, counted
 
+    def _window_values(self) -> dict:
+        spec = self.model.spec
+        if spec.frames_per_camera == 1:
+            return {}
+        return {"window_frames_per_camera": str(spec.frames_per_camera), "window_frame_stride": str(spec.frame_stride),
+                "window_restarts": str(self.window.restarts), "images_reused": str(self.decodes.reused),
+                "window_stand_ins": str(self.window_stand_ins)}
+
     def _extra_checks(self):
         if not self.serving.node_inputs:   # the kind's own (an Alpamayo release's: its cut, inputs, route)
             return self.serving.checks()
@@ -213,7 +232,8 @@ class PrefixNode(StageNode):
                       {"partition": str(self.stage.partition), "zone_min": str(self.zone[0]),
                        "zone_max": str(self.zone[1]), "num_blocks": str(self.model.num_blocks),
                        "camera_sync_discarded": str(self.sync.discarded), **self.camera_counts.values(),
-                       "time_jumps": str(self.time_jumps), "inproc_handles_evicted": str(PROCESS_REGISTRY.evicted)})]
+                       "time_jumps": str(self.time_jumps), "inproc_handles_evicted": str(PROCESS_REGISTRY.evicted),
+                       **self._window_values()})]
         freshness = self.params["stale_kinematic_state"] if self.params["use_kinematic_state"] else None
         return partition + self.scene_memory.checks() + [
             self.limits.check(), self.chunk_flow.check(), self.route.check(), self.accel.check(),

@@ -1,0 +1,100 @@
+"""A model that reads its history (spec.frames_per_camera > 1): each camera's last frames as one model frame
+(ROS-free). The window of frame t holds, per camera, the frames t - (K-1)s, ..., t - s, t (K = frames_per_camera,
+s = frame_stride, counted in the camera's frames), oldest first, camera-major: [cam0 oldest .. cam0 newest,
+cam1 oldest ..], the order of the prompt's image blocks. Until K frames have arrived (a cold start, or after the
+stamps jump back: a replayed bag starting again) the oldest frame kept stands in for the older ones, as it does
+in training (learn/train.road_samples), so the first plan comes with the first frame.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict, deque
+
+from ...errors import HybridVLAError
+from ...types import Frame
+
+
+def window_depth(spec) -> int:
+    """Camera frames a window spans: (K - 1) s + 1."""
+    return (spec.frames_per_camera - 1) * spec.frame_stride + 1
+
+
+def window_of(history: list[Frame], spec) -> Frame:
+    """history: the camera frames up to the newest (oldest first; each with num_cameras images) -> the newest
+    frame with the window's image_slots images in place of its own (everything else the newest frame's)."""
+    newest = len(history) - 1
+    picks = [history[max(0, newest - k * spec.frame_stride)] for k in reversed(range(spec.frames_per_camera))]
+    images = [pick.images[camera] for camera in range(spec.num_cameras) for pick in picks]   # camera-major
+    return dataclasses.replace(history[-1], images=images)
+
+
+class FrameWindow:
+    """The last window_depth(spec) frames; push(frame) -> the model's frame for it (frame itself when the model
+    reads one frame a camera). Images are shared, not copied."""
+
+    def __init__(self, spec):
+        self.spec = spec
+        self.kept: deque[Frame] = deque(maxlen=window_depth(spec))
+        self.restarts = 0   # times the stamps went back and the window started over
+
+    def push(self, frame: Frame) -> Frame:
+        if self.spec.frames_per_camera == 1:
+            return frame
+        if self.kept and frame.stamp_ns <= self.kept[-1].stamp_ns:
+            self.kept.clear()
+            self.restarts += 1
+        self.kept.append(frame)
+        return window_of(list(self.kept), self.spec)
+
+    def clear(self) -> None:
+        self.kept.clear()
+
+
+class DecodedOnce:
+    """Each image of a window decoded once: decode(image) -> kept by the input's identity (the window holds the
+    input itself while a later window may still read it), up to `capacity` images, the least recent dropped.
+    Counts decoded and reused images."""
+
+    def __init__(self, capacity: int):
+        self.capacity = max(1, capacity)
+        self.kept: OrderedDict[int, tuple] = OrderedDict()   # id(input) -> (input, decoded)
+        self.decoded = self.reused = 0
+
+    def get(self, item, decode):
+        hit = self.kept.get(id(item))
+        if hit is not None and hit[0] is item:
+            self.kept.move_to_end(id(item))
+            self.reused += 1
+            if isinstance(hit[1], HybridVLAError):
+                raise hit[1]
+            return hit[1]
+        self.decoded += 1            # tried, as a decode that fails is
+        try:
+            out = decode(item)
+        except HybridVLAError as exc:   # a bad image stays bad: kept as its error, not decoded again
+            out = exc
+        self.kept[id(item)] = (item, out)
+        while len(self.kept) > self.capacity:
+            self.kept.popitem(last=False)
+        if isinstance(out, HybridVLAError):
+            raise out
+        return out
+
+
+def decode_window(items: list, per_camera: int, decode_one) -> tuple[list, int]:
+    """A window's inputs (camera-major, oldest first) -> (decoded images, stand-ins). decode_one(index, item)
+    decodes one. Each camera's newest image must decode (its error is the frame's); an older one that does not is
+    replaced by the next newer image of its camera, as a cold start's window repeats, so one bad image costs one
+    frame, not every window that still holds it."""
+    out, stand_ins = [None] * len(items), 0
+    for start in range(0, len(items), per_camera):
+        newest = start + per_camera - 1
+        for i in range(newest, start - 1, -1):
+            try:
+                out[i] = decode_one(i, items[i])
+            except HybridVLAError:
+                if i == newest:
+                    raise
+                out[i], stand_ins = out[i + 1], stand_ins + 1
+    return out, stand_ins
