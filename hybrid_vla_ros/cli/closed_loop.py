@@ -32,6 +32,19 @@ def add_args(parser) -> None:
     group.add_argument("--drive-seconds", type=float, default=None,
                        help="closed loop --graph / --animate: end each drive after this much world time (default: "
                             "the scenario's own limit, twice its length at its start speed + 20 s)")
+    group.add_argument("--modes", default="",
+                       help="closed loop: comma-separated modes to run (default all; instant, native and "
+                            "native_retimed always, the baselines each row's driving score is compared with)")
+    group.add_argument("--burst-probability", type=float, default=0.0,
+                       help="closed loop: a camera burst frame drop starts with this probability per frame (the camera "
+                            "repeats its last frame for --burst-frames frames; Bench2Drive-Robust's kind; default 0)")
+    group.add_argument("--burst-frames", type=int, default=5, help="closed loop: frames a burst lasts (default 5)")
+    group.add_argument("--localisation-noise", default="0,0", metavar="M,RAD",
+                       help="closed loop: the believed pose's Gaussian noise per camera frame, metres per axis and "
+                            "radians of heading (default 0,0)")
+    group.add_argument("--control-delay-ms", type=float, default=0.0,
+                       help="closed loop: the controller's commands reach the car this much later through a FIFO "
+                            "(compute-to-control latency; default 0)")
     group.add_argument("--time-scale", type=float, default=1.0,
                        help="closed loop --graph: world seconds per wall second (< 1 slows the world; default 1)")
 
@@ -98,6 +111,16 @@ def run_animation(args, policy) -> int:
     return 0
 
 
+def perturbations(args):
+    from ..errors import ConfigError
+    from ..sim.perturb import Perturbations
+    try:
+        metres, radians = (float(v) for v in args.localisation_noise.split(","))
+    except ValueError as exc:
+        raise ConfigError(f"--localisation-noise {args.localisation_noise!r}: expected M,RAD (two numbers)") from exc
+    return Perturbations(args.burst_probability, args.burst_frames, metres, radians, args.control_delay_ms / 1e3)
+
+
 def run(args) -> int:
     if args.graph:
         return run_graph(args)
@@ -115,7 +138,9 @@ def run(args) -> int:
     if args.animate:
         return run_animation(args, policy)
     profiles = tuple(p for p in args.timing.split(",") if p)
-    report = evaluate(policy, args.scenarios, args.seed, profiles, args.lights, progress_printer("closed loop"))
+    modes = tuple(m for m in args.modes.split(",") if m) or None
+    report = evaluate(policy, args.scenarios, args.seed, profiles, args.lights, progress_printer("closed loop"),
+                      modes=modes, perturb=perturbations(args))
     write_report(report, args.json)
     if args.plot:
         plot_paths(report, args.plot)
@@ -123,7 +148,8 @@ def run(args) -> int:
         print(f"{profile}: native {st['native']:.1f} ms, prefix {st['prefix']:.1f} ms, handover {st['transfer']:.2f} "
               f"ms, suffix {st['suffix']:.1f} ms ({st['source']})")
     print(f"policy {report['policy']}, {report['scenarios']} held-out scenarios (seeds {report['seeds'][0]}.."
-          f"{report['seeds'][-1]}), lights {'on' if report['lights'] else 'off'}; {report['note']}")
+          f"{report['seeds'][-1]}), lights {'on' if report['lights'] else 'off'}, perturbations "
+          f"{report['perturbations']['described']}; {report['note']}")
     print("\n".join(table_lines(report)))
     print(f"full report: {args.json or '(--json FILE)'}" + (f", paths: {args.plot}" if args.plot else ""),
           file=sys.stderr)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .loop import Drive
-from .policy import render_frame
+from .policy import camera_frame
 from .world import Road
 
 MAX_FRAMES = 400   # a GIF of 40 s at 10 frames/s: longer drives keep every k-th frame
@@ -37,7 +37,7 @@ class RecordingDrive(Drive):
         plan = getattr(self, "plan", None)
         if newest is None or plan is None:
             return
-        image = render_frame(self.snapshots[newest][2], self.camera_spec).images[0]
+        image = camera_frame(self.snapshots[newest][2], self.camera_spec).images[0]
         lead = self.road.point(self.lead_s) if self.lead_s is not None else None
         self.stills.append(Still(self.t, (self.car.x, self.car.y, self.car.yaw), plan.points[:, :2].copy(),
                                  (lead.x, lead.y) if lead else None, image))

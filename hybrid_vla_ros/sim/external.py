@@ -13,7 +13,7 @@ import numpy as np
 
 from .car import control, step
 from .loop import CAMERA_PERIOD_S, DT_S, TICKS, Drive, Record, apply_plan
-from .policy import render_frame
+from .policy import camera_frame
 from .timing import ModeTiming
 from .world import Scenario
 
@@ -37,8 +37,9 @@ class ExternalDrive(Drive):
         return self.plan is not None
 
     def frame(self, index: int):
-        """The camera frame captured at tick `index` (types.Frame; stamp START_NS + index x 100 ms)."""
-        frame = render_frame(self.snapshots[index][2], self.spec)
+        """The camera frame captured at tick `index` (types.Frame; stamp START_NS + index x 100 ms): one image a camera
+        (a model reading its history gets its window from the prefix node)."""
+        frame = camera_frame(self.snapshots[index][2], self.spec)
         frame.stamp_ns = self.stamp_of(index)
         return frame
 
@@ -59,7 +60,7 @@ class ExternalDrive(Drive):
         if index not in self.snapshots or index <= self.latest_capture:
             return False
         capture_t, pose, _ = self.snapshots[index]
-        plan = apply_plan(np.asarray(plan_ego, dtype=np.float64), pose, capture_t, self.car, self.t,
+        plan = apply_plan(np.asarray(plan_ego, dtype=np.float64), pose, capture_t, self.believed, self.t,
                           self.timing.retimed)
         if plan is None:
             return False

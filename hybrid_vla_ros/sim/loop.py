@@ -31,6 +31,7 @@ import numpy as np
 from ..engine.retime import CurrentPose, RetimeError, retime
 from ..types import Pose2D, Trajectory
 from .car import CarState, Plan, control, step
+from .perturb import ActionBuffer, CameraStream, Perturbations, believed_pose
 from .policy import View, history_ticks
 from .timing import ModeTiming
 from .world import Road, Scenario, random_scenario, scene_at
@@ -63,10 +64,11 @@ def _ns(t: float) -> int:
     return int(round(t * 1e9))
 
 
-def apply_plan(plan_ego: np.ndarray, capture: Pose2D, capture_t: float, car: CarState, now: float,
+def apply_plan(plan_ego: np.ndarray, capture: Pose2D, capture_t: float, car: Pose2D, now: float,
                retimed: bool) -> Plan | None:
-    """A delivered plan (N, 5) ego frame of its capture -> the controller's world plan from `now`."""
-    origin = capture if retimed else car.pose
+    """A delivered plan (N, 5) ego frame of its capture -> the controller's world plan from `now`. car: the pose
+    the system believes the car is at now."""
+    origin = capture if retimed else car
     stamp = capture_t if retimed else now
     world = Trajectory(plan_ego, seq=0, stamp_ns=0, partition=0).in_map(origin)
     try:
@@ -78,8 +80,11 @@ def apply_plan(plan_ego: np.ndarray, capture: Pose2D, capture_t: float, car: Car
 
 
 class Drive:
-    def __init__(self, scenario: Scenario, policy, timing: ModeTiming):
-        self.sc, self.policy, self.timing = scenario, policy, timing
+    def __init__(self, scenario: Scenario, policy, timing: ModeTiming, perturb: Perturbations = Perturbations()):
+        self.sc, self.policy, self.timing, self.perturb = scenario, policy, timing, perturb
+        self.camera = CameraStream(perturb, scenario.seed)           # burst frame drops (sim/perturb.py)
+        self.actions = ActionBuffer(int(round(perturb.control_delay_s / DT_S)))
+        self.believed = None                                         # the pose the system believes, this tick
         self.road = Road(scenario)
         start = self.road.point(0.0)
         x, y = start.from_ego(0.0, scenario.start_offset_m)                   # left of the lane centre
@@ -102,7 +107,10 @@ class Drive:
         past = tuple(self.snapshots[i][2] for i in range(max(0, index - self.history_ticks), index)
                      if i in self.snapshots)
         past = tuple(dataclasses.replace(v, past=()) for v in past)     # one level: no chain of pasts
-        self.snapshots[index] = (self.t, self.car.pose, View(scene, self.car.yaw_rate, self.sc.seed, index, past))
+        view = self.camera.deliver(index, View(scene, self.car.yaw_rate, self.sc.seed, index, past))
+        car = self.car
+        self.believed = Pose2D(*believed_pose(self.perturb, self.sc.seed, index, car.x, car.y, car.yaw))
+        self.snapshots[index] = (self.t, self.believed, view)
 
     def schedule(self, index: int) -> None:
         """Start every frame the first stage can take by now (index: the newest captured frame)."""
@@ -124,7 +132,7 @@ class Drive:
         due = [p for p in self.pending if p[0] <= self.t + 1e-9]
         self.pending = [p for p in self.pending if p[0] > self.t + 1e-9]
         for _, plan_ego, pose, capture_t in sorted(due, key=lambda p: p[0]):
-            plan = apply_plan(plan_ego, pose, capture_t, self.car, self.t, self.timing.retimed)
+            plan = apply_plan(plan_ego, pose, capture_t, self.believed, self.t, self.timing.retimed)
             if plan is not None:
                 self.plan = plan
                 self.rec.plan_ages_s.append(plan.age_s)
@@ -165,7 +173,7 @@ class Drive:
         limit = max_time_s or 2.0 * self.sc.length_m / self.sc.start_speed_mps + 20.0
         self.snapshot(0)
         capture_t, pose, view = self.snapshots[0]
-        self.plan = apply_plan(self.policy(view), pose, capture_t, self.car, 0.0, False)   # warm start
+        self.plan = apply_plan(self.policy(view), pose, capture_t, self.believed, 0.0, False)   # warm start
         for k in range(int(round(limit / DT_S)) + 1):
             self.t = k * DT_S
             index = k // TICKS
@@ -177,7 +185,7 @@ class Drive:
                                   if i >= min(self.last_index, index) - self.history_ticks}
             self.schedule(index)
             self.deliver()
-            steer, accel = control(self.car, self.plan, self.t)
+            steer, accel = self.actions.through(control(self.car, self.plan, self.t))
             s_prev, d_prev = self.road.project(self.car.x, self.car.y, self.s_ego)
             self.car = step(self.car, steer, accel, DT_S)
             if self.lead_s is not None:
@@ -192,5 +200,5 @@ class Drive:
 
 
 def drive_scenario(seed: int, policy, timing: ModeTiming, lights: bool = False,
-                   scenario: Scenario | None = None) -> Record:
-    return Drive(scenario or random_scenario(seed, lights=lights), policy, timing).run()
+                   scenario: Scenario | None = None, perturb: Perturbations = Perturbations()) -> Record:
+    return Drive(scenario or random_scenario(seed, lights=lights), policy, timing, perturb).run()

@@ -86,3 +86,20 @@ def aggregate(routes: list[dict]) -> dict:
             "min_ttc_s": min(finite) if finite else math.inf,
             "median_min_ttc_s": float(np.median(finite)) if finite else math.inf,
             "mean_plan_age_s": float(np.mean(ages)) if ages else None}
+
+
+BOOTSTRAP_RESAMPLES = 10_000
+
+
+def paired_difference(scores: list[float], baseline: list[float], resamples: int = BOOTSTRAP_RESAMPLES,
+                      seed: int = 0) -> dict:
+    """Per-scenario driving scores of a row and its baseline on the same scenarios -> the mean difference and its
+    95% interval by a paired bootstrap (scenarios resampled with replacement, `resamples` times, seeded), and the
+    verdict the interval allows: 'better' (above 0), 'worse' (below 0) or 'as well' (0 inside)."""
+    diff = np.asarray(scores, dtype=np.float64) - np.asarray(baseline, dtype=np.float64)   # (n,)
+    rng = np.random.default_rng(seed)
+    means = diff[rng.integers(0, len(diff), size=(resamples, len(diff)))].mean(axis=1)   # (resamples,)
+    low, high = np.percentile(means, [2.5, 97.5])
+    verdict = "better" if low > 0 else "worse" if high < 0 else "as well"
+    return {"mean": float(diff.mean()), "low": float(low), "high": float(high), "verdict": verdict,
+            "scenarios": len(diff), "resamples": resamples}

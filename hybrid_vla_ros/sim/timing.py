@@ -13,6 +13,7 @@ started. Stage times prefix P, handover X, suffix S (ms):
     pipelined_retimed   pipelined's timing; the plan re-timed to the present (engine/retime.py) when it
                         takes effect, from its frame's pose and the car's current one
     native_retimed      native's timing, re-timed the same way (the fair baseline for pipelined_retimed)
+    chunked_retimed     chunked's timing, re-timed the same way
 
 Every other mode applies a plan as a consumer of the package's base_link output does: its waypoints from the
 car's pose at the moment it takes effect, its times from that moment. `instant` (latency 0, the camera's
@@ -36,7 +37,7 @@ from dataclasses import dataclass
 from ..plan.paper import PAPER_MODELS
 
 CHUNKS = 4
-MODES = ("native", "serial", "pipelined", "chunked", "pipelined_retimed", "native_retimed")
+MODES = ("native", "serial", "pipelined", "chunked", "pipelined_retimed", "native_retimed", "chunked_retimed")
 
 
 @dataclass(frozen=True)
@@ -57,14 +58,14 @@ class ModeTiming:
 
 
 def mode_timings(st: StageMs, chunks: int = CHUNKS) -> dict[str, ModeTiming]:
-    """The five modes' latency and period from stage times (formulas in the module docstring)."""
+    """The modes' latency and period from stage times (formulas in the module docstring)."""
     serial = st.prefix + st.transfer + st.suffix
     period = max(st.prefix, st.transfer + st.suffix)
     a, s = st.prefix / chunks, (st.transfer + st.suffix) / chunks
     chunked = chunks * max(a, s) + min(a, s)
     ms = {"native": (st.native, st.native), "serial": (serial, serial), "pipelined": (serial, period),
           "chunked": (chunked, period), "pipelined_retimed": (serial, period),
-          "native_retimed": (st.native, st.native)}
+          "native_retimed": (st.native, st.native), "chunked_retimed": (chunked, period)}
     return {m: ModeTiming(m, lat / 1e3, per / 1e3, m.endswith("_retimed")) for m, (lat, per) in ms.items()}
 
 

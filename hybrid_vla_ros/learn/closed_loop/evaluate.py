@@ -13,7 +13,8 @@ import numpy as np
 from ... import stop
 from ...errors import ConfigError, expect
 from ...sim.loop import CAMERA_PERIOD_S, Drive
-from ...sim.metrics import aggregate, route_metrics
+from ...sim.metrics import aggregate, paired_difference, route_metrics
+from ...sim.perturb import Perturbations
 from ...sim.timing import MODES, PROFILES, StageMs, instant, measured, mode_timings, orion_paper, orion_planned
 from ...sim.world import random_scenario
 
@@ -49,13 +50,20 @@ def timings(profiles: list[str], policy, seeds: list[int]) -> tuple[dict, dict]:
 
 
 def evaluate(policy, scenarios: int = 20, seed: int = 0, profiles: tuple[str, ...] = PROFILES, lights: bool = False,
-             progress=print, keep_paths_of: int | None = None) -> dict:
-    """Runs every (profile, mode) on scenarios seed .. seed + scenarios - 1 with `policy`. keep_paths_of: the
-    seed whose drives' paths are kept for the plot (default: the first with a lead vehicle)."""
+             progress=print, keep_paths_of: int | None = None, modes: tuple[str, ...] | None = None,
+             perturb: Perturbations = Perturbations()) -> dict:
+    """Runs every (profile, mode) on scenarios seed .. seed + scenarios - 1 with `policy` in a world with `perturb`
+    (sim/perturb.py). modes: those run (default all; instant, native and native_retimed always). keep_paths_of: the seed whose drives' paths are
+    kept for the plot (default: the first with a lead vehicle)."""
     seeds = list(range(seed, seed + scenarios))
     expect(scenarios >= 1 and seed >= 0 and seeds[-1] < HELD_OUT_BELOW, ConfigError,
            f"closed-loop scenarios {seeds[0]}..{seeds[-1]}: held-out seeds must lie in 0..{HELD_OUT_BELOW - 1}")
     plans, stages = timings(list(profiles), policy, seeds)
+    if modes:
+        unknown = sorted(set(modes) - set(MODES))
+        expect(not unknown, ConfigError, f"modes {unknown}: each one of {', '.join(MODES)}")
+        keep = {"instant", "native", "native_retimed", *modes}   # the baselines a row is compared with stay
+        plans = {key: t for key, t in plans.items() if key[1] in keep}
     if keep_paths_of is None:
         keep_paths_of = next((s for s in seeds if random_scenario(s, lights=lights).lead), seeds[0])
     routes, paths = {key: [] for key in plans}, {}
@@ -63,17 +71,34 @@ def evaluate(policy, scenarios: int = 20, seed: int = 0, profiles: tuple[str, ..
         scenario = random_scenario(s, lights=lights)
         for key, timing in plans.items():
             stop.check()                                   # Ctrl-C / SIGTERM: stop between drives
-            rec = Drive(scenario, policy, timing).run()
+            rec = Drive(scenario, policy, timing, perturb).run()
             routes[key].append(route_metrics(rec))
             if s == keep_paths_of:
                 paths["/".join(key)] = [(r[1], r[2]) for r in rec.rows]
         done = {"/".join(k): round(v[-1]["driving_score"]) for k, v in routes.items()}
         progress(f"scenario {s}: driving score {done}")
     rows = [{"profile": p, "mode": m, "latency_ms": plans[(p, m)].latency_s * 1e3,
-             "period_ms": plans[(p, m)].period_s * 1e3, **aggregate(routes[(p, m)])} for p, m in plans]
+             "period_ms": plans[(p, m)].period_s * 1e3, **aggregate(routes[(p, m)]),
+             **against_native(routes, p, m)} for p, m in plans]
     return {"policy": policy.name, "scenarios": scenarios, "seeds": seeds, "lights": lights, "profiles": list(profiles),
-            "modes": ["instant", *MODES], "stage_ms": stages, "note": NOTE, "rows": rows,
+            "modes": sorted({m for _, m in plans}, key=["instant", *MODES].index),
+            "perturbations": {**vars(perturb), "described": perturb.describe()}, "stage_ms": stages, "note": NOTE, "rows": rows,
             "routes": {"/".join(k): v for k, v in routes.items()}, "paths_seed": keep_paths_of, "paths": paths}
+
+
+def against_native(routes: dict, profile: str, mode: str) -> dict:
+    """A row's driving score against its profile's native with the same compensation (native for a mode applied
+    as it arrives, native_retimed for a re-timed one) and against native_retimed: paired over the scenarios."""
+    out = {}
+    if profile == "-":
+        return out
+    same = "native_retimed" if mode.endswith("_retimed") else "native"
+    scores = [r["driving_score"] for r in routes[(profile, mode)]]
+    for key, baseline in (("vs_native", same), ("vs_native_retimed", "native_retimed")):
+        if (profile, baseline) in routes and baseline != mode:
+            out[key] = {"baseline": baseline, **paired_difference(
+                scores, [r["driving_score"] for r in routes[(profile, baseline)]])}
+    return out
 
 
 def _fmt(x, spec: str = ".2f") -> str:
@@ -84,15 +109,22 @@ def _fmt(x, spec: str = ".2f") -> str:
 
 def table_lines(report: dict) -> list[str]:
     head = ("profile", "mode", "latency ms", "period ms", "DS", "completion", "success", "coll", "red", "lane dep",
-            "|jerk| m/s3", "smooth", "min TTC s", "plan age s")
+            "|jerk| m/s3", "smooth", "min TTC s", "plan age s", "DS - native, same compensation (95% CI)")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in report["rows"]:
         cells = (r["profile"], r["mode"], _fmt(r["latency_ms"], ".0f"), _fmt(r["period_ms"], ".0f"),
                  _fmt(r["driving_score"], ".1f"), _fmt(r["completion"], ".3f"), _fmt(r["success_rate"], ".2f"),
                  str(r["collisions"]), str(r["red_lights"]), str(r["lane_departures"]), _fmt(r["mean_abs_jerk"]),
-                 _fmt(r["smoothness"]), _fmt(r["median_min_ttc_s"]), _fmt(r["mean_plan_age_s"]))
+                 _fmt(r["smoothness"]), _fmt(r["median_min_ttc_s"]), _fmt(r["mean_plan_age_s"]), difference_cell(r))
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def difference_cell(row: dict) -> str:
+    d = row.get("vs_native")
+    if d is None:
+        return "-"
+    return f"{d['mean']:+.1f} [{d['low']:+.1f}, {d['high']:+.1f}] vs {d['baseline']}: {d['verdict']}"
 
 
 def plot_paths(report: dict, path) -> None:
