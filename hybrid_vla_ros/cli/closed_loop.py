@@ -13,7 +13,8 @@ def add_args(parser) -> None:
     group.add_argument("--scenarios", type=int, default=20, help="closed loop: scenarios, seeds --seed .. (default 20)")
     group.add_argument("--timing", default="measured,orion-paper",
                        help="closed loop: comma-separated timing profiles: measured (this machine's stage times of "
-                            "the engine), orion-paper (the paper's ORION figures), orion-planned (the planner's "
+                            "the engine), orion-paper (the paper's ORION figures), minddrive-paper (the paper's MindDrive figures, "
+                            "the suffix at ORION's ratio), orion-planned (the planner's "
                             "ORION on the paper's L20 + Xeon 8470Q) (default measured,orion-paper)")
     group.add_argument("--lights", action="store_true",
                        help="closed loop: a traffic light on every route (the renderer draws no light and the "

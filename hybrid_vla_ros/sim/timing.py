@@ -22,7 +22,9 @@ period) is the reference no real system reaches.
 Profiles: `measured`: this machine's per-frame stage times of the engine on the model that drives (timed
 here, PrefixStage / SuffixStage, in-process handover); `orion-paper`: the paper's ORION figures (arXiv
 2608.14586: native 521 ms, serial 783 ms, pipelined period 408 ms at p = 16, handover 0.41 ms), split as
-plan/paper.implied_by_paper's prefix-bound reading: P = 408 ms, S = 783 - 408 - 0.41 ms; `orion-planned`: the
+plan/paper.implied_by_paper's prefix-bound reading: P = 408 ms, S = 783 - 408 - 0.41 ms; `minddrive-paper`: the
+paper's MindDrive figures (native 443 ms, pipelined period 306.2 ms = P; no serial latency given, so S at ORION's
+S / P: 281.1 ms); `orion-planned`: the
 planner's prediction for ORION on the paper's hardware (plan/run.plan_described: L20 fp32 + Xeon 8470Q bf16, its
 block rates from this machine's measured GEMM efficiency), at the planner's best cut. The world runs in
 simulated time; the model's own compute is off the clock, so a profile's latency is what the world sees
@@ -82,6 +84,17 @@ def orion_paper() -> StageMs:
                           "handover 0.41 ms; prefix-bound split)")
 
 
+def minddrive_paper() -> StageMs:
+    """The paper's MindDrive figures: native 443 ms and the pipelined period 306.2 ms; it gives no serial latency, so
+    the suffix is taken at ORION's suffix / prefix ratio (374.6 / 408), prefix-bound as orion_paper reads ORION."""
+    fig, orion = PAPER_MODELS["minddrive"].figures, orion_paper()
+    prefix = fig.hybrid_period_ms
+    return StageMs(native=fig.native_ms, prefix=prefix, transfer=orion.transfer,
+                   suffix=prefix * orion.suffix / orion.prefix,
+                   source="the paper's MindDrive figures (native 443 ms, pipelined period 306.2 ms; no serial latency "
+                          "given: the suffix at ORION's suffix/prefix ratio, handover ORION's 0.41 ms)")
+
+
 def orion_planned(progress=None) -> StageMs:
     """The planner's ORION on L20 (fp32) + Xeon 8470Q (bf16) at its best cut (measures one real-size block here)."""
     import torch
@@ -128,4 +141,4 @@ def measured(model, frames: list, partition: int | None = None, repeats: int = 5
                           f"{repeats * len(frames)} frames, in-process handover")
 
 
-PROFILES = ("measured", "orion-paper", "orion-planned")
+PROFILES = ("measured", "orion-paper", "minddrive-paper", "orion-planned")

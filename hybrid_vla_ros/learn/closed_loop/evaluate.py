@@ -15,7 +15,8 @@ from ...errors import ConfigError, expect
 from ...sim.loop import CAMERA_PERIOD_S, Drive
 from ...sim.metrics import aggregate, paired_difference, route_metrics
 from ...sim.perturb import Perturbations
-from ...sim.timing import MODES, PROFILES, StageMs, instant, measured, mode_timings, orion_paper, orion_planned
+from ...sim.timing import (MODES, PROFILES, StageMs, instant, measured, minddrive_paper, mode_timings, orion_paper,
+                           orion_planned)
 from ...sim.world import random_scenario
 
 HELD_OUT_BELOW = 1000   # learn/train.py TRAIN_SEED_BASE: training drives use seeds from 1000 on
@@ -28,6 +29,8 @@ NOTE = ("world in simulated time: each plan takes effect at its mode's latency a
 def stage_times(profile: str, policy, seeds: list[int]) -> StageMs:
     if profile == "orion-paper":
         return orion_paper()
+    if profile == "minddrive-paper":
+        return minddrive_paper()
     if profile == "orion-planned":
         return orion_planned()
     expect(hasattr(policy, "frame"), ConfigError, "timing 'measured' needs the model (a ModelPolicy)")
