@@ -96,6 +96,7 @@ class Frame:
     arrival_ns: int = 0  # wall clock (ns since the epoch) when the frame was complete at the prefix; 0 = unknown
     navigation: Navigation | None = None  # the route's navigation at the frame's pose (None: not computed)
     context: object = None  # context.FrameContext: geometry, pose, history, navigation as data; None: not built
+    expected_delay_s: float = 0.0  # a delay-aware model's (spec.delay_aware) capture-to-effect delay it plans for
 
 
 @dataclass

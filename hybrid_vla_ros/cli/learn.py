@@ -8,15 +8,20 @@ from pathlib import Path
 
 from .common import add_model_args, model_from_args
 
+DELAY_AWARE_MAX_S = 1.0   # a delay-aware model's training delays, 0..1 s: the paper's ORION plans are 0.6-0.84 s old
+
 
 def cmd_train(args) -> int:
     from tqdm import tqdm
     from .. import stop
     from ..learn.train import TrainConfig, plot_loss, train
     from ..model.checkpoint import save_checkpoint
-    given = {name: getattr(args, name) for name in ("steps", "batch", "lr", "drives", "frames_per_drive", "seed")}
-    config = TrainConfig(**{name: value for name, value in given.items() if value is not None})  # else its defaults
+    given = {name: getattr(args, name) for name in ("steps", "batch", "lr", "drives", "frames_per_drive", "seed",
+                                                    "max_delay_s")}
     model = model_from_args(args)
+    if given["max_delay_s"] is None and model.spec.delay_aware:
+        given["max_delay_s"] = DELAY_AWARE_MAX_S
+    config = TrainConfig(**{name: value for name, value in given.items() if value is not None})  # else its defaults
     bar = tqdm(total=config.steps, desc="train", unit="step")
 
     def progress(step: int, loss: float) -> None:
@@ -43,6 +48,9 @@ def training_samples(model, config, closed_loop_scenarios: int):
     own drives of that many training scenarios, labelled by the ground-truth driver (learn/closed_loop/dagger.py)."""
     if not closed_loop_scenarios:
         return None
+    from ..errors import ConfigError, expect
+    expect(not config.max_delay_s, ConfigError, "train: --closed-loop-scenarios with delays: the closed-loop frames "
+                                                "carry no ground-truth path to read delayed targets from")
     from ..learn.closed_loop.dagger import closed_loop_samples
     from ..learn.train import TRAIN_SEED_BASE, road_samples
     road = road_samples(model.spec, range(TRAIN_SEED_BASE, TRAIN_SEED_BASE + config.drives), config.frames_per_drive,
@@ -148,6 +156,9 @@ def register(sub) -> None:
     p.add_argument("--drives", type=int, default=None, help="training drives, seeds 1000, 1001, ... (default 80)")
     p.add_argument("--frames-per-drive", type=int, default=None, help="(default 60)")
     p.add_argument("--seed", type=int, default=None, help="initialisation and batch order (default 0)")
+    p.add_argument("--max-delay-s", type=float, default=None,
+                   help="a delay-aware model (spec delay_aware, preset drive-delay): each sample's delay drawn in "
+                        "0..this, its target the plan from the pose reached after it (default 1.0; 0 otherwise)")
     p.add_argument("--closed-loop-scenarios", type=int, default=0,
                    help="also train on the frames of the model's own closed-loop drives of this many training "
                         "scenarios (seeds 1000 ..), labelled by the ground-truth driver (DAgger; with --checkpoint: "

@@ -20,7 +20,8 @@ from ..engine.pipeline.frame_window import FrameWindow
 from ..engine.stages import frame_embeddings, run_blocks
 from ..errors import ConfigError, expect
 from ..model.vla import VLAModel
-from ..sim.road import drive
+from ..sim.road import drive, ground_truth
+from .delays import PATH_DT_S, delayed_batch, path_points
 from ..types import EgoState, Frame
 
 TRAIN_SEED_BASE = 1000   # training drives: seeds 1000, 1001, ...; held-out drives use seeds below 1000
@@ -36,6 +37,7 @@ class TrainConfig:
     frames_per_drive: int = 60
     rate_hz: float = 10.0
     seed: int = 0
+    max_delay_s: float = 0.0   # > 0: a delay-aware model's delays are drawn in [0, max_delay_s] (learn/delays.py)
 
 
 @dataclass
@@ -43,12 +45,16 @@ class Sample:
     frame: Frame
     truth: np.ndarray      # (N, 4): x, y, heading, speed
     lead_braking: bool = False   # a lead vehicle in view, slower than it was a frame before
+    path: np.ndarray | None = None   # (M, 4) the ground truth every PATH_DT_S far enough for delayed targets
 
 
-def road_samples(spec, seeds, frames_per_drive: int, rate_hz: float = 10.0) -> list[Sample]:
+def road_samples(spec, seeds, frames_per_drive: int, rate_hz: float = 10.0,
+                 max_delay_s: float = 0.0) -> list[Sample]:
     """Every frame of the drives of `seeds`, at the spec's camera count, image size and waypoint spacing; a model
-    reading its history gets each frame's window of the drive's frames (engine/pipeline/frame_window.py)."""
+    reading its history gets each frame's window of the drive's frames (engine/pipeline/frame_window.py); with
+    max_delay_s, each sample's fine ground-truth path for delayed targets (learn/delays.py)."""
     out = []
+    points = path_points(spec.num_waypoints * spec.waypoint_dt_s, max_delay_s)
     for seed in seeds:
         window, lead_before = FrameWindow(spec), None
         for f in drive(seed, frames_per_drive, spec.num_cameras, spec.image_height, spec.image_width,
@@ -57,7 +63,8 @@ def road_samples(spec, seeds, frames_per_drive: int, rate_hz: float = 10.0) -> l
                           ego=EgoState(f.scene.speed_mps, f.yaw_rate_rps))
             lead = f.scene.lead_speed_mps if f.scene.lead_m is not None else None
             braking = lead is not None and lead_before is not None and lead < lead_before - 1e-6
-            out.append(Sample(window.push(frame), f.truth, braking))
+            path = ground_truth(f.scene, points, PATH_DT_S) if max_delay_s else None
+            out.append(Sample(window.push(frame), f.truth, braking, path))
             lead_before = lead
     return out
 
@@ -112,8 +119,13 @@ def train(model: VLAModel, config: TrainConfig, samples: list[Sample] | None = N
     hears every step (the CLI draws a progress bar with it)."""
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
+    expect(not config.max_delay_s or model.spec.delay_aware, ConfigError,
+           f"train: max_delay_s={config.max_delay_s} for model '{model.spec.name}', which is not delay_aware "
+           f"(its prompt would not say the delay its targets assume)")
     samples = samples if samples is not None else road_samples(
-        model.spec, range(TRAIN_SEED_BASE, TRAIN_SEED_BASE + config.drives), config.frames_per_drive, config.rate_hz)
+        model.spec, range(TRAIN_SEED_BASE, TRAIN_SEED_BASE + config.drives), config.frames_per_drive, config.rate_hz,
+        config.max_delay_s)
+    delays = np.random.default_rng([config.seed, 1])   # the delays' own draws: the batches stay the recipe's
     truths = torch.tensor(np.stack([s.truth for s in samples]), dtype=torch.float32)  # (n, N, 4)
     model.train()
     model.requires_grad_(True)   # a loaded checkpoint comes frozen for inference: fine-tuning it learns all of it
@@ -122,7 +134,12 @@ def train(model: VLAModel, config: TrainConfig, samples: list[Sample] | None = N
     history, start = [], time.perf_counter()
     for step in range(config.steps):
         index = rng.choice(len(samples), size=min(config.batch, len(samples)), replace=False)
-        loss = waypoint_loss(batch_forward(model, [samples[i].frame for i in index]), truths[index])
+        if config.max_delay_s:
+            frames, delayed = delayed_batch(samples, index, delays, config.max_delay_s, model.spec.num_waypoints,
+                                            model.spec.waypoint_dt_s)
+            loss = waypoint_loss(batch_forward(model, frames), torch.tensor(delayed, dtype=torch.float32))
+        else:
+            loss = waypoint_loss(batch_forward(model, [samples[i].frame for i in index]), truths[index])
         optimiser.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -37,7 +37,7 @@ TOKEN_FIELDS = ("action_head", "action_bins", "action_step_range_m")
 PROMPT_FIELDS = ("plan_token", "slot_token")
 # written only when set (a reader from before them takes the rest)
 OPTIONAL_FIELDS = ("instruction_template", "context", "query_embeddings", "prompt_slots", "frames_per_camera",
-                   "frame_stride")
+                   "frame_stride", "delay_aware")
 # a scene-encoded model's own (its backbone config has no vision tower to say them): the image patch side
 SCENE_SPEC_FIELDS = ("patch_size",)
 PROMPT_FILE = "prompt_embeddings.safetensors"   # learned query embeddings and slot adaptors (model/prompt_embeddings.py)

@@ -13,6 +13,7 @@ from ..types import NAV_COMMANDS, EgoState, Frame, Navigation
 from ..errors import InputError, expect
 from .preprocess import preprocess
 from .spec import VLASpec
+from .tokenize.tokens import MAX_DELAY_S, delay_text
 
 
 @dataclass
@@ -32,6 +33,9 @@ def encode_frame(frame: Frame, model, device: torch.device | str = "cpu") -> Enc
         value = getattr(ego, name)
         expect(isinstance(value, (int, float)) and math.isfinite(value), InputError,
                f"{where}: ego {name}={value!r}, expected a finite number")
+    delay = frame.expected_delay_s
+    expect(isinstance(delay, (int, float)) and 0.0 <= delay <= MAX_DELAY_S, InputError,
+           f"{where}: expected_delay_s={delay!r}, expected 0..{MAX_DELAY_S} s")
     expect(len(frame.images) == spec.image_slots, InputError,
            f"{where}: {len(frame.images)} camera images, model '{spec.name}' expects {spec.image_slots}"
            + (f" ({spec.num_cameras} cameras x {spec.frames_per_camera} frames)" if spec.frames_per_camera > 1 else ""))
@@ -39,7 +43,7 @@ def encode_frame(frame: Frame, model, device: torch.device | str = "cpu") -> Enc
     blocks, per_block = model.family.image_blocks(spec)
     prompts = [model.prompt.build(blocks, per_block, instruction, spec.text_tokens, float(ego.speed_mps),
                                   float(ego.yaw_rate_rps), spec.query_tokens, spec.slot_tokens)
-               for instruction in model.instructions(frame.instruction)]             # P x (1, S) each
+               for instruction in model.instructions(delay_text(delay) if spec.delay_aware else frame.instruction)]
     input_ids, mm_types = torch.cat([ids for ids, _ in prompts]), torch.cat([mm for _, mm in prompts])  # (P, S)
     return EncodedFrame(input_ids, mm_types, model.family.pixel_inputs(spec, images),
                         torch.tensor([float(ego.speed_mps), float(ego.yaw_rate_rps)]))

@@ -172,6 +172,13 @@ PRESETS: dict[str, VLASpec] = {
                              vision_intermediate=128, image_height=112, image_width=112, num_cameras=1,
                              frames_per_camera=4, frame_stride=2, text_tokens=8, head_hidden=128,
                              notes="drive with its history: the front camera's last 4 frames, 0.2 s apart"),
+    # drive-delay: drive told its expected capture-to-effect delay, planning from where the car will be then (issue
+    # 54; learn/delays.py): the same recipe with delays drawn in 0..1 s (hybrid-vla train --preset drive-delay).
+    "drive-delay": VLASpec(name="drive-delay", family="qwen2_vl", num_blocks=4, hidden_size=128, num_heads=4,
+                           num_kv_heads=2, intermediate_size=256, vision_depth=2, vision_hidden=64, vision_heads=2,
+                           vision_intermediate=128, image_height=112, image_width=112, num_cameras=1, text_tokens=8,
+                           head_hidden=128, delay_aware=True,
+                           notes="drive, told its expected delay: plans from the pose the car reaches after it"),
     # Action tokens (engine/actionflow/packing.py): each waypoint step's x, y decoded as tokens.
     "tiny-act": VLASpec(name="tiny-act", family="qwen2_vl", **{**_TINY, "num_waypoints": 4}, action_head="tokens",
                         vocab_size=MIN_VOCAB + 256, notes="Qwen2-VL family, action tokens (8 per frame), unit-test size"),

@@ -50,6 +50,10 @@ class VLASpec:
     # image blocks camera-major (engine/pipeline/frame_window.py builds the window; Alpamayo reads 4 per camera).
     frames_per_camera: int = 1
     frame_stride: int = 1
+    # Delay-aware (training-time real-time chunking's idea, simplest form): the prompt's instruction is the frame's
+    # expected capture-to-effect delay (tokenize/tokens.delay_text), and the plan is the one to follow from the pose
+    # the car reaches after that delay, its times from then (learn/train.py max_delay_s trains it so).
+    delay_aware: bool = False
     tile_size: int = 0  # InternVL: each camera image is cut into square tiles of this side; 0: untiled families
     # Prompt: instruction bytes are padded/truncated to a fixed count so every frame has the same
     # sequence length (lets the pipeline reuse preallocated boundary buffers).

@@ -97,6 +97,9 @@ PREFIX_PARAMS = _common_model() + [
               choices=("refuse", "serve_flagged"), dynamic=True),
     ParamSpec("instruction", "string", "text instruction given to the model while no route navigates it (else "
               "the route's, see map_path)", dynamic=True),
+    ParamSpec("expected_delay_ms", "double", "a delay-aware model's (spec delay_aware) expected capture-to-effect "
+              "delay, its prompt's instruction: it plans from where the car will be then (0: none; others ignore it)",
+              0.0, 5000.0, dynamic=True),
     *_route(),
     ParamSpec("input_policy", "string", "latest: newest frame wins, drops counted; lossless: queue (replay)",
               choices=("latest", "lossless")),

@@ -18,6 +18,12 @@ BYTE_OFFSET = 8  # byte b -> token BYTE_OFFSET + b
 MIN_VOCAB = BYTE_OFFSET + 256
 EGO_FORMAT = "v{:+07.2f}w{:+06.3f}"  # speed m/s, yaw rate rad/s: always 16 bytes
 EGO_BYTES = 16
+DELAY_FORMAT = "d{:05.3f}"   # a delay-aware model's instruction: the expected delay in seconds, 6 bytes
+MAX_DELAY_S = 5.0
+
+
+def delay_text(delay_s: float) -> str:
+    return DELAY_FORMAT.format(min(max(delay_s, 0.0), MAX_DELAY_S))
 
 
 def byte_tokens(text: str, length: int) -> list[int]:
