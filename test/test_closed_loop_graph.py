@@ -47,9 +47,25 @@ def test_eval_closed_loop_graph_prints_and_writes_the_drives(domain, tmp_path, c
                  "--json", str(tmp_path / "g.json")])
     out = capsys.readouterr()
     assert code == 0, out.err
-    assert "graph in the loop (drive, time scale 1.0): 1 scenarios, driving score" in out.out
+    assert "graph in the loop (drive, output base_link, timing its own, time scale 1.0): 1 scenarios, driving " \
+           "score" in out.out
     report = json.loads((tmp_path / "g.json").read_text())
     assert report["seeds"] == [5] and report["routes"][0]["plans_received"] >= 5 and report["mean"]["routes"] == 1
+
+
+def test_the_graph_re_timed_in_the_map_frame_drives_at_a_profiles_latency(domain):
+    """The suffix re-times each plan to its present in the map frame; the world follows it as placed (its frame
+    matched through trajectory_info), held to 0.4 s after its capture: the compute this CPU does not take."""
+    from hybrid_vla_ros.model.load import load_vla
+    from hybrid_vla_ros.ros.closed_loop.run import drive_in_loop
+    params = drive_params()
+    params["hybrid_vla_suffix"].update(frame_id="map", output_retime=True)
+    out = drive_in_loop(params, load_vla(checkpoint="builtin:drive").spec, seed=3, max_time_s=4.0, timeout_s=180.0,
+                        latency_s=0.4)
+    assert out["plans_received"] >= 10, out
+    # every plan but frame 0's (the warm start, at once) took effect 0.4 s after its frame at the earliest
+    assert 0.4 * (out["plans_received"] - 1) / out["plans_received"] <= out["mean_plan_age_s"] < 1.0, out
+    assert out["completion"] > 0.0 and math.isfinite(out["driving_score"]), out
 
 
 def test_a_graph_that_never_answers_ends_the_warm_start_with_the_reason(domain):

@@ -46,6 +46,13 @@ def add_args(parser) -> None:
     group.add_argument("--control-delay-ms", type=float, default=0.0,
                        help="closed loop: the controller's commands reach the car this much later through a FIFO "
                             "(compute-to-control latency; default 0)")
+    group.add_argument("--graph-retimed", action="store_true",
+                       help="closed loop --graph: the suffix publishes map-frame plans re-timed to its present "
+                            "(output_retime), which the world follows as placed (default: base_link, as predicted)")
+    group.add_argument("--graph-timing", default="",
+                       help="closed loop --graph: a timing profile (orion-paper, minddrive-paper) whose pipelined "
+                            "latency the world holds each plan to at least after its frame: the compute time this "
+                            "CPU does not take, added as a delay (default: none, the graph's own)")
     group.add_argument("--time-scale", type=float, default=1.0,
                        help="closed loop --graph: world seconds per wall second (< 1 slows the world; default 1)")
 
@@ -67,28 +74,52 @@ def run_graph(args) -> int:
     expect(not spec.context, ConfigError,
            f"closed loop --graph: model '{spec.name}' needs the frame context {spec.context}; the world node "
            f"publishes cameras and odometry, no CameraInfo, /tf_static or route yet")
-    model = {"model.checkpoint": checkpoint, "model.preset": args.preset or ""}
-    cameras = [f"/hybrid_vla_world/camera{i}/image" for i in range(spec.num_cameras)]
-    p = spec.num_blocks // 2   # the cut and its zone fitted to the model (the shipped config's are the bench's)
-    cut = {"partition_point": p, "dynamic_zone_min": max(0, p - 1), "dynamic_zone_max": min(spec.num_blocks, p + 1)}
-    overrides = {"hybrid_vla_prefix": {**model, **cut, "camera_topics": cameras, "image_transport": "raw"},
-                 "hybrid_vla_suffix": {**model, **cut, "frame_id": "base_link", "output_retime": False},
-                 "hybrid_vla_scheduler": {**model, "initial_partition": p, "dynamic_zone_min": cut["dynamic_zone_min"],
-                                          "dynamic_zone_max": cut["dynamic_zone_max"]}}
-    params = graph_params(overrides=overrides)
+    params = graph_params(overrides=graph_overrides(spec, checkpoint, args.preset, args.graph_retimed))
+    latency_s = graph_latency_s(args.graph_timing)
     routes = []
     for seed in seeds:
-        routes.append({"seed": seed, **drive_in_loop(params, spec, seed, args.time_scale, args.drive_seconds)})
+        routes.append({"seed": seed, **drive_in_loop(params, spec, seed, args.time_scale, args.drive_seconds,
+                                                     latency_s=latency_s)})
         r = routes[-1]
         print(f"scenario {seed}: {r['end']}, driving score {r['driving_score']:.1f}, {r['plans_received']} plans "
               f"(mean age {r['mean_plan_age_s'] or 0:.3f} s), {r['wall_s']:.0f} s wall", file=sys.stderr)
     mean = aggregate(routes)
+    output = "map, re-timed" if args.graph_retimed else "base_link"
     write_report({"mode": "graph", "model": spec.name, "time_scale": args.time_scale, "seeds": seeds, "routes": routes,
-                  "mean": mean}, args.json)
-    print(f"graph in the loop ({spec.name}, time scale {args.time_scale}): {len(seeds)} scenarios, driving score "
+                  "mean": mean, "output": output, "timing": args.graph_timing or "graph",
+                  "added_latency_s": latency_s}, args.json)
+    timing = args.graph_timing or "its own"
+    print(f"graph in the loop ({spec.name}, output {output}, timing {timing}, time scale {args.time_scale}): "
+          f"{len(seeds)} scenarios, driving score "
           f"{mean['driving_score']:.1f}, completion {mean['completion']:.3f}, collisions {mean['collisions']}, "
           f"lane departures {mean['lane_departures']}, mean plan age {mean['mean_plan_age_s'] or 0:.3f} s")
     return 0
+
+
+def graph_overrides(spec, checkpoint: str, preset: str | None, retimed: bool) -> dict:
+    """The graph's parameters for the world: the model, the world's cameras, a cut fitted to the model, and the
+    suffix's output (base_link as predicted, or map re-timed to the present)."""
+    model = {"model.checkpoint": checkpoint, "model.preset": preset or ""}
+    cameras = [f"/hybrid_vla_world/camera{i}/image" for i in range(spec.num_cameras)]
+    p = spec.num_blocks // 2   # the cut and its zone fitted to the model (the shipped config's are the bench's)
+    cut = {"partition_point": p, "dynamic_zone_min": max(0, p - 1), "dynamic_zone_max": min(spec.num_blocks, p + 1)}
+    output = {"frame_id": "map", "output_retime": True} if retimed else {"frame_id": "base_link",
+                                                                         "output_retime": False}
+    return {"hybrid_vla_prefix": {**model, **cut, "camera_topics": cameras, "image_transport": "raw"},
+            "hybrid_vla_suffix": {**model, **cut, **output},
+            "hybrid_vla_scheduler": {**model, "initial_partition": p, "dynamic_zone_min": cut["dynamic_zone_min"],
+                                     "dynamic_zone_max": cut["dynamic_zone_max"]}}
+
+
+def graph_latency_s(profile: str) -> float:
+    """--graph-timing: the profile's pipelined latency (s), 0 for none."""
+    if not profile:
+        return 0.0
+    from ..errors import ConfigError, expect
+    from ..sim.timing import minddrive_paper, mode_timings, orion_paper
+    stages = {"orion-paper": orion_paper, "minddrive-paper": minddrive_paper}
+    expect(profile in stages, ConfigError, f"--graph-timing {profile!r}: one of {', '.join(stages)}")
+    return mode_timings(stages[profile]())["pipelined"].latency_s
 
 
 def run_animation(args, policy) -> int:

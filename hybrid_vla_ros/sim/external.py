@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .car import control, step
+from .car import Plan, control, step
 from .loop import CAMERA_PERIOD_S, DT_S, TICKS, Drive, Record, apply_plan
 from .policy import camera_frame
 from .timing import ModeTiming
@@ -66,6 +66,19 @@ class ExternalDrive(Drive):
             return False
         self.plan, self.latest_capture = plan, index
         self.rec.plan_ages_s.append(plan.age_s)
+        self.rec.frames += 1
+        return True
+
+    def receive_placed(self, points_world: np.ndarray, output_s: float, index: int) -> bool:
+        """A plan already in world (map) coordinates, re-timed by the graph: (M, 5) x, y, heading, speed, time from
+        `output_s` (world time it was re-timed to), computed from frame `index` -> the car's plan from now; False
+        when refused (unknown or not newer than the newest applied frame)."""
+        if index not in self.snapshots or index <= self.latest_capture or len(points_world) < 2:
+            return False
+        capture_t = self.snapshots[index][0]
+        self.plan, self.latest_capture = Plan(np.asarray(points_world, dtype=np.float64), output_s,
+                                              self.t - capture_t), index
+        self.rec.plan_ages_s.append(self.plan.age_s)
         self.rec.frames += 1
         return True
 

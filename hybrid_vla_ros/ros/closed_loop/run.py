@@ -21,15 +21,19 @@ def sim_time_params(params: dict) -> dict:
 
 
 def drive_in_loop(params: dict, spec, seed: int = 0, time_scale: float = 1.0, max_time_s: float | None = None,
-                  timeout_s: float = 600.0, first_plan_s: float = 120.0) -> dict:
+                  timeout_s: float = 600.0, first_plan_s: float = 120.0, latency_s: float = 0.0) -> dict:
     """One closed-loop drive of scenario `seed` through the graph (one process) -> route_metrics + the world's
-    counts. timeout_s: wall-clock bound of the drive, first_plan_s: of the warm start (ConfigError either way)."""
+    counts. timeout_s: wall-clock bound of the drive, first_plan_s: of the warm start (ConfigError either way).
+    A suffix publishing in a world frame with output_retime gives placed plans (world_node.py); latency_s: the
+    profile latency the world holds each plan to at least."""
     with ros_context() as context:
         graph = InProcessGraph(sim_time_params(params), context=context)
         try:
             prefix, suffix = params["hybrid_vla_prefix"], params["hybrid_vla_suffix"]
+            placed = suffix.get("frame_id", "base_link") != "base_link" and suffix.get("output_retime", False)
             world = WorldNode(spec, list(prefix["camera_topics"]), seed, time_scale,
-                              suffix.get("output_type", "auto"), max_time_s, context=context)
+                              suffix.get("output_type", "auto"), max_time_s, context=context, placed=placed,
+                              latency_s=latency_s)
             graph.executor.add_node(world)
             start = time.monotonic()
             while not world.done and time.monotonic() - start < timeout_s:
