@@ -97,6 +97,8 @@ class Frame:
     navigation: Navigation | None = None  # the route's navigation at the frame's pose (None: not computed)
     context: object = None  # context.FrameContext: geometry, pose, history, navigation as data; None: not built
     expected_delay_s: float = 0.0  # a delay-aware model's (spec.delay_aware) capture-to-effect delay it plans for
+    image_keys: tuple | None = None  # one key per image, unique to its content (a window's: camera, stamp, source):
+                                     # an image met again is not encoded again (engine/embedding.py); None: all are
 
 
 @dataclass

@@ -21,16 +21,22 @@ class Embedded(NamedTuple):
     deepstack: DeepStack | None       # Qwen3-VL: additions after blocks 0 .. k-1 at the image tokens
 
 
-def frame_embeddings(model: VLAModel, frame: Frame, place: Placement = Placement()) -> Embedded:
-    """Frame -> what block 0 takes (and what DeepStack adds after the first blocks), on the prefix device."""
+def frame_embeddings(model: VLAModel, frame: Frame, place: Placement = Placement(), vision=None) -> Embedded:
+    """Frame -> what block 0 takes (and what DeepStack adds after the first blocks), on the prefix device. vision:
+    a VisionCache (expert_split/vision_cache.py) over the frames of one prefix: a keyed image met again is not
+    encoded again where that is exact (frame.image_keys; a family whose images are encoded one by one)."""
     encoded = encode_frame(frame, model, place.prefix_device)  # images resized/normalised on the prefix device
     input_ids = place.to_prefix(encoded.input_ids)                                     # (1, S)
     pixels = {k: place.to_prefix(v) for k, v in encoded.pixels.items()}
     if "pixel_values" in pixels:
         pixels["pixel_values"] = pixels["pixel_values"].to(place.prefix_dtype)
     embeds = model.embed_prompt(input_ids, frame.context)                              # (P, S, H)
-    features, additions = model.family.frame_features(model, pixels, encoded.ego, frame.stamp_ns,
-                                                      frame.context)                   # (n_img, H), k x
+    if vision is not None and encodes_images_alone(model, frame, pixels):
+        features, additions = vision.encode_images(list(frame.image_keys), pixel_shape(pixels),
+                                                   lambda index: images_through_tower(model, pixels, index))
+    else:
+        features, additions = model.family.frame_features(model, pixels, encoded.ego, frame.stamp_ns,
+                                                          frame.context)               # (n_img, H), k x
     image_mask = input_ids == model.prompt.image_token_id                              # (1, S)
     if input_ids.shape[0] > 1:                                                         # the same for every pass
         features = features.repeat(input_ids.shape[0], 1)
@@ -38,6 +44,34 @@ def frame_embeddings(model: VLAModel, frame: Frame, place: Placement = Placement
     position_ids = model.family.position_ids(model.backbone, input_ids, place.to_prefix(encoded.mm_token_type_ids),
                                              pixels)                                   # (3, 1, S) or (1, S)
     return Embedded(embeds, position_ids, input_ids, model.family.deepstack(image_mask, additions))
+
+
+def encodes_images_alone(model: VLAModel, frame: Frame, pixels: dict) -> bool:
+    """Whether the frame's images can be encoded one by one: keyed, and a vision tower (not a scene encoder, which
+    fuses them) whose pixels split evenly by image."""
+    return (frame.image_keys is not None and len(frame.image_keys) == model.spec.image_slots
+            and not model.family.scene_encoded and model.family.camera_pixels(model.spec, pixels, 0) is not None)
+
+
+def pixel_shape(pixels: dict) -> tuple:
+    return tuple((name, tuple(t.shape)) for name, t in sorted(pixels.items()))
+
+
+def images_through_tower(model: VLAModel, pixels: dict, index) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The images at `index` (prompt order) through the vision tower in one call -> per image (rows (n, H),
+    DeepStack rows (k, n, H))."""
+    family, spec, index = model.family, model.spec, list(index)
+    parts = [family.camera_pixels(spec, pixels, i) for i in index]
+    chosen = {name: torch.cat([p[name] for p in parts]) for name in pixels}
+    features, additions = family.image_features_and_deepstack(model.backbone, chosen)  # (len(index) n, H), k x
+    n = features.shape[0] // len(index)
+    out = []
+    for j in range(len(index)):
+        rows = features[j * n:(j + 1) * n]
+        stack = torch.stack([a[j * n:(j + 1) * n] for a in additions]) if additions else \
+            rows.new_zeros((0,) + tuple(rows.shape))
+        out.append((rows, stack))
+    return out
 
 
 class FrameEmbedder:

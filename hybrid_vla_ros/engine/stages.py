@@ -15,6 +15,7 @@ from ..model.vla import VLAModel, waypoints_from_head
 from .scheduling.partition import Zone, check_partition, partition_report, prefix_modules, suffix_modules  # noqa: F401
 from .chunked_stages import ChunkedSuffix, prefix_chunks
 from .embedding import Embedded, frame_embeddings  # noqa: F401 (re-exported)
+from .expert_split.vision_cache import VisionCache
 from .int8_calibration import int8_block
 from .placement import Placement, check_boundary_dtype
 from ..types import BoundaryState, DeepStack, Frame, Trajectory  # noqa: F401
@@ -69,7 +70,7 @@ class PrefixStage:
     given is never mutated; the suffix-only parts stay shared, not copied)."""
 
     def __init__(self, model: VLAModel, partition: int, placement: Placement = Placement(),
-                 zone: tuple[int, int] | None = None):
+                 zone: tuple[int, int] | None = None, encode_once: bool = True):
         self.placement = placement
         self.partition = check_partition(partition, model.num_blocks, "prefix partition")
         self.zone = Zone.around(self.partition, model.num_blocks, zone)
@@ -83,6 +84,9 @@ class PrefixStage:
                 module.to(device=device, dtype=dtype)
         self.model = model
         self.blocks = list(model.decoder.layers[:hi])
+        # a model reading its history: each image encoded once across its windows, where exact (VisionCache probes)
+        self.vision = VisionCache(windows=max(2, model.spec.frame_stride)) \
+            if model.spec.frames_per_camera > 1 and encode_once else None
 
     def set_partition(self, partition: int) -> None:
         """Move the cut inside the dynamic zone: an index change, never a weight copy."""
@@ -99,7 +103,7 @@ class PrefixStage:
     def run(self, frame: Frame) -> BoundaryState:
         t0 = time.perf_counter()
         model, place = self.model, self.placement
-        embeds, position_ids, input_ids, deepstack = frame_embeddings(model, frame, place)
+        embeds, position_ids, input_ids, deepstack = frame_embeddings(model, frame, place, self.vision)
         attention_mask = torch.ones_like(input_ids)                                    # (1, S)
         partition = self.partition  # read once: a concurrent set_partition applies from the next frame
         hidden = run_blocks(model.decoder, self.blocks[:partition], embeds, position_ids, attention_mask, 0, deepstack)

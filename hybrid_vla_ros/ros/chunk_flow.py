@@ -111,7 +111,11 @@ class PrefixChunks:
             return self._lost(sent, "invalid_input", exc, frame)
         finally:
             getattr(states, "close", lambda: None)()   # a generator left part-way frees the frame's keys now
-        publish_frame_info(node.info_pub, node.get_name(), state, waits)
+        vision = getattr(side.stage, "vision", None) if self.chunks == 1 else None   # images encoded once
+        counts = {} if vision is None else {"images_encoded": vision.encoded, "images_reused": vision.reused,
+                                            "encode_once": "on" if vision.exact else f"off: {vision.why}"
+                                            if vision.exact is False else f"undecided: {vision.why}"}
+        publish_frame_info(node.info_pub, node.get_name(), state, {**(waits or {}), **counts})
         ms = (time.perf_counter() - t0) * 1e3
         node.health.record(ms)
         node.diagnostics.publish_time(ms)

@@ -85,8 +85,8 @@ class Drive:
         self.camera = CameraStream(perturb, scenario.seed)           # burst frame drops (sim/perturb.py)
         self.actions = ActionBuffer(int(round(perturb.control_delay_s / DT_S)))
         self.believed = None                                         # the pose the system believes, this tick
-        if hasattr(policy, "expect_delay"):   # a delay-aware policy plans for its mode's latency; re-timed: for 0
-            policy.expect_delay(0.0 if timing.retimed else timing.latency_s)
+        if hasattr(policy, "start_drive"):   # e.g. a delay-aware model is told its mode's latency
+            policy.start_drive(timing)
         self.road = Road(scenario)
         start = self.road.point(0.0)
         x, y = start.from_ego(0.0, scenario.start_offset_m)                   # left of the lane centre

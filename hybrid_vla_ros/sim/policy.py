@@ -47,7 +47,11 @@ def render_frame(view: View, spec):
         return camera_frame(view, spec)
     from ..engine.pipeline.frame_window import window_depth, window_of
     views = (*view.past, view)[-window_depth(spec):]
-    return window_of([camera_frame(v, spec) for v in views], spec)
+    frame = window_of([camera_frame(v, spec) for v in views], spec)
+    # a view's picture is its scenario and tick's: keys by them, so a later window meets it again when re-rendered
+    picks = [views[max(0, len(views) - 1 - k * spec.frame_stride)] for k in reversed(range(spec.frames_per_camera))]
+    frame.image_keys = tuple(("view", v.seed, v.index, camera) for camera in range(spec.num_cameras) for v in picks)
+    return frame
 
 
 def camera_frame(view: View, spec):

@@ -49,26 +49,31 @@ class VisionCache:
         expect(len(keys) == prompt.image_grid_thw.shape[0], ConfigError,
                f"{len(keys)} image keys for {prompt.image_grid_thw.shape[0]} images: one key per image is needed")
         shape = (len(keys), tuple(map(tuple, prompt.image_grid_thw.tolist())))
+        return self.encode_images(keys, shape, lambda index: self._call(model, prompt, index))
+
+    def encode_images(self, keys: list, shape, call) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """keys: one per image in prompt order; shape: what makes two windows alike (images, their sizes); call(index):
+        the images at `index` through the tower in one call -> per image (rows (n, H), DeepStack rows (k, n, H)).
+        -> the features (N, H) and k DeepStack additions (N, H), as one call of the whole window gives them."""
         unique = list(dict.fromkeys(keys))
         missing = [k for k in unique if k not in self.kept]
         if self.exact and shape == self.shape and len(missing) in (0, self.new_per_window):
             if missing:   # 0: the same window again (1.5's route-free prompt)
-                self._keep(missing, self._call(model, prompt, [keys.index(k) for k in missing]))
+                self._keep(missing, call([keys.index(k) for k in missing]))
             reused = sum(1 for k in keys if k not in missing)
             return self._done(keys, shape, [self.kept[k] for k in keys], len(missing), reused)
         if self.last_whole is not None and self.last_whole[0] == tuple(keys):   # the same window again: its call
             return self._done(keys, shape, self.last_whole[1], 0, len(keys))
-        rows = self._call(model, prompt, range(len(keys)))                                  # as the reference
+        rows = call(range(len(keys)))                                                       # as the reference
         self.last_whole = (tuple(keys), rows)
-        probed = self._decide(model, prompt, keys, unique, rows, shape) if shape != self.shape or self.exact is None \
-            else 0
+        probed = self._decide(call, keys, unique, rows, shape) if shape != self.shape or self.exact is None else 0
         if self.exact:
             self._keep(keys, rows)
         else:
             self.kept.clear()
         return self._done(keys, shape, rows, len(keys) + probed, 0)
 
-    def _decide(self, model, prompt, keys: list, unique: list, rows: list, shape) -> int:
+    def _decide(self, call, keys: list, unique: list, rows: list, shape) -> int:
         """Reuse on or off for this shape, from the images new since the last prompt (module docstring); -> the
         images the check ran through the tower."""
         before, before_shape = self.previous
@@ -77,9 +82,9 @@ class VisionCache:
             self.exact, self.shape = None, None
             self.why = "not probed yet: no window has repeated part of the one before"
             return 0
-        alone = self._call(model, prompt, [keys.index(k) for k in fresh])
-        gap = max(max(float((a - b).abs().max()) for a, b in zip(mine, rows[keys.index(k)]))
-                  for k, mine in zip(fresh, alone))
+        alone = call([keys.index(k) for k in fresh])
+        gap = max(max(float((a - b).abs().max()) if a.numel() else 0.0 for a, b in zip(mine, rows[keys.index(k)]))
+                  for k, mine in zip(fresh, alone))   # a family without DeepStack: its stack rows are empty
         self.exact, self.shape, self.new_per_window = gap == 0.0, shape, len(fresh)
         self.why = "" if self.exact else (
             f"the {len(fresh)} new images encoded alone differ from their rows in the whole window's call by "

@@ -26,7 +26,9 @@ def window_of(history: list[Frame], spec) -> Frame:
     newest = len(history) - 1
     picks = [history[max(0, newest - k * spec.frame_stride)] for k in reversed(range(spec.frames_per_camera))]
     images = [pick.images[camera] for camera in range(spec.num_cameras) for pick in picks]   # camera-major
-    return dataclasses.replace(history[-1], images=images)
+    keys = tuple((camera, pick.stamp_ns, id(pick.images[camera])) for camera in range(spec.num_cameras)
+                 for pick in picks)   # the window holds each image while its key can be met
+    return dataclasses.replace(history[-1], images=images, image_keys=keys)
 
 
 class FrameWindow:

@@ -2,7 +2,7 @@
 that frame's ego frame, through the engine's stages at the native cut (PrefixStage(L) + SuffixStage(L), fp32
 on the CPU: the hybrid fp32 split at any p gives bit-identical plans, docs/DRIVING.md, so one forward serves
 every mode; the modes differ in when the plan takes effect). The image: sim/policy.render_frame. A delay-aware
-model is told each mode's delay (sim/loop.Drive calls expect_delay)."""
+model is told each mode's delay (sim/loop.Drive calls start_drive)."""
 
 from __future__ import annotations
 
@@ -20,9 +20,13 @@ class ModelPolicy:
         self.prefix, self.suffix = PrefixStage(model, L), SuffixStage(model, L)
         self.expected_delay_s = 0.0
 
-    def expect_delay(self, delay_s: float) -> None:
-        """What a delay-aware model (spec.delay_aware) is told: the delay until its plans take effect."""
-        self.expected_delay_s = delay_s if self.spec.delay_aware else 0.0
+    def start_drive(self, timing) -> None:
+        """A new drive under `timing`: a delay-aware model (spec.delay_aware) is told the delay until its plans take
+        effect (0 re-timed: re-timing places the plan itself); images kept from another drive are forgotten (a
+        view's key is its scenario and tick, which another drive's car sees from elsewhere)."""
+        self.expected_delay_s = 0.0 if timing.retimed or not self.spec.delay_aware else timing.latency_s
+        if self.prefix.vision is not None:
+            self.prefix.vision.clear()
 
     def frame(self, view: View):
         frame = render_frame(view, self.spec)

@@ -131,8 +131,8 @@ class PrefixNode(StageNode):
         ready = self.sync.add(camera, image_ns, msg)
         window = None if ready is None else self.window.push(Frame(images=ready[0], stamp_ns=ready[1]))
         if ready is not None and self.accepting(stamp_ns=ready[1]):
-            frame = Frame(images=window.images, seq=self.seq, stamp_ns=ready[1], ego=None,
-                          instruction=self.params["instruction"], arrival_ns=time.time_ns(),
+            frame = Frame(images=window.images, image_keys=window.image_keys, seq=self.seq, stamp_ns=ready[1],
+                          ego=None, instruction=self.params["instruction"], arrival_ns=time.time_ns(),
                           expected_delay_s=self.params["expected_delay_ms"] / 1e3)
             self.seq += 1
             (self.ego_gate.add if self.ego_gate is not None else self.serving.submit)(frame)
