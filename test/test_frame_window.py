@@ -178,3 +178,16 @@ def test_the_prefix_node_encodes_each_new_image_once(domain):
         assert harness.frame_infos[-1]["encode_once"] == "on"
     finally:
         harness.close()
+
+
+def test_the_encode_once_bench_compares_both_modes_on_the_same_windows(tmp_path, capsys):
+    from hybrid_vla_ros.cli import main
+    code = main(["bench", "--preset", "drive-history", "--scenario", "encode-once", "--frames", "5",
+                 "--json", str(tmp_path / "e.json")])
+    out = capsys.readouterr().out
+    assert code == 0 and "exact: yes" in out, out
+    import json
+    report = json.loads((tmp_path / "e.json").read_text())
+    assert report["modes"]["full"]["images_encoded"] == 4 and report["modes"]["encode-once"]["images_encoded"] == 1
+    assert report["modes"]["encode-once"]["start_images_encoded"] == [4, 5]
+    assert main(["bench", "--preset", "drive", "--scenario", "encode-once"]) != 0

@@ -36,6 +36,8 @@ def wants(args) -> bool:
     from ...errors import ConfigError
     from ..common import model_kind
     own = model_kind(args) == "alpamayo"   # an Alpamayo preset or release: decode-heavy on itself
+    if args.scenario == "encode-once" and not own and args.preset != PRESET and (args.checkpoint or args.preset):
+        return False   # a model reading its history on the waypoint path (cli/bench/scenarios.py)
     asked = args.preset == PRESET or args.scenario in SCENARIOS or own
     phases_only = bool(args.cuts) or args.serialise
     options = args.reasoning_tokens is not None or args.flow_steps is not None or args.guidance or phases_only

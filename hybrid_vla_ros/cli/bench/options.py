@@ -46,7 +46,8 @@ def _bench_parser(sub) -> None:
                         "--suffix-dtypes at its planned cut; decode-heavy (or --preset alpamayo-bench): the "
                         "reduced Alpamayo, native vs split-serial vs pipelined across frames; split-phases: the "
                         "reduced Alpamayo, native vs split-serial per phase at each of --cuts, one frame at a time; "
-                        "encode-once: the reduced Alpamayo over sliding windows, every image encoded vs each once")
+                        "encode-once: the reduced Alpamayo (or --preset drive-history, a model reading its history) over "
+                        "sliding windows, every image encoded vs each once")
     p.add_argument("--head", default="waypoints", choices=("waypoints", "action-tokens"),
                    help="action-tokens: ActionFlow packed decoding vs sequential (default preset bench-act)")
     p.add_argument("--pack", default="1,2,4,8", help="action-tokens: frames in flight K to compare")

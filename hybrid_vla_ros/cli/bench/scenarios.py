@@ -171,5 +171,15 @@ def bench_faults(args) -> int:
         else 1
 
 
+def bench_encode_once_windows(args, model) -> int:
+    """encode-once for a model reading its history (bench/windows.py): full vs each image once."""
+    from ...bench.windows import plot, run_windows, table
+    report = run_windows(model, args.frames or 24, args.partition)
+    save_report(report, args, plot)
+    print("\n".join(table(report)))
+    print(f"full report: {args.json}" if args.json else "(--json FILE writes the full report)")
+    return 0 if report["exact"] else 1
+
+
 WITH_MODEL = {"load-step": bench_load_step, "preprocess": bench_preprocess, "chunk-curve": bench_chunk_curve,
-              "suffix-dtypes": bench_suffix_dtypes}
+              "suffix-dtypes": bench_suffix_dtypes, "encode-once": bench_encode_once_windows}
