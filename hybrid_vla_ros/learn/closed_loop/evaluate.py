@@ -127,7 +127,7 @@ def difference_cell(row: dict) -> str:
     d = row.get("vs_native")
     if d is None:
         return "-"
-    return f"{d['mean']:+.1f} [{d['low']:+.1f}, {d['high']:+.1f}] vs {d['baseline']}: {d['verdict']}"
+    return f"{d['mean']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}] vs {d['baseline']}: {d['verdict']}"
 
 
 def plot_paths(report: dict, path) -> None:
