@@ -7,6 +7,7 @@ few (a ceiling). Only the modules timed are drawn (real-size presets: model/seed
 
 from __future__ import annotations
 
+import itertools
 import os
 import statistics
 import threading
@@ -19,6 +20,8 @@ import torch.nn.functional as F
 from ..engine.cpu import pin_current_thread, pinned
 from ..engine.int8 import int8_linear, quantized_copy
 from ..engine.placement import DTYPE_NAMES, INT8, Placement, int8_rest_dtype
+from ..engine.expert_split.vision_cache import VisionCache
+from ..engine.pipeline.frame_window import window_depth
 from ..engine.stages import frame_embeddings, placed, run_blocks
 from ..model.checkpoint import ensure_loaded
 from ..model.inputs import synthetic_frame
@@ -30,7 +33,10 @@ CALIBRATION_ROWS = 512       # rows a calibration block runs at, at most (an eff
 FRONT_MEASURE_FLOPS = 20e9   # front ends up to this are run as the stage runs them; larger: from their FLOPs
 
 
-def median_ms(run, repeats: int = 3, sync=lambda: None, budget_s: float = 1.0, most: int = 60) -> float:
+MEDIAN_MOST = 60
+
+
+def median_ms(run, repeats: int = 3, sync=lambda: None, budget_s: float = 1.0, most: int = MEDIAN_MOST) -> float:
     """Median of at least `repeats` runs after a warm-up; short runs are repeated until about budget_s of them
     (at most `most`), so one burst of a competing load on a shared machine does not set the figure."""
     t0 = time.perf_counter()
@@ -206,15 +212,26 @@ def measure_bandwidth(cores=None, device="cpu") -> float:
         return read_bandwidth_gbs(device)
 
 
-def measure_front_ms(model, placement: Placement, cores=None, repeats: int = 3) -> float | None:
+def measure_front_ms(model, placement: Placement, cores=None, repeats: int = 3,
+                     encode_once: bool = True) -> float | None:
     """frame_embeddings (camera preprocessing, vision tower, embeddings, positions) on a synthetic frame, as the
-    prefix stage runs it; None for a real-size preset (drawing and running its tower here would take minutes)."""
+    prefix stage runs it; None for a real-size preset (drawing and running its tower here would take minutes). A
+    model reading its history, encode_once: a window of a sliding drive once its images repeat, each image encoded
+    once as the prefix stage does where that is exact (its VisionCache decides; off: whole windows, timed so)."""
     if model.spec.real_size:
         return None
-    frame = synthetic_frame(model.spec, 0)
-    placed_model = _placed_prefix(model, placement)
+    placed_model, spec = _placed_prefix(model, placement), model.spec
+    vision = VisionCache(windows=max(2, spec.frame_stride)) if spec.frames_per_camera > 1 and encode_once else None
+    seqs = itertools.count()
+    frame = synthetic_frame(spec, 0)
     with pinned(cores if not placement.uses_cuda else None), torch.inference_mode():
-        return median_ms(lambda: frame_embeddings(placed_model, frame, placement), repeats, placement.synchronize)
+        if vision is None:
+            return median_ms(lambda: frame_embeddings(placed_model, frame, placement), repeats, placement.synchronize)
+        for _ in range(window_depth(spec) + 2):   # past the first windows: the check that turns reuse on
+            frame_embeddings(placed_model, synthetic_frame(spec, next(seqs)), placement, vision)
+        frames = iter([synthetic_frame(spec, next(seqs)) for _ in range(MEDIAN_MOST + 1)])   # warm-up + the most
+        return median_ms(lambda: frame_embeddings(placed_model, next(frames), placement, vision), repeats,
+                         placement.synchronize, most=MEDIAN_MOST)
 
 
 def _placed_prefix(model, placement: Placement):
