@@ -76,16 +76,22 @@ def table(report: dict) -> list[str]:
 
 
 def plot(report: dict, path) -> None:
+    plot_mode_pairs(report["modes"], (("prefix_ms", "prefix"), ("frame_ms", "whole frame")),
+                    f"{report['preset']}: encode once, {report['images_per_window']} images a window", path)
+
+
+def plot_mode_pairs(modes: dict, bars: tuple, title: str, path) -> None:
+    """Two bars per mode: bars = ((key, label), (key, label)) of each mode's medians (ms per window)."""
     from ..report import pyplot
     plt = pyplot()
-    names = list(report["modes"])
+    names = list(modes)
     fig, ax = plt.subplots(figsize=(6, 3.5))
     xs = range(len(names))
-    ax.bar([x - 0.2 for x in xs], [report["modes"][n]["prefix_ms"] for n in names], 0.4, label="prefix")
-    ax.bar([x + 0.2 for x in xs], [report["modes"][n]["frame_ms"] for n in names], 0.4, label="whole frame")
+    for shift, (key, label) in zip((-0.2, 0.2), bars):
+        ax.bar([x + shift for x in xs], [modes[n][key] for n in names], 0.4, label=label)
     ax.set_xticks(list(xs), names)
     ax.set_ylabel("ms (median per window)")
-    ax.set_title(f"{report['preset']}: encode once, {report['images_per_window']} images a window", fontsize=9)
+    ax.set_title(title, fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

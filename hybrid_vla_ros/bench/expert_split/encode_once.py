@@ -110,17 +110,6 @@ def table(report: dict) -> list[str]:
 
 def plot(report: dict, path) -> None:
     """The prefix's prefill and the whole frame per mode."""
-    from ...report import pyplot
-    plt = pyplot()
-    names = list(report["modes"])
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    xs = range(len(names))
-    ax.bar([x - 0.2 for x in xs], [report["modes"][n]["prefill_ms"] for n in names], 0.4, label="prefix prefill")
-    ax.bar([x + 0.2 for x in xs], [report["modes"][n]["total_ms"] for n in names], 0.4, label="whole frame")
-    ax.set_xticks(list(xs), names)
-    ax.set_ylabel("ms (median per window)")
-    ax.set_title(f"encode once: {report['images_per_window']} images a window, 4 new", fontsize=9)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    from ..windows import plot_mode_pairs
+    plot_mode_pairs(report["modes"], (("prefill_ms", "prefix prefill"), ("total_ms", "whole frame")),
+                    f"encode once: {report['images_per_window']} images a window, 4 new", path)
