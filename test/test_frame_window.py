@@ -191,3 +191,18 @@ def test_the_encode_once_bench_compares_both_modes_on_the_same_windows(tmp_path,
     assert report["modes"]["full"]["images_encoded"] == 4 and report["modes"]["encode-once"]["images_encoded"] == 1
     assert report["modes"]["encode-once"]["start_images_encoded"] == [4, 5]
     assert main(["bench", "--preset", "drive", "--scenario", "encode-once"]) != 0
+
+
+def test_the_shipped_history_model_completes_a_held_out_route():
+    """builtin:drive-history (docs/DRIVING.md: 40 held-out scenarios at its own latency) drives scenario 1 end to
+    end with no infraction, each plan from its window of the view's past."""
+    from hybrid_vla_ros.learn.closed_loop.model_policy import ModelPolicy
+    from hybrid_vla_ros.model.load import load_vla
+    from hybrid_vla_ros.sim.loop import CAMERA_PERIOD_S, Drive
+    from hybrid_vla_ros.sim.metrics import route_metrics
+    from hybrid_vla_ros.sim.timing import instant
+    from hybrid_vla_ros.sim.world import random_scenario
+    model = load_vla(checkpoint="builtin:drive-history")
+    assert (model.spec.frames_per_camera, model.spec.frame_stride) == (4, 2)
+    metrics = route_metrics(Drive(random_scenario(1), ModelPolicy(model), instant(CAMERA_PERIOD_S)).run())
+    assert metrics["end"] == "completed" and metrics["success"], metrics
