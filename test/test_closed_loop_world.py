@@ -50,11 +50,18 @@ def test_each_row_is_compared_with_native_under_the_same_compensation():
         evaluate(OraclePolicy(), scenarios=1, profiles=("orion-paper",), modes=("warp",))
 
 
-def test_a_burst_repeats_the_last_delivered_frame_for_its_length():
+def view_at(t: int):
+    from hybrid_vla_ros.sim.policy import View
+    return View(scene=f"scene{t}", yaw_rate_rps=0.01 * t, seed=0, index=t)
+
+
+def test_a_burst_shows_the_last_delivered_picture_with_the_ticks_own_stamp_and_ego():
     always = CameraStream(Perturbations(burst_probability=1.0, burst_frames=3), seed=0)
-    assert [always.deliver(t, f"view{t}") for t in range(6)] == ["view0"] * 6   # a burst at every chance
+    got = [always.deliver(t, view_at(t)) for t in range(6)]   # a burst at every chance
+    assert [v.picture for v in got] == [("scene0", 0)] * 6
+    assert [v.index for v in got] == list(range(6)) and got[5].yaw_rate_rps == 0.05 and got[5].scene == "scene5"
     stream = CameraStream(Perturbations(burst_probability=0.2, burst_frames=4), seed=5)
-    got = [stream.deliver(t, t) for t in range(400)]
+    got = [stream.deliver(t, view_at(t)).picture[1] for t in range(400)]
     cached = [t for t in range(400) if got[t] != t]
     assert 0 < stream.dropped == len(cached)
     runs, start = [], None                                # each run of cached frames: whole bursts of 4
@@ -67,7 +74,7 @@ def test_a_burst_repeats_the_last_delivered_frame_for_its_length():
             start = None
     assert len(runs) > 3 and all(r % 4 == 0 for r in runs[:-1])
     quiet = CameraStream(Perturbations(), seed=0)
-    assert [quiet.deliver(t, t) for t in range(5)] == list(range(5))
+    assert [quiet.deliver(t, view_at(t)).picture[1] for t in range(5)] == list(range(5))
 
 
 def test_the_action_buffer_delays_commands_by_its_steps():
@@ -97,7 +104,30 @@ def test_no_perturbation_drives_as_before_and_each_one_changes_the_drive():
     plain = Drive(scenario, oracle, timing).run()
     again = Drive(scenario, oracle, timing, Perturbations()).run()
     assert plain.rows == again.rows and plain.end == again.end
-    for p in (Perturbations(burst_probability=0.3, burst_frames=5), Perturbations(localisation_noise_m=0.3),
-              Perturbations(control_delay_s=10 * DT_S)):
+    for p in (Perturbations(localisation_noise_m=0.3), Perturbations(control_delay_s=10 * DT_S)):
         perturbed = Drive(scenario, oracle, timing, p).run()
         assert perturbed.rows != plain.rows, p
+    # bursts hide pictures: the oracle reads the scene itself (no camera), the model sees them
+    assert Drive(scenario, oracle, timing, Perturbations(burst_probability=0.3)).run().rows == plain.rows
+    from hybrid_vla_ros.learn.closed_loop.model_policy import ModelPolicy
+    from hybrid_vla_ros.model.load import load_vla
+    model = ModelPolicy(load_vla(checkpoint="builtin:drive"))
+    seen = Drive(scenario, model, timing).run(max_time_s=3.0)
+    assert Drive(scenario, model, timing, Perturbations(burst_probability=0.3)).run(max_time_s=3.0).rows != seen.rows
+
+
+def test_a_plan_applied_as_it_arrives_starts_from_the_cars_pose_at_that_world_step():
+    """Latencies off the camera's 100 ms grid (ORION's 521 ms): an as-is plan is placed at the car's pose of the
+    world step it takes effect at, not at the last camera tick's (0.8 m behind at 10 m/s)."""
+    starts = []
+
+    class Watching(Drive):
+        def deliver(self):
+            before = self.plan
+            super().deliver()
+            if self.plan is not before:
+                starts.append((self.plan.points[0, :2].copy(), np.array([self.car.x, self.car.y])))
+    Watching(random_scenario(4), OraclePolicy(), ModeTiming("native", 0.521, 0.521)).run(max_time_s=4.0)
+    assert len(starts) >= 5
+    for plan_start, car in starts:
+        np.testing.assert_allclose(plan_start, car, atol=1e-9)

@@ -28,7 +28,11 @@ def test_the_window_is_each_cameras_frames_stride_apart_oldest_first_camera_majo
     for t in range(1, 7):
         out = window.push(camera_set(t, 2))
     assert out.stamp_ns == 6 and out.images == ["c0t2", "c0t4", "c0t6", "c1t2", "c1t4", "c1t6"]
-    restarted = window.push(camera_set(3, 2))                     # stamps went back (a bag played again)
+    late = window.push(camera_set(5, 2))                          # older, not a jump: not kept, its own window
+    assert late.images[2] == "c0t5" and window.restarts == 0 and window.kept[-1].stamp_ns == 6
+    back = int(3e9)                                               # time went back by a jump (a bag played again)
+    window.push(Frame(images=["c0late", "c1late"], stamp_ns=back + 10))
+    restarted = window.push(camera_set(3, 2))
     assert window.restarts == 1 and restarted.images == ["c0t3"] * 3 + ["c1t3"] * 3
 
 
@@ -57,8 +61,9 @@ def test_each_image_is_decoded_once_and_an_older_bad_one_costs_one_frame():
     one = lambda i, item: decodes.get(item, decode)   # noqa: E731
     with pytest.raises(InputError):                    # the bad image is the newest: its frame is refused
         decode_window(["a", "b", "bad"], 3, one)
-    assert decode_window(["b", "bad", "c"], 3, one) == (["B", "C", "C"], 1)   # older now: the newer stands in
-    assert decode_window(["bad", "c", "d"], 3, one) == (["C", "C", "D"], 1)
+    # older now: the newer stands in, and its key with it (the encoder must not keep one image under another's key)
+    assert decode_window(["b", "bad", "c"], 3, one, ("kb", "kbad", "kc")) == (["B", "C", "C"], 1, ("kb", "kc", "kc"))
+    assert decode_window(["bad", "c", "d"], 3, one) == (["C", "C", "D"], 1, None)
     assert sorted(calls) == ["b", "bad", "c", "d"]        # each decoded once, the bad one tried once
     assert (decodes.decoded, decodes.reused) == (4, 3)
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import ConfigError, expect
+
 PATH_DT_S = 0.1   # the fine ground-truth path a delayed target is read from
 
 
@@ -25,7 +27,8 @@ def delayed_truth(path: np.ndarray, speed_mps: float, delay_s: float, waypoints:
     rows = np.vstack([[0.0, 0.0, 0.0, speed_mps], path])                            # (M + 1, 4) from t = 0
     t = PATH_DT_S * np.arange(len(rows))
     at = delay_s + dt_s * np.arange(1, waypoints + 1)
-    assert at[-1] <= t[-1] + 1e-9, f"delayed horizon {at[-1]:.2f} s beyond the path's {t[-1]:.2f} s"
+    expect(at[-1] <= t[-1] + 1e-9, ConfigError, f"delay {delay_s:.2f} s: its horizon {at[-1]:.2f} s lies beyond the "
+                                               f"path's {t[-1]:.2f} s (road_samples' max_delay_s)")
     x0, y0, yaw0 = (np.interp(delay_s, t, rows[:, k]) for k in range(3))
     x, y, yaw, speed = (np.interp(at, t, rows[:, k]) for k in range(4))
     c, s = np.cos(yaw0), np.sin(yaw0)

@@ -60,7 +60,7 @@ class ExternalDrive(Drive):
         if index not in self.snapshots or index <= self.latest_capture:
             return False
         capture_t, pose, _ = self.snapshots[index]
-        plan = apply_plan(np.asarray(plan_ego, dtype=np.float64), pose, capture_t, self.believed, self.t,
+        plan = apply_plan(np.asarray(plan_ego, dtype=np.float64), pose, capture_t, self.believed_pose(), self.t,
                           self.timing.retimed)
         if plan is None:
             return False
@@ -73,11 +73,12 @@ class ExternalDrive(Drive):
         """A plan already in world (map) coordinates, re-timed by the graph: (M, 5) x, y, heading, speed, time from
         `output_s` (world time it was re-timed to), computed from frame `index` -> the car's plan from now; False
         when refused (unknown or not newer than the newest applied frame)."""
-        if index not in self.snapshots or index <= self.latest_capture or len(points_world) < 2:
-            return False
+        points_world = np.asarray(points_world, dtype=np.float64)
+        if index not in self.snapshots or index <= self.latest_capture or len(points_world) < 2 or \
+                not np.isfinite(points_world).all() or not (np.diff(points_world[:, 4]) > 0).all():
+            return False   # unknown, not newer, or no plan to follow (non-finite, times not increasing)
         capture_t = self.snapshots[index][0]
-        self.plan, self.latest_capture = Plan(np.asarray(points_world, dtype=np.float64), output_s,
-                                              self.t - capture_t), index
+        self.plan, self.latest_capture = Plan(points_world, output_s, self.t - capture_t), index
         self.rec.plan_ages_s.append(self.plan.age_s)
         self.rec.frames += 1
         return True

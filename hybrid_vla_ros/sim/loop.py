@@ -84,7 +84,6 @@ class Drive:
         self.sc, self.policy, self.timing, self.perturb = scenario, policy, timing, perturb
         self.camera = CameraStream(perturb, scenario.seed)           # burst frame drops (sim/perturb.py)
         self.actions = ActionBuffer(int(round(perturb.control_delay_s / DT_S)))
-        self.believed = None                                         # the pose the system believes, this tick
         if hasattr(policy, "start_drive"):   # e.g. a delay-aware model is told its mode's latency
             policy.start_drive(timing)
         self.road = Road(scenario)
@@ -110,9 +109,13 @@ class Drive:
                      if i in self.snapshots)
         past = tuple(dataclasses.replace(v, past=()) for v in past)     # one level: no chain of pasts
         view = self.camera.deliver(index, View(scene, self.car.yaw_rate, self.sc.seed, index, past))
-        car = self.car
-        self.believed = Pose2D(*believed_pose(self.perturb, self.sc.seed, index, car.x, car.y, car.yaw))
-        self.snapshots[index] = (self.t, self.believed, view)
+        self.snapshots[index] = (self.t, self.believed_pose(), view)
+
+    def believed_pose(self) -> Pose2D:
+        """The pose the system believes the car is at now: the true one, plus this camera tick's localisation noise
+        (sim/perturb.py; none by default)."""
+        car, tick = self.car, int(round(self.t / CAMERA_PERIOD_S, 6))
+        return Pose2D(*believed_pose(self.perturb, self.sc.seed, tick, car.x, car.y, car.yaw))
 
     def schedule(self, index: int) -> None:
         """Start every frame the first stage can take by now (index: the newest captured frame)."""
@@ -134,7 +137,7 @@ class Drive:
         due = [p for p in self.pending if p[0] <= self.t + 1e-9]
         self.pending = [p for p in self.pending if p[0] > self.t + 1e-9]
         for _, plan_ego, pose, capture_t in sorted(due, key=lambda p: p[0]):
-            plan = apply_plan(plan_ego, pose, capture_t, self.believed, self.t, self.timing.retimed)
+            plan = apply_plan(plan_ego, pose, capture_t, self.believed_pose(), self.t, self.timing.retimed)
             if plan is not None:
                 self.plan = plan
                 self.rec.plan_ages_s.append(plan.age_s)
@@ -175,7 +178,7 @@ class Drive:
         limit = max_time_s or 2.0 * self.sc.length_m / self.sc.start_speed_mps + 20.0
         self.snapshot(0)
         capture_t, pose, view = self.snapshots[0]
-        self.plan = apply_plan(self.policy(view), pose, capture_t, self.believed, 0.0, False)   # warm start
+        self.plan = apply_plan(self.policy(view), pose, capture_t, self.believed_pose(), 0.0, False)   # warm start
         for k in range(int(round(limit / DT_S)) + 1):
             self.t = k * DT_S
             index = k // TICKS

@@ -22,6 +22,8 @@ import math
 
 import numpy as np
 
+from ..errors import ConfigError, expect
+
 PENALTY = {"collision": 0.60, "red_light": 0.70}
 BOUNDS = {"lon_accel": (-4.05, 2.40), "lat_accel": 4.89, "lon_jerk": 4.13, "yaw_rate": 0.95, "yaw_accel": 1.93}
 WINDOW = 20     # 2 s of 0.1 s samples
@@ -96,7 +98,10 @@ def paired_difference(scores: list[float], baseline: list[float], resamples: int
     """Per-scenario driving scores of a row and its baseline on the same scenarios -> the mean difference and its
     95% interval by a paired bootstrap (scenarios resampled with replacement, `resamples` times, seeded), and the
     verdict the interval allows: 'better' (above 0), 'worse' (below 0) or 'as well' (0 inside)."""
+    expect(len(scores) == len(baseline) >= 2, ConfigError,
+           f"paired difference: {len(scores)} scores against {len(baseline)}: the same scenarios, at least 2")
     diff = np.asarray(scores, dtype=np.float64) - np.asarray(baseline, dtype=np.float64)   # (n,)
+    expect(np.isfinite(diff).all(), ConfigError, "paired difference: a driving score is not finite")
     rng = np.random.default_rng(seed)
     means = diff[rng.integers(0, len(diff), size=(resamples, len(diff)))].mean(axis=1)   # (resamples,)
     low, high = np.percentile(means, [2.5, 97.5])

@@ -4,8 +4,8 @@ noise, compute-to-control latency through a FIFO action buffer), as options of t
 the world the tables before them drove.
 
 - Burst frame drops: at each camera tick a burst starts with probability `burst_probability`; for its
-  `burst_frames` ticks the camera delivers the last frame it delivered before (cached: the stamp is new, the
-  picture is not), as their camera-stream failure does.
+  `burst_frames` ticks the camera delivers the last picture it delivered before (cached: the stamp, and the ego's
+  speed and yaw rate from odometry, are the tick's; the picture is not), as their camera-stream failure does.
 - Localisation noise: the pose the system believes, at each camera tick, is the car's true pose plus Gaussian
   noise (`localisation_noise_m` per axis, `localisation_noise_rad` in heading): the pose a frame is placed at
   (re-timing) and the pose a plan is applied from. The controller then tracks that plan with the true pose.
@@ -18,6 +18,7 @@ meet the same drops and the same noise at the same ticks.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from dataclasses import dataclass
 
@@ -62,11 +63,12 @@ def _rng(seed: int, tick: int, kind: int) -> np.random.Generator:
 
 
 class CameraStream:
-    """Which view the camera delivers at each tick: the world's, or during a burst the last one delivered."""
+    """What the camera delivers at each tick: the world's view, or during a burst the tick's view showing the last
+    picture delivered (sim/policy.View.shown)."""
 
     def __init__(self, p: Perturbations, seed: int):
         self.p, self.seed = p, seed
-        self.burst_left, self.last, self.dropped = 0, None, 0
+        self.burst_left, self.last, self.dropped = 0, None, 0   # last: the (scene, tick) of the last picture
 
     def deliver(self, tick: int, view):
         if self.burst_left == 0 and tick and self.p.burst_probability and \
@@ -75,9 +77,9 @@ class CameraStream:
         if self.burst_left and self.last is not None:
             self.burst_left -= 1
             self.dropped += 1
-            return self.last
+            return dataclasses.replace(view, shown=self.last)
         self.burst_left = 0
-        self.last = view
+        self.last = view.picture
         return view
 
 

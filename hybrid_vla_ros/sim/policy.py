@@ -25,6 +25,14 @@ class View:
     # the views of the camera ticks before it, oldest first, as far back as the policy's history_ticks reach
     # (fewer at the start of a drive): what a model reading its history sees of the past
     past: tuple = ()
+    # the picture the camera delivers, when not this tick's: (scene, index) of an earlier tick (a cached burst frame
+    # drop, sim/perturb.py); the stamp, speed and yaw rate stay this tick's
+    shown: tuple | None = None
+
+    @property
+    def picture(self) -> tuple:
+        """(scene, tick) whose picture the camera delivers."""
+        return self.shown or (self.scene, self.index)
 
 
 class OraclePolicy:
@@ -50,15 +58,17 @@ def render_frame(view: View, spec):
     frame = window_of([camera_frame(v, spec) for v in views], spec)
     # a view's picture is its scenario and tick's: keys by them, so a later window meets it again when re-rendered
     picks = [views[max(0, len(views) - 1 - k * spec.frame_stride)] for k in reversed(range(spec.frames_per_camera))]
-    frame.image_keys = tuple(("view", v.seed, v.index, camera) for camera in range(spec.num_cameras) for v in picks)
+    frame.image_keys = tuple(("view", v.seed, v.picture[1], camera) for camera in range(spec.num_cameras)
+                             for v in picks)
     return frame
 
 
 def camera_frame(view: View, spec):
-    """`view` through each of spec's cameras: one image a camera."""
+    """`view` through each of spec's cameras: one image a camera (its picture's: view.picture), stamped at its tick."""
     from ..types import EgoState, Frame
-    rng = np.random.default_rng([view.seed, view.index])
-    images = [render(view.scene, spec.image_height, spec.image_width, CAMERA_YAWS_RAD[c % len(CAMERA_YAWS_RAD)],
+    scene, tick = view.picture
+    rng = np.random.default_rng([view.seed, tick])
+    images = [render(scene, spec.image_height, spec.image_width, CAMERA_YAWS_RAD[c % len(CAMERA_YAWS_RAD)],
                      rng=rng) for c in range(spec.num_cameras)]
     return Frame(images=images, seq=view.index, stamp_ns=int(view.index * 1e8),
                  ego=EgoState(view.scene.speed_mps, view.yaw_rate_rps))

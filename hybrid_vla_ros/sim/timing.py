@@ -116,13 +116,15 @@ def orion_planned(progress=None) -> StageMs:
 def measured(model, frames: list, partition: int | None = None, repeats: int = 5) -> StageMs:
     """Per-frame stage times (ms) of the engine on `model` here, the fastest of the repeats (the least disturbed
     by other load): native = PrefixStage(L) + SuffixStage(L) (norm + head), hybrid = PrefixStage(p) +
-    SuffixStage(p), p = L // 2 by default; in-process handover (0)."""
+    SuffixStage(p), p = L // 2 by default; in-process handover (0). `frames` repeat one window, so a model reading
+    its history is timed with every image of its window encoded (encode_once off: a repeated window would encode
+    none), an upper bound of its prefix."""
     from ..engine.stages import PrefixStage, SuffixStage
     L = model.num_blocks
     p = partition if partition is not None else L // 2
 
     def times(cut: int) -> tuple[float, float]:
-        pre, suf = PrefixStage(model, cut), SuffixStage(model, cut)
+        pre, suf = PrefixStage(model, cut, encode_once=False), SuffixStage(model, cut)
         suf.run(pre.run(frames[0]))                                                  # warm-up
         a, b = [], []
         for _ in range(repeats):

@@ -12,6 +12,7 @@ import dataclasses
 from collections import OrderedDict, deque
 
 from ...errors import HybridVLAError
+from .stamp_order import stamp_order
 from ...types import Frame
 
 
@@ -41,9 +42,14 @@ class FrameWindow:
         self.restarts = 0   # times the stamps went back and the window started over
 
     def push(self, frame: Frame) -> Frame:
+        """A set older than the newest kept but within TIME_JUMP_S (a duplicate, a late one) is not kept: its
+        window is built for it alone (the prefix refuses it as out of order); time going back further starts over."""
         if self.spec.frames_per_camera == 1:
             return frame
-        if self.kept and frame.stamp_ns <= self.kept[-1].stamp_ns:
+        order = stamp_order(self.kept[-1].stamp_ns, frame.stamp_ns) if self.kept else "newer"
+        if order == "older":
+            return window_of([*self.kept, frame], self.spec)
+        if order == "jump":
             self.kept.clear()
             self.restarts += 1
         self.kept.append(frame)
@@ -84,12 +90,12 @@ class DecodedOnce:
         return out
 
 
-def decode_window(items: list, per_camera: int, decode_one) -> tuple[list, int]:
-    """A window's inputs (camera-major, oldest first) -> (decoded images, stand-ins). decode_one(index, item)
-    decodes one. Each camera's newest image must decode (its error is the frame's); an older one that does not is
-    replaced by the next newer image of its camera, as a cold start's window repeats, so one bad image costs one
-    frame, not every window that still holds it."""
-    out, stand_ins = [None] * len(items), 0
+def decode_window(items: list, per_camera: int, decode_one, keys: tuple | None = None) -> tuple[list, int, tuple]:
+    """A window's inputs (camera-major, oldest first) and their keys -> (decoded images, stand-ins, the keys of what
+    stands in each slot). decode_one(index, item) decodes one. Each camera's newest image must decode (its error is
+    the frame's); an older one that does not is replaced by the next newer image of its camera (and its key), as a
+    cold start's window repeats, so one bad image costs one frame, not every window that still holds it."""
+    out, stand_ins, used = [None] * len(items), 0, list(keys) if keys is not None else None
     for start in range(0, len(items), per_camera):
         newest = start + per_camera - 1
         for i in range(newest, start - 1, -1):
@@ -99,4 +105,6 @@ def decode_window(items: list, per_camera: int, decode_one) -> tuple[list, int]:
                 if i == newest:
                     raise
                 out[i], stand_ins = out[i + 1], stand_ins + 1
-    return out, stand_ins
+                if used is not None:
+                    used[i] = used[i + 1]
+    return out, stand_ins, tuple(used) if used is not None else None

@@ -39,6 +39,14 @@ MAX_CATCH_UP = 25   # world steps per tick (half a second of world time)
 KEEP_UNMATCHED = 100   # placed plans (or infos) waiting for their partner: 10 s of frames
 
 
+def keep_bounded(kept: dict, key, value) -> None:
+    """A placed plan or an info waiting for its partner, the oldest dropped past KEEP_UNMATCHED (a partner that
+    never comes)."""
+    kept[key] = value
+    while len(kept) > KEEP_UNMATCHED:
+        kept.pop(next(iter(kept)))
+
+
 class WorldNode(Node):
     def __init__(self, spec, camera_topics: list[str], seed: int = 0, time_scale: float = 1.0,
                  output_type: str = "auto", max_time_s: float | None = None, context=None, placed: bool = False,
@@ -111,7 +119,7 @@ class WorldNode(Node):
         elif stamp in self.captures:
             self._wait(points, stamp, ExternalDrive.index_of(self.captures.pop(stamp)))
         else:
-            self.unmatched[stamp] = points
+            keep_bounded(self.unmatched, stamp, points)
 
     def _on_info(self, msg) -> None:
         values = {kv.key: kv.value for kv in msg.values}
@@ -122,7 +130,7 @@ class WorldNode(Node):
         if output in self.unmatched:
             self._wait(self.unmatched.pop(output), output, ExternalDrive.index_of(capture))
         else:
-            self.captures[output] = capture
+            keep_bounded(self.captures, output, capture)
 
     def _wait(self, points, output_ns: int | None, index: int) -> None:
         """A plan takes effect at the next step, or `latency_s` after its frame's capture if that is later (frame 0's
@@ -130,9 +138,6 @@ class WorldNode(Node):
         capture_s = (ExternalDrive.stamp_of(index) - ExternalDrive.stamp_of(0)) * 1e-9
         effect = max(self.drive.t, capture_s + self.latency_s) if self.drive.started else self.drive.t
         self.waiting.append((effect, points, output_ns, index))
-        for kept in (self.unmatched, self.captures):   # a plan or an info whose partner never comes: bounded
-            while len(kept) > KEEP_UNMATCHED:
-                kept.pop(next(iter(kept)))
         if not self.drive.started:
             self._apply_due()
 

@@ -148,7 +148,8 @@ class PrefixNode(StageNode):
             where = f"camera {i // per_camera} ({self.camera_topics[i // per_camera]})"
             return self.decodes.get(msg, lambda m: decode(m, where, limit))
         try:
-            frame.images, stand_ins = decode_window(frame.images, per_camera, decode_one)
+            frame.images, stand_ins, frame.image_keys = decode_window(frame.images, per_camera, decode_one,
+                                                                      frame.image_keys)
             self.window_stand_ins += stand_ins
         except HybridVLAError as exc:
             self._reject("invalid_image", exc, frame.stamp_ns)
