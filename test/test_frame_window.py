@@ -30,10 +30,13 @@ def test_the_window_is_each_cameras_frames_stride_apart_oldest_first_camera_majo
     assert out.stamp_ns == 6 and out.images == ["c0t2", "c0t4", "c0t6", "c1t2", "c1t4", "c1t6"]
     late = window.push(camera_set(5, 2))                          # older, not a jump: not kept, its own window
     assert late.images[2] == "c0t5" and window.restarts == 0 and window.kept[-1].stamp_ns == 6
-    back = int(3e9)                                               # time went back by a jump (a bag played again)
-    window.push(Frame(images=["c0late", "c1late"], stamp_ns=back + 10))
-    restarted = window.push(camera_set(3, 2))
-    assert window.restarts == 1 and restarted.images == ["c0t3"] * 3 + ["c1t3"] * 3
+    assert window.push(camera_set(int(0.9e9), 2)).images[:3] == ["c0t3", "c0t5", f"c0t{int(0.9e9)}"]   # 0.9 s on
+    assert window.restarts == 0
+    gap = window.push(camera_set(int(2.0e9), 2))                  # the camera stopped for more than 1 s
+    assert window.restarts == 1 and gap.images == [f"c0t{int(2e9)}"] * 3 + [f"c1t{int(2e9)}"] * 3
+    window.push(camera_set(int(2.5e9), 2))
+    restarted = window.push(camera_set(3, 2))                     # time went back by 2.5 s (a bag played again)
+    assert window.restarts == 2 and restarted.images == ["c0t3"] * 3 + ["c1t3"] * 3
 
 
 def test_a_one_frame_model_gets_its_frame_unchanged():

@@ -16,6 +16,9 @@ from .stamp_order import stamp_order
 from ...types import Frame
 
 
+MAX_GAP_NS = 1_000_000_000   # camera sets further apart than 1 s: the older ones no longer make a window's history
+
+
 def window_depth(spec) -> int:
     """Camera frames a window spans: (K - 1) s + 1."""
     return (spec.frames_per_camera - 1) * spec.frame_stride + 1
@@ -43,13 +46,14 @@ class FrameWindow:
 
     def push(self, frame: Frame) -> Frame:
         """A set older than the newest kept but within TIME_JUMP_S (a duplicate, a late one) is not kept: its
-        window is built for it alone (the prefix refuses it as out of order); time going back further starts over."""
+        window is built for it alone (the prefix refuses it as out of order); time going back further, or a gap of
+        more than MAX_GAP_NS since the newest (the camera stopped, the node was inactive), starts over."""
         if self.spec.frames_per_camera == 1:
             return frame
         order = stamp_order(self.kept[-1].stamp_ns, frame.stamp_ns) if self.kept else "newer"
         if order == "older":
             return window_of([*self.kept, frame], self.spec)
-        if order == "jump":
+        if order == "jump" or (self.kept and frame.stamp_ns - self.kept[-1].stamp_ns > MAX_GAP_NS):
             self.kept.clear()
             self.restarts += 1
         self.kept.append(frame)

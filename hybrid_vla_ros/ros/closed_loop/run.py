@@ -30,7 +30,10 @@ def drive_in_loop(params: dict, spec, seed: int = 0, time_scale: float = 1.0, ma
         graph = InProcessGraph(sim_time_params(params), context=context)
         try:
             prefix, suffix = params["hybrid_vla_prefix"], params["hybrid_vla_suffix"]
-            placed = suffix.get("frame_id", "base_link") != "base_link" and suffix.get("output_retime", False)
+            placed = suffix.get("frame_id", "base_link") != "base_link"
+            expect(not placed or suffix.get("output_retime", False), ConfigError,
+                   "closed loop in the graph: a world-frame output must be re-timed (output_retime): the world "
+                   "follows a map-frame plan as placed, with its own times")
             world = WorldNode(spec, list(prefix["camera_topics"]), seed, time_scale,
                               suffix.get("output_type", "auto"), max_time_s, context=context, placed=placed,
                               latency_s=latency_s)

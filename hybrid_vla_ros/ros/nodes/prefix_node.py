@@ -224,7 +224,7 @@ class PrefixNode(StageNode):
         if spec.frames_per_camera == 1:
             return {}
         return {"window_frames_per_camera": str(spec.frames_per_camera), "window_frame_stride": str(spec.frame_stride),
-                "window_restarts": str(self.window.restarts), "images_reused": str(self.decodes.reused),
+                "window_restarts": str(self.window.restarts), "images_decodes_reused": str(self.decodes.reused),
                 "window_stand_ins": str(self.window_stand_ins)}
 
     def _extra_checks(self):
