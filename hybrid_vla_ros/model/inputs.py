@@ -56,7 +56,7 @@ def synthetic_frame(spec: VLASpec, seq: int, stamp_ns: int | None = None, seed: 
     frame = synthetic_camera_frame(spec, seq, stamp_ns, seed)
     if spec.frames_per_camera == 1:
         return frame
-    steps = [max(0, seq - k * spec.frame_stride) for k in reversed(range(spec.frames_per_camera))]
+    steps = spec.window_steps(seq)
     past = {s: frame.images if s == seq else synthetic_camera_frame(spec, s, seed=seed).images for s in set(steps)}
     frame.images = [past[s][camera] for camera in range(spec.num_cameras) for s in steps]
     frame.image_keys = tuple(("synthetic", seed, camera, s) for camera in range(spec.num_cameras) for s in steps)

@@ -168,6 +168,11 @@ class VLASpec:
         """Images a frame gives the model: every camera's window (num_cameras x frames_per_camera)."""
         return self.num_cameras * self.frames_per_camera
 
+    def window_steps(self, newest: int) -> list[int]:
+        """The camera frames a window of frame `newest` reads, oldest first: newest - (K-1)s, ..., newest; before
+        frame 0 (a cold start) frame 0 stands in."""
+        return [max(0, newest - k * self.frame_stride) for k in reversed(range(self.frames_per_camera))]
+
     @property
     def attention_head_dim(self) -> int:
         """One attention head's width: head_dim, or hidden_size / num_heads."""

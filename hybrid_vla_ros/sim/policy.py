@@ -57,7 +57,7 @@ def render_frame(view: View, spec):
     views = (*view.past, view)[-window_depth(spec):]
     frame = window_of([camera_frame(v, spec) for v in views], spec)
     # a view's picture is its scenario and tick's: keys by them, so a later window meets it again when re-rendered
-    picks = [views[max(0, len(views) - 1 - k * spec.frame_stride)] for k in reversed(range(spec.frames_per_camera))]
+    picks = [views[step] for step in spec.window_steps(len(views) - 1)]
     frame.image_keys = tuple(("view", v.seed, v.picture[1], camera) for camera in range(spec.num_cameras)
                              for v in picks)
     return frame

@@ -28,7 +28,7 @@ def window_of(history: list[Frame], spec) -> Frame:
     """history: the camera frames up to the newest (oldest first; each with num_cameras images) -> the newest
     frame with the window's image_slots images in place of its own (everything else the newest frame's)."""
     newest = len(history) - 1
-    picks = [history[max(0, newest - k * spec.frame_stride)] for k in reversed(range(spec.frames_per_camera))]
+    picks = [history[step] for step in spec.window_steps(newest)]
     images = [pick.images[camera] for camera in range(spec.num_cameras) for pick in picks]   # camera-major
     keys = tuple((camera, pick.stamp_ns, id(pick.images[camera])) for camera in range(spec.num_cameras)
                  for pick in picks)   # the window holds each image while its key can be met
