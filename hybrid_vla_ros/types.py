@@ -207,6 +207,9 @@ class BoundaryState:
     chunk_count: int = 1
     chunk_start: int = 0
     context: object = field(default=None, compare=False)  # the frame's context.FrameContext, for the head
+    # Streaming KV (engine/kv_stream/): (2, image slots) int64, per slot its segment's serial and 1 where the prefix
+    # kept it (its rows here are the kept ones), 0 where computed in this window; None: the full layout.
+    kv_segments: torch.Tensor | None = None
     # Set by an in-process handover: the sender's FlightControl (engine/pipeline/flight.py); the receiver reports
     # suffix_started() / suffix_finished(s) to it, which frees the sender's in-flight slot. Never serialised.
     flight: object = field(default=None, repr=False, compare=False)
@@ -221,4 +224,5 @@ class BoundaryState:
 
     def nbytes(self) -> int:
         tensors = sum(t.numel() * t.element_size() for t in (self.hidden, self.position_ids, self.attention_mask))
+        tensors += self.kv_segments.numel() * 8 if self.kv_segments is not None else 0
         return tensors + (self.deepstack.nbytes() if self.deepstack is not None else 0)

@@ -127,7 +127,7 @@ def test_the_codes_are_the_wire_format_and_never_move():
         "stream": 8, "history_xyz": 9, "history_rot": 10, "step": 11, "token": 12, "feed": 13, "done": 14, "x": 15,
         "t": 16, "times": 17, "seed": 18, "temperature": 19, "top_p": 20, "max_new_tokens": 21, "flow_steps": 22,
         "guidance_weight": 23, "guidance": 24, "reason": 25, "text": 26, "query_index": 27, "context": 28,
-        "slots": 29, "handle": 30, "shm_segment": 31, "shm_slot": 32}
+        "slots": 29, "handle": 30, "shm_segment": 31, "shm_slot": 32, "kv_segments": 33}
     assert hvlm.KINDS == {"waypoints": 1, "tokens": 2, "alpamayo": 3}
     assert (hvlm.FORWARD, hvlm.BACK, hvlm.ABORT, hvlm.REFUSED, hvlm.INPROC, hvlm.SHM) == (1, 2, 1, 2, 4, 8)
     from hybrid_vla_ros.engine.actionflow.codec import ROWS as PACKED_ROWS, TOKEN

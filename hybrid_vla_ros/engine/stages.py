@@ -17,6 +17,8 @@ from .chunked_stages import ChunkedSuffix, prefix_chunks
 from .embedding import Embedded, frame_embeddings  # noqa: F401 (re-exported)
 from .expert_split.vision_cache import VisionCache
 from .int8_calibration import int8_block
+from .kv_stream.prefix import StreamingPrefix
+from .kv_stream.suffix import StreamingSuffix
 from .placement import Placement, check_boundary_dtype
 from ..types import BoundaryState, DeepStack, Frame, Trajectory  # noqa: F401
 
@@ -70,7 +72,8 @@ class PrefixStage:
     given is never mutated; the suffix-only parts stay shared, not copied)."""
 
     def __init__(self, model: VLAModel, partition: int, placement: Placement = Placement(),
-                 zone: tuple[int, int] | None = None, encode_once: bool = True):
+                 zone: tuple[int, int] | None = None, encode_once: bool = True, kv_stream: bool = False,
+                 kv_refresh_windows: int = 0):
         self.placement = placement
         self.partition = check_partition(partition, model.num_blocks, "prefix partition")
         self.zone = Zone.around(self.partition, model.num_blocks, zone)
@@ -87,6 +90,8 @@ class PrefixStage:
         # a model reading its history: each image encoded once across its windows, where exact (VisionCache probes)
         self.vision = VisionCache(windows=max(2, model.spec.frame_stride)) \
             if model.spec.frames_per_camera > 1 and encode_once else None
+        # opt-in, approximate: past frames' KV for blocks [0, p) kept across windows (engine/kv_stream/)
+        self.stream = StreamingPrefix(model, kv_refresh_windows) if kv_stream else None
 
     def set_partition(self, partition: int) -> None:
         """Move the cut inside the dynamic zone: an index change, never a weight copy."""
@@ -97,10 +102,14 @@ class PrefixStage:
         """The frame's boundary states chunk by chunk (engine/chunked_stages.py); chunks=1: the one whole state."""
         if chunks == 1:
             return iter([self.run(frame)])
+        expect(self.stream is None, ConfigError, "chunked prefill and streaming KV: one or the other (a chunk would "
+                                                 "need the kept segments inside its own tokens)")
         return prefix_chunks(self, frame, chunks)
 
     @torch.inference_mode()
     def run(self, frame: Frame) -> BoundaryState:
+        if self.stream is not None:
+            return self.stream.run(self, frame, self.partition)
         t0 = time.perf_counter()
         model, place = self.model, self.placement
         embeds, position_ids, input_ids, deepstack = frame_embeddings(model, frame, place, self.vision)
@@ -142,6 +151,7 @@ class SuffixStage:
         self.image_tokens, self.seq_len = model.image_tokens, model.sequence_length
         self.deepstack_depth = model.family.deepstack_blocks(model.backbone.config)
         self.chunks = ChunkedSuffix(self)   # a chunked frame's states (chunk_count > 1) go there
+        self.stream = None                  # a streaming-KV state's window (engine/kv_stream/), made at the first
 
     def set_partition(self, partition: int) -> None:
         """The partition the suffix expects by default; each state still runs from its own partition."""
@@ -218,6 +228,10 @@ class SuffixStage:
         if state.chunk_count != 1:
             return self.chunks.forward(state)
         self.chunks.abandon()   # a whole frame after a chunked one left unfinished: that one cannot complete
+        if state.kv_segments is not None:   # the new tokens' rows (1, n_new, H) then, not the whole frame's
+            if self.stream is None:
+                self.stream = StreamingSuffix(self)
+            return self.stream.forward(state)
         self.validate(state)
         t0 = time.perf_counter()
         model, place = self.model, self.placement

@@ -8,7 +8,8 @@ parts   the entry's: hidden (B, S, H), positions = position_ids, mask = attentio
         Qwen3-VL cut below its DeepStack depth ds_positions (n,) and ds_features (k - p, n, H), from block
         `partition`; with a frame context (hybrid_vla_ros/context.py) `context`: FrameContext.to_dict as UTF-8
         JSON padded with spaces to a multiple of CONTEXT_ALIGN (a model's states keep one size, and the
-        shared-memory ring its slots), at most MAX_CONTEXT_BYTES
+        shared-memory ring its slots), at most MAX_CONTEXT_BYTES; with streaming KV (engine/kv_stream/)
+        `kv_segments` (2, image slots) int64: each slot's segment serial and whether the prefix kept it
 A chunk holds tokens [chunk_start, chunk_start + S) of its frame (engine/chunking.py): S is the chunk's length,
 query_index stays the frame's, DeepStack positions are chunk-relative, and a chunk without image tokens carries
 n = 0 (zero bytes each). The bare state formats before HVLM (HVLB, versions 1-4) are refused by name.
@@ -28,7 +29,7 @@ from .tensor_record import MAX_DIM
 KIND = hvlm.KINDS["waypoints"]
 ROWS = 1                                        # the crossing code of a state's rows
 CONTEXT_ALIGN, MAX_CONTEXT_BYTES = 1024, 1 << 20
-STATE_PARTS = {"hidden", "positions", "mask", "query_index", "ds_positions", "ds_features", "context"}
+STATE_PARTS = {"hidden", "positions", "mask", "query_index", "ds_positions", "ds_features", "context", "kv_segments"}
 MIN_SIZE = hvlm.HEADER.size + hvlm.ENTRY.size   # no state is shorter
 
 
@@ -81,6 +82,8 @@ def state_message(state: BoundaryState, domain: int = 0, model_id: int = 0) -> h
     context = _context_json(state)
     if context is not None:
         parts["context"] = context
+    if state.kv_segments is not None:
+        parts["kv_segments"] = state.kv_segments
     return hvlm.Message(KIND, hvlm.FORWARD, [entry_of(state, parts)], partition=state.partition, model_id=model_id,
                         domain=domain)
 
@@ -126,7 +129,7 @@ def state_of(message: hvlm.Message, source: str) -> BoundaryState:
                          partition=message.partition, seq=entry.seq, stamp_ns=entry.stamp_ns,
                          query_index=parts["query_index"], deepstack=deepstack, chunk_index=entry.chunk_index,
                          chunk_count=entry.chunk_count, chunk_start=entry.start, context=context,
-                         arrival_ns=entry.arrival_ns)
+                         arrival_ns=entry.arrival_ns, kv_segments=parts.get("kv_segments"))
 
 
 def decode(buffer, source: str = "boundary payload", copy: bool = True) -> BoundaryState:

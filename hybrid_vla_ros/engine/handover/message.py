@@ -50,7 +50,7 @@ PARTS = {
     "x": (15, "T"), "t": (16, "T"), "times": (17, "V"), "seed": (18, "I"), "temperature": (19, "F"),
     "top_p": (20, "F"), "max_new_tokens": (21, "I"), "flow_steps": (22, "I"), "guidance_weight": (23, "F"),
     "guidance": (24, "I"), "reason": (25, "S"), "text": (26, "S"), "query_index": (27, "I"), "context": (28, "S"),
-    "slots": (29, "I"), "handle": (30, "I"), "shm_segment": (31, "S"), "shm_slot": (32, "B")}
+    "slots": (29, "I"), "handle": (30, "I"), "shm_segment": (31, "S"), "shm_slot": (32, "B"), "kv_segments": (33, "T")}
 NAMES = {code: name for name, (code, _) in PARTS.items()}
 # the formats HVLM replaced: refused by name, never read as something else
 OLD_FORMATS = {b"HVLE": "waypoint boundary envelope", b"HVLB": "bare boundary state",

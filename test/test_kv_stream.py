@@ -1,0 +1,121 @@
+"""Streaming KV (issue 53, Deliver 3; engine/kv_stream/): past frames' keys and values kept across windows, per side
+of the cut. Opt-in and approximate: what is exact is checked exact (a window with nothing kept is the full
+recompute; a window met again, every slot kept, equals it; kept keys turned to a new position equal keys computed
+there); what is not is checked to be what it claims (the same plans at every cut, a move of the cut rebuilding,
+a lost state recomputed on the suffix, a bad segment table refused)."""
+
+import numpy as np
+import pytest
+import torch
+
+from hybrid_vla_ros.engine.handover import codec
+from hybrid_vla_ros.engine.kv_stream.layout import rerotate
+from hybrid_vla_ros.engine.stages import PrefixStage, SuffixStage
+from hybrid_vla_ros.errors import ConfigError, InputError
+from hybrid_vla_ros.model.inputs import synthetic_frame
+from hybrid_vla_ros.model.presets import get_preset
+from hybrid_vla_ros.model.vla import build_model
+
+MODEL = build_model(get_preset("drive-history"))
+L = MODEL.num_blocks
+FRAMES = [synthetic_frame(MODEL.spec, seq) for seq in range(8)]
+
+
+def full_plan(frame, p=2):
+    return SuffixStage(MODEL, p).run(PrefixStage(MODEL, p).run(frame)).points
+
+
+def streamed(p, frames=FRAMES, **options):
+    prefix, suffix = PrefixStage(MODEL, p, kv_stream=True, **options), SuffixStage(MODEL, p)
+    return prefix, suffix, [suffix.run(prefix.run(f)).points for f in frames]
+
+
+@pytest.mark.parametrize("p", range(L + 1))
+def test_a_window_with_nothing_kept_is_the_full_recompute_at_every_cut(p):
+    for frame in (FRAMES[0], FRAMES[5]):          # a cold start (one frame in every slot) and a full window
+        prefix = PrefixStage(MODEL, p, kv_stream=True)
+        state = prefix.run(frame)
+        assert state.kv_segments[1].tolist() == [0] * 4
+        assert np.array_equal(SuffixStage(MODEL, p).run(state).points, full_plan(frame, p))
+
+
+def test_a_window_met_again_keeps_every_slot_and_equals_the_full_one():
+    prefix, suffix = PrefixStage(MODEL, 2, kv_stream=True), SuffixStage(MODEL, 2)
+    suffix.run(prefix.run(FRAMES[6]))
+    state = prefix.run(FRAMES[6])                  # the same images at the same positions: every segment kept
+    assert state.kv_segments[1].tolist() == [1] * 4
+    assert np.allclose(suffix.run(state).points, full_plan(FRAMES[6]), atol=1e-5)
+    assert suffix.stream.stats()["kept_slots"] == 4 and suffix.stream.stats()["recomputed_slots"] == 0
+
+
+def test_kept_keys_turned_to_a_new_position_equal_keys_rotated_there():
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import apply_rotary_pos_emb
+    decoder, torch_gen = MODEL.decoder, torch.Generator().manual_seed(0)
+    key = torch.randn(1, 2, 16, 32, generator=torch_gen)                              # (1, kv_heads, n, D)
+    at = torch.randint(0, 50, (3, 1, 16), generator=torch_gen)                        # M-RoPE: t, h, w apart
+    to = at + torch.tensor([7, -3, 12]).view(3, 1, 1)
+
+    def rotated(positions):
+        cos, sin = decoder.rotary_emb(key, positions)
+        return apply_rotary_pos_emb(key, key, cos, sin)[1]
+    assert torch.allclose(rerotate(decoder, rotated(at), at, to), rotated(to), atol=1e-5)
+    assert rerotate(decoder, rotated(at), at, at) is not None
+
+
+def test_past_frames_are_kept_and_each_side_keeps_its_own_blocks_with_the_same_plans_at_every_cut():
+    plans = {}
+    for p in range(L + 1):
+        prefix, suffix, plans[p] = streamed(p)
+        assert prefix.stream.stats()["kept_slots"] > 0 and suffix.stream.stats()["recomputed_slots"] == 0
+        assert suffix.stream.stats()["kept_slots"] == prefix.stream.stats()["kept_slots"]
+        for segment in prefix.stream.store.kept.values():
+            assert sorted(segment.kv) == list(range(p)) and segment.rows.shape[1] == 16
+        for segment in suffix.stream.store.kept.values():
+            assert sorted(segment.kv) == list(range(p, L)) and segment.rows is None
+    for p in range(1, L + 1):
+        assert all(np.allclose(a, b, atol=1e-5) for a, b in zip(plans[0], plans[p]))
+    differs = max(float(np.abs(a - b).max()) for a, b in zip(plans[2], map(full_plan, FRAMES)))
+    assert differs > 1e-4          # an approximation: kept frames carry their own older context
+
+
+def test_a_move_of_the_cut_rebuilds_both_sides_from_a_whole_window():
+    prefix, suffix = PrefixStage(MODEL, 2, zone=(1, 3), kv_stream=True), SuffixStage(MODEL, 2, zone=(1, 3))
+    for frame in FRAMES[:4]:
+        suffix.run(prefix.run(frame))
+    prefix.set_partition(3)
+    state = prefix.run(FRAMES[4])
+    assert state.kv_segments[1].tolist() == [0] * 4 and state.partition == 3
+    assert np.array_equal(suffix.run(state).points, full_plan(FRAMES[4], 3))
+    assert prefix.stream.store.rebuilds == 1 and suffix.stream.store.rebuilds == 1
+
+
+def test_a_state_lost_on_the_way_is_recomputed_on_the_suffix():
+    prefix, suffix, _ = streamed(2, FRAMES[:5])
+    prefix.run(FRAMES[5])                          # never reaches the suffix
+    state = prefix.run(FRAMES[7])                  # keeps frame 5's segment, which the suffix never computed
+    points = suffix.run(state).points
+    assert suffix.stream.stats()["recomputed_slots"] >= 1 and np.isfinite(points).all()
+
+
+def test_refreshing_every_window_is_the_full_recompute():
+    _, _, plans = streamed(2, kv_refresh_windows=1)
+    assert all(np.array_equal(a, full_plan(f)) for a, f in zip(plans, FRAMES))
+    with pytest.raises(ConfigError, match="refresh"):
+        PrefixStage(MODEL, 2, kv_stream=True, kv_refresh_windows=-1)
+
+
+def test_a_bad_segment_table_is_refused_with_what_and_the_next_state_is_served():
+    prefix, suffix, _ = streamed(2, FRAMES[:3])
+    state = prefix.run(FRAMES[3])
+    for bad, what in ((state.kv_segments[:, :3], "kv_segments"), (state.kv_segments * 0, "serials"),
+                      (state.kv_segments.float(), "int64")):
+        with pytest.raises(InputError, match=what):
+            suffix.run(codec.decode(codec.encode(type(state)(**{**state.__dict__, "kv_segments": bad}))))
+    assert np.isfinite(suffix.run(codec.decode(codec.encode(state))).points).all()
+
+
+def test_streaming_is_refused_where_it_cannot_serve():
+    with pytest.raises(ConfigError, match="one frame a camera"):
+        PrefixStage(build_model(get_preset("drive")), 2, kv_stream=True)
+    with pytest.raises(ConfigError, match="chunked prefill"):
+        list(PrefixStage(MODEL, 2, kv_stream=True).run_chunks(FRAMES[3], chunks=2))
