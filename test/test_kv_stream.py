@@ -119,3 +119,32 @@ def test_streaming_is_refused_where_it_cannot_serve():
         PrefixStage(build_model(get_preset("drive")), 2, kv_stream=True)
     with pytest.raises(ConfigError, match="chunked prefill"):
         list(PrefixStage(MODEL, 2, kv_stream=True).run_chunks(FRAMES[3], chunks=2))
+
+
+@pytest.mark.slow
+def test_the_graph_streams_over_dds_as_the_stages_do_in_process(domain, tmp_path):
+    """The sample drive's camera sets through the three nodes (real DDS on loopback), the prefix streaming, the state
+    inline on the topic (kv_segments as bytes): each plan is the in-process streaming stages' on the same windows
+    (the full recompute's differ by ~0.1 m: equal plans mean the graph streamed)."""
+    from hybrid_vla_ros.ros.bags.drives import START_NS
+    from hybrid_vla_ros.ros.demo import drive_graph, write_sample_drive
+    from hybrid_vla_ros.ros.launch_support.bringup import graph_params
+    from hybrid_vla_ros.types import EgoState
+    from test_families_graph import SEED, assert_matches, graph_overrides
+    frames, cameras = 10, ["/test/cam0/image"]
+    overrides = graph_overrides("drive-history", cameras)
+    for node in ("hybrid_vla_prefix", "hybrid_vla_suffix", "hybrid_vla_scheduler"):
+        overrides[node].update(dynamic_zone_min=2, dynamic_zone_max=2)   # the cut stays: a move would rebuild
+    overrides["hybrid_vla_prefix"].update(kv_stream=True, boundary_transport="inline")
+    params = graph_params(overrides=overrides)
+    prefix, suffix, expected = PrefixStage(MODEL, 2, kv_stream=True), SuffixStage(MODEL, 2), {}
+    for seq in range(frames):
+        frame = synthetic_frame(MODEL.spec, seq, seed=SEED)
+        frame.stamp_ns, frame.ego = START_NS + int(seq * 1e8), EgoState()
+        frame.instruction = params["hybrid_vla_prefix"]["instruction"]
+        expected[frame.stamp_ns] = suffix.run(prefix.run(frame)).points[:, :2]
+    bag = write_sample_drive(tmp_path / "drive", "drive-history", cameras, frames=frames, compressed=False, seed=SEED)
+    summary, trajectories = drive_graph(bag, params, settle_s=20)
+    assert summary["trajectories"] == frames, summary
+    assert_matches(trajectories, expected, "streaming over DDS")
+    assert prefix.stream.stats()["kept_slots"] > 0 and suffix.stream.stats()["recomputed_slots"] == 0

@@ -1,14 +1,18 @@
-"""`hybrid-vla bench --preset drive-history --scenario encode-once`: what encoding each image once saves (issue 53) for
-a model that reads its history (spec.frames_per_camera > 1) on the waypoint path, over a drive of sliding windows
-(synthetic camera sets, one new set a window, windows built as engine/pipeline/frame_window.py builds them).
+"""`hybrid-vla bench --checkpoint builtin:drive-history --scenario encode-once`: what computing only what is new saves
+(issue 53) for a model that reads its history (spec.frames_per_camera > 1) on the waypoint path, over a drive of
+sliding windows (synthetic camera sets, one new set a window, windows built as engine/pipeline/frame_window.py
+builds them).
 
 Modes, each over the same windows, split serially at one cut p (PrefixStage + SuffixStage in one thread), window by
-window in alternating order:
+window in rotating order:
     full          every window's images through the vision tower (PrefixStage(encode_once=False))
     encode-once   the prefix keeps each image's encoding (its VisionCache): only the window's new images encoded
+    streaming     encode-once and past frames' KV kept on each side (engine/kv_stream/; approximate): only the new
+                  images' tokens (and the text) through the blocks
 Per window: the prefix (tower + embeddings + blocks [0, p)), the whole frame (prefix + suffix: the serial period),
 the images encoded; medians over the windows after the first two (the first encoded whole, the second whole and its
-new images once more: the check that turns reuse on). Every encode-once plan is checked equal to the full mode's."""
+new images once more: the check that turns reuse on). Every encode-once plan is checked equal to the full mode's;
+streaming's plans differ (its approximation): their mean and largest waypoint distance to the full mode's."""
 
 from __future__ import annotations
 
@@ -31,29 +35,37 @@ def run_windows(model, windows: int = 24, partition: int | None = None) -> dict:
            f"--scenario encode-once: model '{spec.name}' reads one frame a camera (frames_per_camera 1): nothing "
            f"repeats across its frames (the reduced Alpamayo: --preset alpamayo-bench)")
     p = model.num_blocks // 2 if partition is None else partition
-    modes = {"full": PrefixStage(model, p, encode_once=False), "encode-once": PrefixStage(model, p)}
-    suffix, rows = SuffixStage(model, p), {name: [] for name in modes}
+    modes = {"full": PrefixStage(model, p, encode_once=False), "encode-once": PrefixStage(model, p),
+             "streaming": PrefixStage(model, p, kv_stream=True)}
+    suffixes = {name: SuffixStage(model, p) for name in modes}   # a streaming suffix keeps its own segments
+    rows = {name: [] for name in modes}
     frames = [synthetic_frame(spec, seq) for seq in range(windows)]
-    suffix.run(modes["full"].run(frames[0]))                                                   # warm-up
+    suffixes["full"].run(modes["full"].run(frames[0]))                                         # warm-up
     for seq, frame in enumerate(frames):
-        order = list(modes) if seq % 2 == 0 else list(reversed(modes))
+        order = list(modes)[seq % len(modes):] + list(modes)[:seq % len(modes)]
         for name in order:
             prefix = modes[name]
             t0 = time.perf_counter()
             state = prefix.run(frame)
             t1 = time.perf_counter()
-            plan = suffix.run(state)
+            plan = suffixes[name].run(state)
             rows[name].append({"prefix_ms": (t1 - t0) * 1e3, "frame_ms": (time.perf_counter() - t0) * 1e3,
                                "images_encoded": prefix.vision.encoded if prefix.vision else spec.image_slots,
                                "points": plan.points})
     exact = all(np.array_equal(a["points"], b["points"]) for a, b in zip(rows["full"], rows["encode-once"]))
+    distance = [float(np.linalg.norm(a["points"][:, :2] - b["points"][:, :2], axis=-1).mean())
+                for a, b in zip(rows["full"], rows["streaming"])]                        # m, per window
     summary = {name: summarise(r) for name, r in rows.items()}
     return {"preset": spec.name, "blocks": model.num_blocks, "partition": p, "windows": windows,
             "images_per_window": spec.image_slots, "frames_per_camera": spec.frames_per_camera,
             "frame_stride": spec.frame_stride, "threads": torch.get_num_threads(), "modes": summary, "exact": exact,
             "encode_once": "on" if modes["encode-once"].vision.exact else modes["encode-once"].vision.why,
             "prefix_ratio": summary["encode-once"]["prefix_ms"] / summary["full"]["prefix_ms"],
-            "frame_ratio": summary["encode-once"]["frame_ms"] / summary["full"]["frame_ms"]}
+            "frame_ratio": summary["encode-once"]["frame_ms"] / summary["full"]["frame_ms"],
+            "streaming_prefix_ratio": summary["streaming"]["prefix_ms"] / summary["full"]["prefix_ms"],
+            "streaming_frame_ratio": summary["streaming"]["frame_ms"] / summary["full"]["frame_ms"],
+            "streaming_vs_full_m": {"mean": float(np.mean(distance)), "max": float(np.max(distance))},
+            "streaming_kept_slots": modes["streaming"].stream.stats()["kept_slots"]}
 
 
 def summarise(rows: list[dict]) -> dict:
@@ -72,12 +84,16 @@ def table(report: dict) -> list[str]:
         lines.append(f"{name:<13}{m['prefix_ms']:>9.2f}{m['frame_ms']:>23.2f}{m['images_encoded']:>16.0f}")
     lines.append(f"encode-once / full: prefix {report['prefix_ratio']:.2f}x, frame {report['frame_ratio']:.2f}x; "
                  f"exact: {'yes' if report['exact'] else 'NO'}; encode once: {report['encode_once']}")
+    d = report["streaming_vs_full_m"]
+    lines.append(f"streaming / full: prefix {report['streaming_prefix_ratio']:.2f}x, frame "
+                 f"{report['streaming_frame_ratio']:.2f}x; approximate: plans {d['mean']:.3f} m from the full "
+                 f"mode's on average (largest {d['max']:.3f} m)")
     return lines
 
 
 def plot(report: dict, path) -> None:
     plot_mode_pairs(report["modes"], (("prefix_ms", "prefix"), ("frame_ms", "whole frame")),
-                    f"{report['preset']}: encode once, {report['images_per_window']} images a window", path)
+                    f"{report['preset']}: compute what is new, {report['images_per_window']} images a window", path)
 
 
 def plot_mode_pairs(modes: dict, bars: tuple, title: str, path) -> None:

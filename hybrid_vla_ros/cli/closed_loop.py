@@ -53,6 +53,9 @@ def add_args(parser) -> None:
                        help="closed loop --graph: a timing profile (orion-paper, minddrive-paper) whose pipelined "
                             "latency the world holds each plan to at least after its frame: the compute time this "
                             "CPU does not take, added as a delay (default: none, the graph's own)")
+    group.add_argument("--compare-with", metavar="JSON", default=None,
+                       help="closed loop: another run's --json on the same scenarios (another model, or without "
+                            "--kv-stream): each row's driving score minus that run's, paired, with its 95%% interval")
     group.add_argument("--time-scale", type=float, default=1.0,
                        help="closed loop --graph: world seconds per wall second (< 1 slows the world; default 1)")
 
@@ -166,13 +169,19 @@ def run(args) -> int:
         from .common import model_from_args
         if not args.preset and not args.checkpoint:
             args.checkpoint = "builtin:drive"
-        policy = ModelPolicy(model_from_args(args))
+        policy = ModelPolicy(model_from_args(args), kv_stream=args.kv_stream,
+                             kv_refresh_windows=args.kv_refresh_windows)
     if args.animate:
         return run_animation(args, policy)
     profiles = tuple(p for p in args.timing.split(",") if p)
     modes = tuple(m for m in args.modes.split(",") if m) or None
     report = evaluate(policy, args.scenarios, args.seed, profiles, args.lights, progress_printer("closed loop"),
                       modes=modes, perturb=perturbations(args))
+    if args.compare_with:
+        import json
+        from ..learn.closed_loop.evaluate import compared_with
+        with open(args.compare_with) as f:
+            report["compared_with"] = compared_with(report, json.load(f), args.compare_with)
     write_report(report, args.json)
     if args.plot:
         plot_paths(report, args.plot)
@@ -183,6 +192,9 @@ def run(args) -> int:
           f"{report['seeds'][-1]}), lights {'on' if report['lights'] else 'off'}, perturbations "
           f"{report['perturbations']['described']}; {report['note']}")
     print("\n".join(table_lines(report)))
+    if "compared_with" in report:
+        from ..learn.closed_loop.evaluate import comparison_lines
+        print("\n".join(comparison_lines(report["compared_with"], report["policy"])))
     print(f"full report: {args.json or '(--json FILE)'}" + (f", paths: {args.plot}" if args.plot else ""),
           file=sys.stderr)
     return 0

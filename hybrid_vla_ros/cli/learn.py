@@ -75,14 +75,18 @@ def cmd_eval(args) -> int:
         raise ConfigError(f"--partitions '{args.partitions}': expected comma-separated integers") from exc
     dtypes = tuple(d for d in args.suffix_dtypes.split(",") if d)
     report = evaluate(model, args.drives, args.seed, args.frames_per_drive, partitions, progress_printer("eval"),
-                      prefix=(args.prefix_device, args.prefix_dtype), suffix_dtypes=dtypes)
+                      prefix=(args.prefix_device, args.prefix_dtype), suffix_dtypes=dtypes, kv_stream=args.kv_stream,
+                      kv_refresh_windows=args.kv_refresh_windows)
     write_report(report, args.json)
     if args.plot:
         plot_evaluation(report, args.plot)
     print(key_value_table([(name, f"ADE {v['ade_m']:.3f} m, FDE {v['fde_m']:.3f} m"
                             + (f" (lead braking: {v['lead_braking_ade_m']:.3f} / {v['lead_braking_fde_m']:.3f} m)"
                                if "lead_braking_ade_m" in v else "")
-                            + (f", max diff vs native {v['max_diff_vs_native_m']:.2e} m" if "max_diff_vs_native_m" in v else ""))
+                            + (f", max diff vs native {v['max_diff_vs_native_m']:.2e} m" if "max_diff_vs_native_m" in v else "")
+                            + (f", vs the full recompute: mean {v['vs_full_recompute']['mean_m']:.3f} m, p95 "
+                               f"{v['vs_full_recompute']['p95_m']:.3f} m, max {v['vs_full_recompute']['max_m']:.3f} m"
+                               if "vs_full_recompute" in v else ""))
                            for name, v in report["settings"].items()]
                           + [("ADE below constant velocity", f"{report['ade_reduction_vs_constant_velocity']:.1%}")]
                           + [(f"{d} suffix ADE change", f"{c:.3%}") for d, c in report["ade_change"].items()]
@@ -179,6 +183,12 @@ def register(sub) -> None:
     p.add_argument("--suffix-dtypes", default="fp32,bf16",
                    help="comma-separated CPU suffix dtypes scored at each p: fp32, bf16, fp16, int8 (the checkpoint's "
                         "int8 calibration applies where it has one) (default fp32,bf16)")
+    p.add_argument("--kv-stream", action="store_true",
+                   help="a model reading its history: also the split with streaming KV (past frames' KV kept across "
+                        "windows; approximate) and its trajectory difference to the full recompute; closed loop: the "
+                        "policy streams (compare with a run without it: --compare-with)")
+    p.add_argument("--kv-refresh-windows", type=int, default=0,
+                   help="with --kv-stream: every this many windows one computed whole (default 0: never)")
     p.add_argument("--json", default=None)
     p.add_argument("--plot", default=None)
     from .closed_loop import add_args as add_closed_loop_args

@@ -98,6 +98,13 @@ class PrefixStage:
         self.zone.check(partition, self.model.num_blocks, "prefix partition")
         self.partition = partition
 
+    def forget(self) -> None:
+        """Drop every kept image encoding and KV segment (a new drive whose image keys may repeat another's)."""
+        if self.vision is not None:
+            self.vision.clear()
+        if self.stream is not None:
+            self.stream.store.clear()
+
     def run_chunks(self, frame: Frame, chunks=1):
         """The frame's boundary states chunk by chunk (engine/chunked_stages.py); chunks=1: the one whole state."""
         if chunks == 1:
@@ -157,6 +164,11 @@ class SuffixStage:
         """The partition the suffix expects by default; each state still runs from its own partition."""
         self.zone.check(partition, self.model.num_blocks, "suffix partition")
         self.partition = partition
+
+    def forget(self) -> None:
+        """Drop every kept KV segment (engine/kv_stream/)."""
+        if self.stream is not None:
+            self.stream.store.clear()
 
     def rematerialise(self) -> None:
         """Copy the suffix's own block weights anew from the calling thread, so that after a NUMA memory

@@ -1,7 +1,9 @@
 """Driving quality on held-out synthetic drives (seeds below TRAIN_SEED_BASE): ADE and FDE against the ground
 truth for a constant-velocity baseline, the native (unsplit, transformers' own forward) model, and the hybrid
 split at several p with the CPU suffix in each dtype asked (fp32 and bf16 by default); plus the largest
-trajectory difference between native and each hybrid setting."""
+trajectory difference between native and each hybrid setting. With kv_stream (a model reading its history): the
+split with streaming KV (engine/kv_stream/, approximate), each drive's frames in order, and its trajectory difference
+to the full recompute (native) per frame."""
 
 from __future__ import annotations
 
@@ -32,6 +34,21 @@ def predictions(model: VLAModel, samples: list[Sample], partition: int | None, s
     return [suffix.run(prefix.run(s.frame)).points[:, :2] for s in samples]
 
 
+def streamed_predictions(model: VLAModel, samples: list[Sample], partition: int, refresh_windows: int = 0) -> list:
+    """(N, 2) per sample through the split with streaming KV: the samples in order (a drive's frames one after
+    another, so its windows keep their past frames' KV; another drive's images never match)."""
+    prefix = PrefixStage(model, partition, kv_stream=True, kv_refresh_windows=refresh_windows)
+    suffix = SuffixStage(model, partition)
+    return [suffix.run(prefix.run(s.frame)).points[:, :2] for s in samples]
+
+
+def trajectory_difference(preds: list, reference: list) -> dict:
+    """Per frame the mean distance (m) between the two plans' waypoints: its mean, 95th percentile and largest."""
+    per_frame = np.array([np.linalg.norm(a - b, axis=-1).mean() for a, b in zip(preds, reference)])
+    return {"mean_m": float(per_frame.mean()), "p95_m": float(np.percentile(per_frame, 95)),
+            "max_m": float(per_frame.max())}
+
+
 def score(preds: list, samples: list[Sample]) -> dict:
     """ADE and FDE over every frame, and over the frames whose lead vehicle is braking (where a model must see
     the lead's speed, which one image does not show), with that count."""
@@ -55,7 +72,8 @@ def constant_velocity(samples: list[Sample], dt_s: float) -> list:
 
 def evaluate(model: VLAModel, drives: int = 10, seed: int = 0, frames_per_drive: int = 40,
              partitions: tuple[int, ...] | None = None, progress=print, prefix: tuple[str, str] = ("cpu", "fp32"),
-             suffix_dtypes: tuple[str, ...] = ("fp32", "bf16")) -> dict:
+             suffix_dtypes: tuple[str, ...] = ("fp32", "bf16"), kv_stream: bool = False,
+             kv_refresh_windows: int = 0) -> dict:
     """Held-out drives seed, seed + 1, ... (all below TRAIN_SEED_BASE). prefix: the hybrid settings' prefix
     (device, dtype); suffix_dtypes: the CPU suffix's dtypes to score at each p; native is always
     transformers' forward on the CPU in fp32. ade_change: per suffix dtype, the largest relative ADE change
@@ -85,6 +103,12 @@ def evaluate(model: VLAModel, drives: int = 10, seed: int = 0, frames_per_drive:
             settings[name] = {**score(preds, samples),
                               "max_diff_vs_native_m": float(max(np.abs(a - b).max() for a, b in zip(preds, native)))}
             progress(f"{name}: ADE {settings[name]['ade_m']:.3f} m")
+    if kv_stream:
+        p = spec.num_blocks // 2
+        preds = streamed_predictions(model, samples, p, kv_refresh_windows)
+        settings[f"streaming_kv_p{p}"] = {**score(preds, samples), "refresh_windows": kv_refresh_windows,
+                                          "vs_full_recompute": trajectory_difference(preds, native)}
+        progress(f"streaming_kv_p{p}: ADE {settings[f'streaming_kv_p{p}']['ade_m']:.3f} m")
     cv, nat = settings["constant_velocity"]["ade_m"], settings["native"]["ade_m"]
     report["ade_reduction_vs_constant_velocity"] = 1 - nat / cv
     report["ade_change"] = {d: max(abs(settings[f"hybrid_{d}_p{p}"]["ade_m"] - nat) / nat for p in partitions)

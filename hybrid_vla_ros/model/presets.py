@@ -160,6 +160,11 @@ PRESETS: dict[str, VLASpec] = {
                            notes="LLaVA family at bench size"),
     "bench-internvl": VLASpec(name="bench-internvl", family="internvl", **{**_BENCH, "image_width": 224},
                               tile_size=112, notes="InternVL family at bench size, 2 tiles per camera"),
+    # history-bench: Alpamayo's window on the waypoint path at bench size: 4 cameras x their last 4 frames (16 images a
+    # window, 64 tokens each), for the encode-once / streaming-KV bench (issue 53). Not Alpamayo's classes.
+    "history-bench": VLASpec(name="history-bench", family="qwen2_vl", **{**_BENCH, "num_cameras": 4,
+                             "image_height": 224, "image_width": 224}, frames_per_camera=4,
+                             notes="bench size, 4 cameras x last 4 frames (16 images a window), waypoint head"),
     # drive: the model `hybrid-vla train` trains on synthetic road drives (the front camera).
     "drive": VLASpec(name="drive", family="qwen2_vl", num_blocks=4, hidden_size=128, num_heads=4, num_kv_heads=2,
                      intermediate_size=256, vision_depth=2, vision_hidden=64, vision_heads=2, vision_intermediate=128,

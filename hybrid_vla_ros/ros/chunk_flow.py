@@ -115,6 +115,9 @@ class PrefixChunks:
         counts = {} if vision is None else {"images_encoded": vision.encoded, "images_reused": vision.reused,
                                             "encode_once": "on" if vision.exact else f"off: {vision.why}"
                                             if vision.exact is False else f"undecided: {vision.why}"}
+        if getattr(side.stage, "stream", None) is not None:   # streaming KV: this window's kept and computed slots
+            kept = state.kv_segments[1]
+            counts.update(kv_slots_kept=int(kept.sum()), kv_slots_computed=int((kept == 0).sum()))
         publish_frame_info(node.info_pub, node.get_name(), state, {**(waits or {}), **counts})
         ms = (time.perf_counter() - t0) * 1e3
         node.health.record(ms)

@@ -110,6 +110,12 @@ PREFIX_PARAMS = _common_model() + [
             "ends; 1 = unchunked (bit-exact); 2..64 = near-equal token spans; camera = one chunk per camera's "
             "image block. The shared-memory ring gets max_in_flight x chunks per frame slots. Waypoint heads "
             "with a causal prompt only"),
+    ParamSpec("kv_stream", "bool", "a waypoint model reading its history (frames_per_camera > 1): keep past frames' "
+              "KV across windows, per side of the cut, so a window computes its new images' tokens only (engine/"
+              "kv_stream/; approximate: docs/DRIVING.md measures the cost; a move of the cut rebuilds it; not with "
+              "chunks > 1)"),
+    ParamSpec("kv_refresh_windows", "int", "with kv_stream: every this many windows one computed whole (0: never)",
+              0, 100000),
     ParamSpec("boundary_transport", "string", "auto: in-process when the suffix shares the process, else "
               "shared memory; inline: serialised payload on the topic (remote hosts, recording)",
               choices=("auto", "inproc", "shm", "inline")),

@@ -104,6 +104,27 @@ def against_native(routes: dict, profile: str, mode: str) -> dict:
     return out
 
 
+def compared_with(report: dict, other: dict, source: str) -> dict:
+    """Each (profile, mode) both runs drove, this run's driving score minus the other's, paired over the same
+    scenarios (the other run: another policy or option on the same seeds, e.g. streaming KV against the full
+    recompute). -> {"source", "rows": {key: paired difference}}."""
+    expect(other.get("seeds") == report["seeds"] and other.get("lights") == report["lights"], ConfigError,
+           f"--compare-with {source}: its scenarios (seeds {other.get('seeds')}, lights {other.get('lights')}) are not "
+           f"this run's (seeds {report['seeds']}, lights {report['lights']}): a paired difference needs the same")
+    rows = {key: paired_difference([r["driving_score"] for r in routes],
+                                   [r["driving_score"] for r in other["routes"][key]])
+            for key, routes in report["routes"].items() if key in other.get("routes", {})}
+    expect(bool(rows), ConfigError, f"--compare-with {source}: no (profile, mode) in common with this run")
+    return {"source": source, "policy": other.get("policy"), "rows": rows}
+
+
+def comparison_lines(comparison: dict, policy: str) -> list[str]:
+    lines = [f"driving score, {policy} minus {comparison['policy']} ({comparison['source']}), paired (95% CI):"]
+    for key, d in comparison["rows"].items():
+        lines.append(f"  {key:<28} {d['mean']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}]: {d['verdict']}")
+    return lines
+
+
 def _fmt(x, spec: str = ".2f") -> str:
     if x is None:
         return "-"

@@ -23,7 +23,7 @@ from ....engine.pipeline.flight import FlightControl
 from ....engine.pipeline.standby_buffer import hand_to_worker
 from ....engine.pipeline.worker import StageWorker
 from ....engine.stages import PrefixStage, SuffixStage
-from ....errors import HybridVLAError
+from ....errors import ConfigError, HybridVLAError, expect
 from ....model.load import model_id
 from ...chunk_flow import SuffixChunks
 from ...topics import STANDBY_NODE
@@ -50,7 +50,10 @@ class Prefix(Side):
     def __init__(self, node):
         p = node.params
         self.node = node
-        self.stage = PrefixStage(node.model, p["partition_point"], node.placement, node.zone)
+        expect(not p["kv_stream"] or node.chunk_flow.count == 1, ConfigError,
+               f"kv_stream with chunks={p['chunks']!r}: chunked prefill and streaming KV are one or the other")
+        self.stage = PrefixStage(node.model, p["partition_point"], node.placement, node.zone,
+                                 kv_stream=p["kv_stream"], kv_refresh_windows=p["kv_refresh_windows"])
         # max_in_flight: frames taken and not finished by the suffix (in-process suffix: it frees the slot;
         # otherwise the slot is freed once the state left this process, and the ring bounds what waits).
         # Chunked: a slot per frame, freed with its last chunk; the ring holds max_in_flight x chunks states.
@@ -210,9 +213,11 @@ class Suffix(Side):
         finally:
             self.chunks.report_abandoned()   # a chunked frame left unfinished by this whole one
         ms = (time.perf_counter() - t0) * 1e3
+        stream = self.stage.stream   # streaming KV: slots the prefix kept that this suffix computed (it lost them)
         node.publish_trajectory(trajectory, state.arrival_ns, {
             "suffix_ms": f"{ms:.3f}", "queue_ms": f"{(t0 - received) * 1e3:.3f}", "transport": transport,
-            **waits_to_suffix(state.arrival_ns, received)})
+            **waits_to_suffix(state.arrival_ns, received),
+            **({"kv_slots_recomputed_total": str(stream.recomputed_slots)} if stream is not None else {})})
         node.health.record(ms)
         node.diagnostics.publish_time(ms)
 
