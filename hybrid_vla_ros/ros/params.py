@@ -110,10 +110,8 @@ PREFIX_PARAMS = _common_model() + [
             "ends; 1 = unchunked (bit-exact); 2..64 = near-equal token spans; camera = one chunk per camera's "
             "image block. The shared-memory ring gets max_in_flight x chunks per frame slots. Waypoint heads "
             "with a causal prompt only"),
-    ParamSpec("kv_stream", "bool", "a waypoint model reading its history (frames_per_camera > 1): keep past frames' "
-              "KV across windows, per side of the cut, so a window computes its new images' tokens only (engine/"
-              "kv_stream/; approximate: docs/DRIVING.md measures the cost; a move of the cut rebuilds it; not with "
-              "chunks > 1)"),
+    ParamSpec("kv_stream", "bool", "a waypoint model reading its history: keep past frames' KV per side of the cut "
+              "(engine/kv_stream/; approximate: DRIVING.md; a move of the cut rebuilds it; not with chunks > 1)"),
     ParamSpec("kv_refresh_windows", "int", "with kv_stream: every this many windows one computed whole (0: never)",
               0, 100000),
     ParamSpec("boundary_transport", "string", "auto: in-process when the suffix shares the process, else "
@@ -289,13 +287,11 @@ def check_node_params(node: str, values: dict, source: str) -> dict:
 def markdown_row(spec: ParamSpec) -> str:
     bounds = ", ".join(spec.choices) if spec.choices else \
         f"{spec.minimum} .. {spec.maximum}" if spec.minimum is not None and spec.maximum is not None else ""
-    if spec.auto:
-        bounds = f"{AUTO} (auto) or {bounds}"
+    bounds = f"{AUTO} (auto) or {bounds}" if spec.auto else bounds
     bounds = bounds or ("non-empty" if spec.nonempty else "")
     if spec.type == "int_or_string":
         bounds = f"{spec.minimum} .. {spec.maximum} or {', '.join(spec.choices)}"
-    runtime = "yes" if spec.dynamic else "no (read-only)"
-    return f"| `{spec.name}` | {spec.type} | {bounds} | {runtime} | {spec.description} |"
+    return f"| `{spec.name}` | {spec.type} | {bounds} | {'yes' if spec.dynamic else 'no (read-only)'} | {spec.description} |"
 
 
 def markdown_table(node: str) -> str:
