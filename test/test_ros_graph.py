@@ -563,12 +563,17 @@ def wait_for_graph(timeout_s: float) -> list[str]:
     """Names of the graph's nodes once all three are discoverable (or what was seen by the timeout)."""
     import rclpy
     from rclpy.node import Node
+    from rclpy.parameter import Parameter
     from hybrid_vla_ros.ros.launch_support.session import executor_with
     wanted = {"hybrid_vla_prefix", "hybrid_vla_suffix", "hybrid_vla_scheduler"}
     context = rclpy.Context()
     rclpy.init(context=context)
     try:
-        node = Node("bringup_probe", context=context)
+        # No endpoints of its own (node names come with the participants' discovery): a default node's 7 services
+        # and rosout writer are ~16 DDS endpoints for destroy_node to delete while the just-started graph's are still
+        # being matched, the suspect of a segfault (and the 2026-11-30 hang) in this teardown under load.
+        node = Node("bringup_probe", context=context, start_parameter_services=False, enable_rosout=False,
+                    parameter_overrides=[Parameter("start_type_description_service", value=False)])
         with executor_with([node], context) as executor:
             wait_until(lambda: wanted <= set(node.get_node_names()), lambda t: executor.spin_once(timeout_sec=t),
                        timeout_s)
