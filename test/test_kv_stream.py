@@ -148,3 +148,31 @@ def test_the_graph_streams_over_dds_as_the_stages_do_in_process(domain, tmp_path
     assert summary["trajectories"] == frames, summary
     assert_matches(trajectories, expected, "streaming over DDS")
     assert prefix.stream.stats()["kept_slots"] > 0 and suffix.stream.stats()["recomputed_slots"] == 0
+
+
+def test_the_shipped_history_model_streams_in_the_closed_loop_keeping_its_past_frames():
+    """A streaming policy drives (the shipped drive-history, instant timing: a window every camera tick, so from the
+    4th on 3 of its 4 frames were computed by earlier windows), and a new drive forgets the last one's segments."""
+    from hybrid_vla_ros.learn.closed_loop.model_policy import ModelPolicy
+    from hybrid_vla_ros.model.load import load_vla
+    from hybrid_vla_ros.sim.loop import CAMERA_PERIOD_S, Drive
+    from hybrid_vla_ros.sim.timing import instant
+    from hybrid_vla_ros.sim.world import random_scenario
+    policy = ModelPolicy(load_vla(checkpoint="builtin:drive-history"), kv_stream=True)
+    rec = Drive(random_scenario(0), policy, instant(CAMERA_PERIOD_S)).run(max_time_s=2.0)
+    kept, computed = policy.kv_slots()
+    assert rec.frames >= 15 and np.isfinite(np.array(rec.rows)[:, :6]).all()
+    assert kept >= 3 * (rec.frames - 8) and policy.suffix.stream.stats()["recomputed_slots"] == 0
+    policy.start_drive(instant(CAMERA_PERIOD_S))          # a new drive: its keys may repeat the last one's
+    assert not policy.prefix.stream.store.kept and not policy.suffix.stream.store.kept
+
+
+def test_compare_with_pairs_two_runs_on_the_same_scenarios_and_refuses_others():
+    from hybrid_vla_ros.learn.closed_loop.evaluate import compared_with
+    routes = lambda scores: {"p/native": [{"driving_score": s} for s in scores]}   # noqa: E731
+    run = {"seeds": [0, 1, 2], "lights": False, "routes": routes([50.0, 60.0, 70.0])}
+    other = {"seeds": [0, 1, 2], "lights": False, "policy": "full", "routes": routes([40.0, 50.0, 60.0])}
+    d = compared_with(run, other, "other.json")["rows"]["p/native"]
+    assert d["mean"] == pytest.approx(10.0) and d["verdict"] == "better"
+    with pytest.raises(ConfigError, match="same"):
+        compared_with(run, {**other, "seeds": [3, 4, 5]}, "other.json")

@@ -69,24 +69,38 @@ def evaluate(policy, scenarios: int = 20, seed: int = 0, profiles: tuple[str, ..
         plans = {key: t for key, t in plans.items() if key[1] in keep}
     if keep_paths_of is None:
         keep_paths_of = next((s for s in seeds if random_scenario(s, lights=lights).lead), seeds[0])
-    routes, paths = {key: [] for key in plans}, {}
+    routes, paths, slots = {key: [] for key in plans}, {}, {key: [0, 0] for key in plans}
     for s in seeds:
         scenario = random_scenario(s, lights=lights)
         for key, timing in plans.items():
             stop.check()                                   # Ctrl-C / SIGTERM: stop between drives
+            before = kv_slots(policy)
             rec = Drive(scenario, policy, timing, perturb).run()
             routes[key].append(route_metrics(rec))
+            slots[key] = [total + now - was for total, now, was in zip(slots[key], kv_slots(policy), before)]
             if s == keep_paths_of:
                 paths["/".join(key)] = [(r[1], r[2]) for r in rec.rows]
         done = {"/".join(k): round(v[-1]["driving_score"]) for k, v in routes.items()}
         progress(f"scenario {s}: driving score {done}")
     rows = [{"profile": p, "mode": m, "latency_ms": plans[(p, m)].latency_s * 1e3,
              "period_ms": plans[(p, m)].period_s * 1e3, **aggregate(routes[(p, m)]),
-             **against_native(routes, p, m)} for p, m in plans]
+             **against_native(routes, p, m), **kept_share(slots[(p, m)])} for p, m in plans]
     return {"policy": policy.name, "scenarios": scenarios, "seeds": seeds, "lights": lights, "profiles": list(profiles),
             "modes": sorted({m for _, m in plans}, key=["instant", *MODES].index),
             "perturbations": {**vars(perturb), "described": perturb.describe()}, "stage_ms": stages, "note": NOTE, "rows": rows,
             "routes": {"/".join(k): v for k, v in routes.items()}, "paths_seed": keep_paths_of, "paths": paths}
+
+
+def kv_slots(policy) -> tuple[int, int]:
+    """A streaming policy's image slots kept and computed so far ((0, 0) for any other)."""
+    counts = getattr(policy, "kv_slots", lambda: None)()
+    return counts or (0, 0)
+
+
+def kept_share(slots: list[int]) -> dict:
+    """Streaming KV: the share of a row's window image slots whose KV an earlier window had computed."""
+    kept, computed = slots
+    return {"kv_slots_kept_share": kept / (kept + computed)} if kept + computed else {}
 
 
 def against_native(routes: dict, profile: str, mode: str) -> dict:

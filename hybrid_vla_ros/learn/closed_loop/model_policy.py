@@ -30,6 +30,11 @@ class ModelPolicy:
         self.prefix.forget()
         self.suffix.forget()
 
+    def kv_slots(self) -> tuple[int, int] | None:
+        """Streaming KV: image slots kept and computed so far by the prefix (None without it)."""
+        stream = self.prefix.stream
+        return None if stream is None else (stream.kept_slots, stream.computed_slots)
+
     def frame(self, view: View):
         frame = render_frame(view, self.spec)
         frame.expected_delay_s = self.expected_delay_s
