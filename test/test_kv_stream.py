@@ -112,6 +112,9 @@ def test_a_bad_segment_table_is_refused_with_what_and_the_next_state_is_served()
         with pytest.raises(InputError, match=what):
             suffix.run(codec.decode(codec.encode(type(state)(**{**state.__dict__, "kv_segments": bad}))))
     assert np.isfinite(suffix.run(codec.decode(codec.encode(state))).points).all()
+    one_frame = SuffixStage(build_model(get_preset("drive")), 2)     # a model that keeps no past frames
+    with pytest.raises(InputError, match="kv_segments"):
+        one_frame.run(state)
 
 
 def test_streaming_is_refused_where_it_cannot_serve():

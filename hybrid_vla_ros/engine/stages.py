@@ -242,7 +242,10 @@ class SuffixStage:
         self.chunks.abandon()   # a whole frame after a chunked one left unfinished: that one cannot complete
         if state.kv_segments is not None:   # the new tokens' rows (1, n_new, H) then, not the whole frame's
             if self.stream is None:
-                self.stream = StreamingSuffix(self)
+                try:
+                    self.stream = StreamingSuffix(self)
+                except ConfigError as exc:   # a state claiming kept segments for a model that cannot keep any
+                    raise InputError(f"boundary state of frame {state.seq} carries kv_segments: {exc}") from exc
             return self.stream.forward(state)
         self.validate(state)
         t0 = time.perf_counter()

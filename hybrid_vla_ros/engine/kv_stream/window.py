@@ -60,8 +60,9 @@ def run_window(decoder, blocks, hidden: torch.Tensor, position_ids: torch.Tensor
     if not blocks:
         return WindowResult(rows, new_index, {})
     key_index = torch.cat([span_index(kept_spans), new_index])                         # kept first, then new
+    # mask (1, 1, n_new, n_keys)
     # nothing kept: the plain causal layout, the very call run_blocks makes (so the window equals the full one)
-    mask = layout_mask(key_index, new_index, decoder.config, rows.dtype) if kept_spans else None  # (1, 1, n_new, n_keys)
+    mask = layout_mask(key_index, new_index, decoder.config, rows.dtype).to(rows.device) if kept_spans else None
     positions = position_ids[..., new_index]
     cache = LayoutCache(kept_kv(decoder, blocks, position_ids, spans, segments))
     position_embeddings = decoder.rotary_emb(rows, positions)
