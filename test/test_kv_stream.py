@@ -179,3 +179,28 @@ def test_compare_with_pairs_two_runs_on_the_same_scenarios_and_refuses_others():
     assert d["mean"] == pytest.approx(10.0) and d["verdict"] == "better"
     with pytest.raises(ConfigError, match="same"):
         compared_with(run, {**other, "seeds": [3, 4, 5]}, "other.json")
+
+
+@pytest.mark.slow
+def test_the_nodes_say_per_window_what_was_kept_computed_and_recomputed(domain):
+    """Arriving camera sets (real DDS on loopback), the prefix streaming: its frame_info counts each window's kept and
+    computed slots (a cold start computes its 4; from frame 6 on 3 of 4 are kept, with stride 2 the 4th new), the
+    suffix's trajectory_info the slots it had to recompute (none: it received every state)."""
+    from hybrid_vla_ros.model.inputs import synthetic_camera_frame
+    from ros_harness import Harness, wait_until
+    cut = {"model.preset": "drive-history"}
+    harness = Harness(overrides={"hybrid_vla_prefix": {**cut, "camera_topics": ["/test/cam0/image"], "kv_stream": True},
+                                 "hybrid_vla_suffix": cut, "hybrid_vla_scheduler": cut},
+                      cameras=["/test/cam0/image"])
+    try:
+        for seq in range(8):
+            frame = synthetic_camera_frame(MODEL.spec, seq, stamp_ns=(seq + 1) * 100_000_000)
+            before = len(harness.infos)
+            harness.publish_images(frame.images, frame.stamp_ns)
+            assert wait_until(lambda: len(harness.infos) > before, harness.spin), f"no trajectory for frame {seq}"
+        assert wait_until(lambda: len(harness.frame_infos) >= 8, harness.spin)
+        counts = [(int(i["kv_slots_kept"]), int(i["kv_slots_computed"])) for i in harness.frame_infos[:8]]
+        assert counts[0] == (0, 4) and counts[6:] == [(3, 1)] * 2, counts
+        assert {i["kv_slots_recomputed_total"] for i in harness.infos} == {"0"}
+    finally:
+        harness.close()
