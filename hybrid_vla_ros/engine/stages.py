@@ -158,7 +158,7 @@ class SuffixStage:
         self.image_tokens, self.seq_len = model.image_tokens, model.sequence_length
         self.deepstack_depth = model.family.deepstack_blocks(model.backbone.config)
         self.chunks = ChunkedSuffix(self)   # a chunked frame's states (chunk_count > 1) go there
-        self.stream = None                  # a streaming-KV state's window (engine/kv_stream/), made at the first
+        self.stream = None                  # streaming KV's side (engine/kv_stream/), made at the first such state
 
     def set_partition(self, partition: int) -> None:
         """The partition the suffix expects by default; each state still runs from its own partition."""

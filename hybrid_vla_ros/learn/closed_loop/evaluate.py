@@ -122,9 +122,10 @@ def compared_with(report: dict, other: dict, source: str) -> dict:
     """Each (profile, mode) both runs drove, this run's driving score minus the other's, paired over the same
     scenarios (the other run: another policy or option on the same seeds, e.g. streaming KV against the full
     recompute). -> {"source", "rows": {key: paired difference}}."""
-    expect(other.get("seeds") == report["seeds"] and other.get("lights") == report["lights"], ConfigError,
-           f"--compare-with {source}: its scenarios (seeds {other.get('seeds')}, lights {other.get('lights')}) are not "
-           f"this run's (seeds {report['seeds']}, lights {report['lights']}): a paired difference needs the same")
+    world = lambda r: (r.get("seeds"), r.get("lights"), r.get("perturbations", {}).get("described"))   # noqa: E731
+    expect(world(other) == world(report), ConfigError,
+           f"--compare-with {source}: its scenarios (seeds, lights, perturbations {world(other)}) are not this run's "
+           f"({world(report)}): a paired difference needs the same")
     rows = {key: paired_difference([r["driving_score"] for r in routes],
                                    [r["driving_score"] for r in other["routes"][key]])
             for key, routes in report["routes"].items() if key in other.get("routes", {})}
