@@ -198,6 +198,9 @@ def test_the_encode_once_bench_compares_both_modes_on_the_same_windows(tmp_path,
     report = json.loads((tmp_path / "e.json").read_text())
     assert report["modes"]["full"]["images_encoded"] == 4 and report["modes"]["encode-once"]["images_encoded"] == 1
     assert report["modes"]["encode-once"]["start_images_encoded"] == [4, 5]
+    assert report["modes"]["streaming"]["images_encoded"] == 1 and report["streaming_kept_slots"] > 0
+    assert report["streaming_kept_mib"]["prefix"] > 0 and report["streaming_kept_mib"]["suffix"] > 0
+    assert 0 < report["streaming_vs_full_m"]["mean"] <= report["streaming_vs_full_m"]["max"]
     assert main(["bench", "--preset", "drive", "--scenario", "encode-once"]) != 0
 
 

@@ -65,7 +65,9 @@ def run_windows(model, windows: int = 24, partition: int | None = None) -> dict:
             "streaming_prefix_ratio": summary["streaming"]["prefix_ms"] / summary["full"]["prefix_ms"],
             "streaming_frame_ratio": summary["streaming"]["frame_ms"] / summary["full"]["frame_ms"],
             "streaming_vs_full_m": {"mean": float(np.mean(distance)), "max": float(np.max(distance))},
-            "streaming_kept_slots": modes["streaming"].stream.stats()["kept_slots"]}
+            "streaming_kept_slots": modes["streaming"].stream.stats()["kept_slots"],
+            "streaming_kept_mib": {"prefix": modes["streaming"].stream.store.nbytes() / 2 ** 20,
+                                   "suffix": suffixes["streaming"].stream.store.nbytes() / 2 ** 20}}
 
 
 def summarise(rows: list[dict]) -> dict:
@@ -87,7 +89,8 @@ def table(report: dict) -> list[str]:
     d = report["streaming_vs_full_m"]
     lines.append(f"streaming / full: prefix {report['streaming_prefix_ratio']:.2f}x, frame "
                  f"{report['streaming_frame_ratio']:.2f}x; approximate: plans {d['mean']:.3f} m from the full "
-                 f"mode's on average (largest {d['max']:.3f} m)")
+                 f"mode's on average (largest {d['max']:.3f} m); kept KV: prefix "
+                 f"{report['streaming_kept_mib']['prefix']:.1f} MiB, suffix {report['streaming_kept_mib']['suffix']:.1f} MiB")
     return lines
 
 

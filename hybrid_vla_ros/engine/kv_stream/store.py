@@ -52,3 +52,9 @@ class SegmentStore:
 
     def clear(self) -> None:
         self.kept.clear()
+
+    def nbytes(self) -> int:
+        """Bytes the kept segments hold (keys, values, rows)."""
+        tensors = [t for seg in self.kept.values() for kv in seg.kv.values() for t in kv] + \
+            [seg.rows for seg in self.kept.values() if seg.rows is not None]
+        return sum(t.numel() * t.element_size() for t in tensors)
