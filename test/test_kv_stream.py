@@ -59,7 +59,45 @@ def test_kept_keys_turned_to_a_new_position_equal_keys_rotated_there():
         cos, sin = decoder.rotary_emb(key, positions)
         return apply_rotary_pos_emb(key, key, cos, sin)[1]
     assert torch.allclose(rerotate(decoder, rotated(at), at, to), rotated(to), atol=1e-5)
-    assert rerotate(decoder, rotated(at), at, at) is not None
+    assert torch.allclose(rerotate(decoder, rotated(at), at, at), rotated(at), atol=1e-6)
+
+
+def test_a_kept_frame_reaches_block_0_at_its_present_position(monkeypatch):
+    """Block 0's keys of an image depend on the image alone (its embedding) and its position: the kept keys block 0
+    reads for frame 4, moved from the newest slot (window 4) to the third (window 6), equal the keys a window
+    computed whole gives it there."""
+    from hybrid_vla_ros.engine.kv_stream import window
+    seen = []
+    update = window.LayoutCache.update
+
+    def recording(self, key, value, layer_idx, *args, **kwargs):
+        out = update(self, key, value, layer_idx, *args, **kwargs)
+        if layer_idx == 0:
+            seen.append(out[0])
+        return out
+    monkeypatch.setattr(window.LayoutCache, "update", recording)
+    prefix = PrefixStage(MODEL, 2, kv_stream=True)
+    prefix.run(FRAMES[4])                                   # window [0, 0, 2, 4]: frame 4 computed in slot 3
+    state = prefix.run(FRAMES[6])                           # window [0, 2, 4, 6]: frames 0, 2, 4 kept
+    assert state.kv_segments[1].tolist() == [1, 1, 1, 0]
+    whole = PrefixStage(MODEL, 2, kv_stream=True)
+    whole.run(FRAMES[6])                                    # nothing kept: frame 4 computed in slot 2
+    key4 = FRAMES[6].image_keys[2]
+    n = 16
+    kept_keys = seen[1][..., 2 * n:3 * n, :]                # window 6's kept keys: slots 0, 1, 2 in order
+    assert torch.allclose(kept_keys, whole.stream.store.get(key4).kv[0][0], atol=1e-5)
+    assert not torch.allclose(kept_keys, prefix.stream.store.get(key4).kv[0][0], atol=1e-3)   # not where it was
+
+
+def test_the_stores_stay_bounded_and_a_bf16_suffix_streams():
+    from hybrid_vla_ros.engine.placement import Placement
+    prefix, suffix, plans = streamed(2, [synthetic_frame(MODEL.spec, seq) for seq in range(20)])
+    capacity = MODEL.spec.image_slots * 2
+    assert len(prefix.stream.store.kept) <= capacity and len(suffix.stream.store.kept) <= capacity
+    placement = Placement.create("cpu", "fp32", "bf16")
+    prefix, suffix = PrefixStage(MODEL, 2, placement, kv_stream=True), SuffixStage(MODEL, 2, placement)
+    bf16 = [suffix.run(prefix.run(f)).points for f in FRAMES]
+    assert suffix.stream.stats()["kept_slots"] > 0 and max(np.abs(a - b).max() for a, b in zip(bf16, plans)) < 0.5
 
 
 def test_past_frames_are_kept_and_each_side_keeps_its_own_blocks_with_the_same_plans_at_every_cut():
@@ -95,6 +133,25 @@ def test_a_state_lost_on_the_way_is_recomputed_on_the_suffix():
     state = prefix.run(FRAMES[7])                  # keeps frame 5's segment, which the suffix never computed
     points = suffix.run(state).points
     assert suffix.stream.stats()["recomputed_slots"] >= 1 and np.isfinite(points).all()
+    # exactly: a window whose every slot the prefix kept from a whole one, to a suffix that holds none of them, is
+    # computed there from the state's rows as the full recompute computes it
+    prefix = PrefixStage(MODEL, 2, kv_stream=True)
+    prefix.run(FRAMES[6])
+    state = prefix.run(FRAMES[6])
+    fresh = SuffixStage(MODEL, 2)
+    assert np.allclose(fresh.run(state).points, full_plan(FRAMES[6]), atol=1e-5)
+    assert fresh.stream.stats()["recomputed_slots"] == 4
+
+
+def test_a_window_whose_plan_overflows_keeps_nothing_on_the_suffix():
+    prefix, suffix, _ = streamed(2, FRAMES[:3])
+    held = (len(prefix.stream.store.kept), len(suffix.stream.store.kept))
+    norm, suffix.norm = suffix.norm, lambda rows: rows * float("nan")   # an overflow after the blocks
+    with pytest.raises(InputError, match="trajectory of frame 3"):
+        suffix.run(prefix.run(FRAMES[3]))
+    suffix.norm = norm
+    assert len(suffix.stream.store.kept) == held[1]
+    assert np.isfinite(suffix.run(prefix.run(FRAMES[5])).points).all()
 
 
 def test_refreshing_every_window_is_the_full_recompute():

@@ -157,6 +157,10 @@ def perturbations(args):
 
 
 def run(args) -> int:
+    from ..errors import ConfigError, expect
+    expect(not (args.kv_stream and (args.graph or args.oracle)) and not (args.compare_with and args.graph),
+           ConfigError, "closed loop: --kv-stream drives the model in the simulator's loop (not with --graph, whose "
+                        "prefix takes kv_stream as a parameter, nor --oracle); --compare-with compares two such runs")
     if args.graph:
         return run_graph(args)
     from ..learn.closed_loop.evaluate import evaluate, plot_paths, table_lines

@@ -34,11 +34,14 @@ def predictions(model: VLAModel, samples: list[Sample], partition: int | None, s
     return [suffix.run(prefix.run(s.frame)).points[:, :2] for s in samples]
 
 
-def streamed_predictions(model: VLAModel, samples: list[Sample], partition: int, refresh_windows: int = 0) -> list:
-    """(N, 2) per sample through the split with streaming KV: the samples in order (a drive's frames one after
-    another, so its windows keep their past frames' KV; another drive's images never match)."""
-    prefix = PrefixStage(model, partition, kv_stream=True, kv_refresh_windows=refresh_windows)
-    suffix = SuffixStage(model, partition)
+def streamed_predictions(model: VLAModel, samples: list[Sample], partition: int, refresh_windows: int = 0,
+                         prefix: tuple[str, str] = ("cpu", "fp32")) -> list:
+    """(N, 2) per sample through the split at `partition` with streaming KV, the prefix on `prefix` = (device,
+    dtype), the suffix on the CPU in fp32: the samples in order (a drive's frames one after another, so its windows
+    keep their past frames' KV; another drive's images never match)."""
+    placement = Placement.create(prefix[0], prefix[1], "fp32")
+    suffix = SuffixStage(model, partition, placement)
+    prefix = PrefixStage(model, partition, placement, kv_stream=True, kv_refresh_windows=refresh_windows)
     return [suffix.run(prefix.run(s.frame)).points[:, :2] for s in samples]
 
 
@@ -103,9 +106,9 @@ def evaluate(model: VLAModel, drives: int = 10, seed: int = 0, frames_per_drive:
             settings[name] = {**score(preds, samples),
                               "max_diff_vs_native_m": float(max(np.abs(a - b).max() for a, b in zip(preds, native)))}
             progress(f"{name}: ADE {settings[name]['ade_m']:.3f} m")
-    if kv_stream:
-        p = spec.num_blocks // 2
-        preds = streamed_predictions(model, samples, p, kv_refresh_windows)
+    if kv_stream:   # the same plans at every cut (test_kv_stream): one, the middle of the asked ones, fp32 suffix
+        p = sorted(partitions)[len(partitions) // 2]
+        preds = streamed_predictions(model, samples, p, kv_refresh_windows, prefix)
         settings[f"streaming_kv_p{p}"] = {**score(preds, samples), "refresh_windows": kv_refresh_windows,
                                           "vs_full_recompute": trajectory_difference(preds, native)}
         progress(f"streaming_kv_p{p}: ADE {settings[f'streaming_kv_p{p}']['ade_m']:.3f} m")

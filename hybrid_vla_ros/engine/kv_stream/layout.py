@@ -34,6 +34,15 @@ def image_spans(input_ids: torch.Tensor, image_token_id: int, slots: int) -> lis
     return list(zip(starts, ends))
 
 
+def prompt_spans(model) -> list[tuple[int, int]]:
+    """Each image slot's token span in the model's prompt (the same for every frame: a fixed layout)."""
+    spec = model.spec
+    blocks, per_block = model.family.image_blocks(spec)
+    ids, _ = model.prompt.build(blocks, per_block, "", spec.text_tokens, 0.0, 0.0, spec.query_tokens,
+                                spec.slot_tokens)
+    return image_spans(ids[0], model.prompt.image_token_id, spec.image_slots)
+
+
 def new_token_index(seq_len: int, kept_spans: list[tuple[int, int]]) -> torch.Tensor:
     """-> (n_new,) ascending indices of the tokens outside the kept spans."""
     new = torch.ones(seq_len, dtype=torch.bool)
@@ -54,10 +63,15 @@ def layout_mask(key_index: torch.Tensor, query_index: torch.Tensor, config, dtyp
     allowed = key_index.unsqueeze(0) <= query_index.unsqueeze(1)                      # (q, k)
     if config._attn_implementation == "sdpa":
         return allowed[None, None]
-    expect(config._attn_implementation == "eager", ConfigError,
-           f"streaming KV: attention implementation {config._attn_implementation!r} (sdpa or eager take a mask)")
     blocked = torch.full(allowed.shape, torch.finfo(dtype).min, dtype=dtype)
     return torch.where(allowed, torch.zeros((), dtype=dtype), blocked)[None, None]
+
+
+def check_attention(config, where: str) -> None:
+    """The layout mask is handed to the attention as a tensor: sdpa or eager (flash attention takes none)."""
+    expect(config._attn_implementation in ("sdpa", "eager"), ConfigError,
+           f"{where}: attention implementation {config._attn_implementation!r}: streaming KV hands the attention a "
+           f"layout mask, which sdpa and eager take")
 
 
 def check_rotary(decoder, where: str) -> None:
@@ -69,13 +83,24 @@ def check_rotary(decoder, where: str) -> None:
            f"turns kept keys by a position difference, which needs a plain rotation ({', '.join(ADDITIVE_ROPE)})")
 
 
+def turning(decoder, computed_at: torch.Tensor, now_at: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rotation from positions computed_at to now_at ((3, 1, n) or (1, n)) -> (cos, sin), each (1, 1, n, D) in
+    fp32, for turn(); computed once per kept segment and window, used by every block."""
+    probe = torch.empty(0, dtype=torch.float32, device=now_at.device)
+    cos, sin = decoder.rotary_emb(probe, now_at - computed_at)                         # (1, n, D) each
+    return cos.unsqueeze(1), sin.unsqueeze(1)
+
+
+def turn(key: torch.Tensor, rotation: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """key (1, kv_heads, n, D), rotated at the positions a turning() starts from -> rotated at where it ends (the
+    arithmetic in fp32, the result in the key's dtype)."""
+    cos, sin = rotation
+    k = key.float()
+    half = k.shape[-1] // 2
+    turned = torch.cat((-k[..., half:], k[..., :half]), dim=-1)                      # rotate_half
+    return (k * cos + turned * sin).to(key.dtype)
+
+
 def rerotate(decoder, key: torch.Tensor, computed_at: torch.Tensor, now_at: torch.Tensor) -> torch.Tensor:
-    """key (1, kv_heads, n, D), rotated at positions computed_at ((3, 1, n) or (1, n)) -> rotated at now_at."""
-    delta = now_at - computed_at
-    if not bool(delta.any()):
-        return key
-    cos, sin = decoder.rotary_emb(key, delta)                                          # (1, n, D) each
-    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-    half = key.shape[-1] // 2
-    turned = torch.cat((-key[..., half:], key[..., :half]), dim=-1)                  # rotate_half
-    return key * cos + turned * sin
+    """key (1, kv_heads, n, D), rotated at positions computed_at -> rotated at now_at."""
+    return turn(key, turning(decoder, computed_at, now_at))

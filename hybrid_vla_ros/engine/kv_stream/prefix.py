@@ -15,7 +15,7 @@ from ...errors import ConfigError, expect
 from ...model.plugins.head_inputs import reads_sequence
 from ...types import BoundaryState, Frame
 from ..embedding import frame_embeddings
-from .layout import check_rotary, image_spans
+from .layout import check_attention, check_rotary, image_spans, prompt_spans
 from .store import SegmentStore
 from .window import run_window, segment_of
 
@@ -31,6 +31,8 @@ def check_streamable(model, where: str) -> None:
     expect(not model.family.scene_encoded and model.family.deepstack_blocks(model.backbone.config) == 0, ConfigError,
            f"{where}: family {spec.family!r} (a scene encoder or DeepStack) is not served by streaming KV")
     check_rotary(model.decoder, where)
+    check_attention(model.decoder.config, where)
+    prompt_spans(model)   # one run of image tokens per slot (a family whose image runs merge: refused here)
 
 
 class StreamingPrefix:
@@ -45,7 +47,7 @@ class StreamingPrefix:
         self.model, self.refresh_windows = model, refresh_windows
         self.store = SegmentStore(spec.image_slots * max(2, spec.frame_stride))
         self.serials = itertools.count(time.time_ns())   # unique across restarts: a suffix never meets an old one
-        self.windows = self.kept_slots = self.computed_slots = 0
+        self.windows = self.kept_slots = self.computed_slots = self.last_new_tokens = 0
 
     def refresh_due(self) -> bool:
         return self.refresh_windows > 0 and self.windows % self.refresh_windows == 0
@@ -62,16 +64,18 @@ class StreamingPrefix:
         result = run_window(model.decoder, blocks, embeds, position_ids, spans, segments)
         hidden = embeds.clone()                                                        # (1, S, H)
         hidden[:, result.new_index] = result.hidden
-        serials = []
+        keep = keys is not None and bool(torch.isfinite(result.hidden).all())   # an overflow is sent (the suffix
+        serials = []                                                             # refuses it), never kept
         for slot, (span, segment) in enumerate(zip(spans, segments)):
             if segment is not None:
                 hidden[:, span[0]:span[1]] = segment.rows
             else:
                 segment = segment_of(result, span, position_ids, next(self.serials),
                                      hidden[:, span[0]:span[1]].clone())
-                if keys is not None:
+                if keep:
                     self.store.put(keys[slot], segment)
             serials.append(segment.serial)
+        self.last_new_tokens = int(result.new_index.numel())
         kept = [int(s is not None) for s in segments]
         self.windows += 1
         self.kept_slots, self.computed_slots = self.kept_slots + sum(kept), self.computed_slots + len(kept) - sum(kept)

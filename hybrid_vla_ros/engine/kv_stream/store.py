@@ -3,7 +3,8 @@ keys and values for the blocks that side runs, the positions its keys were rotat
 rows, so that a later window sends the whole boundary state. Bounded: a window reads image_slots segments, and with a
 frame stride s the windows of s interleaved chains alternate, so image_slots x max(2, s) are kept, the least recently
 used dropped. At real size that is per segment 2 x blocks x n x kv_heads x head_dim values: at Alpamayo's shapes (36
-blocks, 8 x 128, ~180 tokens an image) 26 MB in bf16, so 16 slots x 2 windows ~0.8 GB on the GPU side."""
+blocks, 8 x 128, ~180 tokens an image) 26 MB in bf16 for all blocks, so 16 slots x 2 windows ~0.8 GB across both
+sides (the prefix's share p / 36 of it plus each segment's boundary rows, n x hidden)."""
 
 from __future__ import annotations
 

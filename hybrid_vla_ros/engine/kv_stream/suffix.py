@@ -12,19 +12,10 @@ import torch
 from ...errors import InputError, expect, expect_finite
 from ...model.vla import waypoints_from_head
 from ...types import BoundaryState, Trajectory
-from .layout import image_spans
+from .layout import prompt_spans
 from .prefix import check_streamable
 from .store import SegmentStore
 from .window import run_window, segment_of
-
-
-def prompt_spans(model) -> list[tuple[int, int]]:
-    """Each image slot's token span in the model's prompt (the same for every frame: a fixed layout)."""
-    spec = model.spec
-    blocks, per_block = model.family.image_blocks(spec)
-    ids, _ = model.prompt.build(blocks, per_block, "", spec.text_tokens, 0.0, 0.0, spec.query_tokens,
-                                spec.slot_tokens)
-    return image_spans(ids[0], model.prompt.image_token_id, spec.image_slots)
 
 
 class StreamingSuffix:
@@ -58,22 +49,31 @@ class StreamingSuffix:
         hidden = state.hidden.to(place.suffix_device, place.suffix_dtype)              # (1, S, H)
         position_ids = state.position_ids.to(place.suffix_device)
         self.store.use_partition(state.partition)
-        segments = [self.store.get(serial) if flag else None for serial, flag in zip(serials, kept)]
+        segments = [self.held(serial, span) if flag else None
+                    for serial, flag, span in zip(serials, kept, self.spans)]
         blocks = [(i, stage.blocks[i]) for i in range(state.partition, model.num_blocks)]
         result = run_window(model.decoder, blocks, hidden, position_ids, self.spans, segments)
+        rows = stage.norm(result.hidden)                                               # (1, n_new, H)
+        query = state.query_index % hidden.shape[1]
+        last = int(torch.searchsorted(result.new_index, query))
+        expect(last < len(result.new_index) and int(result.new_index[last]) == query, InputError,
+               f"boundary state of frame {state.seq}: query token {query} lies inside a kept image slot")
+        where = f"trajectory of frame {state.seq}"
+        raw, extras = model.run_head(stage.head, rows, last, state.context, state.stamp_ns, where)  # (1, N, 4)
+        points = waypoints_from_head(raw.float(), model.spec.waypoint_dt_s)            # (1, N, 5)
+        expect_finite(points, "nonfinite_output", where)   # before anything is kept: a bad window keeps nothing
         for span, serial, segment in zip(self.spans, serials, segments):
             if segment is None:
                 self.store.put(serial, segment_of(result, span, position_ids, serial))
         self.count(kept, segments)
-        rows = stage.norm(result.hidden)                                               # (1, n_new, H)
-        last = int(torch.searchsorted(result.new_index, state.query_index % hidden.shape[1]))
-        where = f"trajectory of frame {state.seq}"
-        raw, extras = model.run_head(stage.head, rows, last, state.context, state.stamp_ns, where)  # (1, N, 4)
-        points = waypoints_from_head(raw.float(), model.spec.waypoint_dt_s)            # (1, N, 5)
-        expect_finite(points, "nonfinite_output", where)
         state.timings["suffix_ms"] = (time.perf_counter() - t0) * 1e3
         return rows, Trajectory(points=points[0].cpu().numpy(), seq=state.seq, stamp_ns=state.stamp_ns,
                                 partition=state.partition, extras=extras)
+
+    def held(self, serial: int, span: tuple[int, int]):
+        """The kept segment of that serial, if held and of the slot's length (else it is computed here)."""
+        segment = self.store.get(serial)
+        return segment if segment is not None and segment.positions.shape[-1] == span[1] - span[0] else None
 
     def count(self, kept: list[int], segments: list) -> None:
         self.windows += 1

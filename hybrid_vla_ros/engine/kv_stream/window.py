@@ -8,23 +8,26 @@ from dataclasses import dataclass
 
 import torch
 
-from .layout import layout_mask, new_token_index, rerotate, span_index
+from .layout import layout_mask, new_token_index, span_index, turn, turning
 from .store import Segment
 
 
 class LayoutCache:
     """What a block's attention calls `cache.update` on (transformers' Cache protocol, the one method the decoder
-    layers use): per block index, the kept keys/values go before the new tokens' own; the new ones are recorded."""
+    layers use): the kept segments' keys (turned to their present positions, block by block as each asks, so no
+    second copy of every block's kept KV is made) and values go before the new tokens' own; the new ones are
+    recorded."""
 
-    def __init__(self, kept: dict):
-        self.kept, self.new = kept, {}
+    def __init__(self, kept: list):
+        self.kept, self.new = kept, {}                       # kept: [(Segment, its turning (cos, sin))], slot order
 
     def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args, **kwargs):
         self.new[layer_idx] = (key, value)                                             # (1, kv_heads, n_new, D)
-        if layer_idx not in self.kept:
+        if not self.kept:
             return key, value
-        kept_key, kept_value = self.kept[layer_idx]
-        return torch.cat([kept_key, key], dim=-2), torch.cat([kept_value, value], dim=-2)
+        keys = [turn(segment.kv[layer_idx][0], rotation) for segment, rotation in self.kept]
+        values = [segment.kv[layer_idx][1] for segment, _ in self.kept]
+        return torch.cat([*keys, key], dim=-2), torch.cat([*values, value], dim=-2)
 
 
 @dataclass
@@ -32,22 +35,6 @@ class WindowResult:
     hidden: torch.Tensor        # (1, n_new, H): the new tokens after the side's last block
     new_index: torch.Tensor     # (n_new,) their layout indices, ascending
     new_kv: dict                # block index -> (keys, values) of the new tokens, (1, kv_heads, n_new, D)
-
-
-def kept_kv(decoder, blocks, position_ids: torch.Tensor, spans, segments) -> dict:
-    """block index -> the kept segments' (keys, values), in slot order, keys turned to this window's positions."""
-    out = {}
-    for index, _ in blocks:
-        keys, values = [], []
-        for (start, end), segment in zip(spans, segments):
-            if segment is None:
-                continue
-            key, value = segment.kv[index]
-            keys.append(rerotate(decoder, key, segment.positions, position_ids[..., start:end]))
-            values.append(value)
-        if keys:
-            out[index] = (torch.cat(keys, dim=-2), torch.cat(values, dim=-2))
-    return out
 
 
 def run_window(decoder, blocks, hidden: torch.Tensor, position_ids: torch.Tensor, spans, segments) -> WindowResult:
@@ -60,11 +47,13 @@ def run_window(decoder, blocks, hidden: torch.Tensor, position_ids: torch.Tensor
     if not blocks:
         return WindowResult(rows, new_index, {})
     key_index = torch.cat([span_index(kept_spans), new_index])                         # kept first, then new
-    # mask (1, 1, n_new, n_keys)
-    # nothing kept: the plain causal layout, the very call run_blocks makes (so the window equals the full one)
-    mask = layout_mask(key_index, new_index, decoder.config, rows.dtype).to(rows.device) if kept_spans else None
+    # nothing kept under sdpa: no mask, its causal flag, the very call run_blocks makes (the window equals the full
+    # one); else the layout mask (1, 1, n_new, n_keys)
+    plain = not kept_spans and decoder.config._attn_implementation == "sdpa"
+    mask = None if plain else layout_mask(key_index, new_index, decoder.config, rows.dtype).to(rows.device)
     positions = position_ids[..., new_index]
-    cache = LayoutCache(kept_kv(decoder, blocks, position_ids, spans, segments))
+    cache = LayoutCache([(segment, turning(decoder, segment.positions, position_ids[..., start:end]))
+                         for (start, end), segment in zip(spans, segments) if segment is not None])
     position_embeddings = decoder.rotary_emb(rows, positions)
     for _, block in blocks:
         rows = block(rows, attention_mask=mask, position_embeddings=position_embeddings, position_ids=None,

@@ -24,14 +24,16 @@ def window_depth(spec) -> int:
     return (spec.frames_per_camera - 1) * spec.frame_stride + 1
 
 
-def window_of(history: list[Frame], spec) -> Frame:
+def window_of(history: list[Frame], spec, epoch: int = 0) -> Frame:
     """history: the camera frames up to the newest (oldest first; each with num_cameras images) -> the newest
-    frame with the window's image_slots images in place of its own (everything else the newest frame's)."""
+    frame with the window's image_slots images in place of its own (everything else the newest frame's). Keys:
+    (camera, stamp, the image object's id, epoch): the window holds each image while its key can be met; epoch (the
+    window's restarts) keeps a replayed stamp whose new image took a dropped one's id from meeting its old key."""
     newest = len(history) - 1
     picks = [history[step] for step in spec.window_steps(newest)]
     images = [pick.images[camera] for camera in range(spec.num_cameras) for pick in picks]   # camera-major
-    keys = tuple((camera, pick.stamp_ns, id(pick.images[camera])) for camera in range(spec.num_cameras)
-                 for pick in picks)   # the window holds each image while its key can be met
+    keys = tuple((camera, pick.stamp_ns, id(pick.images[camera]), epoch) for camera in range(spec.num_cameras)
+                 for pick in picks)
     return dataclasses.replace(history[-1], images=images, image_keys=keys)
 
 
@@ -52,12 +54,12 @@ class FrameWindow:
             return frame
         order = stamp_order(self.kept[-1].stamp_ns, frame.stamp_ns) if self.kept else "newer"
         if order == "older":
-            return window_of([*self.kept, frame], self.spec)
+            return window_of([*self.kept, frame], self.spec, self.restarts)
         if order == "jump" or (self.kept and frame.stamp_ns - self.kept[-1].stamp_ns > MAX_GAP_NS):
             self.kept.clear()
             self.restarts += 1
         self.kept.append(frame)
-        return window_of(list(self.kept), self.spec)
+        return window_of(list(self.kept), self.spec, self.restarts)
 
     def clear(self) -> None:
         self.kept.clear()
