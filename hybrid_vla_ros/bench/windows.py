@@ -65,6 +65,8 @@ def run_windows(model, windows: int = 24, partition: int | None = None) -> dict:
             "streaming_prefix_ratio": summary["streaming"]["prefix_ms"] / summary["full"]["prefix_ms"],
             "streaming_frame_ratio": summary["streaming"]["frame_ms"] / summary["full"]["frame_ms"],
             "streaming_vs_full_m": {"mean": float(np.mean(distance)), "max": float(np.max(distance))},
+            "tokens_per_window": model.sequence_length,
+            "streaming_new_tokens": modes["streaming"].stream.last_new_tokens,   # the last window's
             "streaming_kept_slots": modes["streaming"].stream.stats()["kept_slots"],
             "streaming_kept_mib": {"prefix": modes["streaming"].stream.store.nbytes() / 2 ** 20,
                                    "suffix": suffixes["streaming"].stream.store.nbytes() / 2 ** 20}}
@@ -79,8 +81,8 @@ def summarise(rows: list[dict]) -> dict:
 def table(report: dict) -> list[str]:
     lines = [f"{report['preset']}: {report['blocks']} blocks, cut p={report['partition']}, "
              f"{report['images_per_window']} images a window ({report['frames_per_camera']} frames a camera, every "
-             f"{report['frame_stride']}), {report['threads']} thread(s); median of windows {START + 1}.."
-             f"{report['windows']} (ms)",
+             f"{report['frame_stride']}), {report['tokens_per_window']} tokens ({report['streaming_new_tokens']} new "
+             f"streaming), {report['threads']} thread(s); median of windows {START + 1}..{report['windows']} (ms)",
              f"{'mode':<13}{'prefix':>9}{'frame (serial period)':>23}{'images encoded':>16}"]
     for name, m in report["modes"].items():
         lines.append(f"{name:<13}{m['prefix_ms']:>9.2f}{m['frame_ms']:>23.2f}{m['images_encoded']:>16.0f}")
