@@ -17,7 +17,6 @@ import torch
 
 from ..errors import InputError, expect, expect_finite
 from ..model.plugins.head_inputs import reads_sequence
-from ..model.vla import waypoints_from_head
 from ..types import BoundaryState, Frame, Trajectory
 from .chunking import FrameKV, OpenFrame, check_chunkable, chunk_mask, chunk_spans, run_blocks_chunk
 from .embedding import FrameEmbedder
@@ -102,14 +101,7 @@ class ChunkedSuffix:
             return hidden, None
         self.open = None
         rows, first = (torch.cat(frame.rows, dim=1), 0) if frame.rows else (hidden, start)   # (P, S or C, H)
-        where = f"trajectory of frame {state.seq}"
-        raw, extras = model.run_head(stage.head, rows, state.query_index % stage.seq_len - first, state.context,
-                                     state.stamp_ns, where)                           # (1, N, 4)
-        points = waypoints_from_head(raw.float(), model.spec.waypoint_dt_s)            # (1, N, 5)
-        expect_finite(points, "nonfinite_output", where)
-        state.timings["suffix_ms"] = frame.suffix_ms
-        return hidden, Trajectory(points=points[0].cpu().numpy(), seq=state.seq, stamp_ns=state.stamp_ns,
-                                  partition=state.partition, extras=extras)
+        return hidden, stage.trajectory(rows, state.query_index % stage.seq_len - first, state, frame.suffix_ms)
 
     # ---- checks ----------------------------------------------------------------------------------------------
     def _admit(self, state: BoundaryState) -> OpenFrame:

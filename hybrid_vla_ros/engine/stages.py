@@ -257,14 +257,19 @@ class SuffixStage:
         deepstack = state.deepstack.to(place.suffix_device) if state.deepstack is not None else None
         hidden = run_blocks(model.decoder, blocks, hidden, position_ids, attention_mask, state.partition, deepstack)
         hidden = self.norm(hidden)                                                     # (1, S, H)
+        return hidden, self.trajectory(hidden, state.query_index % self.seq_len, state,
+                                       (time.perf_counter() - t0) * 1e3)
+
+    def trajectory(self, rows: torch.Tensor, last: int, state: BoundaryState, suffix_ms: float) -> Trajectory:
+        """The head on a frame's final normed rows (P, S', H), its query tokens ending at row `last` -> the frame's
+        trajectory, checked finite (whole, chunked and streaming frames alike); records suffix_ms."""
         where = f"trajectory of frame {state.seq}"
-        raw, extras = model.run_head(self.head, hidden, state.query_index % self.seq_len, state.context,
-                                     state.stamp_ns, where)                           # (1, N, 4)
-        points = waypoints_from_head(raw.float(), model.spec.waypoint_dt_s)            # (1, N, 5)
+        raw, extras = self.model.run_head(self.head, rows, last, state.context, state.stamp_ns, where)  # (1, N, 4)
+        points = waypoints_from_head(raw.float(), self.model.spec.waypoint_dt_s)       # (1, N, 5)
         expect_finite(points, "nonfinite_output", where)
-        state.timings["suffix_ms"] = (time.perf_counter() - t0) * 1e3
-        return hidden, Trajectory(points=points[0].cpu().numpy(), seq=state.seq, stamp_ns=state.stamp_ns,
-                                  partition=state.partition, extras=extras)
+        state.timings["suffix_ms"] = suffix_ms
+        return Trajectory(points=points[0].cpu().numpy(), seq=state.seq, stamp_ns=state.stamp_ns,
+                          partition=state.partition, extras=extras)
 
 
 @torch.inference_mode()

@@ -15,13 +15,14 @@ from ...errors import ConfigError, expect
 from ...model.plugins.head_inputs import reads_sequence
 from ...types import BoundaryState, Frame
 from ..embedding import frame_embeddings
-from .layout import check_attention, check_rotary, image_spans, prompt_spans
+from .layout import check_attention, check_rotary, prompt_spans
 from .store import SegmentStore
 from .window import run_window, segment_of
 
 
-def check_streamable(model, where: str) -> None:
-    """Streaming KV serves a single-pass waypoint model reading its history, vision-tower family, no DeepStack."""
+def check_streamable(model, where: str) -> list[tuple[int, int]]:
+    """Streaming KV serves a single-pass waypoint model reading its history, vision-tower family, no DeepStack.
+    -> each image slot's token span in its prompt (a fixed layout)."""
     spec = model.spec
     expect(spec.action_head == "waypoints" and model.num_passes == 1 and not reads_sequence(model.action_head),
            ConfigError, f"{where}: streaming KV serves single-pass waypoint models whose head reads the query tokens "
@@ -32,7 +33,7 @@ def check_streamable(model, where: str) -> None:
            f"{where}: family {spec.family!r} (a scene encoder or DeepStack) is not served by streaming KV")
     check_rotary(model.decoder, where)
     check_attention(model.decoder.config, where)
-    prompt_spans(model)   # one run of image tokens per slot (a family whose image runs merge: refused here)
+    return prompt_spans(model)   # one run of image tokens per slot (a family whose image runs merge: refused)
 
 
 class StreamingPrefix:
@@ -40,7 +41,7 @@ class StreamingPrefix:
     far back a kept frame's context reaches and how long a suffix that lost a state recomputes."""
 
     def __init__(self, model, refresh_windows: int = 0):
-        check_streamable(model, "prefix")
+        self.spans = check_streamable(model, "prefix")
         expect(isinstance(refresh_windows, int) and refresh_windows >= 0, ConfigError,
                f"kv refresh windows {refresh_windows!r}: expected an integer >= 0 (0: never)")
         spec = model.spec
@@ -56,7 +57,7 @@ class StreamingPrefix:
         t0 = time.perf_counter()
         model, place = self.model, stage.placement
         embeds, position_ids, input_ids, _ = frame_embeddings(model, frame, place, stage.vision)  # (1, S, H)
-        spans = image_spans(input_ids[0].cpu(), model.prompt.image_token_id, model.spec.image_slots)
+        spans = self.spans
         self.store.use_partition(partition)
         keys = frame.image_keys if frame.image_keys is not None and len(frame.image_keys) == len(spans) else None
         segments = [None] * len(spans) if keys is None or self.refresh_due() else [self.store.get(k) for k in keys]

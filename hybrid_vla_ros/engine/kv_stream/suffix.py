@@ -9,10 +9,8 @@ import time
 
 import torch
 
-from ...errors import InputError, expect, expect_finite
-from ...model.vla import waypoints_from_head
+from ...errors import InputError, expect
 from ...types import BoundaryState, Trajectory
-from .layout import prompt_spans
 from .prefix import check_streamable
 from .store import SegmentStore
 from .window import run_window, segment_of
@@ -20,9 +18,8 @@ from .window import run_window, segment_of
 
 class StreamingSuffix:
     def __init__(self, stage):
-        check_streamable(stage.model, "suffix")
         spec = stage.model.spec
-        self.stage, self.spans = stage, prompt_spans(stage.model)
+        self.stage, self.spans = stage, check_streamable(stage.model, "suffix")
         self.store = SegmentStore(spec.image_slots * max(2, spec.frame_stride))
         self.windows = self.kept_slots = self.computed_slots = self.recomputed_slots = 0
 
@@ -58,17 +55,12 @@ class StreamingSuffix:
         last = int(torch.searchsorted(result.new_index, query))
         expect(last < len(result.new_index) and int(result.new_index[last]) == query, InputError,
                f"boundary state of frame {state.seq}: query token {query} lies inside a kept image slot")
-        where = f"trajectory of frame {state.seq}"
-        raw, extras = model.run_head(stage.head, rows, last, state.context, state.stamp_ns, where)  # (1, N, 4)
-        points = waypoints_from_head(raw.float(), model.spec.waypoint_dt_s)            # (1, N, 5)
-        expect_finite(points, "nonfinite_output", where)   # before anything is kept: a bad window keeps nothing
-        for span, serial, segment in zip(self.spans, serials, segments):
+        trajectory = stage.trajectory(rows, last, state, (time.perf_counter() - t0) * 1e3)   # raises unless finite:
+        for span, serial, segment in zip(self.spans, serials, segments):                  # a bad window keeps nothing
             if segment is None:
                 self.store.put(serial, segment_of(result, span, position_ids, serial))
         self.count(kept, segments)
-        state.timings["suffix_ms"] = (time.perf_counter() - t0) * 1e3
-        return rows, Trajectory(points=points[0].cpu().numpy(), seq=state.seq, stamp_ns=state.stamp_ns,
-                                partition=state.partition, extras=extras)
+        return rows, trajectory
 
     def held(self, serial: int, span: tuple[int, int]):
         """The kept segment of that serial, if held and of the slot's length (else it is computed here)."""
