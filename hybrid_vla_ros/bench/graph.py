@@ -52,6 +52,10 @@ def run_graph_mode(model: VLAModel, placement: Placement, partition: int, frames
         return {"skipped": f"graph modes: the model needs the ego's pose and its history ({sorted(context)}), which "
                            f"the bench drive's readiness probe, stamped before any odometry, cannot have; the graph "
                            f"serves it from a drive with odometry (`hybrid-vla demo`)"}
+    if "navigation" in context and not route_messages_available():
+        return {"skipped": "graph modes: the model needs navigation, which the bench drive gives as an Autoware "
+                           "LaneletRoute; autoware_planning_msgs is not importable here (scripts/setup.sh builds it "
+                           "from ../shared/autoware_msgs, or source an Autoware install)"}
     from ..ros.launch_support.bringup import graph_params, write_combined_config
     from ..ros.demo import drive_graph
     work = Path(tempfile.mkdtemp(prefix="hvla_bench_"))
@@ -80,6 +84,12 @@ def run_graph_mode(model: VLAModel, placement: Placement, partition: int, frames
             **{key: summary[key] for key in GIL_KEYS if key in summary},
             "note": "raw images over DDS into the prefix node, trajectories out of the suffix node; period from "
                     "the arrival times of the suffix's per-frame info, latency from publish to that arrival"}
+
+
+def route_messages_available() -> bool:
+    """Whether the route's message package (autoware_planning_msgs, LaneletRoute) can be imported here."""
+    import importlib.util
+    return importlib.util.find_spec("autoware_planning_msgs") is not None
 
 
 def bench_drive(work: Path, model: VLAModel, frames: int) -> tuple[Path, dict]:
