@@ -4,6 +4,7 @@ CandidateTrajectories arrive over DDS on its output_trajectories; Ctrl-C stops e
 input is one clear line. launch/launch_ros come from where the command finds them (an installed ROS 2, else
 ../shared/vendor/ros2_launch): nothing is put on the command's PYTHONPATH or AMENT_PREFIX_PATH here."""
 
+import functools
 import os
 import re
 import signal
@@ -35,16 +36,23 @@ def hybrid_vla_launch(tmp_path, *args, timeout=120):
 
 def needs_launch():
     """Skipped where the command itself finds no launch (it looks where a user's checkout has it: an installed
-    ROS 2, else ../shared/vendor/ros2_launch beside the checkout), not where this test process could find one."""
-    from hybrid_vla_ros.cli.launch_file import launch_packages
-    from hybrid_vla_ros.errors import ConfigError
-    path = list(sys.path)
-    try:
-        launch_packages()
-    except ConfigError as exc:
-        pytest.skip(f"hybrid-vla launch finds no launch here: {exc}")
-    finally:   # asked, not installed: the vendored launch stays off this process's path (later tests decide
-        sys.path[:] = path   # their own launch environment from what is importable)
+    ROS 2, else ../shared/vendor/ros2_launch beside the checkout), not where this test process could find one:
+    asked in a process of the command's own environment (test_launch.py may have put a vendored launch on this
+    process's path from elsewhere)."""
+    reason = launch_missing()
+    if reason:
+        pytest.skip(f"hybrid-vla launch finds no launch here: {reason}")
+
+
+@functools.lru_cache(maxsize=1)
+def launch_missing() -> str:
+    """'' when the command finds launch, else its error."""
+    probe = ("from hybrid_vla_ros.cli.launch_file import launch_packages\n"
+             "from hybrid_vla_ros.errors import ConfigError\n"
+             "try:\n    launch_packages()\nexcept ConfigError as exc:\n    print(exc)")
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=env)
+    return out.stdout.strip() or (out.stderr.strip() if out.returncode else "")
 
 
 @pytest.mark.parametrize("args, message", [
